@@ -1,0 +1,36 @@
+# cached: the two set-up commands are `make demo` and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo bench soak lint deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,perf]'
+	touch $(STAMP)
+
+deps: $(STAMP)
+	sh contrib/install-deps
+
+lint: deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+bench: deps
+	$(VENV)/bin/pytest -q tests/bench --benchmark-enable --benchmark-autosave \
+	    --benchmark-columns=min,median,max,rounds
+	$(PY) -m perf.run
+
+soak: deps
+	$(VENV)/bin/pytest -q -m slow -p no:cacheprovider
+
+demo: deps
+	$(PY) -m perf.demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .benchmarks

@@ -1,0 +1,30 @@
+"""The split cache ("sysdb"): a durable entry store and a no-sync timestamp store."""
+
+from cached.cache.cache import (
+    DomainCache,
+    GroupView,
+    Initgroups,
+    Lookup,
+    Role,
+    Timeouts,
+    WriteBatch,
+    WriteResult,
+    cache_paths,
+)
+from cached.cache.expiry import State, classify
+from cached.cache.records import Times
+
+__all__ = [
+    "DomainCache",
+    "GroupView",
+    "Initgroups",
+    "Lookup",
+    "Role",
+    "State",
+    "Timeouts",
+    "Times",
+    "WriteBatch",
+    "WriteResult",
+    "cache_paths",
+    "classify",
+]

@@ -1,0 +1,787 @@
+"""The split cache of one domain: a durable entry store and a no-sync timestamp store.
+
+``cache_<domain>.lmdb`` (synchronous commits) holds users, groups, each user's
+transitive group list, and the uid/gid/DN indexes. ``timestamps_<domain>.lmdb``
+(no sync) holds lastUpdate, the expiry times and the server's modifyTimestamp/USN
+per entry (reference §3.1-§3.2). A refresh that finds nothing changed writes only
+the timestamp store (ARCHITECTURE invariant 2); losing the timestamp store makes
+entries read as expired and loses nothing (invariant 3).
+
+The backend process is the only writer of the entry store. The responder reads
+both stores. ``cached cache`` (sss_cache) writes only the timestamp store.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import struct
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import lmdb
+import lmdb.verify
+
+from cached.cache import records as rec
+from cached.cache.expiry import State, classify
+from cached.cache.records import GroupRecord, RecordError, Times
+from cached.cache.store import ENTRY_MAP_SIZE, TS_MAP_SIZE, Op, Store
+from cached.counters import (
+    CACHE_READ,
+    COUNTERS,
+    ENTRY_BYTES,
+    ENTRY_COMMIT,
+    ENTRY_RECORDS,
+    ENTRY_TXN,
+    TS_BYTES,
+    TS_RECORDS,
+    TS_WRITE,
+    Counters,
+)
+from cached.model import Group, User
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta")
+TS_TABLES = ("users", "groups", "meta")
+_ID = struct.Struct(">I")  # big-endian ids sort numerically in LMDB
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+class Role(enum.Enum):
+    BACKEND = "backend"  # the one writer of the entry store; repairs the ts store
+    RESPONDER = "responder"  # reads both stores
+    TOOL = "tool"  # `cached cache`: reads entries, writes timestamps
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup(Generic[T]):
+    state: State
+    value: T | None = None
+    times: Times = rec.MISSING_TIMES
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A group as answered: members expanded through nested groups."""
+
+    name: str
+    gid: int
+    dn: str
+    members: bytes  # NUL-joined, as the NSS reply and the memory cache take them
+    member_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Initgroups:
+    user: User
+    gids: bytes  # packed native u32, sorted; includes the primary gid
+    groups: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    user: int = 5400
+    group: int = 5400
+
+
+@dataclass
+class WriteResult:
+    entries_written: int = 0  # records put or deleted in the entry store
+    entry_bytes: int = 0
+    timestamps_written: int = 0
+
+
+def read_boot_id() -> str:
+    try:
+        with open(BOOT_ID_PATH) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def cache_paths(db_dir: str, domain: str) -> tuple[str, str]:
+    """The two files of a domain, named like SSSD's so administrators recognise them."""
+    return (
+        os.path.join(db_dir, f"cache_{domain}.lmdb"),
+        os.path.join(db_dir, f"timestamps_{domain}.lmdb"),
+    )
+
+
+def _remove_store(path: str) -> None:
+    for p in (path, path + "-lock"):
+        with suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+class WriteBatch:
+    """What one backend request fetched; committed as one transaction per store."""
+
+    def __init__(self) -> None:
+        self.users: dict[bytes, tuple[User, str, str]] = {}
+        self.groups: dict[bytes, tuple[GroupRecord, str, str]] = {}
+        self.touched_groups: dict[bytes, tuple[str, str]] = {}
+        self.initgr: dict[bytes, tuple[tuple[int, ...], tuple[str, ...]]] = {}
+        self.deleted_users: set[bytes] = set()
+        self.deleted_groups: set[bytes] = set()
+
+
+class DomainCache:
+    def __init__(
+        self,
+        db_dir: str,
+        domain: str,
+        *,
+        role: Role,
+        case_sensitive: bool = True,
+        nesting_level: int = 2,
+        nowait_percentage: int = 50,
+        timeouts: Timeouts = Timeouts(),
+        counters: Counters = COUNTERS,
+        boot_id: str | None = None,
+    ) -> None:
+        self.domain = domain
+        self.role = role
+        self.case_sensitive = case_sensitive
+        self.nesting_level = nesting_level
+        self.nowait_percentage = nowait_percentage
+        self.timeouts = timeouts
+        self.counters = counters
+        self.entry_path, self.ts_path = cache_paths(db_dir, domain)
+        self.boot_id = read_boot_id() if boot_id is None else boot_id
+        self.ts_rebuilt_reason = ""
+        self._next_identity_check = 0.0
+        self.entries: Store
+        self.ts: Store | None = None
+        if role is Role.BACKEND:
+            self._open_backend()
+        else:
+            self.entries = Store(
+                self.entry_path, ENTRY_TABLES, writer=False, sync=True, map_size=ENTRY_MAP_SIZE
+            )
+            self._open_ts_nonbackend()
+
+    # -- opening and crash safety ------------------------------------------------
+
+    def _open_backend(self) -> None:
+        self.entries = Store(
+            self.entry_path, ENTRY_TABLES, writer=True, sync=True, map_size=ENTRY_MAP_SIZE
+        )
+        with self.entries.read() as txn:
+            meta = self.entries.tables["meta"]
+            fmt = _opt_bytes(txn.get(b"format", db=meta))
+            clean = _opt_bytes(txn.get(b"clean", db=meta))
+            prev_boot = bytes(txn.get(b"boot_id", db=meta) or b"").decode()
+            store_id = _opt_bytes(txn.get(b"uuid", db=meta))
+            empty = txn.stat(self.entries.tables["users"])["entries"] == 0 and (
+                txn.stat(self.entries.tables["groups"])["entries"] == 0
+            )
+        if fmt is not None and fmt != str(rec.FORMAT).encode() and not empty:
+            # An entry store of another record format: rebuilding is a cold cache,
+            # which is always correct; converting is not worth its risk.
+            log.warning(
+                "%s: record format %s, this version writes %s; starting with an empty cache",
+                self.entry_path,
+                fmt.decode(errors="replace"),
+                rec.FORMAT,
+            )
+            self.entries.close()
+            _remove_store(self.entry_path)
+            _remove_store(self.ts_path)
+            return self._open_backend()
+        if store_id is None:
+            store_id = uuid.uuid4().hex.encode()
+            # A new entry store never trusts an old timestamp store (reference §3.5).
+            _remove_store(self.ts_path)
+
+        reason = ""
+        if clean == b"0" and prev_boot != self.boot_id:
+            reason = "the previous run did not shut down cleanly before a reboot"
+        self.ts = self._open_ts_checked(store_id, reason)
+        self.entries.write(
+            [
+                ("meta", b"format", str(rec.FORMAT).encode()),
+                ("meta", b"uuid", store_id),
+                ("meta", b"clean", b"0"),
+                ("meta", b"boot_id", self.boot_id.encode()),
+            ]
+        )
+
+    def _open_ts_checked(self, store_id: bytes, reason: str) -> Store:
+        """Open the timestamp store, rebuilding it empty when it cannot be trusted."""
+        if not reason and os.path.exists(self.ts_path):
+            reason = self._verify_ts(store_id)
+        if reason:
+            log.warning(
+                "%s: %s; recreating it empty (every entry reads as expired, none is lost)",
+                self.ts_path,
+                reason,
+            )
+            self.ts_rebuilt_reason = reason
+            _remove_store(self.ts_path)
+        ts = Store(self.ts_path, TS_TABLES, writer=True, sync=False, map_size=TS_MAP_SIZE)
+        ts.write([("meta", b"uuid", store_id)])
+        return ts
+
+    def _verify_ts(self, store_id: bytes) -> str:
+        """Why the timestamp file cannot be used, or "" when it can.
+
+        The structural check is py-lmdb's pure-Python verifier: a damaged file is
+        never handed to liblmdb, which may crash on one (SIGBUS on a truncated map).
+        """
+        try:
+            lmdb.verify.verify(self.ts_path, subdir=False)  # type: ignore[no-untyped-call]
+        except Exception as e:  # verify raises VerifyError, or OSError/ValueError on junk
+            return f"timestamp store fails verification ({e})"
+        short = _short_file(self.ts_path)
+        if short:
+            return f"timestamp store is truncated ({short})"
+        try:
+            ts = Store(self.ts_path, TS_TABLES, writer=True, sync=False, map_size=TS_MAP_SIZE)
+        except lmdb.Error as e:
+            return f"timestamp store does not open ({e})"
+        try:
+            with ts.read() as txn:
+                owner = txn.get(b"uuid", db=ts.tables["meta"])
+        finally:
+            ts.close()
+        if owner != store_id:
+            return "timestamp store belongs to another entry store"
+        return ""
+
+    def _open_ts_nonbackend(self) -> None:
+        try:
+            self.ts = Store(
+                self.ts_path,
+                TS_TABLES,
+                writer=self.role is Role.TOOL,
+                sync=False,
+                map_size=TS_MAP_SIZE,
+            )
+        except (lmdb.Error, FileNotFoundError) as e:
+            # Responder: serve entries as expired until the backend rebuilds the store.
+            # Tool: the backend rebuilds it at its next start; report and go on.
+            log.warning("%s: cannot open the timestamp store (%s)", self.ts_path, e)
+            self.ts = None
+
+    def _check_identity(self) -> None:
+        """Reopen stores the backend replaced (rebuilt ts store, new format)."""
+        now = time.monotonic()
+        if now < self._next_identity_check:
+            return
+        self._next_identity_check = now + 1.0
+        if self.entries.replaced():
+            self.entries.close()
+            self.entries = Store(
+                self.entry_path, ENTRY_TABLES, writer=False, sync=True, map_size=ENTRY_MAP_SIZE
+            )
+        if self.ts is None or self.ts.replaced():
+            if self.ts is not None:
+                self.ts.close()
+            self._open_ts_nonbackend()
+
+    def close(self, clean: bool = True) -> None:
+        if self.role is Role.BACKEND and clean:
+            if self.ts is not None:
+                self.ts.sync()
+            self.entries.write([("meta", b"clean", b"1")])
+        if self.ts is not None:
+            self.ts.close()
+            self.ts = None
+        self.entries.close()
+
+    def sync_timestamps(self) -> None:
+        """Flush the no-sync timestamp store (on a timer and at clean shutdown)."""
+        if self.ts is not None:
+            self.ts.sync()
+
+    # -- keys ----------------------------------------------------------------------
+
+    def key(self, name: str) -> bytes:
+        # case_sensitive=false folds names the way SSSD does (lowercase), so `Alice`
+        # and `alice` are one entry.
+        return (name if self.case_sensitive else name.lower()).encode("utf-8")
+
+    @staticmethod
+    def dn_key(dn: str) -> bytes:
+        # DNs compare case-insensitively for the attribute types used here (uid, cn,
+        # ou, dc); spaces around separators are not significant (RFC 4514 §2.4).
+        parts = [p.strip() for p in dn.split(",")]
+        return ",".join(p.replace(" =", "=").replace("= ", "=") for p in parts).lower().encode()
+
+    # -- reading -------------------------------------------------------------------
+
+    def _times(self, table: str, key: rec.Data) -> Times:
+        if self.ts is None:
+            return rec.MISSING_TIMES
+        with self.ts.read() as txn:
+            data = txn.get(key, db=self.ts.tables[table])
+        if data is None:
+            return rec.MISSING_TIMES
+        try:
+            return rec.decode_times(data)
+        except RecordError:
+            return rec.MISSING_TIMES
+
+    def _classify(self, times: Times, expire: float) -> State:
+        return classify(times.last_update, expire, time.time(), self.nowait_percentage)
+
+    def _reader(self) -> AbstractContextManager[lmdb.Transaction]:
+        if self.role is not Role.BACKEND:
+            self._check_identity()
+        return self.entries.read()
+
+    def user_by_name(self, name: str) -> Lookup[User]:
+        with self.counters.timer(CACHE_READ):
+            key = self.key(name)
+            with self._reader() as txn:
+                data = txn.get(key, db=self.entries.tables["users"])
+            return self._user_lookup(key, data)
+
+    def user_by_uid(self, uid: int) -> Lookup[User]:
+        with self.counters.timer(CACHE_READ):
+            with self._reader() as txn:
+                key = txn.get(_ID.pack(uid), db=self.entries.tables["uid"])
+                data = None if key is None else txn.get(key, db=self.entries.tables["users"])
+            return self._user_lookup(key or b"", data)
+
+    def _user_lookup(self, key: rec.Data, data: rec.Data | None) -> Lookup[User]:
+        if data is None:
+            return Lookup(State.MISSING)
+        user = rec.decode_user(data)
+        times = self._times("users", key)
+        return Lookup(self._classify(times, times.data_expire), user, times)
+
+    def group_by_name(self, name: str) -> Lookup[GroupView]:
+        with self.counters.timer(CACHE_READ):
+            key = self.key(name)
+            with self._reader() as txn:
+                view = self._group_view(txn, key)
+            return self._group_lookup(key, view)
+
+    def group_by_gid(self, gid: int) -> Lookup[GroupView]:
+        with self.counters.timer(CACHE_READ):
+            with self._reader() as txn:
+                key = txn.get(_ID.pack(gid), db=self.entries.tables["gid"])
+                view = None if key is None else self._group_view(txn, key)
+            return self._group_lookup(key or b"", view)
+
+    def _group_lookup(self, key: rec.Data, view: GroupView | None) -> Lookup[GroupView]:
+        if view is None:
+            return Lookup(State.MISSING)
+        times = self._times("groups", key)
+        return Lookup(self._classify(times, times.data_expire), view, times)
+
+    def _group_view(self, txn: lmdb.Transaction, key: rec.Data) -> GroupView | None:
+        """Read a group and expand nested member groups down to the nesting level.
+
+        Members of a group are the users directly in any group reachable from it by
+        at most ``ldap_group_nesting_level`` downward hops — the mirror image of the
+        initgroups walk, so "U in G's members" iff "G in U's initgroups" (§6.2).
+        All reads happen in the caller's one snapshot, so a concurrent write is seen
+        whole or not at all.
+        """
+        groups = self.entries.tables["groups"]
+        data = txn.get(key, db=groups)
+        if data is None:
+            return None
+        top = rec.decode_group(data)
+        if not top.member_groups or self.nesting_level <= 0:
+            return GroupView(top.name, top.gid, top.dn, top.members, top.member_count)
+        seen = {key}
+        blobs = [top.members]
+        frontier = list(top.member_groups)
+        for _ in range(self.nesting_level):
+            nxt: list[str] = []
+            for gname in frontier:
+                gkey = self.key(gname)
+                if gkey in seen:
+                    continue
+                seen.add(gkey)
+                sub = txn.get(gkey, db=groups)
+                if sub is None:
+                    continue
+                subrec = rec.decode_group(sub)
+                blobs.append(subrec.members)
+                nxt.extend(subrec.member_groups)
+            frontier = nxt
+            if not frontier:
+                break
+        names: set[str] = set()
+        for blob in blobs:
+            names.update(rec.split_members(blob))
+        blob = rec.join_members(list(names))
+        return GroupView(top.name, top.gid, top.dn, blob, len(names))
+
+    def initgroups(self, name: str) -> Lookup[Initgroups]:
+        """A user's transitive gids; its state comes from initgrExpireTimestamp (§6.4)."""
+        with self.counters.timer(CACHE_READ):
+            key = self.key(name)
+            with self._reader() as txn:
+                udata = txn.get(key, db=self.entries.tables["users"])
+                idata = None if udata is None else txn.get(key, db=self.entries.tables["initgr"])
+            if udata is None:
+                return Lookup(State.MISSING)
+            user = rec.decode_user(udata)
+            times = self._times("users", key)
+            if idata is None:
+                # Known user, groups never fetched: answer the primary group if we
+                # must (offline), but ask the backend first.
+                value = Initgroups(user, _ID_NATIVE.pack(user.gid), ())
+                return Lookup(State.EXPIRED, value, times)
+            gids, groups = rec.decode_initgr(idata)
+            state = self._classify(times, times.initgr_expire)
+            return Lookup(state, Initgroups(user, gids, tuple(groups)), times)
+
+    def groups_by_name(self, names: Iterable[str]) -> list[GroupView]:
+        """Many groups in one snapshot (memory-cache prefill after initgroups)."""
+        out = []
+        with self._reader() as txn:
+            for name in names:
+                view = self._group_view(txn, self.key(name))
+                if view is not None:
+                    out.append(view)
+        return out
+
+    def resolve_dns(self, dns: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """Cached entries by DN: ``{dn: ("user"|"group", name)}`` for those known."""
+        out: dict[str, tuple[str, str]] = {}
+        with self._reader() as txn:
+            dndb = self.entries.tables["dn"]
+            for dn in dns:
+                v = txn.get(self.dn_key(dn), db=dndb)
+                if v is not None:
+                    kind = "user" if v[:1] == b"u" else "group"
+                    table = "users" if kind == "user" else "groups"
+                    data = txn.get(v[1:], db=self.entries.tables[table])
+                    if data is not None:
+                        name = (
+                            rec.decode_user(data).name
+                            if kind == "user"
+                            else rec.decode_group(data).name
+                        )
+                        out[dn] = (kind, name)
+        return out
+
+    def times(self, kind: str, names: Iterable[str]) -> dict[str, Times]:
+        """Stored timestamp records (modifyTimestamp shortcut, status)."""
+        out: dict[str, Times] = {}
+        if self.ts is None:
+            return out
+        table = self.ts.tables["users" if kind == "user" else "groups"]
+        with self.ts.read() as txn:
+            for name in names:
+                data = txn.get(self.key(name), db=table)
+                if data is not None:
+                    with suppress(RecordError):
+                        out[name] = rec.decode_times(data)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        with self._reader() as txn:
+            return {
+                t: txn.stat(self.entries.tables[t])["entries"]
+                for t in ("users", "groups", "initgr")
+            }
+
+    def iter_users(self) -> Iterator[User]:
+        with self._reader() as txn:
+            for _, data in txn.cursor(db=self.entries.tables["users"]):
+                yield rec.decode_user(data)
+
+    def iter_groups(self) -> Iterator[GroupView]:
+        with self._reader() as txn:
+            keys = [k for k, _ in txn.cursor(db=self.entries.tables["groups"])]
+            for k in keys:
+                view = self._group_view(txn, k)
+                if view is not None:
+                    yield view
+
+    # -- writing (backend) ---------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[WriteBatch]:
+        """Collect one backend request's results; commit them when the block ends."""
+        batch = WriteBatch()
+        yield batch
+        self.commit(batch)
+
+    def put_user(self, batch: WriteBatch, user: User, modstamp: str = "", usn: str = "") -> None:
+        batch.users[self.key(user.name)] = (user, modstamp, usn)
+
+    def put_group(self, batch: WriteBatch, group: Group, modstamp: str = "", usn: str = "") -> None:
+        batch.groups[self.key(group.name)] = (GroupRecord.from_group(group), modstamp, usn)
+
+    def touch_group(self, batch: WriteBatch, name: str, modstamp: str = "", usn: str = "") -> None:
+        """The group is known unchanged (same modifyTimestamp): timestamps only."""
+        batch.touched_groups[self.key(name)] = (modstamp, usn)
+
+    def put_initgroups(
+        self, batch: WriteBatch, user: str, gids: Iterable[int], groups: Iterable[str]
+    ) -> None:
+        batch.initgr[self.key(user)] = (tuple(gids), tuple(groups))
+
+    def delete_user(self, batch: WriteBatch, name: str) -> None:
+        batch.deleted_users.add(self.key(name))
+
+    def delete_group(self, batch: WriteBatch, name: str) -> None:
+        batch.deleted_groups.add(self.key(name))
+
+    def commit(self, batch: WriteBatch, now: float | None = None) -> WriteResult:
+        """Write the entry store only where content changed; always write timestamps."""
+        if self.role is not Role.BACKEND:
+            raise RuntimeError("only the backend writes the entry store")
+        assert self.ts is not None
+        now = time.time() if now is None else now
+        ops: list[Op] = []
+        ts_ops: list[Op] = []
+        t = self.entries.tables
+        with self.entries.read() as txn, self.ts.read() as tstxn:
+            tsu, tsg = self.ts.tables["users"], self.ts.tables["groups"]
+
+            def old_times(table: lmdb._Database, key: bytes) -> Times:
+                data = tstxn.get(key, db=table)
+                if data is None:
+                    return rec.MISSING_TIMES
+                try:
+                    return rec.decode_times(data)
+                except RecordError:
+                    return rec.MISSING_TIMES
+
+            for key, (user, modstamp, usn) in batch.users.items():
+                new = rec.encode_user(user)
+                old = txn.get(key, db=t["users"])
+                if old != new:
+                    ops.append(("users", key, new))
+                    prev = None if old is None else rec.decode_user(old)
+                    if prev is None or prev.uid != user.uid:
+                        if prev is not None:
+                            ops.append(("uid", _ID.pack(prev.uid), None))
+                        ops.append(("uid", _ID.pack(user.uid), key))
+                    if prev is None or self.dn_key(prev.dn) != self.dn_key(user.dn):
+                        if prev is not None and prev.dn:
+                            ops.append(("dn", self.dn_key(prev.dn), None))
+                        if user.dn:
+                            ops.append(("dn", self.dn_key(user.dn), b"u" + key))
+                initgr_expire = old_times(tsu, key).initgr_expire
+                if key in batch.initgr:
+                    initgr_expire = now + self.timeouts.user
+                ts_ops.append(
+                    (
+                        "users",
+                        key,
+                        rec.encode_times(
+                            Times(now, now + self.timeouts.user, initgr_expire, modstamp, usn)
+                        ),
+                    )
+                )
+
+            for key, (gids, names) in batch.initgr.items():
+                new = rec.encode_initgr(gids, names)
+                if txn.get(key, db=t["initgr"]) != new:
+                    ops.append(("initgr", key, new))
+                if key not in batch.users:
+                    prev_t = old_times(tsu, key)
+                    ts_ops.append(
+                        (
+                            "users",
+                            key,
+                            rec.encode_times(
+                                Times(
+                                    prev_t.last_update or now,
+                                    prev_t.data_expire,
+                                    now + self.timeouts.user,
+                                    prev_t.modstamp,
+                                    prev_t.usn,
+                                )
+                            ),
+                        )
+                    )
+
+            for key, (group, modstamp, usn) in batch.groups.items():
+                new = rec.encode_group(group)
+                old = txn.get(key, db=t["groups"])
+                if old != new:
+                    ops.append(("groups", key, new))
+                    prevg = None if old is None else rec.decode_group(old)
+                    if prevg is None or prevg.gid != group.gid:
+                        if prevg is not None:
+                            ops.append(("gid", _ID.pack(prevg.gid), None))
+                        ops.append(("gid", _ID.pack(group.gid), key))
+                    if prevg is None or self.dn_key(prevg.dn) != self.dn_key(group.dn):
+                        if prevg is not None and prevg.dn:
+                            ops.append(("dn", self.dn_key(prevg.dn), None))
+                        if group.dn:
+                            ops.append(("dn", self.dn_key(group.dn), b"g" + key))
+                ts_ops.append(
+                    (
+                        "groups",
+                        key,
+                        rec.encode_times(Times(now, now + self.timeouts.group, 0.0, modstamp, usn)),
+                    )
+                )
+
+            for key, (modstamp, usn) in batch.touched_groups.items():
+                if key in batch.groups or txn.get(key, db=t["groups"]) is None:
+                    continue
+                ts_ops.append(
+                    (
+                        "groups",
+                        key,
+                        rec.encode_times(Times(now, now + self.timeouts.group, 0.0, modstamp, usn)),
+                    )
+                )
+
+            for key in batch.deleted_users:
+                old = txn.get(key, db=t["users"])
+                if old is not None:
+                    prev = rec.decode_user(old)
+                    ops += [("users", key, None), ("uid", _ID.pack(prev.uid), None)]
+                    if prev.dn:
+                        ops.append(("dn", self.dn_key(prev.dn), None))
+                if txn.get(key, db=t["initgr"]) is not None:
+                    ops.append(("initgr", key, None))
+                if tstxn.get(key, db=tsu) is not None:
+                    ts_ops.append(("users", key, None))
+
+            for key in batch.deleted_groups:
+                old = txn.get(key, db=t["groups"])
+                if old is not None:
+                    prevg = rec.decode_group(old)
+                    ops += [("groups", key, None), ("gid", _ID.pack(prevg.gid), None)]
+                    if prevg.dn:
+                        ops.append(("dn", self.dn_key(prevg.dn), None))
+                if tstxn.get(key, db=tsg) is not None:
+                    ts_ops.append(("groups", key, None))
+
+        result = WriteResult()
+        if ops:
+            with self.counters.transaction(ENTRY_TXN):
+                written, commit_s = self.entries.write(ops)
+            self.counters.add(ENTRY_COMMIT, 1, commit_s)
+            self.counters.add(ENTRY_BYTES, 0, 0.0, written)
+            self.counters.add(ENTRY_RECORDS, 0, 0.0, len(ops))
+            result.entries_written, result.entry_bytes = len(ops), written
+        if ts_ops:
+            self._write_ts(ts_ops)
+            result.timestamps_written = len(ts_ops)
+        return result
+
+    def _write_ts(self, ops: list[Op]) -> None:
+        assert self.ts is not None
+        with self.counters.timer(TS_WRITE):
+            written, _ = self.ts.write(ops)
+        self.counters.add(TS_BYTES, 0, 0.0, written)
+        self.counters.add(TS_RECORDS, 0, 0.0, len(ops))
+
+    # -- invalidation (timestamp store only) ---------------------------------------
+
+    def _require_ts(self) -> Store:
+        if self.ts is None:
+            raise RuntimeError(f"{self.ts_path}: timestamp store is not open")
+        return self.ts
+
+    def _invalidate_keys(self, table: str, keys: list[bytes]) -> None:
+        ts = self._require_ts()
+        ops: list[Op] = []
+        with ts.read() as txn:
+            db = ts.tables[table]
+            for key in keys:
+                ops.append((table, key, _invalidated(txn.get(key, db=db))))
+        if ops:
+            self._write_ts(ops)
+
+    def invalidate_user(self, name: str) -> bool:
+        key = self.key(name)
+        with self._reader() as txn:
+            if txn.get(key, db=self.entries.tables["users"]) is None:
+                return False
+        self._invalidate_keys("users", [key])
+        return True
+
+    def invalidate_group(self, name: str) -> bool:
+        key = self.key(name)
+        with self._reader() as txn:
+            if txn.get(key, db=self.entries.tables["groups"]) is None:
+                return False
+        self._invalidate_keys("groups", [key])
+        return True
+
+    def _invalidate_table(self, table: str) -> int:
+        """Expire every entry of ``table``; returns how many entries the cache holds.
+
+        Only timestamp records are rewritten. Entries without one already read as
+        expired, so only the existing records need rewriting (one cursor pass).
+        """
+        ts = self._require_ts()
+        with self._reader() as txn:
+            count: int = txn.stat(self.entries.tables[table])["entries"]
+        with ts.read() as tstxn:
+            ops: list[Op] = [
+                (table, bytes(k), _invalidated(v)) for k, v in tstxn.cursor(db=ts.tables[table])
+            ]
+        if ops:
+            self._write_ts(ops)
+        return count
+
+    def invalidate_users(self) -> int:
+        return self._invalidate_table("users")
+
+    def invalidate_groups(self) -> int:
+        return self._invalidate_table("groups")
+
+    def invalidate_all(self) -> int:
+        return self.invalidate_users() + self.invalidate_groups()
+
+
+_ID_NATIVE = struct.Struct("=I")
+
+
+# LMDB 0.9 meta page, 64-bit: a 16-byte page header, then MDB_meta. The page size
+# aliases the free DB's md_pad; mm_last_pg and mm_txnid follow the two MDB_db
+# records (48 bytes each).
+_META_PSIZE = struct.Struct("=I")  # at 16 + 24 (mm_dbs[FREE].md_pad)
+_META_TAIL = struct.Struct("=QQ")  # mm_last_pg, mm_txnid at 16 + 24 + 96
+
+
+def _short_file(path: str) -> str:
+    """Why ``path`` is shorter than its own meta page says, or "".
+
+    py-lmdb's verifier walks the live pages only; liblmdb also reuses free pages
+    up to mm_last_pg, and touching one beyond end-of-file through the map is a
+    SIGBUS that kills the process. So the file must hold every page up to it.
+    """
+    with open(path, "rb") as f:
+        head = f.read(65536 * 2)
+    size = os.path.getsize(path)
+    if len(head) < 16 + 24 + 4:
+        return f"{size} bytes"
+    (psize,) = _META_PSIZE.unpack_from(head, 16 + 24)
+    best = (0, -1)
+    for page in (0, 1):
+        off = page * psize + 16 + 24 + 96
+        if off + _META_TAIL.size <= len(head):
+            last_pg, txnid = _META_TAIL.unpack_from(head, off)
+            if txnid > best[1]:
+                best = (last_pg, txnid)
+    need = (best[0] + 1) * psize
+    return f"{size} bytes, its pages need {need}" if size < need else ""
+
+
+def _opt_bytes(data: rec.Data | None) -> bytes | None:
+    return None if data is None else bytes(data)
+
+
+def _invalidated(data: rec.Data | None) -> bytes:
+    if data is not None:
+        with suppress(struct.error, IndexError):
+            return rec.invalidated_times(data)
+    return rec.encode_times(Times(0.0, rec.EXPIRED, rec.EXPIRED))

@@ -1,0 +1,172 @@
+"""Record encodings of the split cache. Versioned, canonical, no pickle.
+
+Entry-store records are msgpack arrays whose first element is the format version.
+They are *canonical*: multi-valued attributes are sorted before encoding, so "did
+this entry change?" is a byte comparison of the new encoding with the stored one
+(reference §3.4: order-insensitive, byte-exact comparison — done once, not per
+attribute).
+
+Group members are kept as the NUL-joined blob the NSS reply carries
+(``m1\\0m2\\0…``): answering a 5,000-member group is then a concatenation, and the
+memory-cache writer takes the same blob (reference §1.6, §2.2).
+
+Timestamp records are a fixed little struct plus two short strings, so that
+invalidating 10,000 of them is a slice-and-concatenate per record.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from dataclasses import dataclass
+
+import msgpack
+
+from cached.model import Group, User
+
+# What LMDB hands back: bytes, or a memoryview with buffers=True.
+Data = bytes | memoryview
+
+FORMAT = 1  # bump when a record layout changes; older stores are rebuilt
+
+
+class RecordError(ValueError):
+    """A stored record does not decode: wrong version or damaged."""
+
+
+def join_members(names: list[str] | tuple[str, ...]) -> bytes:
+    """Canonical member blob: sorted, unique, each name NUL-terminated."""
+    unique = sorted(set(names))
+    if not unique:
+        return b""
+    return "\0".join(unique).encode("utf-8") + b"\0"
+
+
+def split_members(blob: bytes) -> list[str]:
+    if not blob:
+        return []
+    return blob[:-1].decode("utf-8").split("\0")
+
+
+# -- users ---------------------------------------------------------------------
+
+
+def encode_user(u: User) -> bytes:
+    return msgpack.packb([FORMAT, u.name, u.uid, u.gid, u.gecos, u.home, u.shell, u.dn])
+
+
+def decode_user(data: Data) -> User:
+    try:
+        v, name, uid, gid, gecos, home, shell, dn = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise RecordError(f"user record does not decode: {e}") from None
+    if v != FORMAT:
+        raise RecordError(f"user record has format {v}, expected {FORMAT}")
+    return User(name, uid, gid, gecos, home, shell, dn)
+
+
+# -- groups --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A group as stored: direct members as a blob, member groups by name."""
+
+    name: str
+    gid: int
+    dn: str
+    members: bytes  # join_members() of the direct member users
+    member_count: int
+    member_groups: tuple[str, ...]
+
+    @classmethod
+    def from_group(cls, g: Group) -> GroupRecord:
+        blob = join_members(g.members)
+        count = blob.count(b"\0")
+        return cls(g.name, g.gid, g.dn, blob, count, tuple(sorted(set(g.member_groups))))
+
+    def to_group(self) -> Group:
+        return Group(
+            self.name, self.gid, self.dn, tuple(split_members(self.members)), self.member_groups
+        )
+
+
+def encode_group(g: GroupRecord) -> bytes:
+    return msgpack.packb(
+        [FORMAT, g.name, g.gid, g.dn, g.members, g.member_count, list(g.member_groups)]
+    )
+
+
+def decode_group(data: Data) -> GroupRecord:
+    try:
+        v, name, gid, dn, members, count, member_groups = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise RecordError(f"group record does not decode: {e}") from None
+    if v != FORMAT:
+        raise RecordError(f"group record has format {v}, expected {FORMAT}")
+    return GroupRecord(name, gid, dn, members, count, tuple(member_groups))
+
+
+# -- initgroups ----------------------------------------------------------------
+
+
+def encode_initgr(gids: list[int] | tuple[int, ...], groups: list[str] | tuple[str, ...]) -> bytes:
+    """A user's transitive groups: gids as packed native u32 (the INITGR reply body
+    takes them as they are, §1.6), plus the group names for the memory-cache prefill."""
+    packed = array("I", sorted(set(gids))).tobytes()
+    return msgpack.packb([FORMAT, packed, sorted(set(groups))])
+
+
+def decode_initgr(data: Data) -> tuple[bytes, list[str]]:
+    try:
+        v, packed, groups = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise RecordError(f"initgroups record does not decode: {e}") from None
+    if v != FORMAT or len(packed) % 4:
+        raise RecordError("initgroups record is damaged")
+    return packed, groups
+
+
+# -- timestamps ----------------------------------------------------------------
+
+# version, lastUpdate, dataExpireTimestamp, initgrExpireTimestamp (reference §3.2);
+# then "modifyTimestamp\0entryUSN-or-CSN" as UTF-8.
+_TS = struct.Struct("<Bddd")
+TS_VERSION = 1
+# Reference §3.7: sss_cache writes dataExpireTimestamp=1 and initgrExpireTimestamp=1
+# and resets the stored modstamp/USN so the "unchanged modifyTimestamp" shortcut
+# cannot skip the next refresh (SSSD bug #5596).
+EXPIRED = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Times:
+    last_update: float = 0.0
+    data_expire: float = 0.0  # 0: never stored -> expired
+    initgr_expire: float = 0.0
+    modstamp: str = ""
+    usn: str = ""
+
+
+MISSING_TIMES = Times()
+
+
+def encode_times(t: Times) -> bytes:
+    tail = (t.modstamp + "\0" + t.usn).encode("utf-8")
+    return _TS.pack(TS_VERSION, t.last_update, t.data_expire, t.initgr_expire) + tail
+
+
+def decode_times(data: Data) -> Times:
+    if len(data) < _TS.size + 1 or data[0] != TS_VERSION:
+        raise RecordError("timestamp record is damaged")
+    _, lu, de, ie = _TS.unpack_from(data)
+    try:
+        modstamp, usn = bytes(data[_TS.size :]).decode("utf-8").split("\0")
+    except ValueError:
+        raise RecordError("timestamp record is damaged") from None
+    return Times(lu, de, ie, modstamp, usn)
+
+
+def invalidated_times(data: Data) -> bytes:
+    """The invalidated form of a stored timestamp record: keeps lastUpdate only."""
+    return _TS.pack(TS_VERSION, _TS.unpack_from(data)[1], EXPIRED, EXPIRED) + b"\0"

@@ -1,0 +1,172 @@
+"""One LMDB environment: opening, named tables, map growth, short transactions.
+
+LMDB gives the cache what it needs across processes: one writer (the backend) and
+any number of lock-free readers (the responder) with MVCC snapshots, so a reader
+never sees half of a write transaction. This module hides LMDB's two map-size
+errors from the rest of the cache:
+
+* ``MapFullError`` in the writer: the map is doubled and the whole write is replayed
+  (writes are prepared as a list of operations before the transaction opens, so
+  replaying is safe).
+* ``MapResizedError`` in a reader: another process grew the map; adopt its size
+  (``set_mapsize(0)``) and begin again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import lmdb
+
+T = TypeVar("T")
+
+# Preallocated address space, not disk: LMDB files are sparse and grow with use.
+# 1 GiB holds about 20 directories of the bigroupuser size (a 5,000-user,
+# 3,000-group cache is ~45 MB); the map doubles on demand beyond that.
+ENTRY_MAP_SIZE = 1 << 30
+TS_MAP_SIZE = 256 << 20
+MAX_TABLES = 16
+
+# A write: (table, key, value) puts, or (table, key, None) deletes.
+Op = tuple[str, bytes, bytes | None]
+
+
+# LMDB must not open one file twice in a process (its fcntl locks are per process),
+# and py-lmdb refuses to. Stores of the same file in one process (the backend and
+# a responder in one test, or a tool next to a backend) share one environment.
+_ENVS: dict[tuple[int, int], tuple[lmdb.Environment, int]] = {}
+
+
+def _open_env(path: str, *, writer: bool, sync: bool, map_size: int) -> lmdb.Environment:
+    try:
+        st = os.stat(path)
+        key: tuple[int, int] | None = (st.st_dev, st.st_ino)
+    except FileNotFoundError:
+        key = None
+    if key is not None and key in _ENVS:
+        env, refs = _ENVS[key]
+        if writer and env.flags()["readonly"]:
+            raise lmdb.Error(f"{path}: already open read-only in this process")
+        _ENVS[key] = (env, refs + 1)
+        return env
+    env = lmdb.open(
+        path,
+        subdir=False,
+        map_size=map_size,
+        max_dbs=MAX_TABLES,
+        readonly=not writer,
+        sync=sync,
+        metasync=sync,
+        # Readers only: several threads of one process may read at once.
+        max_readers=512,
+        lock=True,
+        create=writer,
+    )
+    st = os.stat(path)
+    _ENVS[(st.st_dev, st.st_ino)] = (env, 1)
+    return env
+
+
+def _release_env(env: lmdb.Environment) -> None:
+    for key, (e, refs) in list(_ENVS.items()):
+        if e is env:
+            if refs > 1:
+                _ENVS[key] = (e, refs - 1)
+                return
+            del _ENVS[key]
+            break
+    env.close()
+
+
+class Store:
+    def __init__(
+        self,
+        path: str,
+        tables: tuple[str, ...],
+        *,
+        writer: bool,
+        sync: bool,
+        map_size: int,
+    ) -> None:
+        self.path = path
+        self.writer = writer
+        if writer:
+            os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+        elif not os.path.exists(path):
+            raise FileNotFoundError(path)
+        self.env = _open_env(path, writer=writer, sync=sync, map_size=map_size)
+        st = os.stat(path)
+        self.identity = (st.st_dev, st.st_ino)
+        self.tables: dict[str, lmdb._Database] = {}
+        if writer:
+            for name in tables:
+                self.tables[name] = self.env.open_db(name.encode(), create=True)
+        else:
+            # py-lmdb commits its own transaction here, which keeps the handles valid
+            # (a handle opened in an aborted read transaction is closed with it).
+            for name in tables:
+                self.tables[name] = self.env.open_db(name.encode(), create=False)
+
+    def close(self) -> None:
+        _release_env(self.env)
+
+    def replaced(self) -> bool:
+        """True when the file at ``path`` is no longer the one this Store has open."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (st.st_dev, st.st_ino) != self.identity
+
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A short read-only snapshot. Keep it short: long readers pin old pages."""
+        try:
+            txn = self.env.begin(write=False, buffers=False)
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)
+            txn = self.env.begin(write=False, buffers=False)
+        try:
+            yield txn
+        finally:
+            txn.abort()
+
+    def write(self, ops: list[Op]) -> tuple[int, float]:
+        """Apply ``ops`` in one write transaction.
+
+        Returns the bytes written and the seconds spent in commit (which includes the
+        fsync of a synchronous store: SSSD's "time spent writing to LDB", §5.2).
+        """
+        written = sum(len(k) + len(v) for _, k, v in ops if v is not None)
+        while True:
+            txn = self.env.begin(write=True)
+            try:
+                for table, key, value in ops:
+                    db = self.tables[table]
+                    if value is None:
+                        txn.delete(key, db=db)
+                    else:
+                        txn.put(key, value, db=db)
+                start = time.perf_counter()
+                txn.commit()
+                return written, time.perf_counter() - start
+            except lmdb.MapFullError:
+                txn.abort()
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            except BaseException:
+                txn.abort()
+                raise
+
+    def retry_resized(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)
+            return fn()
+
+    def sync(self) -> None:
+        self.env.sync(True)

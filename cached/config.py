@@ -1,0 +1,539 @@
+"""Configuration: sssd.conf syntax, so an existing /etc/sssd/sssd.conf loads unchanged.
+
+Sections: ``[cached]`` (alias ``[sssd]``), ``[nss]``, ``[domain/NAME]``. Every option is
+declared once in a table below with its type, SSSD's default (reference §6.1) and its
+limits; that table is both the validator and the source of ``cached config --help``-style
+documentation in README.md. Errors name the file, section, option and value; unknown
+options warn and name the option; SSSD options that cached accepts but has no use for
+(``services``, ``auth_provider``, ...) are accepted quietly so a real sssd.conf loads.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG = "/etc/cached/cached.conf"
+
+
+class ConfigError(Exception):
+    """A configuration problem the administrator must fix; the message says how."""
+
+
+# ---------------------------------------------------------------------------
+# Value parsers. Each takes the raw string and returns the value or raises
+# ValueError with a short description of what was expected.
+
+
+def _bool(raw: str) -> bool:
+    # SSSD's ini parser accepts true/false case-insensitively; yes/no/1/0 are common in
+    # hand-written files, so accept them as well.
+    v = raw.strip().lower()
+    if v in ("true", "yes", "1", "on"):
+        return True
+    if v in ("false", "no", "0", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            v = int(raw.strip(), 10)
+        except ValueError:
+            raise ValueError("expected an integer") from None
+        if lo is not None and v < lo:
+            raise ValueError(f"must be at least {lo}")
+        if hi is not None and v > hi:
+            raise ValueError(f"must be at most {hi}")
+        return v
+
+    return parse
+
+
+def _str(raw: str) -> str:
+    return raw.strip()
+
+
+def _list(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        v = raw.strip().lower()
+        if v not in choices:
+            raise ValueError("expected one of " + ", ".join(choices))
+        return v
+
+    return parse
+
+
+def _uri_list(raw: str) -> list[str]:
+    uris = _list(raw)
+    for uri in uris:
+        scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+        if scheme not in ("ldap", "ldaps", "ldapi"):
+            raise ValueError(f"{uri!r} is not an ldap://, ldaps:// or ldapi:// URI")
+    return uris
+
+
+def _case_sensitive(raw: str) -> str:
+    v = raw.strip().lower()
+    if v in ("true", "false", "preserving"):
+        return v
+    raise ValueError("expected true, false or preserving")
+
+
+@dataclass(frozen=True)
+class Option:
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+
+
+# ---------------------------------------------------------------------------
+# The option tables. Defaults are SSSD 2.8.2's (reference §6.1) unless the doc says.
+
+DAEMON_OPTIONS: dict[str, Option] = {
+    "domains": Option(_list, [], "Domains to serve, in lookup order."),
+    "pipes_dir": Option(_str, "/var/lib/sss/pipes", "Directory of the NSS socket `nss`."),
+    "mc_dir": Option(_str, "/var/lib/sss/mc", "Directory of the memory-cache files."),
+    "db_dir": Option(_str, "/var/lib/cached/db", "Directory of the LMDB cache files."),
+    "pid_file": Option(_str, "/run/cached.pid", "PID file of the monitor (`cached serve`)."),
+    "ts_sync_interval": Option(
+        _int(1), 60, "Seconds between syncs of the no-sync timestamp store to disk."
+    ),
+    "dbus_address": Option(
+        _str, "system", "D-Bus bus of the InfoPipe interface: `system`, an address, or `none`."
+    ),
+}
+
+NSS_OPTIONS: dict[str, Option] = {
+    "entry_negative_timeout": Option(_int(0), 15, "Seconds a name not found stays not found."),
+    "entry_cache_nowait_percentage": Option(
+        _int(0, 99), 50, "Refresh in the background after this % of the entry lifetime; 0 = off."
+    ),
+    "memcache_timeout": Option(_int(0), 300, "Lifetime of memory-cache records, seconds; 0 = off."),
+    "memcache_size_passwd": Option(_int(0), 8, "Size of mc/passwd in MiB; 0 disables it."),
+    "memcache_size_group": Option(_int(0), 6, "Size of mc/group in MiB; 0 disables it."),
+    "memcache_size_initgroups": Option(_int(0), 10, "Size of mc/initgroups in MiB; 0 = off."),
+    "filter_users": Option(_list, ["root"], "Users never answered (NOTFOUND)."),
+    "filter_groups": Option(_list, ["root"], "Groups never answered (NOTFOUND)."),
+    "pwfield": Option(_str, "*", "The passwd field returned in passwd entries."),
+    "enumerate": Option(_bool, False, "Answer getpwent/getgrent with the cached entries."),
+    "client_idle_timeout": Option(
+        _int(10), 60, "Seconds before an idle client connection is closed (SSSD minimum 10)."
+    ),
+    "max_clients": Option(
+        _int(1), 1024, "Cap on concurrent NSS connections (cached; SSSD relies on ulimit)."
+    ),
+}
+
+DOMAIN_OPTIONS: dict[str, Option] = {
+    "id_provider": Option(_choice("ldap"), None, "Must be `ldap`."),
+    "ldap_uri": Option(_uri_list, [], "Servers, tried in order (failover)."),
+    "ldap_backup_uri": Option(_uri_list, [], "Servers tried after every ldap_uri failed."),
+    "ldap_search_base": Option(_str, "", "Default search base; read from the root DSE if unset."),
+    "ldap_user_search_base": Option(_str, "", "Base of user searches (default: search base)."),
+    "ldap_group_search_base": Option(_str, "", "Base of group searches (default: search base)."),
+    "ldap_schema": Option(
+        _choice("rfc2307", "rfc2307bis"), "rfc2307", "`rfc2307` or `rfc2307bis`."
+    ),
+    "ldap_default_bind_dn": Option(_str, "", "Bind DN; anonymous when unset."),
+    "ldap_default_authtok_type": Option(_choice("password"), "password", "Only `password`."),
+    "ldap_default_authtok": Option(_str, "", "Bind password (the file must then be mode 0600)."),
+    "ldap_sasl_mech": Option(
+        _choice("external"), "", "`EXTERNAL` for ldapi:// peer-credential binds."
+    ),
+    "ldap_id_use_start_tls": Option(_bool, False, "Use StartTLS on ldap:// URIs."),
+    "ldap_tls_reqcert": Option(
+        _choice("never", "allow", "try", "demand", "hard"),
+        "demand",
+        "Server certificate check; `demand`/`hard` verify, `never`/`allow`/`try` do not.",
+    ),
+    "ldap_tls_cacert": Option(_str, "", "CA certificate file (PEM)."),
+    "ldap_tls_cacertdir": Option(_str, "", "CA certificate directory (c_rehash'ed)."),
+    "ldap_user_object_class": Option(_str, "posixAccount", "User object class."),
+    "ldap_user_name": Option(_str, "uid", "User name attribute."),
+    "ldap_user_uid_number": Option(_str, "uidNumber", "UID attribute."),
+    "ldap_user_gid_number": Option(_str, "gidNumber", "Primary GID attribute."),
+    "ldap_user_gecos": Option(_str, "gecos", "GECOS attribute."),
+    "ldap_user_home_directory": Option(_str, "homeDirectory", "Home directory attribute."),
+    "ldap_user_shell": Option(_str, "loginShell", "Login shell attribute."),
+    "ldap_user_modify_timestamp": Option(_str, "modifyTimestamp", "Change-time attribute."),
+    "ldap_user_entry_usn": Option(_str, "", "USN attribute (e.g. entryUSN), unset by default."),
+    "ldap_group_object_class": Option(_str, "posixGroup", "Group object class."),
+    "ldap_group_name": Option(_str, "cn", "Group name attribute."),
+    "ldap_group_gid_number": Option(_str, "gidNumber", "GID attribute."),
+    "ldap_group_member": Option(
+        _str, "", "Member attribute; default `memberUid` (rfc2307) or `member` (rfc2307bis)."
+    ),
+    "ldap_group_modify_timestamp": Option(_str, "modifyTimestamp", "Change-time attribute."),
+    "ldap_group_entry_usn": Option(_str, "", "USN attribute, unset by default."),
+    "ldap_group_nesting_level": Option(
+        _int(0, 100), 2, "Nested levels followed (rfc2307bis); 0 = direct groups only."
+    ),
+    "ldap_deref_threshold": Option(
+        _int(0), 10, "Use the deref control for groups with more members than this; 0 = never."
+    ),
+    "ignore_group_members": Option(_bool, False, "Do not fetch or return group members."),
+    "entry_cache_timeout": Option(_int(0), 5400, "Lifetime of cached entries, seconds."),
+    "entry_cache_user_timeout": Option(_int(0), None, "Users (default entry_cache_timeout)."),
+    "entry_cache_group_timeout": Option(_int(0), None, "Groups (default entry_cache_timeout)."),
+    "refresh_expired_interval": Option(
+        _int(0), 0, "Seconds between background refreshes of expiring entries; 0 = off."
+    ),
+    "offline_timeout": Option(_int(1), 60, "First retry after going offline, seconds."),
+    "offline_timeout_max": Option(_int(0), 3600, "Retry backoff cap, seconds."),
+    "offline_timeout_random_offset": Option(_int(0), 30, "Random seconds added to each retry."),
+    "ldap_network_timeout": Option(_int(1), 6, "Connect timeout per server, seconds."),
+    "ldap_search_timeout": Option(_int(1), 6, "Timeout of one search, seconds."),
+    "ldap_opt_timeout": Option(_int(1), 8, "Timeout of other operations (bind, StartTLS)."),
+    "ldap_page_size": Option(_int(0), 1000, "Paged-results page size; 0 = no paging."),
+    "case_sensitive": Option(_case_sensitive, "true", "`true`, `false` or `preserving`."),
+    "min_id": Option(_int(0), 1, "Lowest uid/gid served."),
+    "max_id": Option(_int(0), 0, "Highest uid/gid served; 0 = no limit."),
+    "enumerate": Option(_bool, False, "SSSD accepts it per domain; see [nss] enumerate."),
+}
+
+# SSSD options that cached accepts without using, so an existing sssd.conf loads
+# without a wall of warnings. Anything not here and not in a table above warns.
+ACCEPTED_UNUSED = frozenset(
+    {
+        "config_file_version",
+        "services",
+        "debug_level",
+        "debug_timestamps",
+        "debug_microseconds",
+        "debug_backtrace_enabled",
+        "reconnection_retries",
+        "user",
+        "auth_provider",
+        "chpass_provider",
+        "access_provider",
+        "sudo_provider",
+        "autofs_provider",
+        "selinux_provider",
+        "cache_credentials",
+        "krb5_realm",
+        "krb5_server",
+        "ldap_tls_reqsan",
+        "ldap_access_filter",
+        "ldap_access_order",
+        "ldap_pwd_policy",
+        "ldap_chpass_uri",
+        "ldap_connection_expire_timeout",
+        "timeout",
+        "full_name_format",
+        "re_expression",
+        "fallback_homedir",
+        "default_shell",
+        "shell_fallback",
+        "override_homedir",
+        "account_cache_expiration",
+        "offline_credentials_expiration",
+        "offline_failed_login_attempts",
+        "offline_failed_login_delay",
+        "pam_verbosity",
+        "memcache_size_sid",
+        "entry_cache_netgroup_timeout",
+        "entry_cache_service_timeout",
+        "entry_cache_sudo_timeout",
+        "entry_cache_autofs_timeout",
+        "entry_cache_ssh_host_timeout",
+        "entry_cache_resolver_timeout",
+        "ldap_enumeration_refresh_timeout",
+        "ldap_purge_cache_timeout",
+        "use_fully_qualified_names",
+        "ldap_id_mapping",
+    }
+)
+
+# Sections of sssd.conf that belong to responders cached does not have.
+IGNORED_SECTIONS = (
+    "pam",
+    "sudo",
+    "autofs",
+    "ssh",
+    "pac",
+    "ifp",
+    "secrets",
+    "kcm",
+    "session_recording",
+)
+
+
+# ---------------------------------------------------------------------------
+# The parsed configuration.
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    domains: list[str]
+    pipes_dir: str
+    mc_dir: str
+    db_dir: str
+    pid_file: str
+    ts_sync_interval: int
+    dbus_address: str
+
+
+@dataclass(frozen=True)
+class NssConfig:
+    entry_negative_timeout: int
+    entry_cache_nowait_percentage: int
+    memcache_timeout: int
+    memcache_size_passwd: int
+    memcache_size_group: int
+    memcache_size_initgroups: int
+    filter_users: list[str]
+    filter_groups: list[str]
+    pwfield: str
+    enumerate: bool
+    client_idle_timeout: int
+    max_clients: int
+
+
+@dataclass(frozen=True)
+class DomainConfig:
+    name: str
+    id_provider: str
+    ldap_uri: list[str]
+    ldap_backup_uri: list[str]
+    ldap_search_base: str
+    ldap_user_search_base: str
+    ldap_group_search_base: str
+    ldap_schema: str
+    ldap_default_bind_dn: str
+    ldap_default_authtok_type: str
+    ldap_default_authtok: str
+    ldap_sasl_mech: str
+    ldap_id_use_start_tls: bool
+    ldap_tls_reqcert: str
+    ldap_tls_cacert: str
+    ldap_tls_cacertdir: str
+    ldap_user_object_class: str
+    ldap_user_name: str
+    ldap_user_uid_number: str
+    ldap_user_gid_number: str
+    ldap_user_gecos: str
+    ldap_user_home_directory: str
+    ldap_user_shell: str
+    ldap_user_modify_timestamp: str
+    ldap_user_entry_usn: str
+    ldap_group_object_class: str
+    ldap_group_name: str
+    ldap_group_gid_number: str
+    ldap_group_member: str
+    ldap_group_modify_timestamp: str
+    ldap_group_entry_usn: str
+    ldap_group_nesting_level: int
+    ldap_deref_threshold: int
+    ignore_group_members: bool
+    entry_cache_timeout: int
+    entry_cache_user_timeout: int
+    entry_cache_group_timeout: int
+    refresh_expired_interval: int
+    offline_timeout: int
+    offline_timeout_max: int
+    offline_timeout_random_offset: int
+    ldap_network_timeout: int
+    ldap_search_timeout: int
+    ldap_opt_timeout: int
+    ldap_page_size: int
+    case_sensitive: str
+    min_id: int
+    max_id: int
+    enumerate: bool
+
+    @property
+    def case_insensitive(self) -> bool:
+        return self.case_sensitive != "true"
+
+    def id_in_range(self, n: int) -> bool:
+        return n >= self.min_id and (self.max_id == 0 or n <= self.max_id)
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    daemon: DaemonConfig
+    nss: NssConfig
+    domains: list[DomainConfig]
+    warnings: list[str] = field(default_factory=list)
+
+    def domain(self, name: str) -> DomainConfig:
+        for d in self.domains:
+            if d.name == name:
+                return d
+        known = ", ".join(d.name for d in self.domains)
+        raise ConfigError(f"{self.path}: no domain named {name!r} (configured: {known})")
+
+
+# ---------------------------------------------------------------------------
+# Loading.
+
+
+def _read_section(
+    path: str,
+    section: str,
+    items: dict[str, str],
+    table: dict[str, Option],
+    warnings: list[str],
+) -> dict[str, Any]:
+    values: dict[str, Any] = {name: opt.default for name, opt in table.items()}
+    for name, raw in items.items():
+        opt = table.get(name)
+        if opt is None:
+            if name not in ACCEPTED_UNUSED:
+                warnings.append(f"{path}: [{section}] unknown option {name!r} is ignored")
+            continue
+        try:
+            values[name] = opt.parse(raw)
+        except ValueError as e:
+            raise ConfigError(
+                f"{path}: [{section}] {name} = {raw.strip()!r} is invalid: {e}"
+            ) from None
+    return values
+
+
+def _check_secret_permissions(path: str, st: os.stat_result, section: str) -> None:
+    """Refuse a bind password readable by others, as SSSD refuses such an sssd.conf."""
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            f"{path}: [{section}] holds ldap_default_authtok, but the file is mode "
+            f"{stat.S_IMODE(st.st_mode):04o} (readable by group or others); "
+            f"run: chmod 600 {path}"
+        )
+
+
+def parse_config(text: str, path: str = "<string>", st: os.stat_result | None = None) -> Config:
+    """Parse sssd.conf-syntax ``text``; ``st`` is the file's stat for the permission check."""
+    parser = configparser.ConfigParser(
+        interpolation=None,
+        comment_prefixes=("#", ";"),
+        inline_comment_prefixes=None,
+        strict=True,
+        empty_lines_in_values=False,
+        default_section="\x00no-default-section",
+    )
+    try:
+        parser.read_string(text, source=path)
+    except configparser.MissingSectionHeaderError as e:
+        raise ConfigError(
+            f"{path}: line {e.lineno}: option outside any section: {e.line.strip()!r}"
+        ) from None
+    except configparser.DuplicateSectionError as e:
+        raise ConfigError(f"{path}: line {e.lineno}: section [{e.section}] appears twice") from None
+    except configparser.DuplicateOptionError as e:
+        raise ConfigError(
+            f"{path}: line {e.lineno}: [{e.section}] option {e.option!r} is set twice"
+        ) from None
+    except configparser.ParsingError as e:
+        lineno, line = e.errors[0]
+        raise ConfigError(f"{path}: line {lineno}: cannot parse {line.strip()!r}") from None
+
+    warnings: list[str] = []
+    sections = parser.sections()
+    main = [s for s in sections if s in ("cached", "sssd")]
+    if len(main) > 1:
+        raise ConfigError(f"{path}: both [cached] and [sssd] are present; keep one of them")
+    if not main:
+        raise ConfigError(f"{path}: no [cached] section (or [sssd]); it must list `domains`")
+    main_name = main[0]
+    daemon_vals = _read_section(path, main_name, dict(parser[main_name]), DAEMON_OPTIONS, warnings)
+    nss_items = dict(parser["nss"]) if parser.has_section("nss") else {}
+    nss_vals = _read_section(path, "nss", nss_items, NSS_OPTIONS, warnings)
+
+    names: list[str] = daemon_vals["domains"]
+    if not names:
+        raise ConfigError(f"{path}: [{main_name}] domains is not set; list at least one domain")
+    domain_sections = {s[len("domain/") :]: s for s in sections if s.startswith("domain/")}
+    for s in sections:
+        if s in (main_name, "nss") or s.startswith("domain/"):
+            continue
+        if s in IGNORED_SECTIONS:
+            log.debug("%s: section [%s] is for an SSSD responder cached does not have", path, s)
+        else:
+            warnings.append(f"{path}: unknown section [{s}] is ignored")
+    for dname, sname in domain_sections.items():
+        if dname not in names:
+            warnings.append(f"{path}: [{sname}] is not listed in [{main_name}] domains; ignored")
+
+    domains: list[DomainConfig] = []
+    for dname in names:
+        if dname not in domain_sections:
+            raise ConfigError(
+                f"{path}: [{main_name}] domains lists {dname!r} but there is no "
+                f"[domain/{dname}] section"
+            )
+        sname = domain_sections[dname]
+        vals = _read_section(path, sname, dict(parser[sname]), DOMAIN_OPTIONS, warnings)
+        if vals["id_provider"] is None:
+            raise ConfigError(f"{path}: [{sname}] id_provider is not set; cached supports `ldap`")
+        if not vals["ldap_uri"]:
+            raise ConfigError(f"{path}: [{sname}] ldap_uri is not set; give at least one server")
+        if vals["ldap_default_authtok"] and st is not None:
+            _check_secret_permissions(path, st, sname)
+        if vals["ldap_default_authtok"] and not vals["ldap_default_bind_dn"]:
+            raise ConfigError(
+                f"{path}: [{sname}] ldap_default_authtok is set but ldap_default_bind_dn is not"
+            )
+        for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
+            if vals[timeout] is None:
+                vals[timeout] = vals["entry_cache_timeout"]
+        if not vals["ldap_group_member"]:
+            vals["ldap_group_member"] = (
+                "member" if vals["ldap_schema"] == "rfc2307bis" else "memberUid"
+            )
+        for base in ("ldap_user_search_base", "ldap_group_search_base"):
+            if not vals[base]:
+                vals[base] = vals["ldap_search_base"]
+        if vals["max_id"] and vals["max_id"] < vals["min_id"]:
+            raise ConfigError(
+                f"{path}: [{sname}] max_id = {vals['max_id']} is below min_id = {vals['min_id']}"
+            )
+        domains.append(DomainConfig(name=dname, **vals))
+
+    return Config(
+        path=path,
+        daemon=DaemonConfig(**daemon_vals),
+        nss=NssConfig(**nss_vals),
+        domains=domains,
+        warnings=warnings,
+    )
+
+
+def load_config(path: str = DEFAULT_CONFIG) -> Config:
+    """Read and validate ``path``. Raises ConfigError with a message for the administrator."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such file; create it (see contrib/cached.conf) or pass -c FILE"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+    return parse_config(text, path, st)

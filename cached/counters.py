@@ -1,0 +1,175 @@
+"""One registry of counters and timers: every cost is counted where it happens.
+
+Each process (responder, each backend) has one module-level registry, ``COUNTERS``.
+A *stat* has three numbers: how many times it happened, the seconds it took, and an
+amount (bytes written, entries returned, ...). ``snapshot()`` gives a plain dict
+that crosses process boundaries (msgpack) so ``cached perf`` can subtract two
+snapshots and print reference §5.2's id_perf breakdown from the difference.
+
+Two things SSSD's probes do that a flat counter cannot, and which this module does:
+
+* *zero-level* transactions (§5.2 items 2-4): entry-store transactions nest; only
+  the outermost one is counted and timed. ``transaction()`` tracks the depth.
+* *per-request scopes* (the PROFILE log lines): ``request()`` opens a scope in a
+  context variable, so a stat recorded anywhere below it — in this task, or in a
+  worker thread started with ``asyncio.to_thread`` (which copies the context) — is
+  also added to that request's own totals.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+# Stat names shared by the writers (cache, ldap, nss) and the readers (perf, status).
+# Entry store ("sysdb" in SSSD's words), outermost write transactions only.
+ENTRY_TXN = "cache.entry.txn"  # count, seconds from begin to end of commit
+ENTRY_COMMIT = "cache.entry.commit"  # seconds inside commit (+fsync); §5.2 "writing to LDB"
+ENTRY_BYTES = "cache.entry.bytes"  # amount: bytes of records written
+ENTRY_RECORDS = "cache.entry.records"  # amount: records written or deleted
+TS_WRITE = "cache.ts.write"  # timestamp-store write transactions
+TS_BYTES = "cache.ts.bytes"
+TS_RECORDS = "cache.ts.records"
+CACHE_READ = "cache.read"  # responder reads (count, seconds)
+LDAP_SEARCH = "ldap.search"  # logical searches; pages counted once; amount: entries
+LDAP_WAIT = "ldap.wait"  # seconds waiting for the server (network + server time)
+LDAP_DECODE = "ldap.decode"  # seconds turning entries into model values
+LDAP_CONNECT = "ldap.connect"
+REQ_USER = "be.req.user"  # backend account requests by type (§5.2 item 7)
+REQ_GROUP = "be.req.group"
+REQ_INITGR = "be.req.initgr"
+NESTED_LEVELS = "be.nested.levels"  # amount: nesting levels walked
+NESTED_RESOLVE = "be.nested.resolve"  # member DN -> name resolution
+NESTED_COMPARE = "be.nested.compare"  # comparing fetched content with the cache
+NSS_REQUEST = "nss.request"  # responder requests answered
+
+
+@dataclass(slots=True)
+class Stat:
+    count: int = 0
+    seconds: float = 0.0
+    amount: int = 0
+
+    def as_list(self) -> list[float]:
+        return [self.count, self.seconds, self.amount]
+
+
+@dataclass(slots=True)
+class Scope:
+    """The stats recorded while one request was being served."""
+
+    kind: str
+    key: str
+    started: float = field(default_factory=time.perf_counter)
+    elapsed: float = 0.0
+    stats: dict[str, Stat] = field(default_factory=dict)
+
+    def get(self, name: str) -> Stat:
+        return self.stats.get(name) or Stat()
+
+
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("scope", default=None)
+
+
+class Counters:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stats: dict[str, Stat] = {}
+        # Entry-store transaction depth, per thread: the backend writes from one
+        # worker thread, but tests may write from several.
+        self._depth = threading.local()
+
+    def add(self, name: str, count: int = 1, seconds: float = 0.0, amount: int = 0) -> None:
+        scope = _SCOPE.get()
+        with self._lock:
+            stat = self._stats.get(name)
+            if stat is None:
+                stat = self._stats[name] = Stat()
+            stat.count += count
+            stat.seconds += seconds
+            stat.amount += amount
+            if scope is not None:
+                sstat = scope.stats.get(name)
+                if sstat is None:
+                    sstat = scope.stats[name] = Stat()
+                sstat.count += count
+                sstat.seconds += seconds
+                sstat.amount += amount
+
+    @contextmanager
+    def timer(self, name: str, amount: int = 0) -> Iterator[None]:
+        """Count one occurrence of ``name`` and the time spent inside the block."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, 1, time.perf_counter() - start, amount)
+
+    @contextmanager
+    def transaction(self, name: str = ENTRY_TXN) -> Iterator[bool]:
+        """Time a store transaction; only the outermost one (depth 0) is recorded.
+
+        Yields True for the outermost transaction, as SSSD's ``sssd_transaction_start``
+        probe passes ``nesting == 0`` (reference §5.1).
+        """
+        depth = getattr(self._depth, "value", 0)
+        self._depth.value = depth + 1
+        start = time.perf_counter()
+        try:
+            yield depth == 0
+        finally:
+            self._depth.value = depth
+            if depth == 0:
+                self.add(name, 1, time.perf_counter() - start)
+
+    @contextmanager
+    def request(self, kind: str, key: str) -> Iterator[Scope]:
+        """Open a per-request scope; stats recorded inside also land in it."""
+        scope = Scope(kind, key)
+        token = _SCOPE.set(scope)
+        try:
+            yield scope
+        finally:
+            _SCOPE.reset(token)
+            scope.elapsed = time.perf_counter() - scope.started
+
+    def get(self, name: str) -> Stat:
+        with self._lock:
+            stat = self._stats.get(name)
+            return Stat(stat.count, stat.seconds, stat.amount) if stat else Stat()
+
+    def snapshot(self) -> dict[str, list[float]]:
+        """A plain, serialisable copy: ``{name: [count, seconds, amount]}``."""
+        with self._lock:
+            return {name: stat.as_list() for name, stat in self._stats.items()}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._stats.clear()
+
+
+def diff(after: dict[str, list[float]], before: dict[str, list[float]]) -> dict[str, Stat]:
+    """What happened between two snapshots."""
+    out: dict[str, Stat] = {}
+    for name, (count, seconds, amount) in after.items():
+        b = before.get(name, [0, 0.0, 0])
+        out[name] = Stat(int(count - b[0]), seconds - b[1], int(amount - b[2]))
+    return out
+
+
+def merge(snapshots: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Sum snapshots of several processes (responder + backends) into one."""
+    out: dict[str, list[float]] = {}
+    for snap in snapshots:
+        for name, values in snap.items():
+            cur = out.setdefault(name, [0, 0.0, 0])
+            for i in range(3):
+                cur[i] += values[i]
+    return out
+
+
+COUNTERS = Counters()

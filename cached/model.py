@@ -1,0 +1,48 @@
+"""The values that cross module boundaries: users, groups, and a user's group list.
+
+Plain frozen dataclasses, no I/O. The cache stores them, the LDAP backend builds them,
+the NSS responder and the memory-cache writer encode them for clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A POSIX account as NSS returns it (reference §1.6, passwd record)."""
+
+    name: str
+    uid: int
+    gid: int
+    gecos: str = ""
+    home: str = ""
+    shell: str = ""
+    dn: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A POSIX group.
+
+    ``members`` are the *direct* member user names; ``member_groups`` the names of
+    direct member groups. Nested expansion down to ``ldap_group_nesting_level`` is
+    done by the cache reader, so a change to one sub-group needs one record written,
+    not one per ancestor.
+    """
+
+    name: str
+    gid: int
+    dn: str = ""
+    members: tuple[str, ...] = ()
+    member_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMembership:
+    """The transitive groups of a user, as the backend's initgroups request found them."""
+
+    user: str
+    gids: tuple[int, ...] = ()
+    groups: tuple[str, ...] = field(default=())

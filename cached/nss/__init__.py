@@ -1,0 +1,1 @@
+"""The NSS responder: SSSD's NSS socket protocol (sans-IO codec in ``protocol``)."""
