@@ -185,6 +185,12 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         _int(0), 10, "Use the deref control for groups with more members than this; 0 = never."
     ),
     "ignore_group_members": Option(_bool, False, "Do not fetch or return group members."),
+    "ldap_member_rdn_shortcut": Option(
+        _bool,
+        True,
+        "cached: name a member DN by its RDN when that is the name attribute under the "
+        "search base, without a search (as nslcd). `false`: deref control or searches.",
+    ),
     "entry_cache_timeout": Option(_int(0), 5400, "Lifetime of cached entries, seconds."),
     "entry_cache_user_timeout": Option(_int(0), None, "Users (default entry_cache_timeout)."),
     "entry_cache_group_timeout": Option(_int(0), None, "Groups (default entry_cache_timeout)."),
@@ -338,6 +344,7 @@ class DomainConfig:
     ldap_group_nesting_level: int
     ldap_deref_threshold: int
     ignore_group_members: bool
+    ldap_member_rdn_shortcut: bool
     entry_cache_timeout: int
     entry_cache_user_timeout: int
     entry_cache_group_timeout: int

@@ -39,6 +39,7 @@ LDAP_SEARCH = "ldap.search"  # logical searches; pages counted once; amount: ent
 LDAP_WAIT = "ldap.wait"  # seconds waiting for the server (network + server time)
 LDAP_DECODE = "ldap.decode"  # seconds turning entries into model values
 LDAP_CONNECT = "ldap.connect"
+LDAP_BER = "ldap.ber"  # seconds ldap3 spends decoding BER into Python values
 REQ_USER = "be.req.user"  # backend account requests by type (§5.2 item 7)
 REQ_GROUP = "be.req.group"
 REQ_INITGR = "be.req.initgr"
@@ -173,3 +174,29 @@ def merge(snapshots: list[dict[str, list[float]]]) -> dict[str, list[float]]:
 
 
 COUNTERS = Counters()
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}ms"
+
+
+def format_profile(scope: Scope, outcome: str) -> str:
+    """One hierarchical line per request, in the shape of SeaweedFS's profiling notes
+    (STYLE.md), so `grep PROFILE | awk` gives per-stage statistics:
+
+    ``INITGR PROFILE bigroupuser: total=612.0ms outcome=found | ldap=410.2ms,
+    decode=150.1ms, store=21.4ms └─ ldap: searches=5, entries=2086, wait=300.1ms,
+    ber=80.3ms; store: txn=1, commit=3.1ms, bytes=770805, ts_writes=1, ts_records=2086``
+    """
+    g = scope.get
+    search = g(LDAP_SEARCH)
+    store_s = g(ENTRY_TXN).seconds + g(TS_WRITE).seconds
+    return (
+        f"{scope.kind} PROFILE {scope.key}: total={_ms(scope.elapsed)} outcome={outcome} | "
+        f"ldap={_ms(search.seconds)}, decode={_ms(g(LDAP_DECODE).seconds)}, "
+        f"store={_ms(store_s)} └─ ldap: searches={search.count}, entries={search.amount}, "
+        f"wait={_ms(g(LDAP_WAIT).seconds)}, ber={_ms(g(LDAP_BER).seconds)}; "
+        f"store: txn={g(ENTRY_TXN).count}, commit={_ms(g(ENTRY_COMMIT).seconds)}, "
+        f"bytes={g(ENTRY_BYTES).amount}, ts_writes={g(TS_WRITE).count}, "
+        f"ts_records={g(TS_RECORDS).amount}"
+    )

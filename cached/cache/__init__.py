@@ -10,6 +10,7 @@ from cached.cache.cache import (
     WriteBatch,
     WriteResult,
     cache_paths,
+    open_domain_cache,
 )
 from cached.cache.expiry import State, classify
 from cached.cache.records import Times
@@ -27,4 +28,5 @@ __all__ = [
     "WriteResult",
     "cache_paths",
     "classify",
+    "open_domain_cache",
 ]

@@ -31,6 +31,7 @@ from cached.cache import records as rec
 from cached.cache.expiry import State, classify
 from cached.cache.records import GroupRecord, RecordError, Times
 from cached.cache.store import ENTRY_MAP_SIZE, TS_MAP_SIZE, Op, Store
+from cached.config import DomainConfig
 from cached.counters import (
     CACHE_READ,
     COUNTERS,
@@ -43,6 +44,7 @@ from cached.counters import (
     TS_WRITE,
     Counters,
 )
+from cached.dn import normalize_dn
 from cached.model import Group, User
 
 log = logging.getLogger(__name__)
@@ -127,7 +129,7 @@ class WriteBatch:
 
     def __init__(self) -> None:
         self.users: dict[bytes, tuple[User, str, str]] = {}
-        self.groups: dict[bytes, tuple[GroupRecord, str, str]] = {}
+        self.groups: dict[bytes, tuple[GroupRecord, str, str, bool]] = {}
         self.touched_groups: dict[bytes, tuple[str, str]] = {}
         self.initgr: dict[bytes, tuple[tuple[int, ...], tuple[str, ...]]] = {}
         self.deleted_users: set[bytes] = set()
@@ -312,10 +314,7 @@ class DomainCache:
 
     @staticmethod
     def dn_key(dn: str) -> bytes:
-        # DNs compare case-insensitively for the attribute types used here (uid, cn,
-        # ou, dc); spaces around separators are not significant (RFC 4514 §2.4).
-        parts = [p.strip() for p in dn.split(",")]
-        return ",".join(p.replace(" =", "=").replace("= ", "=") for p in parts).lower().encode()
+        return normalize_dn(dn).encode("utf-8")
 
     # -- reading -------------------------------------------------------------------
 
@@ -517,8 +516,23 @@ class DomainCache:
     def put_user(self, batch: WriteBatch, user: User, modstamp: str = "", usn: str = "") -> None:
         batch.users[self.key(user.name)] = (user, modstamp, usn)
 
-    def put_group(self, batch: WriteBatch, group: Group, modstamp: str = "", usn: str = "") -> None:
-        batch.groups[self.key(group.name)] = (GroupRecord.from_group(group), modstamp, usn)
+    def put_group(
+        self,
+        batch: WriteBatch,
+        group: Group,
+        modstamp: str = "",
+        usn: str = "",
+        complete: bool = True,
+    ) -> None:
+        """Store a group. ``complete=False``: its member groups down to the nesting
+        level were not all fetched, so it is stored already expired, as SSSD stores
+        the incomplete groups of initgroups (reference §6.3 step 4)."""
+        batch.groups[self.key(group.name)] = (
+            GroupRecord.from_group(group),
+            modstamp,
+            usn,
+            complete,
+        )
 
     def touch_group(self, batch: WriteBatch, name: str, modstamp: str = "", usn: str = "") -> None:
         """The group is known unchanged (same modifyTimestamp): timestamps only."""
@@ -606,7 +620,7 @@ class DomainCache:
                         )
                     )
 
-            for key, (group, modstamp, usn) in batch.groups.items():
+            for key, (group, modstamp, usn, complete) in batch.groups.items():
                 new = rec.encode_group(group)
                 old = txn.get(key, db=t["groups"])
                 if old != new:
@@ -621,12 +635,9 @@ class DomainCache:
                             ops.append(("dn", self.dn_key(prevg.dn), None))
                         if group.dn:
                             ops.append(("dn", self.dn_key(group.dn), b"g" + key))
+                expire = now + self.timeouts.group if complete else now - 1
                 ts_ops.append(
-                    (
-                        "groups",
-                        key,
-                        rec.encode_times(Times(now, now + self.timeouts.group, 0.0, modstamp, usn)),
-                    )
+                    ("groups", key, rec.encode_times(Times(now, expire, 0.0, modstamp, usn)))
                 )
 
             for key, (modstamp, usn) in batch.touched_groups.items():
@@ -785,3 +796,27 @@ def _invalidated(data: rec.Data | None) -> bytes:
         with suppress(struct.error, IndexError):
             return rec.invalidated_times(data)
     return rec.encode_times(Times(0.0, rec.EXPIRED, rec.EXPIRED))
+
+
+def open_domain_cache(
+    db_dir: str,
+    domain: DomainConfig,
+    role: Role,
+    *,
+    nowait_percentage: int = 50,
+    counters: Counters = COUNTERS,
+    boot_id: str | None = None,
+) -> DomainCache:
+    """The cache of ``domain`` with its options (case, nesting, timeouts) applied."""
+    return DomainCache(
+        db_dir,
+        domain.name,
+        role=role,
+        case_sensitive=not domain.case_insensitive,
+        # rfc2307 cannot nest (reference §6.1): its groups have no member groups.
+        nesting_level=domain.ldap_group_nesting_level if domain.ldap_schema == "rfc2307bis" else 0,
+        nowait_percentage=nowait_percentage,
+        timeouts=Timeouts(domain.entry_cache_user_timeout, domain.entry_cache_group_timeout),
+        counters=counters,
+        boot_id=boot_id,
+    )

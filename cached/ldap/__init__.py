@@ -1,0 +1,1 @@
+"""The LDAP backend: connection, schema maps, user/group/nested/initgroups requests."""

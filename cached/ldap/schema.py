@@ -1,0 +1,155 @@
+"""Schema maps: attribute and object-class names from the config, filters, DN helpers.
+
+rfc2307 groups list member *names* in ``memberUid`` and cannot nest; rfc2307bis
+groups list member *DNs* in ``member``, users and groups alike, and nest (reference
+§6.1-§6.3). Every value that reaches a filter goes through ``escape`` (RFC 4515 §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cached.config import DomainConfig
+
+# Bound on the number of assertions in one OR-filter of a batched search. OpenLDAP
+# accepts far more, but AD's default MaxQueryDuration and 389-ds' filter parsing cost
+# grow with filter size; 1,000 keeps a 2,000-group level at two searches.
+BATCH = 1000
+
+
+def escape(value: str) -> str:
+    """Escape an assertion value per RFC 4515 §3: ``*``, ``(``, ``)``, ``\\`` and NUL
+    always; every other byte is passed as UTF-8."""
+    out = []
+    for ch in value:
+        if ch in "*()\\\0":
+            out.append(f"\\{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def first(values: list[bytes] | None) -> str:
+    if not values:
+        return ""
+    return values[0].decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class SchemaMap:
+    bis: bool  # rfc2307bis: DN members, nesting
+    user_oc: str
+    user_name: str
+    user_uid: str
+    user_gid: str
+    user_gecos: str
+    user_home: str
+    user_shell: str
+    user_modstamp: str
+    user_usn: str
+    group_oc: str
+    group_name: str
+    group_gid: str
+    group_member: str
+    group_modstamp: str
+    group_usn: str
+    user_base: str
+    group_base: str
+    nesting_level: int
+
+    @classmethod
+    def from_config(cls, d: DomainConfig) -> SchemaMap:
+        return cls(
+            bis=d.ldap_schema == "rfc2307bis",
+            user_oc=d.ldap_user_object_class,
+            user_name=d.ldap_user_name,
+            user_uid=d.ldap_user_uid_number,
+            user_gid=d.ldap_user_gid_number,
+            user_gecos=d.ldap_user_gecos,
+            user_home=d.ldap_user_home_directory,
+            user_shell=d.ldap_user_shell,
+            user_modstamp=d.ldap_user_modify_timestamp,
+            user_usn=d.ldap_user_entry_usn,
+            group_oc=d.ldap_group_object_class,
+            group_name=d.ldap_group_name,
+            group_gid=d.ldap_group_gid_number,
+            group_member=d.ldap_group_member,
+            group_modstamp=d.ldap_group_modify_timestamp,
+            group_usn=d.ldap_group_entry_usn,
+            user_base=d.ldap_user_search_base,
+            group_base=d.ldap_group_search_base,
+            # rfc2307 cannot nest (§6.1: the level is ignored there).
+            nesting_level=d.ldap_group_nesting_level if d.ldap_schema == "rfc2307bis" else 0,
+        )
+
+    def with_bases(self, user_base: str, group_base: str) -> SchemaMap:
+        """The same map with search bases discovered from the root DSE."""
+        from dataclasses import replace
+
+        return replace(self, user_base=user_base, group_base=group_base)
+
+    # -- attribute lists ---------------------------------------------------------
+
+    @property
+    def user_attrs(self) -> list[str]:
+        attrs = [
+            self.user_name,
+            self.user_uid,
+            self.user_gid,
+            self.user_gecos,
+            "cn",
+            self.user_home,
+            self.user_shell,
+            self.user_modstamp,
+        ]
+        if self.user_usn:
+            attrs.append(self.user_usn)
+        return attrs
+
+    def group_attrs(self, members: bool = True) -> list[str]:
+        attrs = [self.group_name, self.group_gid, self.group_modstamp, "objectClass"]
+        if self.group_usn:
+            attrs.append(self.group_usn)
+        if members:
+            attrs.append(self.group_member)
+        return attrs
+
+    @property
+    def deref_attrs(self) -> list[str]:
+        """What the deref control returns per member: enough to name and type it."""
+        return sorted({"objectClass", self.user_name, self.group_name, self.group_gid})
+
+    # -- filters -----------------------------------------------------------------
+
+    def user_by_name(self, name: str) -> str:
+        return f"(&(objectClass={self.user_oc})({self.user_name}={escape(name)}))"
+
+    def user_by_uid(self, uid: int) -> str:
+        return f"(&(objectClass={self.user_oc})({self.user_uid}={uid}))"
+
+    def group_filter(self, assertion: str) -> str:
+        # (name=*) and a non-zero gid, as SSSD (§6.3): non-POSIX groups are skipped.
+        return (
+            f"(&(objectClass={self.group_oc}){assertion}({self.group_name}=*)"
+            f"(&({self.group_gid}=*)(!({self.group_gid}=0))))"
+        )
+
+    def group_by_name(self, name: str) -> str:
+        return self.group_filter(f"({self.group_name}={escape(name)})")
+
+    def group_by_gid(self, gid: int) -> str:
+        return self.group_filter(f"({self.group_gid}={gid})")
+
+    def groups_with_members(self, values: list[str]) -> str:
+        """Groups that list any of ``values`` (member DNs, or names for memberUid)."""
+        attr = self.group_member
+        if len(values) == 1:
+            return self.group_filter(f"({attr}={escape(values[0])})")
+        inner = "".join(f"({attr}={escape(v)})" for v in values)
+        return self.group_filter(f"(|{inner})")
+
+    @staticmethod
+    def any_of(attr: str, values: list[str]) -> str:
+        if len(values) == 1:
+            return f"({attr}={escape(values[0])})"
+        return "(|" + "".join(f"({attr}={escape(v)})" for v in values) + ")"

@@ -1,0 +1,715 @@
+"""Writers of SSSD-compatible memory-cache files (reference §2), one class per file kind.
+
+One writer owns one file (``/var/lib/sss/mc/passwd`` …) for its whole life: it creates it
+(§2.1), holds the fcntl write lock on byte 0 so ``sss_cache``-style tools see a live
+responder (§4), and changes it in place while any number of client processes read it
+without locks (§2.4). The file's size never changes while it is live; :meth:`McWriter.reset`
+replaces the whole file instead.
+
+Memory ordering. The client relies on barrier words and on single aligned ``u32`` stores
+for chain links. Every store here goes through ``memoryview.cast("I")``/``cast("Q")`` (one
+native aligned store per element) or an mmap slice assignment (``memcpy``), in program
+order. On x86-64 (TSO) stores become visible to other cores in program order, so ordered
+stores are enough and no fence is needed (§2.7). On weakly ordered CPUs (aarch64, ppc64le)
+this module would need real fences between the barrier stores and the data stores, which
+Python cannot express; ``layout.py`` refuses big-endian hosts, and a port to arm64 must add
+fences (for example through a tiny C helper) before relying on this writer there.
+
+Replacement is make-before-break: the new record is written and linked at the chain tail
+*before* the record it supersedes is unlinked and wiped, so a concurrent reader finds the old
+or the new version, never a gap. SSSD instead rewrites a same-size record in place under
+its barriers, during which readers fall back to the socket.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import mmap
+import os
+import secrets
+import stat
+import struct
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import ClassVar, Final, Self
+
+from ..model import Group, GroupMembership, User
+from .layout import (
+    H_B1,
+    H_B2,
+    H_STATUS,
+    HEADER_SIZE,
+    INVALID32,
+    MAJOR_VNO,
+    MINOR_VNO,
+    R_B1,
+    R_B2,
+    R_EXPIRE_OFF,
+    R_HASH1,
+    R_HASH2,
+    R_LEN,
+    R_NEXT1,
+    R_NEXT2,
+    R_PADDING,
+    SLOT_SIZE,
+    Geometry,
+    Kind,
+    PackedMembers,
+    Status,
+    bucket,
+    encode_group,
+    encode_initgroups,
+    encode_passwd,
+    id_key,
+    name_key,
+    next_barrier,
+)
+
+__all__ = [
+    "DEFAULT_MODE",
+    "DEFAULT_TIMEOUT",
+    "GroupWriter",
+    "InitgroupsWriter",
+    "McBusyError",
+    "McError",
+    "McWriter",
+    "PasswdWriter",
+    "StoreResult",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``memcache_timeout`` default: records expire 300 s after they are stored (§2.1).
+DEFAULT_TIMEOUT: Final = 300
+#: SSSD creates the files 0664 so the unprivileged ``sssd`` group can write them. cached's
+#: responder owns the files it writes (root here), clients only read them, so group write
+#: buys nothing: 0644.
+DEFAULT_MODE: Final = 0o644
+
+# struct flock on Linux x86-64: l_type, l_whence, l_start, l_len, l_pid, padding (32 bytes).
+_FLOCK: Final = struct.Struct("@hhqqi4x")
+
+
+class McError(Exception):
+    """A memory-cache file cannot be created or is not in the state this writer left it."""
+
+
+class McBusyError(McError):
+    """Another live writer holds the file's lock (two responders on one ``mc`` directory)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreResult:
+    """What a ``store`` did. ``stored`` is False only when the record can never fit."""
+
+    stored: bool
+    slot: int = -1
+    #: Records evicted (FIFO) to make room.
+    evicted: int = 0
+    #: True when an identical record only had its expiry renewed.
+    refreshed: bool = False
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class _Rec:
+    """The writer's own note of a live record (the file is the truth for readers)."""
+
+    start: int
+    nslots: int
+    length: int
+    key1: bytes
+    key2: bytes
+    hash1: int
+    hash2: int
+    word: int = field(init=False)
+
+
+def _lock_byte0(fd: int) -> None:
+    """Take the write lock on byte 0, length 1, without waiting.
+
+    An *open file description* lock (``F_OFD_SETLK``) rather than a classic POSIX one: it
+    conflicts with the classic ``F_SETLK`` that ``sss_cache`` tries (§4), but unlike a POSIX
+    lock it is not dropped when this process opens and closes the same file through another
+    descriptor (a reader, a status command in-process).
+    """
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0))
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            raise McBusyError("locked by another live writer") from exc
+        raise
+
+
+class McWriter:
+    """Base writer: file lifecycle, slot allocator, chains, invalidation, eviction.
+
+    One object per file, used from one thread (the responder's event loop): the writer
+    keeps an in-memory index of its records and is not itself thread-safe.
+
+    ``size_mb`` (default: the kind's SSSD default) or ``slots`` sizes the file;
+    ``hash_elems`` overrides the hash-table size (normally = slots; small values force
+    chain collisions in tests). ``clock`` returns unix time, for the record expiry.
+    """
+
+    KIND: ClassVar[Kind]
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        size_mb: int | None = None,
+        slots: int | None = None,
+        hash_elems: int | None = None,
+        timeout: int = DEFAULT_TIMEOUT,
+        mode: int = DEFAULT_MODE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if size_mb is not None and slots is not None:
+            raise ValueError("give size_mb or slots, not both")
+        if slots is not None:
+            geo = Geometry.from_slots(slots, hash_elems)
+        else:
+            geo = Geometry.from_mb(self.KIND.default_mb if size_mb is None else size_mb)
+            if hash_elems is not None:
+                geo = Geometry.from_slots(geo.slots, hash_elems)
+        if timeout <= 0:
+            raise ValueError(f"memcache_timeout {timeout} must be positive (0 disables the file)")
+        self.path: Final = Path(path)
+        self.geometry: Final = geo
+        # Offsets used on every store, computed once.
+        self._dt: Final = geo.data_table
+        self._ft: Final = geo.free_table
+        self._ht_word: Final = geo.hash_table >> 2
+        self.timeout: Final = timeout
+        self.mode: Final = mode
+        self._clock = clock
+        self._fd = -1
+        self._mm: mmap.mmap | None = None
+        self._u32: memoryview | None = None
+        self._u64: memoryview | None = None
+        self._seed = 0
+        self._zero_runs: dict[int, bytes] = {}
+        self._reset_state()
+        self._create()
+
+    # --- public state --------------------------------------------------------------------
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def closed(self) -> bool:
+        return self._mm is None
+
+    @property
+    def records(self) -> int:
+        """Number of live records."""
+        return len(self._recs)
+
+    @property
+    def used_slots(self) -> int:
+        return self.geometry.slots - self._free
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.records} records, {self.used_slots} slots"
+        return f"<{type(self).__name__} {self.path} {self.geometry.slots} slots: {state}>"
+
+    # --- lifecycle (§2.1) ------------------------------------------------------------------
+
+    def _reset_state(self) -> None:
+        slots = self.geometry.slots
+        self._used = bytearray(slots)  # 1 = slot in use (mirror of the free table)
+        self._owner = array("i", [-1]) * slots  # first slot of the record using each slot
+        self._recs: dict[int, _Rec] = {}
+        self._by1: dict[bytes, _Rec] = {}
+        self._by2: dict[bytes, _Rec] = {}
+        self._free = slots
+        self._cursor = 0
+
+    def _create(self) -> None:
+        geo = self.geometry
+        self._recycle_old_file()
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            fd = os.open(self.path, flags, self.mode)
+        except FileExistsError:
+            raise McBusyError(
+                f"{self.path} was created by another process while this one replaced it; "
+                "is a second responder using the same mc directory?"
+            ) from None
+        except OSError as exc:
+            raise McError(
+                f"cannot create memory cache {self.path}: {exc.strerror}; the directory must "
+                "exist and be writable (mc_dir in [nss], systemd tmpfiles)"
+            ) from exc
+        try:
+            os.fchmod(fd, self.mode)  # the umask must not decide who can read the cache
+            _lock_byte0(fd)
+            os.posix_fallocate(fd, 0, geo.file_size)
+            mm = mmap.mmap(fd, geo.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.path)
+            raise
+        # The new file is all zeros: header b1 = b2 = 0 reads as invalid until ALIVE below.
+        mm[geo.data_table : geo.data_table + geo.dt_size] = b"\xff" * geo.dt_size
+        mm[geo.hash_table : geo.hash_table + geo.ht_size] = b"\xff" * geo.ht_size
+        self._fd = fd
+        self._mm = mm
+        self._u32 = memoryview(mm).cast("I")
+        self._u64 = memoryview(mm).cast("Q")
+        previous = self._seed
+        while (seed := secrets.randbits(32)) == previous:  # a reset must change the seed
+            pass
+        self._seed = seed
+        self._update_header(
+            MAJOR_VNO,
+            MINOR_VNO,
+            Status.ALIVE,
+            self._seed,
+            geo.dt_size,
+            geo.ft_size,
+            geo.ht_size,
+            geo.data_table,
+            geo.free_table,
+            geo.hash_table,
+            0,
+        )
+        self._reset_state()
+
+    def _recycle_old_file(self) -> None:
+        """Mark a file left at our path RECYCLED and unlink it, unless a live writer owns it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise McError(f"cannot open old memory cache {self.path}: {exc.strerror}") from exc
+            os.unlink(self.path)  # a symlink at our path: never follow it, just remove it
+            return
+        try:
+            try:
+                _lock_byte0(fd)
+            except McBusyError:
+                raise McBusyError(
+                    f"{self.path} is locked by another running responder; stop it before "
+                    "starting a second one on the same mc directory"
+                ) from None
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_size >= HEADER_SIZE:
+                with mmap.mmap(fd, HEADER_SIZE, mmap.MAP_SHARED) as old:
+                    words = memoryview(old).cast("I")
+                    _barrier_store(words, H_STATUS, (Status.RECYCLED,))
+                    words.release()
+            os.unlink(self.path)
+        finally:
+            os.close(fd)
+
+    def reset(self) -> None:
+        """Publish a fresh, empty file with a new seed; the old one is RECYCLED (§2.6).
+
+        Clients that still map the old file see RECYCLED (or ``st_nlink == 0``), use the
+        socket once and map the new file on a later call.
+        """
+        self._require_open()
+        self._update_header(status=Status.RECYCLED)
+        try:
+            if os.path.samestat(os.stat(self.path, follow_symlinks=False), os.fstat(self._fd)):
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self._unmap()
+        self._create()
+
+    def close(self) -> None:
+        """Unmap and close; releases the lock. The file stays and clients keep using it
+        until its records expire (as with SSSD); idempotent."""
+        if self._mm is not None:
+            self._unmap()
+
+    def _unmap(self) -> None:
+        assert self._mm is not None and self._u32 is not None and self._u64 is not None
+        self._u32.release()
+        self._u64.release()
+        self._mm.close()
+        os.close(self._fd)
+        self._mm = self._u32 = self._u64 = None
+        self._fd = -1
+
+    def _require_open(self) -> tuple[mmap.mmap, memoryview]:
+        if self._mm is None or self._u32 is None:
+            raise McError(f"memory cache {self.path} is closed")
+        return self._mm, self._u32
+
+    def _update_header(self, *fields: int, status: Status | None = None) -> None:
+        """Header words 1..11 (``fields``) or just the status word, under the barriers."""
+        _, u32 = self._require_open()
+        if status is not None:
+            _barrier_store(u32, H_STATUS, (status,))
+        else:
+            _barrier_store(u32, H_B1 + 1, fields)
+
+    # --- keys ----------------------------------------------------------------------------
+
+    def _hash(self, key: bytes) -> int:
+        return bucket(key, self._seed, self.geometry.ht_elems)
+
+    # --- store ---------------------------------------------------------------------------
+
+    def _store(self, key1: bytes, key2: bytes, payload: bytes) -> StoreResult:
+        mm, u32 = self._require_open()
+        assert self._u64 is not None
+        length = SLOT_SIZE + len(payload)
+        nslots = -(-length // SLOT_SIZE)
+        if nslots > self.geometry.slots:
+            reason = (
+                f"{self.KIND.value} record for {key1[:-1]!r} is {length} bytes "
+                f"({nslots} slots) but {self.path} has only {self.geometry.slots} slots; "
+                f"raise memcache_size_{self.KIND.value} to cache it"
+            )
+            log.info("memory cache: not stored: %s", reason)
+            return StoreResult(False, reason=reason)
+        expire = int(self._clock()) + self.timeout
+
+        old1 = self._by1.get(key1)
+        old2 = self._by2.get(key2)
+        if old1 is not None and old1 is old2 and old1.length == length:
+            start = self._dt + old1.start * SLOT_SIZE
+            if mm[start + SLOT_SIZE : start + length] == payload:
+                # Same content: renew the expiry in place, under the barriers.
+                w = old1.word
+                b = next_barrier(u32[w + R_B1])
+                u32[w + R_B2] = b
+                self._u64[(start + R_EXPIRE_OFF) >> 3] = expire
+                u32[w + R_B1] = b
+                return StoreResult(True, slot=old1.start, refreshed=True)
+
+        hash1 = self._hash(key1)
+        hash2 = self._hash(key2)
+        start_slot, evicted = self._allocate(nslots)
+        rec = _Rec(start_slot, nslots, length, key1, key2, hash1, hash2)
+        off = self._dt + start_slot * SLOT_SIZE
+        w = rec.word = off >> 2
+        # 1. Make the slot read as invalid (free slots already are: all 0xFF).
+        u32[w + R_B2] = INVALID32
+        u32[w + R_LEN] = length
+        u32[w + R_NEXT1] = INVALID32
+        u32[w + R_NEXT2] = INVALID32
+        u32[w + R_PADDING] = INVALID32
+        u32[w + R_B1] = INVALID32
+        self._mark_used(rec)
+        # 2. Raise b2, write header fields and payload, lower b1 = b2.
+        b = next_barrier(INVALID32)
+        u32[w + R_B2] = b
+        self._u64[(off + R_EXPIRE_OFF) >> 3] = expire
+        u32[w + R_HASH1] = hash1
+        u32[w + R_HASH2] = hash2
+        mm[off + SLOT_SIZE : off + length] = payload
+        u32[w + R_B1] = b
+        # 3. Only now make it reachable: tail of both chains.
+        self._link(rec, hash1)
+        if hash2 != hash1:
+            self._link(rec, hash2)
+        # 4. Drop whatever the new record supersedes (same name or same id), unless the
+        #    allocation already evicted it.
+        for old in (old1, old2):
+            if old is not None and self._recs.get(old.start) is old:
+                self._invalidate(old)
+        self._recs[start_slot] = rec
+        self._by1[key1] = rec
+        self._by2[key2] = rec
+        return StoreResult(True, slot=start_slot, evicted=evicted)
+
+    def _zero_run(self, n: int) -> bytes:
+        run = self._zero_runs.get(n)
+        if run is None:
+            run = self._zero_runs[n] = bytes(n)
+        return run
+
+    def _allocate(self, n: int) -> tuple[int, int]:
+        """Find ``n`` consecutive slots: next-fit from the cursor, wrapping once; when no
+        such run is free, evict every record in the ``n`` slots at the cursor (FIFO: the
+        cursor points at the oldest allocations)."""
+        total = self.geometry.slots
+        cur = self._cursor if self._cursor + n <= total else 0
+        pos = -1
+        if self._free >= n:
+            run = self._zero_run(n)
+            pos = self._used.find(run, cur)
+            if pos < 0 and cur:
+                pos = self._used.find(run, 0, cur + n - 1)
+        evicted = 0
+        if pos < 0:
+            pos = s = cur
+            owner = self._owner
+            while s < pos + n:
+                first = owner[s]
+                if first < 0:
+                    s += 1
+                    continue
+                victim = self._recs[first]
+                self._invalidate(victim)
+                evicted += 1
+                s = first + victim.nslots
+        self._cursor = pos + n
+        return pos, evicted
+
+    def _mark_used(self, rec: _Rec) -> None:
+        a, b = rec.start, rec.start + rec.nslots
+        self._used[a:b] = b"\x01" * rec.nslots
+        self._owner[a:b] = array("i", [a]) * rec.nslots
+        self._free -= rec.nslots
+        self._write_free_bits(a, b)
+
+    def _mark_free(self, rec: _Rec) -> None:
+        a, b = rec.start, rec.start + rec.nslots
+        self._used[a:b] = bytes(rec.nslots)
+        self._owner[a:b] = array("i", [-1]) * rec.nslots
+        self._free += rec.nslots
+        self._write_free_bits(a, b)
+
+    def _write_free_bits(self, a: int, b: int) -> None:
+        """Copy the used-slot mirror for slots [a, b) into the on-disk bitmap
+        (slot s -> byte s/8, bit 0x80 >> s%8; 1 = used)."""
+        mm, _ = self._require_open()
+        ft = self._ft
+        used = self._used
+        lo, hi = a >> 3, ((b - 1) >> 3) + 1
+        out = bytearray(hi - lo)
+        for i in range(lo, hi):
+            bits = int.from_bytes(used[i << 3 : (i << 3) + 8], "big")  # 0x01 per used slot
+            # gather the low bit of each byte into one byte, slot 0 -> 0x80
+            out[i - lo] = ((bits * 0x0102040810204080) >> 56) & 0xFF
+        mm[ft + lo : ft + hi] = out
+
+    # --- chains (§2.3) -------------------------------------------------------------------
+
+    def _next_with_hash(self, u32: memoryview, w: int, h: int) -> tuple[int, int]:
+        """(next slot, word index of the link to follow) for the chain of bucket ``h``."""
+        if u32[w + R_HASH1] == h:
+            return u32[w + R_NEXT1], w + R_NEXT1
+        if u32[w + R_HASH2] == h:
+            return u32[w + R_NEXT2], w + R_NEXT2
+        raise McError(
+            f"{self.path}: record at word {w} is on the chain of bucket {h} "
+            "without either of its hashes: file corrupted"
+        )
+
+    def _slot_word(self, slot: int) -> int:
+        return (self._dt + slot * SLOT_SIZE) >> 2
+
+    def _link(self, rec: _Rec, h: int) -> None:
+        """Append at the tail of bucket ``h``; every link is one aligned u32 store."""
+        _, u32 = self._require_open()
+        ht_word = self._ht_word + h
+        slot = u32[ht_word]
+        if slot == INVALID32:
+            u32[ht_word] = rec.start
+            return
+        for _ in range(self.geometry.slots):
+            if slot == rec.start:
+                return
+            nxt, link_word = self._next_with_hash(u32, self._slot_word(slot), h)
+            if nxt == INVALID32:
+                u32[link_word] = rec.start
+                return
+            slot = nxt
+        raise McError(f"{self.path}: chain of bucket {h} loops: file corrupted")
+
+    def _unlink(self, rec: _Rec, h: int) -> None:
+        _, u32 = self._require_open()
+        ht_word = self._ht_word + h
+        link_word = ht_word
+        slot = u32[ht_word]
+        for _ in range(self.geometry.slots):
+            if slot == INVALID32:
+                return
+            nxt, next_word = self._next_with_hash(u32, self._slot_word(slot), h)
+            if slot == rec.start:
+                u32[link_word] = nxt
+                return
+            slot, link_word = nxt, next_word
+        raise McError(f"{self.path}: chain of bucket {h} loops: file corrupted")
+
+    # --- invalidation (§2.6) -------------------------------------------------------------
+
+    def _invalidate(self, rec: _Rec) -> None:
+        """Unlink from both chains, free the slots, then wipe under the barriers."""
+        self._unlink(rec, rec.hash1)
+        if rec.hash2 != rec.hash1:
+            self._unlink(rec, rec.hash2)
+        self._forget(rec)
+        self._wipe(rec)
+
+    def _forget(self, rec: _Rec) -> None:
+        self._mark_free(rec)
+        del self._recs[rec.start]
+        if self._by1.get(rec.key1) is rec:
+            del self._by1[rec.key1]
+        if self._by2.get(rec.key2) is rec:
+            del self._by2[rec.key2]
+
+    def _wipe(self, rec: _Rec) -> None:
+        mm, u32 = self._require_open()
+        w = rec.word
+        off = w << 2
+        u32[w + R_B2] = INVALID32
+        mm[off + SLOT_SIZE : off + rec.nslots * SLOT_SIZE] = b"\xff" * (
+            rec.nslots * SLOT_SIZE - SLOT_SIZE
+        )
+        mm[off + 4 : off + 36] = b"\xff" * 32  # len, expire, next1/2, hash1/2, padding
+        u32[w + R_B1] = INVALID32
+
+    def _invalidate_key(self, index: dict[bytes, _Rec], key: bytes) -> bool:
+        self._require_open()
+        rec = index.get(key)
+        if rec is None:
+            return False
+        self._invalidate(rec)
+        return True
+
+    def invalidate_all(self) -> int:
+        """Drop every record, keeping the file and its seed; returns how many.
+
+        Buckets are emptied first (each u32 store atomic), so no new lookup reaches a record;
+        then each record is wiped under its barriers.
+        """
+        mm, _ = self._require_open()
+        geo = self.geometry
+        recs = list(self._recs.values())
+        mm[geo.hash_table : geo.hash_table + geo.ht_size] = b"\xff" * geo.ht_size
+        mm[geo.free_table : geo.free_table + geo.ft_size] = bytes(geo.ft_size)
+        for rec in recs:
+            self._wipe(rec)
+        self._reset_state()
+        return len(recs)
+
+
+def _barrier_store(u32: memoryview, first: int, values: Sequence[int]) -> None:
+    """Write header words ``first…`` under the header barriers (§2.4)."""
+    b = next_barrier(u32[H_B1])
+    u32[H_B2] = b
+    for i, v in enumerate(values):
+        u32[first + i] = v
+    u32[H_B1] = b
+
+
+class PasswdWriter(McWriter):
+    """``mc/passwd``: hash1 = user name, hash2 = decimal uid (§2.2)."""
+
+    KIND = Kind.PASSWD
+
+    def store(
+        self,
+        name: str,
+        uid: int,
+        gid: int,
+        gecos: str = "",
+        home: str = "",
+        shell: str = "",
+        *,
+        passwd: str = "*",
+    ) -> StoreResult:
+        """Store one user; ``name`` is the output name sent on the socket. Supersedes any
+        record with the same name or the same uid."""
+        payload = encode_passwd(name, passwd, uid, gid, gecos, home, shell)
+        return self._store(name_key(name), id_key(uid), payload)
+
+    def store_user(self, user: User, *, passwd: str = "*") -> StoreResult:
+        return self.store(
+            user.name, user.uid, user.gid, user.gecos, user.home, user.shell, passwd=passwd
+        )
+
+    def invalidate_name(self, name: str) -> bool:
+        return self._invalidate_key(self._by1, name_key(name))
+
+    def invalidate_uid(self, uid: int) -> bool:
+        return self._invalidate_key(self._by2, id_key(uid))
+
+
+class GroupWriter(McWriter):
+    """``mc/group``: hash1 = group name, hash2 = decimal gid (§2.2)."""
+
+    KIND = Kind.GROUP
+
+    def store(
+        self,
+        name: str,
+        gid: int,
+        members: Sequence[str] | PackedMembers = (),
+        *,
+        passwd: str = "*",
+    ) -> StoreResult:
+        """Store one group with its (already expanded) member names, given as names or as
+        a :class:`PackedMembers` blob. Supersedes any record with the same name or gid."""
+        packed = (
+            members if isinstance(members, PackedMembers) else PackedMembers.from_names(members)
+        )
+        payload = encode_group(name, passwd, gid, packed)
+        return self._store(name_key(name), id_key(gid), payload)
+
+    def store_group(
+        self,
+        group: Group,
+        members: Sequence[str] | PackedMembers | None = None,
+        *,
+        passwd: str = "*",
+    ) -> StoreResult:
+        """``members`` defaults to ``group.members`` (direct members only); pass the nested
+        expansion the socket reply carries."""
+        return self.store(
+            group.name, group.gid, group.members if members is None else members, passwd=passwd
+        )
+
+    def invalidate_name(self, name: str) -> bool:
+        return self._invalidate_key(self._by1, name_key(name))
+
+    def invalidate_gid(self, gid: int) -> bool:
+        return self._invalidate_key(self._by2, id_key(gid))
+
+
+class InitgroupsWriter(McWriter):
+    """``mc/initgroups``: hash1 = the raw name as the client asked, hash2 = canonical name.
+
+    The client looks up by raw name only, so ``alice`` and ``ALICE`` are two records. A
+    store supersedes every record with the same raw name or the same canonical name: other
+    spellings of the user would otherwise keep serving the previous group list.
+    """
+
+    KIND = Kind.INITGROUPS
+
+    def store(self, name: str, unique_name: str, gids: Sequence[int]) -> StoreResult:
+        payload = encode_initgroups(name, unique_name, gids)
+        return self._store(name_key(name), name_key(unique_name), payload)
+
+    def store_membership(self, m: GroupMembership, name: str | None = None) -> StoreResult:
+        """``name``: the raw name the client sent, default ``m.user``."""
+        return self.store(m.user if name is None else name, m.user, m.gids)
+
+    def invalidate_name(self, name: str) -> bool:
+        """Drop the record for this raw name."""
+        return self._invalidate_key(self._by1, name_key(name))
+
+    def invalidate_user(self, unique_name: str) -> bool:
+        """Drop the record of this canonical user, whatever spelling stored it."""
+        return self._invalidate_key(self._by2, name_key(unique_name))

@@ -1,0 +1,305 @@
+"""The monitor (``cached serve``): starts the processes, watches them, restarts them.
+
+Order: one backend per domain first (each opens, checks and if needed repairs its
+cache, reference §3.5), then the NSS responder, which opens the caches read-only.
+A child that exits is restarted with a backoff (1 s doubling to 60 s; reset after a
+minute of good health), so a crash loop does not spin. SIGTERM stops everything
+cleanly (each backend marks its cache clean); SIGHUP is passed on (the responder
+drops its negative cache, as SSSD's monitor asks its NSS responder to, §4).
+Readiness is reported to systemd with ``sd_notify`` when ``NOTIFY_SOCKET`` is set.
+
+The control socket (``<pipes_dir>/private/control``, mode 0600, root's) answers
+``cached status``, ``cached perf`` and ``cached cache``: it gathers counters and
+status from the children over their private RPC sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cached import rpc
+from cached.config import Config
+
+log = logging.getLogger(__name__)
+
+READY_FD_ENV = "CACHED_READY_FD"
+# A child that does not report readiness in this long is killed and restarted. A
+# backend's start includes verifying its timestamp store (reference §3.5).
+READY_TIMEOUT = 60.0
+BACKOFF_START, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 60.0, 60.0
+STOP_TIMEOUT = 10.0
+
+
+def sd_notify(message: str) -> bool:
+    """Send ``message`` to systemd's notification socket (sd_notify(3)), if any."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return False
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]  # abstract namespace
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+        try:
+            s.connect(addr)
+            s.sendall(message.encode())
+        except OSError as e:
+            log.warning("sd_notify to %s failed: %s", addr, e)
+            return False
+    return True
+
+
+def report_ready() -> None:
+    """Called by a child when it serves: one byte on the pipe the monitor gave it."""
+    fd = os.environ.pop(READY_FD_ENV, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(int(fd), b"1")
+            os.close(int(fd))
+
+
+@dataclass
+class Child:
+    name: str  # "backend LDAP", "responder"
+    argv: list[str]
+    rpc_path: str
+    proc: asyncio.subprocess.Process | None = None
+    started: float = 0.0
+    restarts: int = 0
+    backoff: float = BACKOFF_START
+    last_exit: str = ""
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Monitor:
+    def __init__(self, config: Config, config_path: str, log_level: str) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.stopping = False
+        self.started = time.time()
+        base = [sys.executable, "-m", "cached", "--log-level", log_level]
+        pipes = config.daemon.pipes_dir
+        self.backends = [
+            Child(
+                f"backend {d.name}",
+                [*base, "_backend", "-c", config_path, "--domain", d.name],
+                rpc.backend_socket(pipes, d.name),
+            )
+            for d in config.domains
+        ]
+        self.responder = Child(
+            "responder", [*base, "_responder", "-c", config_path], rpc.responder_socket(pipes)
+        )
+        self.children = [*self.backends, self.responder]
+        self._watchers: list[asyncio.Task[None]] = []
+
+    # -- children ----------------------------------------------------------------------
+
+    async def _spawn(self, child: Child) -> bool:
+        """Start ``child`` and wait until it reports ready; False if it did not."""
+        rfd, wfd = os.pipe()
+        child.ready.clear()
+        env = dict(os.environ, **{READY_FD_ENV: str(wfd)})
+        env.pop("NOTIFY_SOCKET", None)  # readiness to systemd is the monitor's job
+        try:
+            child.proc = await asyncio.create_subprocess_exec(
+                *child.argv, env=env, pass_fds=(wfd,), stdin=asyncio.subprocess.DEVNULL
+            )
+        finally:
+            os.close(wfd)
+        child.started = time.monotonic()
+        log.info("started %s (pid %d)", child.name, child.proc.pid)
+        loop = asyncio.get_running_loop()
+        got: asyncio.Future[bool] = loop.create_future()
+
+        def readable() -> None:
+            data = os.read(rfd, 1)
+            if not got.done():
+                got.set_result(bool(data))
+
+        loop.add_reader(rfd, readable)
+        try:
+            ok = await asyncio.wait_for(got, READY_TIMEOUT)
+        except TimeoutError:
+            ok = False
+        finally:
+            loop.remove_reader(rfd)
+            os.close(rfd)
+        if ok:
+            child.ready.set()
+        else:
+            log.error("%s did not become ready; killing pid %d", child.name, child.proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.kill()
+        return ok
+
+    async def _watch(self, child: Child) -> None:
+        """Restart ``child`` whenever it exits, with a growing delay."""
+        while not self.stopping:
+            assert child.proc is not None
+            code = await child.proc.wait()
+            child.ready.clear()
+            if self.stopping:
+                return
+            child.last_exit = f"signal {-code}" if code < 0 else f"exit status {code}"
+            if time.monotonic() - child.started > HEALTHY_AFTER:
+                child.backoff = BACKOFF_START
+            log.error(
+                "%s (pid %d) died: %s; restarting in %.0f s",
+                child.name, child.proc.pid, child.last_exit, child.backoff,
+            )  # fmt: skip
+            await asyncio.sleep(child.backoff)
+            child.backoff = min(child.backoff * 2, BACKOFF_MAX)
+            if self.stopping:
+                return
+            child.restarts += 1
+            await self._spawn(child)
+
+    async def start(self) -> None:
+        for child in self.backends:
+            if not await self._spawn(child):
+                raise RuntimeError(f"{child.name} failed to start; see the log above")
+        if not await self._spawn(self.responder):
+            raise RuntimeError("the responder failed to start; see the log above")
+        self._watchers = [asyncio.create_task(self._watch(c)) for c in self.children]
+
+    async def stop(self) -> None:
+        self.stopping = True
+        for w in self._watchers:
+            w.cancel()
+        # The responder first, so no lookup waits on a backend that is going away.
+        for group in ([self.responder], self.backends):
+            procs = [c.proc for c in group if c.proc and c.proc.returncode is None]
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+                except TimeoutError:
+                    log.error("pid %d did not stop in %.0f s; killing it", proc.pid, STOP_TIMEOUT)
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    await proc.wait()
+
+    def signal_children(self, sig: int) -> None:
+        for c in self.children:
+            if c.proc is not None and c.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    c.proc.send_signal(sig)
+
+    # -- control socket ------------------------------------------------------------------
+
+    async def _ask(self, child: Child, op: str, **args: Any) -> dict[str, Any]:
+        client = rpc.RpcClient(child.rpc_path)
+        try:
+            return await client.call(op, timeout=10.0, **args)
+        except rpc.RpcError as e:
+            return {"ok": False, "error": str(e)}
+        finally:
+            await client.close()
+
+    async def control(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "counters":
+            replies = await asyncio.gather(*(self._ask(c, "counters") for c in self.children))
+            return {
+                "processes": {
+                    c.name: r.get("counters", {})
+                    for c, r in zip(self.children, replies, strict=True)
+                }
+            }
+        if op == "status":
+            replies = await asyncio.gather(*(self._ask(c, "status") for c in self.children))
+            children = []
+            for c, r in zip(self.children, replies, strict=True):
+                children.append(
+                    {
+                        "name": c.name,
+                        "pid": c.proc.pid if c.proc else None,
+                        "running": bool(c.proc and c.proc.returncode is None),
+                        "uptime": time.monotonic() - c.started if c.started else 0.0,
+                        "restarts": c.restarts,
+                        "last_exit": c.last_exit,
+                        "status": r.get("status"),
+                        "error": r.get("error", ""),
+                    }
+                )
+            return {
+                "monitor": {"pid": os.getpid(), "started": self.started,
+                            "config": self.config_path},
+                "children": children,
+            }  # fmt: skip
+        if op == "clear_negative":
+            return await self._ask(self.responder, "clear_negative")
+        if op == "reset_offline":
+            return {
+                "domains": [await self._ask(c, "reset_offline") for c in self.backends],
+            }
+        raise ValueError(f"unknown op {op!r}")
+
+
+def _write_pid_file(path: str) -> None:
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                other = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            other = 0
+        if other and other != os.getpid():
+            try:
+                os.kill(other, 0)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                raise RuntimeError(f"{path}: cached already runs as pid {other}") from None
+            else:
+                raise RuntimeError(f"{path}: cached already runs as pid {other}")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    os.replace(tmp, path)
+
+
+async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
+    d = config.daemon
+    for path, mode in ((d.db_dir, 0o700), (d.pipes_dir, 0o755), (d.mc_dir, 0o755)):
+        os.makedirs(path, mode=mode, exist_ok=True)
+    os.makedirs(rpc.private_dir(d.pipes_dir), mode=0o700, exist_ok=True)
+    _write_pid_file(d.pid_file)
+    monitor = Monitor(config, config_path, log_level)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: monitor.signal_children(signal.SIGHUP))
+    control = None
+    try:
+        try:
+            await monitor.start()
+        except RuntimeError as e:
+            log.error("%s", e)
+            return 1
+        control = await rpc.serve(rpc.control_socket(d.pipes_dir), monitor.control, mode=0o600)
+        sd_notify("READY=1\nSTATUS=serving")
+        log.info("cached serving %d domain(s): %s", len(config.domains),
+                 ", ".join(x.name for x in config.domains))  # fmt: skip
+        await stop.wait()
+        sd_notify("STOPPING=1")
+        log.info("stopping")
+        return 0
+    finally:
+        if control is not None:
+            control.close()
+        await monitor.stop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(rpc.control_socket(d.pipes_dir))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(d.pid_file)

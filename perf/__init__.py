@@ -1,0 +1,1 @@
+"""Performance scenarios, generated test directories, comparisons and reports."""

@@ -1,0 +1,112 @@
+"""Shared fixtures: generated directories and real slapd servers serving them.
+
+Session-scoped, and started only when a test asks for them (pytest creates a fixture
+on first use), so a run that needs no bigroupuser server pays nothing for it.
+
+* ``small_2307bis`` / ``small_2307`` / ``big_2307bis`` / ``big_2307``: a generated
+  scenario (:class:`tests.slapd.Dataset`: LDIF path + :class:`perf.gendir.Expected`).
+* ``slapd_small`` / ``slapd_small_2307`` / ``slapd_big`` / ``slapd_big_2307``: a running
+  slapd serving it (:class:`tests.slapd.LiveDirectory`: ``.slapd`` + ``.expected``).
+  Shared by the whole session: read from them, do not change them.
+* ``slapd_small_fresh``: a private small rfc2307bis server for one test, which may
+  modify, pause or restart it.
+* ``tls_files`` / ``slapd_small_tls``: a throwaway CA and server certificate, and a
+  small rfc2307bis server that also listens on ldaps:// (StartTLS works on ldap://).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from perf.gendir import BIGROUPUSER, SMALL, Scenario, generate
+from tests.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
+
+
+def _dataset(scenario: Scenario, outdir: Path) -> Dataset:
+    generated = generate(scenario, outdir)
+    return Dataset(ldif=generated.ldif, expected=generated.expected())
+
+
+def _serve(
+    factory: pytest.TempPathFactory, name: str, data: Dataset, tls: TLSFiles | None = None
+) -> Iterator[LiveDirectory]:
+    # mktemp gives a unique, numbered directory whose path stays short enough for the
+    # ldapi socket inside it (108 bytes, unix(7)).
+    with Slapd(factory.mktemp(name), data.ldif, data.expected.base_dn, tls=tls) as server:
+        yield LiveDirectory(slapd=server, expected=data.expected)
+
+
+@pytest.fixture(scope="session")
+def gen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gendir")
+
+
+@pytest.fixture(scope="session")
+def small_2307bis(gen_dir: Path) -> Dataset:
+    return _dataset(SMALL.with_schema("rfc2307bis"), gen_dir)
+
+
+@pytest.fixture(scope="session")
+def small_2307(gen_dir: Path) -> Dataset:
+    return _dataset(SMALL.with_schema("rfc2307"), gen_dir)
+
+
+@pytest.fixture(scope="session")
+def big_2307bis(gen_dir: Path) -> Dataset:
+    return _dataset(BIGROUPUSER.with_schema("rfc2307bis"), gen_dir)
+
+
+@pytest.fixture(scope="session")
+def big_2307(gen_dir: Path) -> Dataset:
+    return _dataset(BIGROUPUSER.with_schema("rfc2307"), gen_dir)
+
+
+@pytest.fixture(scope="session")
+def slapd_small(
+    tmp_path_factory: pytest.TempPathFactory, small_2307bis: Dataset
+) -> Iterator[LiveDirectory]:
+    yield from _serve(tmp_path_factory, "slapd_small", small_2307bis)
+
+
+@pytest.fixture(scope="session")
+def slapd_small_2307(
+    tmp_path_factory: pytest.TempPathFactory, small_2307: Dataset
+) -> Iterator[LiveDirectory]:
+    yield from _serve(tmp_path_factory, "slapd_small_2307", small_2307)
+
+
+@pytest.fixture(scope="session")
+def slapd_big(
+    tmp_path_factory: pytest.TempPathFactory, big_2307bis: Dataset
+) -> Iterator[LiveDirectory]:
+    yield from _serve(tmp_path_factory, "slapd_big", big_2307bis)
+
+
+@pytest.fixture(scope="session")
+def slapd_big_2307(
+    tmp_path_factory: pytest.TempPathFactory, big_2307: Dataset
+) -> Iterator[LiveDirectory]:
+    yield from _serve(tmp_path_factory, "slapd_big_2307", big_2307)
+
+
+@pytest.fixture
+def slapd_small_fresh(
+    tmp_path_factory: pytest.TempPathFactory, small_2307bis: Dataset
+) -> Iterator[LiveDirectory]:
+    """A private server (~0.1 s to set up) for a test that changes, pauses or restarts it."""
+    yield from _serve(tmp_path_factory, "slapd_fresh", small_2307bis)
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    return make_tls_material(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="session")
+def slapd_small_tls(
+    tmp_path_factory: pytest.TempPathFactory, small_2307bis: Dataset, tls_files: TLSFiles
+) -> Iterator[LiveDirectory]:
+    yield from _serve(tmp_path_factory, "slapd_tls", small_2307bis, tls=tls_files)

@@ -1,0 +1,49 @@
+"""Small helpers shared by tests: configurations for a test slapd, backends on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cached.cache import DomainCache, Role, open_domain_cache
+from cached.config import Config, DomainConfig, parse_config
+from cached.counters import Counters
+from cached.ldap.client import LdapClient
+from cached.ldap.provider import LdapProvider
+
+
+def config_text(
+    uris: list[str], base: str, *, domain: str = "LDAP", nss: str = "", daemon: str = "", **opts
+) -> str:
+    lines = [
+        "[cached]",
+        f"domains = {domain}",
+        daemon,
+        "[nss]",
+        nss,
+        f"[domain/{domain}]",
+        "id_provider = ldap",
+        f"ldap_uri = {', '.join(uris)}",
+        f"ldap_search_base = {base}",
+    ]
+    opts = {"ldap_schema": "rfc2307bis", "offline_timeout_random_offset": 0, **opts}
+    lines += [f"{k} = {v}" for k, v in opts.items()]
+    return "\n".join(lines) + "\n"
+
+
+def make_config(uris: list[str], base: str, **opts) -> Config:
+    return parse_config(config_text(uris, base, **opts))
+
+
+def make_domain(uris: list[str], base: str, **opts) -> DomainConfig:
+    return make_config(uris, base, **opts).domains[0]
+
+
+def make_backend(
+    db_dir: Path, cfg: DomainConfig, counters: Counters | None = None
+) -> tuple[LdapProvider, DomainCache, Counters]:
+    counters = counters or Counters()
+    cache = open_domain_cache(
+        str(db_dir), cfg, Role.BACKEND, counters=counters, boot_id="test-boot"
+    )
+    client = LdapClient(cfg, counters=counters)
+    return LdapProvider(cfg, client, cache, counters=counters), cache, counters
