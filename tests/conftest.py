@@ -4,9 +4,9 @@ Session-scoped, and started only when a test asks for them (pytest creates a fix
 on first use), so a run that needs no bigroupuser server pays nothing for it.
 
 * ``small_2307bis`` / ``small_2307`` / ``big_2307bis`` / ``big_2307``: a generated
-  scenario (:class:`tests.slapd.Dataset`: LDIF path + :class:`perf.gendir.Expected`).
+  scenario (:class:`perf.slapd.Dataset`: LDIF path + :class:`perf.gendir.Expected`).
 * ``slapd_small`` / ``slapd_small_2307`` / ``slapd_big`` / ``slapd_big_2307``: a running
-  slapd serving it (:class:`tests.slapd.LiveDirectory`: ``.slapd`` + ``.expected``).
+  slapd serving it (:class:`perf.slapd.LiveDirectory`: ``.slapd`` + ``.expected``).
   Shared by the whole session: read from them, do not change them.
 * ``slapd_small_fresh``: a private small rfc2307bis server for one test, which may
   modify, pause or restart it.
@@ -16,13 +16,15 @@ on first use), so a run that needs no bigroupuser server pays nothing for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from perf.daemon import CachedDaemon
 from perf.gendir import BIGROUPUSER, SMALL, Scenario, generate
-from tests.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
+from perf.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
 
 
 def _dataset(scenario: Scenario, outdir: Path) -> Dataset:
@@ -110,3 +112,43 @@ def slapd_small_tls(
     tmp_path_factory: pytest.TempPathFactory, small_2307bis: Dataset, tls_files: TLSFiles
 ) -> Iterator[LiveDirectory]:
     yield from _serve(tmp_path_factory, "slapd_tls", small_2307bis, tls=tls_files)
+
+
+# -- cached daemons ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def cached_small(
+    tmp_path_factory: pytest.TempPathFactory, slapd_small: LiveDirectory
+) -> Iterator[CachedDaemon]:
+    """`cached serve` on the small directory, shared by the session: read only."""
+    s = slapd_small.slapd
+    with CachedDaemon(tmp_path_factory.mktemp("cached_small"), [s.uri], s.base_dn) as d:
+        yield d
+
+
+@pytest.fixture(scope="session")
+def cached_big(
+    tmp_path_factory: pytest.TempPathFactory, slapd_big: LiveDirectory
+) -> Iterator[CachedDaemon]:
+    """`cached serve` on the bigroupuser directory, shared by the session: read only."""
+    s = slapd_big.slapd
+    with CachedDaemon(tmp_path_factory.mktemp("cached_big"), [s.uri], s.base_dn) as d:
+        yield d
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., CachedDaemon]]:
+    """Start private daemons for one test (faults, options); all stopped after it."""
+    started: list[CachedDaemon] = []
+
+    def make(directory: LiveDirectory, **opts: Any) -> CachedDaemon:
+        s = directory.slapd
+        d = CachedDaemon(tmp_path / f"cached{len(started)}", [s.uri], s.base_dn, **opts)
+        started.append(d)
+        d.start()
+        return d
+
+    yield make
+    for d in started:
+        d.stop()

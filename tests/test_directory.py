@@ -33,7 +33,7 @@ from perf.gendir import (
     main,
     sweep,
 )
-from tests.slapd import DEREF_CONTROL, PAGED_RESULTS_CONTROL, LiveDirectory, Slapd
+from perf.slapd import DEREF_CONTROL, PAGED_RESULTS_CONTROL, LiveDirectory, Slapd
 
 PAGE = 1000
 # Members per OR filter when walking up a level: keeps filters far below slapd's

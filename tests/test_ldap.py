@@ -315,7 +315,7 @@ def test_ldaps_and_starttls_with_the_right_ca(tmp_path, slapd_small_tls, tls_fil
 
 
 def test_wrong_ca_fails_with_a_clear_error_naming_the_uri(tmp_path, slapd_small_tls, tls_files):
-    from tests.slapd import make_tls_material
+    from perf.slapd import make_tls_material
 
     s = slapd_small_tls.slapd
     other = make_tls_material(tmp_path / "other-ca")

@@ -1,6 +1,6 @@
 """The real client reads what the writer writes: glibc → libnss_sss.so.2 → /var/lib/sss/mc.
 
-Every command runs in a private mount namespace (tests/nsenv.py) whose
+Every command runs in a private mount namespace (perf/nsenv.py) whose
 ``/var/lib/sss/pipes`` is an empty directory: there is no socket, so whatever is answered
 comes from the memory-cache files, and a miss shows as "not found" (UNAVAIL/ENOENT from the
 missing socket). The writer runs here, outside the namespace.
@@ -31,7 +31,7 @@ from cached.memcache import (
     Status,
 )
 from cached.memcache.layout import H_B1, H_B2, H_MAJOR, H_MINOR, next_barrier
-from tests.nsenv import (
+from perf.nsenv import (
     NSS_STATUS_NOTFOUND,
     NSS_STATUS_SUCCESS,
     NSS_STATUS_UNAVAIL,

@@ -9,25 +9,12 @@ from cached.config import Config, DomainConfig, parse_config
 from cached.counters import Counters
 from cached.ldap.client import LdapClient
 from cached.ldap.provider import LdapProvider
+from perf.daemon import config_text as daemon_config_text
 
 
-def config_text(
-    uris: list[str], base: str, *, domain: str = "LDAP", nss: str = "", daemon: str = "", **opts
-) -> str:
-    lines = [
-        "[cached]",
-        f"domains = {domain}",
-        daemon,
-        "[nss]",
-        nss,
-        f"[domain/{domain}]",
-        "id_provider = ldap",
-        f"ldap_uri = {', '.join(uris)}",
-        f"ldap_search_base = {base}",
-    ]
-    opts = {"ldap_schema": "rfc2307bis", "offline_timeout_random_offset": 0, **opts}
-    lines += [f"{k} = {v}" for k, v in opts.items()]
-    return "\n".join(lines) + "\n"
+def config_text(uris: list[str], base: str, **opts) -> str:
+    # The same file a test daemon gets (perf.daemon), under a placeholder directory.
+    return daemon_config_text(uris, base, Path("/nonexistent/cached-test"), **opts)
 
 
 def make_config(uris: list[str], base: str, **opts) -> Config:

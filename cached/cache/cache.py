@@ -60,7 +60,7 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 class Role(enum.Enum):
     BACKEND = "backend"  # the one writer of the entry store; repairs the ts store
-    RESPONDER = "responder"  # reads both stores
+    RESPONDER = "responder"  # reads both stores; writes timestamps to invalidate
     TOOL = "tool"  # `cached cache`: reads entries, writes timestamps
 
 
@@ -261,12 +261,10 @@ class DomainCache:
 
     def _open_ts_nonbackend(self) -> None:
         try:
+            # Responder and tool write timestamps only to invalidate (sss_cache, D-Bus);
+            # LMDB serialises writers of different processes. Neither creates it.
             self.ts = Store(
-                self.ts_path,
-                TS_TABLES,
-                writer=self.role is Role.TOOL,
-                sync=False,
-                map_size=TS_MAP_SIZE,
+                self.ts_path, TS_TABLES, writer=True, sync=False, map_size=TS_MAP_SIZE, create=False
             )
         except (lmdb.Error, FileNotFoundError) as e:
             # Responder: serve entries as expired until the backend rebuilds the store.

@@ -41,7 +41,9 @@ Op = tuple[str, bytes, bytes | None]
 _ENVS: dict[tuple[int, int], tuple[lmdb.Environment, int]] = {}
 
 
-def _open_env(path: str, *, writer: bool, sync: bool, map_size: int) -> lmdb.Environment:
+def _open_env(
+    path: str, *, writer: bool, sync: bool, map_size: int, create: bool
+) -> lmdb.Environment:
     try:
         st = os.stat(path)
         key: tuple[int, int] | None = (st.st_dev, st.st_ino)
@@ -64,7 +66,7 @@ def _open_env(path: str, *, writer: bool, sync: bool, map_size: int) -> lmdb.Env
         # Readers only: several threads of one process may read at once.
         max_readers=512,
         lock=True,
-        create=writer,
+        create=create,
     )
     st = os.stat(path)
     _ENVS[(st.st_dev, st.st_ino)] = (env, 1)
@@ -91,14 +93,18 @@ class Store:
         writer: bool,
         sync: bool,
         map_size: int,
+        create: bool | None = None,
     ) -> None:
+        """``create`` (default: ``writer``) makes a missing file; otherwise a missing
+        file raises FileNotFoundError (only the backend creates stores)."""
         self.path = path
         self.writer = writer
-        if writer:
+        create = writer if create is None else create
+        if create:
             os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
         elif not os.path.exists(path):
             raise FileNotFoundError(path)
-        self.env = _open_env(path, writer=writer, sync=sync, map_size=map_size)
+        self.env = _open_env(path, writer=writer, sync=sync, map_size=map_size, create=create)
         st = os.stat(path)
         self.identity = (st.st_dev, st.st_ino)
         self.tables: dict[str, lmdb._Database] = {}

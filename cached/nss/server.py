@@ -27,6 +27,7 @@ from cached.config import Config
 from cached.counters import COUNTERS, NSS_REQUEST
 from cached.model import User
 from cached.nss import protocol as p
+from cached.nss.admin import Admin
 from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found, Lookups
 
 log = logging.getLogger(__name__)
@@ -268,13 +269,22 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     # Public, as SSSD's: NSS data is public and the client checks nothing (§1.9).
     os.chmod(path, 0o666)
 
+    admin = Admin(lookups, responder.status)
+
     async def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
         if op == "counters":
-            return {"counters": COUNTERS.snapshot(), "pid": os.getpid()}
+            return admin.counters()
         if op == "status":
-            return {"status": responder.status()}
+            return {"status": admin.status()}
         if op == "clear_negative":
             return {"cleared": lookups.clear_negative()}
+        if op == "invalidate":
+            n = admin.invalidate(str(args.get("kind")), str(args.get("name", "")),
+                                 str(args.get("domain", "")))  # fmt: skip
+            return {"matched": n}
+        if op == "invalidated":
+            admin.invalidated()
+            return {}
         raise ValueError(f"unknown op {op!r}")
 
     control = await rpc.serve(rpc.responder_socket(config.daemon.pipes_dir), handle)

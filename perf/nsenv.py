@@ -22,7 +22,7 @@ needs them, and use names/ids that cannot clash with the host's.
 ``SSS_NSS_USE_MEMCACHE`` is removed from the inherited environment so the host's setting
 cannot change a test; pass it in ``env`` to set it.
 
-The module is also a small NSS client (``python -m tests.nsenv probe``): it calls the
+The module is also a small NSS client (``python -m perf.nsenv probe``): it calls the
 ``_nss_sss_*`` entry points of libnss_sss directly through ctypes and answers one JSON line
 per request line, for tests that need a long-lived client process (one that keeps the cache
 file mapped across a reset).
@@ -353,7 +353,7 @@ class NssProbe:
         mc_dir: str | os.PathLike[str],
         env: Mapping[str, str] | None = None,
     ) -> None:
-        argv = [sys.executable, "-m", "tests.nsenv", "probe"]
+        argv = [sys.executable, "-m", "perf.nsenv", "probe"]
         self.proc = start_nss(argv, pipes_dir, mc_dir, env)
 
     def call(self, op: str, key: str | int) -> NssAnswer:
@@ -397,4 +397,4 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["probe"]:
         _probe()
     else:
-        sys.exit("usage: python -m tests.nsenv probe")
+        sys.exit("usage: python -m perf.nsenv probe")

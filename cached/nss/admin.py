@@ -1,0 +1,95 @@
+"""What the responder offers to interfaces other than the NSS socket: the D-Bus
+InfoPipe (``cached.ifp``) and the monitor's control socket.
+
+Lookups go through the same flow as NSS requests (``Lookups``), so a D-Bus caller
+sees exactly what ``getent`` sees; invalidation writes only the timestamp store
+(reference §3.7) and drops the responder's negative and memory caches.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+from cached.cache import GroupView
+from cached.counters import COUNTERS
+from cached.model import User
+from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Lookups
+
+INVALIDATE_KINDS = ("user", "group", "users", "groups", "all")
+
+
+class Admin:
+    def __init__(
+        self,
+        lookups: Lookups,
+        status: Callable[[], dict[str, Any]],
+        on_invalidate: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.lookups = lookups
+        self._status = status
+        self._on_invalidate = on_invalidate
+
+    # -- lookups (public, like NSS) ----------------------------------------------------
+
+    async def user(self, key: str | int) -> User | None:
+        plugin = GETPWUID if isinstance(key, int) else GETPWNAM
+        found = await self.lookups.lookup(plugin, key)
+        return None if found is None else found.value
+
+    async def group(self, key: str | int) -> GroupView | None:
+        plugin = GETGRGID if isinstance(key, int) else GETGRNAM
+        found = await self.lookups.lookup(plugin, key)
+        return None if found is None else found.value
+
+    async def user_groups(self, name: str) -> list[str] | None:
+        """Names of the user's groups, primary first, as ``id -Gn`` prints them."""
+        user = await self.user(name)
+        if user is None:
+            return None
+        found = await self.lookups.lookup(INITGR, user.name)
+        gids = [user.gid]
+        if found is not None:
+            gids += [g for g in array("I", found.value.gids) if g != user.gid]
+        names = []
+        for gid in dict.fromkeys(gids):
+            group = await self.group(gid)
+            names.append(group.name if group is not None else str(gid))
+        return names
+
+    # -- admin (root only; the caller checks) -------------------------------------------
+
+    def invalidate(self, kind: str, name: str = "", domain: str = "") -> int:
+        """Expire entries like ``sss_cache`` (§4); returns how many matched."""
+        if kind not in INVALIDATE_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(INVALIDATE_KINDS)}")
+        matched = 0
+        for d in self.lookups.config.domains:
+            if domain and d.name != domain:
+                continue
+            cache = self.lookups.caches[d.name]
+            if kind == "user":
+                matched += cache.invalidate_user(name)
+            elif kind == "group":
+                matched += cache.invalidate_group(name)
+            elif kind == "users":
+                matched += cache.invalidate_users()
+            elif kind == "groups":
+                matched += cache.invalidate_groups()
+            else:
+                matched += cache.invalidate_all()
+        self.invalidated()
+        return matched
+
+    def invalidated(self) -> None:
+        """Entries were expired (here or by `cached cache`): forget derived answers."""
+        self.lookups.clear_negative()
+        self._on_invalidate()
+
+    def counters(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "counters": COUNTERS.snapshot()}
+
+    def status(self) -> dict[str, Any]:
+        return self._status()
