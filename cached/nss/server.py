@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import time
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from cached.model import User
 from cached.nss import protocol as p
 from cached.nss.admin import Admin
 from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found, Lookups
+from cached.nss.mcfeed import MemcacheFeed
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +52,12 @@ class _Enum:
 
 
 class NssResponder:
-    def __init__(self, config: Config, lookups: Lookups) -> None:
+    def __init__(self, config: Config, lookups: Lookups, feed: MemcacheFeed) -> None:
         self.config = config
         self.lookups = lookups
+        self.feed = feed
+        self._prefilled: dict[tuple[str, str], tuple[bytes, float]] = {}
+        self._prefill_every = max(config.nss.memcache_timeout / 2, 1.0)
         self.pwfield = config.nss.pwfield
         self.active = 0
         self.refused = 0
@@ -70,9 +75,9 @@ class NssResponder:
 
     def _passwd(self, cmd: int, found: Found) -> bytes:
         u: User = found.value
-        rec = p.encode_passwd_record(
-            u.uid, u.gid, self._output_name(found, u.name), self.pwfield, u.gecos, u.home, u.shell
-        )
+        name = self._output_name(found, u.name)
+        rec = p.encode_passwd_record(u.uid, u.gid, name, self.pwfield, u.gecos, u.home, u.shell)
+        self.feed.user(name, u, self.pwfield)
         return p.passwd_reply(cmd, [rec])
 
     def _members(self, found: Found, g: GroupView) -> tuple[int, bytes]:
@@ -80,36 +85,58 @@ class NssResponder:
             return 0, b""
         blob, count = g.members, g.member_count
         lower = found.domain.case_sensitive == "false"
-        if (
-            self._filtered_members
-            and any(b"\0" + n + b"\0" in b"\0" + blob for n in self._filtered_members)
-        ) or lower:
+        filtered = self._filtered_members and any(
+            b"\0" + n + b"\0" in b"\0" + blob for n in self._filtered_members
+        )
+        if filtered or lower:
             names = [n for n in split_members(blob) if n.encode() not in self._filtered_members]
-            if lower:
-                names = [n.lower() for n in names]
-            blob = join_members(names)
+            blob = join_members([n.lower() for n in names] if lower else names)
             count = blob.count(b"\0")
         return count, blob
 
     def _group(self, cmd: int, found: Found) -> bytes:
         g: GroupView = found.value
+        name = self._output_name(found, g.name)
         count, blob = self._members(found, g)
-        rec = p.encode_group_record(
-            g.gid, self._output_name(found, g.name), self.pwfield, count, blob
-        )
+        rec = p.encode_group_record(g.gid, name, self.pwfield, count, blob)
+        self.feed.group(name, g.gid, count, blob, self.pwfield)
         return p.group_reply(cmd, [rec])
 
-    def _initgr(self, found: Found) -> bytes:
+    def _initgr(self, raw_name: str, found: Found) -> bytes:
         ig: Initgroups = found.value
         gids = ig.gids
         if self.lookups.filter_groups:
             drop = self._filtered_gids(found.cache)
             if drop:
-                from array import array
-
-                arr = array("I", gids)
-                gids = array("I", [g for g in arr if g not in drop]).tobytes()
+                gids = array("I", [g for g in array("I", gids) if g not in drop]).tobytes()
+        self.feed.initgroups(raw_name, self._output_name(found, ig.user.name), gids)
+        self._prefill_groups(found, ig, gids)
         return p.initgr_reply(gids)
+
+    def _prefill_groups(self, found: Found, ig: Initgroups, gids: bytes) -> None:
+        """Store every group of the user in the memory cache before the INITGR reply
+        leaves, so the getgrgid calls `id` makes next never reach the socket. Done
+        again only when the group list changed or half the record lifetime passed."""
+        if not self.feed.groups_enabled:
+            return
+        key = (found.domain.name, ig.user.name)
+        now = time.monotonic()
+        last = self._prefilled.get(key)
+        if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
+            return
+        for g in found.cache.groups_by_name(ig.groups):
+            if g.name in self.lookups.filter_groups:
+                continue
+            gfound = Found(found.domain, found.cache, g, found.state)
+            count, blob = self._members(gfound, g)
+            self.feed.group(self._output_name(gfound, g.name), g.gid, count, blob, self.pwfield)
+        if len(self._prefilled) > 10_000:
+            self._prefilled.clear()
+        self._prefilled[key] = (gids, now)
+
+    def reset_memcache(self) -> None:
+        self.feed.reset()
+        self._prefilled.clear()
 
     def _filtered_gids(self, cache: DomainCache) -> set[int]:
         out = set()
@@ -141,9 +168,16 @@ class NssResponder:
         else:  # pragma: no cover - the codec returns nothing else
             raise AssertionError(req)
         if found is None:
+            # An object found missing drops its memory-cache record (reference §2.6).
+            key = req.name if isinstance(req, p.ByName) else req.id
+            if plugin.kind.value == "group":
+                self.feed.forget_group(key)
+            else:
+                self.feed.forget_user(key)
             return p.not_found_reply(req.cmd)
         if plugin is INITGR:
-            return self._initgr(found)
+            assert isinstance(req, p.ByName)
+            return self._initgr(req.name, found)
         if plugin in (GETPWNAM, GETPWUID):
             return self._passwd(req.cmd, found)
         return self._group(req.cmd, found)
@@ -258,7 +292,8 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
         for d in config.domains
     }
     lookups = Lookups(config, caches, backends)
-    responder = NssResponder(config, lookups)
+    feed = MemcacheFeed(config.daemon.mc_dir, config.nss)
+    responder = NssResponder(config, lookups, feed)
 
     path = os.path.join(config.daemon.pipes_dir, "nss")
     rpc.prepare_socket_path(path)
@@ -269,7 +304,7 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     # Public, as SSSD's: NSS data is public and the client checks nothing (§1.9).
     os.chmod(path, 0o666)
 
-    admin = Admin(lookups, responder.status)
+    admin = Admin(lookups, responder.status, on_invalidate=responder.reset_memcache)
 
     async def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
         if op == "counters":
@@ -303,5 +338,6 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
         await client.close()
     for cache in caches.values():
         cache.close()
+    feed.close()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)

@@ -1,0 +1,102 @@
+"""Feeding the memory cache from the responder's positive answers (reference §2).
+
+The stock libnss_sss reads ``<mc_dir>/{passwd,group,initgroups}`` before it opens the
+socket, so every record written here is a lookup that never reaches this process.
+Only positive answers are stored, never during enumeration (§2.1); a lookup that
+finds an entry gone drops its record (§2.6); ``cached cache`` resets the files.
+A failure to write the memory cache never fails the answer: the socket path still
+works, the error is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from collections.abc import Sequence
+
+from cached.config import NssConfig
+from cached.memcache import McError, MemoryCache, PackedMembers
+from cached.model import User
+
+log = logging.getLogger(__name__)
+
+
+class MemcacheFeed:
+    def __init__(self, mc_dir: str, nss: NssConfig) -> None:
+        self.mc: MemoryCache | None = None
+        self._warned = False
+        try:
+            self.mc = MemoryCache.open(
+                mc_dir,
+                passwd_mb=nss.memcache_size_passwd,
+                group_mb=nss.memcache_size_group,
+                initgroups_mb=nss.memcache_size_initgroups,
+                timeout=nss.memcache_timeout,
+            )
+        except (McError, OSError) as e:
+            log.error("memory cache disabled: %s", e)
+
+    def _failed(self, what: str, e: Exception) -> None:
+        if not self._warned:
+            log.error("memory cache: cannot store %s: %s (lookups use the socket)", what, e)
+            self._warned = True
+
+    def user(self, name: str, user: User, pwfield: str) -> None:
+        if self.mc is None or self.mc.passwd is None:
+            return
+        try:
+            self.mc.passwd.store(
+                name, user.uid, user.gid, user.gecos, user.home, user.shell, passwd=pwfield
+            )
+        except (McError, ValueError, OSError) as e:
+            self._failed(f"user {name!r}", e)
+
+    def group(self, name: str, gid: int, count: int, blob: bytes, pwfield: str) -> None:
+        if self.mc is None or self.mc.group is None:
+            return
+        try:
+            self.mc.group.store(name, gid, PackedMembers(blob, count), passwd=pwfield)
+        except (McError, ValueError, OSError) as e:
+            self._failed(f"group {name!r}", e)
+
+    def initgroups(self, raw_name: str, name: str, gids: bytes | Sequence[int]) -> None:
+        if self.mc is None or self.mc.initgroups is None:
+            return
+        seq = array("I", gids) if isinstance(gids, bytes) else gids
+        try:
+            self.mc.initgroups.store(raw_name, name, seq)
+        except (McError, ValueError, OSError) as e:
+            self._failed(f"initgroups of {name!r}", e)
+
+    @property
+    def groups_enabled(self) -> bool:
+        return self.mc is not None and self.mc.group is not None
+
+    def forget_user(self, key: str | int) -> None:
+        if self.mc is not None and self.mc.passwd is not None:
+            if isinstance(key, int):
+                self.mc.passwd.invalidate_uid(key)
+            else:
+                self.mc.passwd.invalidate_name(key)
+        if self.mc is not None and self.mc.initgroups is not None and isinstance(key, str):
+            self.mc.initgroups.invalidate_name(key)
+
+    def forget_group(self, key: str | int) -> None:
+        if self.mc is not None and self.mc.group is not None:
+            if isinstance(key, int):
+                self.mc.group.invalidate_gid(key)
+            else:
+                self.mc.group.invalidate_name(key)
+
+    def reset(self) -> None:
+        """New files with a new seed; clients see RECYCLED and use the socket (§2.6)."""
+        if self.mc is not None:
+            try:
+                self.mc.reset()
+            except (McError, OSError) as e:
+                log.error("memory cache reset failed: %s", e)
+
+    def close(self) -> None:
+        if self.mc is not None:
+            self.mc.close()
+            self.mc = None
