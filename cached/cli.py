@@ -1,9 +1,14 @@
-"""The ``cached`` command."""
+"""The ``cached`` command.
+
+Subcommands import what they need when they run: the tools (``cache``, ``status``,
+``perf``, ``id``, ``getent``) must start fast, and asyncio or ldap3 would dominate
+their run time."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import errno
+import json
 import logging
 import os
 import sys
@@ -41,6 +46,8 @@ def _load(path: str) -> Config:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, "monitor")
+    import asyncio
+
     from cached.monitor import run_monitor
 
     config = _load(args.config)
@@ -49,6 +56,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_backend(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, f"be/{args.domain}")
+    import asyncio
+
     from cached.ldap.service import BackendService
     from cached.monitor import report_ready
 
@@ -60,6 +69,8 @@ def cmd_backend(args: argparse.Namespace) -> int:
 
 def cmd_responder(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, "nss")
+    import asyncio
+
     from cached.monitor import report_ready
     from cached.nss.server import run_responder
 
@@ -122,6 +133,66 @@ def cmd_getent(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- administration ---------------------------------------------------------------------
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from cached.tools import NO_MATCH, Invalidation, ToolError, invalidate, notify_invalidated
+
+    what = Invalidation(
+        everything=args.everything, users=args.users, groups=args.groups,
+        user_names=args.user, group_names=args.group, domain=args.domain or "",
+    )  # fmt: skip
+    if what.empty():
+        print("cached cache: select at least one object to invalidate (-E, -u, -U, -g, -G);"
+              " see cached cache --help", file=sys.stderr)  # fmt: skip
+        return 1
+    if os.geteuid() != 0:
+        print("cached cache: must be run as root", file=sys.stderr)
+        return 1
+    config = _load(args.config)
+    try:
+        matched = invalidate(config, what)
+    except ToolError as e:
+        print(f"cached cache: {e}", file=sys.stderr)
+        return e.code
+    if not matched:
+        # sss_cache's message and status (reference §4); the memory cache is left alone.
+        print(NO_MATCH, file=sys.stderr)
+        return errno.ENOENT
+    warning = notify_invalidated(config)
+    if warning:
+        print(warning, file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from cached.tools import format_status, status
+
+    config = _load(args.config)
+    st, running = status(config)
+    if args.json:
+        print(json.dumps({"running": running, **st}, indent=2, default=str))
+    else:
+        print(format_status(config, st, running))
+    return 0 if running else 3
+
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    from cached.tools import ToolError, perf
+
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    try:
+        text, code = perf(_load(args.config), argv, args.json)
+    except ToolError as e:
+        print(f"cached perf: {e}", file=sys.stderr)
+        return e.code
+    print(text)
+    return code
+
+
 # -- the parser ----------------------------------------------------------------------------
 
 
@@ -156,6 +227,36 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("serve", cmd_serve, "run the daemon in the foreground (monitor, backends, responder)")
+
+    p = add(
+        "cache", cmd_cache,
+        "expire cached entries, as sss_cache(8): the next lookup refreshes them from the "
+        "server (only timestamps are written; nothing is deleted)",
+    )  # fmt: skip
+    p.add_argument("-E", "--everything", action="store_true", help="all users and groups")
+    p.add_argument("-u", "--user", action="append", default=[], metavar="NAME",
+                   help="one user (repeatable; NAME@DOMAIN limits it to DOMAIN)")  # fmt: skip
+    p.add_argument("-U", "--users", action="store_true", help="all users")
+    p.add_argument("-g", "--group", action="append", default=[], metavar="NAME",
+                   help="one group (repeatable)")  # fmt: skip
+    p.add_argument("-G", "--groups", action="store_true", help="all groups")
+    p.add_argument("-d", "--domain", metavar="DOMAIN", help="only this domain")
+
+    p = add(
+        "status", cmd_status,
+        "show domains (online/offline, last refresh, entries), stores, memory cache, "
+        "processes and uptime; exit status 3 when the daemon is not running",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add(
+        "perf", cmd_perf,
+        "run a command and print what the daemon did meanwhile, in the layout of SSSD's "
+        "id_perf.stp, e.g.: cached perf -- id bigroupuser",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command to measure")  # fmt: skip
 
     p = add("id", cmd_id, "print a user's uid, gid and groups as id(1), through the NSS socket")
     p.add_argument("name", help="user name or uid")

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cached import rpc
+from cached import aiorpc, rpc
 from cached.config import Config
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ class Monitor:
     # -- control socket ------------------------------------------------------------------
 
     async def _ask(self, child: Child, op: str, **args: Any) -> dict[str, Any]:
-        client = rpc.RpcClient(child.rpc_path)
+        client = aiorpc.RpcClient(child.rpc_path)
         try:
             return await client.call(op, timeout=10.0, **args)
         except rpc.RpcError as e:
@@ -236,8 +236,11 @@ class Monitor:
                             "config": self.config_path},
                 "children": children,
             }  # fmt: skip
-        if op == "clear_negative":
-            return await self._ask(self.responder, "clear_negative")
+        if op in ("clear_negative", "invalidated"):
+            reply = await self._ask(self.responder, op)
+            if not reply.get("ok", True):
+                raise RuntimeError(reply.get("error"))
+            return reply
         if op == "reset_offline":
             return {
                 "domains": [await self._ask(c, "reset_offline") for c in self.backends],
@@ -287,7 +290,7 @@ async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
         except RuntimeError as e:
             log.error("%s", e)
             return 1
-        control = await rpc.serve(rpc.control_socket(d.pipes_dir), monitor.control, mode=0o600)
+        control = await aiorpc.serve(rpc.control_socket(d.pipes_dir), monitor.control, mode=0o600)
         sd_notify("READY=1\nSTATUS=serving")
         log.info("cached serving %d domain(s): %s", len(config.domains),
                  ", ".join(x.name for x in config.domains))  # fmt: skip

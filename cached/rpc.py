@@ -6,19 +6,19 @@ Requests on one connection may be answered out of order (the backend answers a
 cached user while an initgroups of 2,000 groups is still running).
 
 The sockets live in ``<pipes_dir>/private`` (mode 0700, root only), like SSSD's
-``pipes/private``. The framing is sans-IO (``FrameDecoder``); the asyncio server and
-client below are the only I/O.
+``pipes/private``. The framing is sans-IO (``FrameDecoder``). This module also has the
+blocking one-shot client the command-line tools use (``call_sync``): a tool such as
+``cached cache -E`` must start fast, and asyncio alone costs more to import than the
+whole invalidation (``aiorpc`` holds the daemon's asyncio server and client).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 import logging
 import os
+import socket
 import struct
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
@@ -31,7 +31,6 @@ MAX_FRAME = 16 << 20
 _LEN = struct.Struct(">I")
 
 Message = dict[str, Any]
-Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class RpcError(Exception):
@@ -96,127 +95,23 @@ def prepare_socket_path(path: str) -> None:
         os.unlink(path)
 
 
-async def serve(path: str, handler: Handler, mode: int = 0o600) -> asyncio.Server:
-    """Serve RPC requests on a Unix socket; each request runs as its own task."""
-    prepare_socket_path(path)
-
-    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = FrameDecoder()
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def answer(msg: Message) -> None:
-            rid = msg.get("id")
-            try:
-                op = msg["op"]
-                args = msg.get("args") or {}
-                if not isinstance(op, str) or not isinstance(args, dict):
-                    raise RpcError("malformed request")
-                result = await handler(op, args)
-                reply: Message = {"id": rid, "ok": True, **result}
-            except Exception as e:
-                log.exception("rpc %s failed", msg.get("op"))
-                reply = {"id": rid, "ok": False, "error": f"{type(e).__name__}: {e}"}
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                writer.write(encode_frame(reply))
-                await writer.drain()
-
-        try:
-            while data := await reader.read(65536):
-                for msg in decoder.feed(data):
-                    task = asyncio.create_task(answer(msg))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-        except (ConnectionError, RpcError) as e:
-            log.warning("rpc client on %s dropped: %s", path, e)
-        finally:
-            writer.close()
-
-    server = await asyncio.start_unix_server(on_client, path=path)
-    os.chmod(path, mode)
-    return server
-
-
-class RpcClient:
-    """A client that reconnects on demand and multiplexes requests by id."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._ids = itertools.count(1)
-        self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, asyncio.Future[Message]] = {}
-        self._reader_task: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
-
-    async def _connect(self) -> asyncio.StreamWriter:
-        async with self._lock:
-            if self._writer is not None and not self._writer.is_closing():
-                return self._writer
-            try:
-                reader, writer = await asyncio.open_unix_connection(self.path)
-            except OSError as e:
-                raise RpcError(f"{self.path}: {e.strerror or e}") from None
-            self._writer = writer
-            self._reader_task = asyncio.create_task(self._read(reader, writer))
-            return writer
-
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = FrameDecoder()
-        reason = "connection closed"
-        try:
-            while data := await reader.read(65536):
-                for msg in decoder.feed(data):
-                    fut = self._pending.pop(msg.get("id", -1), None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(msg)
-        except (ConnectionError, RpcError) as e:
-            reason = str(e)
-        finally:
-            if self._writer is writer:
-                self._writer = None
-            writer.close()
-            # Everything still waiting on this connection has lost its answer.
-            for rid, fut in list(self._pending.items()):
-                if not fut.done():
-                    fut.set_exception(RpcError(f"{self.path}: {reason}"))
-                self._pending.pop(rid, None)
-
-    async def call(self, op: str, timeout: float = 30.0, **args: Any) -> Message:
-        writer = await self._connect()
-        rid = next(self._ids)
-        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        try:
-            writer.write(encode_frame({"id": rid, "op": op, "args": args}))
-            await writer.drain()
-            reply = await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            raise RpcError(f"{self.path}: no answer to {op} within {timeout:.0f} s") from None
-        except ConnectionError as e:
-            raise RpcError(f"{self.path}: {e}") from None
-        finally:
-            self._pending.pop(rid, None)
-        if not reply.get("ok"):
-            raise RpcError(f"{self.path}: {op} failed: {reply.get('error')}")
-        return reply
-
-    async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader_task
-
-
 def call_sync(path: str, op: str, timeout: float = 30.0, **args: Any) -> Message:
     """One request from a synchronous program (the CLI tools)."""
-
-    async def run() -> Message:
-        client = RpcClient(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
         try:
-            return await client.call(op, timeout=timeout, **args)
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
+            sock.connect(path)
+            sock.sendall(encode_frame({"id": 1, "op": op, "args": args}))
+            decoder = FrameDecoder()
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    raise RpcError(f"{path}: connection closed before the answer to {op}")
+                for reply in decoder.feed(data):
+                    if not reply.get("ok"):
+                        raise RpcError(f"{path}: {op} failed: {reply.get('error')}")
+                    return reply
+        except TimeoutError:
+            raise RpcError(f"{path}: no answer to {op} within {timeout:.0f} s") from None
+        except OSError as e:
+            raise RpcError(f"{path}: {e.strerror or e}") from None

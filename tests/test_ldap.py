@@ -138,11 +138,12 @@ def test_bigroupuser_initgroups_in_a_handful_of_searches(tmp_path, slapd_big, le
     cfg = make_domain([s.uri], s.base_dn, ldap_group_nesting_level=level)
     p, cache, counters = make_backend(tmp_path, cfg)
     p.client.connect()  # the root DSE read is the connection's, not the request's
+    before = counters.get(LDAP_SEARCH).count
     offset = s.log_offset()
     assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
     assert gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", level)
     assert len(gids(cache, "bigroupuser")) == count
-    searches = counters.get(LDAP_SEARCH).count
+    searches = counters.get(LDAP_SEARCH).count - before
     assert searches <= 10
     assert s.count_logical_searches(offset) == searches
     # Every group of the answer is stored complete: getgrgid needs no backend.
@@ -154,21 +155,25 @@ def test_bigroupuser_rfc2307(tmp_path, slapd_big_2307):
     s, exp = slapd_big_2307.slapd, slapd_big_2307.expected
     cfg = make_domain([s.uri], s.base_dn, ldap_schema="rfc2307")
     p, cache, counters = make_backend(tmp_path, cfg)
+    p.client.connect()
+    before = counters.get(LDAP_SEARCH).count
     assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
     assert gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 0)
-    assert counters.get(LDAP_SEARCH).count <= 3
+    assert counters.get(LDAP_SEARCH).count - before <= 3
 
 
 def test_large_group_in_at_most_three_searches(tmp_path, slapd_big):
     s, exp = slapd_big.slapd, slapd_big.expected
     p, cache, counters = make_backend(tmp_path, make_domain([s.uri], s.base_dn))
     p.client.connect()
+    before = counters.get(LDAP_SEARCH).count
     offset = s.log_offset()
     assert p.group_by_name("large01").outcome is Outcome.FOUND
     got = members(cache, "large01")
     assert got == exp.members("large01", 2) and len(got) == 5000
-    assert counters.get(LDAP_SEARCH).count <= 3
-    assert s.count_logical_searches(offset) == counters.get(LDAP_SEARCH).count
+    searches = counters.get(LDAP_SEARCH).count - before
+    assert searches <= 3
+    assert s.count_logical_searches(offset) == searches
 
 
 def test_without_rdn_shortcut_the_deref_control_names_members(tmp_path, slapd_small):

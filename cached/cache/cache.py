@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import lmdb
-import lmdb.verify
 
 from cached.cache import records as rec
 from cached.cache.expiry import State, classify
@@ -239,6 +238,10 @@ class DomainCache:
         The structural check is py-lmdb's pure-Python verifier: a damaged file is
         never handed to liblmdb, which may crash on one (SIGBUS on a truncated map).
         """
+        # Imported here: only the backend verifies, and the verifier is a large module
+        # that tools such as `cached cache` should not pay for at start-up.
+        import lmdb.verify
+
         try:
             lmdb.verify.verify(self.ts_path, subdir=False)  # type: ignore[no-untyped-call]
         except Exception as e:  # verify raises VerifyError, or OSError/ValueError on junk
@@ -791,7 +794,7 @@ def _opt_bytes(data: rec.Data | None) -> bytes | None:
 
 def _invalidated(data: rec.Data | None) -> bytes:
     if data is not None:
-        with suppress(struct.error, IndexError):
+        with suppress(RecordError):
             return rec.invalidated_times(data)
     return rec.encode_times(Times(0.0, rec.EXPIRED, rec.EXPIRED))
 

@@ -167,6 +167,15 @@ def decode_times(data: Data) -> Times:
     return Times(lu, de, ie, modstamp, usn)
 
 
+_INVALIDATED_TAIL = struct.pack("<dd", EXPIRED, EXPIRED) + b"\0"
+_LAST_UPDATE_END = 1 + 8  # version byte + lastUpdate
+
+
 def invalidated_times(data: Data) -> bytes:
-    """The invalidated form of a stored timestamp record: keeps lastUpdate only."""
-    return _TS.pack(TS_VERSION, _TS.unpack_from(data)[1], EXPIRED, EXPIRED) + b"\0"
+    """The invalidated form of a stored timestamp record: keeps lastUpdate only.
+
+    A slice and a concatenation, no unpacking: invalidating 10,000 entries is a loop
+    over this (issue 3 budget: 50 ms)."""
+    if len(data) < _TS.size + 1 or data[0] != TS_VERSION:
+        raise RecordError("timestamp record is damaged")
+    return bytes(data[:_LAST_UPDATE_END]) + _INVALIDATED_TAIL

@@ -227,6 +227,11 @@ class LdapClient:
         return conn
 
     def _read_root_dse(self, conn: ldap3.Connection, uri: str) -> ServerInfo:
+        # A search like any other for the counters (SSSD's probe counts it too, §5.1).
+        with self.counters.timer(LDAP_SEARCH):
+            return self._root_dse(conn, uri)
+
+    def _root_dse(self, conn: ldap3.Connection, uri: str) -> ServerInfo:
         conn.search(
             "",
             "(objectClass=*)",

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cached import rpc
+from cached import aiorpc, rpc
 from cached.cache import Role, open_domain_cache
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, format_profile
@@ -137,7 +137,7 @@ class BackendService:
 
     async def run(self, ready: Callable[[], None]) -> None:
         path = rpc.backend_socket(self.config.daemon.pipes_dir, self.domain.name)
-        server = await rpc.serve(path, self.handle)
+        server = await aiorpc.serve(path, self.handle)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

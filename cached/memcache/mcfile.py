@@ -331,6 +331,16 @@ class McWriter:
         Clients that still map the old file see RECYCLED (or ``st_nlink == 0``), use the
         socket once and map the new file on a later call.
         """
+        self.retire()
+        self.reopen()
+
+    def retire(self) -> None:
+        """The first half of :meth:`reset`: mark the file RECYCLED, unlink and close it.
+
+        Cheap (a header write), so an invalidation can be acknowledged as soon as no
+        client can be served the old records; :meth:`reopen` later publishes the new
+        file (filling it costs tens of milliseconds for SSSD's default sizes).
+        """
         self._require_open()
         self._update_header(status=Status.RECYCLED)
         try:
@@ -339,6 +349,11 @@ class McWriter:
         except FileNotFoundError:
             pass
         self._unmap()
+
+    def reopen(self) -> None:
+        """Publish a fresh, empty file with a new seed (after :meth:`retire`)."""
+        if self._mm is not None:
+            raise McError(f"{self.path} is still open; retire() it first")
         self._create()
 
     def close(self) -> None:

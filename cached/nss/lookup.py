@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cached import rpc
+from cached import aiorpc, rpc
 from cached.cache import DomainCache, GroupView, Initgroups, Lookup, State
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS
@@ -96,7 +96,7 @@ class Lookups:
         self,
         config: Config,
         caches: dict[str, DomainCache],
-        backends: dict[str, rpc.RpcClient],
+        backends: dict[str, aiorpc.RpcClient],
         backend_timeout: float = 60.0,
     ) -> None:
         self.config = config

@@ -42,7 +42,7 @@ class MemcacheFeed:
             self._warned = True
 
     def user(self, name: str, user: User, pwfield: str) -> None:
-        if self.mc is None or self.mc.passwd is None:
+        if self.mc is None or self.mc.passwd is None or self.mc.passwd.closed:
             return
         try:
             self.mc.passwd.store(
@@ -52,7 +52,7 @@ class MemcacheFeed:
             self._failed(f"user {name!r}", e)
 
     def group(self, name: str, gid: int, count: int, blob: bytes, pwfield: str) -> None:
-        if self.mc is None or self.mc.group is None:
+        if self.mc is None or self.mc.group is None or self.mc.group.closed:
             return
         try:
             self.mc.group.store(name, gid, PackedMembers(blob, count), passwd=pwfield)
@@ -60,7 +60,7 @@ class MemcacheFeed:
             self._failed(f"group {name!r}", e)
 
     def initgroups(self, raw_name: str, name: str, gids: bytes | Sequence[int]) -> None:
-        if self.mc is None or self.mc.initgroups is None:
+        if self.mc is None or self.mc.initgroups is None or self.mc.initgroups.closed:
             return
         seq = array("I", gids) if isinstance(gids, bytes) else gids
         try:
@@ -70,31 +70,47 @@ class MemcacheFeed:
 
     @property
     def groups_enabled(self) -> bool:
-        return self.mc is not None and self.mc.group is not None
+        return self.mc is not None and self.mc.group is not None and not self.mc.group.closed
 
     def forget_user(self, key: str | int) -> None:
-        if self.mc is not None and self.mc.passwd is not None:
+        if self.mc is None or any(w.closed for w in self.mc.writers()):
+            return
+        if self.mc.passwd is not None:
             if isinstance(key, int):
                 self.mc.passwd.invalidate_uid(key)
             else:
                 self.mc.passwd.invalidate_name(key)
-        if self.mc is not None and self.mc.initgroups is not None and isinstance(key, str):
+        if self.mc.initgroups is not None and isinstance(key, str):
             self.mc.initgroups.invalidate_name(key)
 
     def forget_group(self, key: str | int) -> None:
-        if self.mc is not None and self.mc.group is not None:
+        if self.mc is not None and self.mc.group is not None and not self.mc.group.closed:
             if isinstance(key, int):
                 self.mc.group.invalidate_gid(key)
             else:
                 self.mc.group.invalidate_name(key)
 
-    def reset(self) -> None:
-        """New files with a new seed; clients see RECYCLED and use the socket (§2.6)."""
-        if self.mc is not None:
-            try:
-                self.mc.reset()
-            except (McError, OSError) as e:
-                log.error("memory cache reset failed: %s", e)
+    def retire(self) -> None:
+        """Mark every file RECYCLED and unlink it: from their next lookup, clients use
+        the socket (§2.6). ``reopen`` publishes new files."""
+        if self.mc is None:
+            return
+        for w in self.mc.writers():
+            if not w.closed:
+                try:
+                    w.retire()
+                except (McError, OSError) as e:
+                    log.error("memory cache: cannot retire %s: %s", w.path, e)
+
+    def reopen(self) -> None:
+        if self.mc is None:
+            return
+        for w in self.mc.writers():
+            if w.closed:
+                try:
+                    w.reopen()
+                except (McError, OSError) as e:
+                    log.error("memory cache: cannot recreate %s: %s", w.path, e)
 
     def close(self) -> None:
         if self.mc is not None:

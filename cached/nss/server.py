@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from cached import rpc
+from cached import aiorpc, rpc
 from cached.cache import DomainCache, GroupView, Initgroups, Role, open_domain_cache
 from cached.cache.records import join_members, split_members
 from cached.config import Config
@@ -135,8 +135,11 @@ class NssResponder:
         self._prefilled[key] = (gids, now)
 
     def reset_memcache(self) -> None:
-        self.feed.reset()
+        """Retire the memory-cache files now (no client is served an old record after
+        this returns) and publish new ones once the caller has had its answer."""
+        self.feed.retire()
         self._prefilled.clear()
+        asyncio.get_running_loop().call_soon(self.feed.reopen)
 
     def _filtered_gids(self, cache: DomainCache) -> set[int]:
         out = set()
@@ -288,7 +291,7 @@ async def _open_caches(config: Config) -> dict[str, DomainCache]:
 async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     caches = await _open_caches(config)
     backends = {
-        d.name: rpc.RpcClient(rpc.backend_socket(config.daemon.pipes_dir, d.name))
+        d.name: aiorpc.RpcClient(rpc.backend_socket(config.daemon.pipes_dir, d.name))
         for d in config.domains
     }
     lookups = Lookups(config, caches, backends)
@@ -305,6 +308,11 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     os.chmod(path, 0o666)
 
     admin = Admin(lookups, responder.status, on_invalidate=responder.reset_memcache)
+    ifp = None
+    if config.daemon.dbus_address != "none":
+        from cached.ifp import start_ifp
+
+        ifp = await start_ifp(config, admin)
 
     async def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
         if op == "counters":
@@ -322,7 +330,7 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
             return {}
         raise ValueError(f"unknown op {op!r}")
 
-    control = await rpc.serve(rpc.responder_socket(config.daemon.pipes_dir), handle)
+    control = await aiorpc.serve(rpc.responder_socket(config.daemon.pipes_dir), handle)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -332,6 +340,8 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     log.info("NSS responder ready on %s", path)
     ready()
     await stop.wait()
+    if ifp is not None:
+        await ifp.close()
     server.close()
     control.close()
     for client in backends.values():
