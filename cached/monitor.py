@@ -224,6 +224,7 @@ class Monitor:
                         "name": c.name,
                         "pid": c.proc.pid if c.proc else None,
                         "running": bool(c.proc and c.proc.returncode is None),
+                        "ready": c.ready.is_set(),
                         "uptime": time.monotonic() - c.started if c.started else 0.0,
                         "restarts": c.restarts,
                         "last_exit": c.last_exit,

@@ -157,11 +157,11 @@ class CachedDaemon:
         return rpc.call_sync(rpc.control_socket(str(self.pipes_dir)), op, timeout=timeout, **args)
 
     def child_pid(self, name: str) -> int:
-        """The pid of a child: ``"responder"`` or ``"backend LDAP"``."""
+        """The pid of a ready child: ``"responder"`` or ``"backend LDAP"``."""
         for child in self.control("status")["children"]:
-            if child["name"] == name and child["running"]:
+            if child["name"] == name and child["running"] and child["ready"]:
                 return int(child["pid"])
-        raise LookupError(f"no running child {name!r}")
+        raise LookupError(f"no ready child {name!r}")
 
     def counters(self) -> dict[str, list[float]]:
         from cached.counters import merge
@@ -177,10 +177,22 @@ class CachedDaemon:
         )  # fmt: skip
 
     def run_nss(
-        self, argv: list[str], env: dict[str, str] | None = None, timeout: float = 120.0
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        timeout: float = 120.0,
+        input: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` through glibc + libnss_sss against this daemon."""
-        return nsenv.run_nss(argv, self.pipes_dir, self.mc_dir, env=env, timeout=timeout)
+        return nsenv.run_nss(
+            argv, self.pipes_dir, self.mc_dir, env=env, timeout=timeout, input=input
+        )
+
+    def start_nss(
+        self, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        """Start ``argv`` in the namespace without waiting (``communicate()`` it)."""
+        return nsenv.start_nss(argv, self.pipes_dir, self.mc_dir, env=env)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
