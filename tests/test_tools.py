@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -22,10 +23,11 @@ def digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def perf_json(d, *argv: str) -> dict:
+def perf_json(d, *argv: str) -> dict[str, Any]:
     r = d.cli("perf", "--json", "--", *argv)
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
 
 
 def test_perf_breakdown_adds_up_and_matches_slapd(daemon_factory, slapd_big):
