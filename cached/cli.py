@@ -185,7 +185,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
     try:
-        text, code = perf(_load(args.config), argv, args.json)
+        text, code = perf(_load(args.config), argv, args.json, args.command_name)
     except ToolError as e:
         print(f"cached perf: {e}", file=sys.stderr)
         return e.code
@@ -255,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
         "id_perf.stp, e.g.: cached perf -- id bigroupuser",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--command-name", metavar="NAME",
+                   help="name in 'Total run time of NAME' (default: CMD's basename)")  # fmt: skip
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to measure")  # fmt: skip
 

@@ -128,7 +128,9 @@ NSS_OPTIONS: dict[str, Option] = {
     "filter_users": Option(_list, ["root"], "Users never answered (NOTFOUND)."),
     "filter_groups": Option(_list, ["root"], "Groups never answered (NOTFOUND)."),
     "pwfield": Option(_str, "*", "The passwd field returned in passwd entries."),
-    "enumerate": Option(_bool, False, "Answer getpwent/getgrent with the cached entries."),
+    "enumerate": Option(
+        _bool, False, "Answer getpwent/getgrent with the cached entries of every domain."
+    ),
     "client_idle_timeout": Option(
         _int(10), 60, "Seconds before an idle client connection is closed (SSSD minimum 10)."
     ),
@@ -207,7 +209,9 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "case_sensitive": Option(_case_sensitive, "true", "`true`, `false` or `preserving`."),
     "min_id": Option(_int(0), 1, "Lowest uid/gid served."),
     "max_id": Option(_int(0), 0, "Highest uid/gid served; 0 = no limit."),
-    "enumerate": Option(_bool, False, "SSSD accepts it per domain; see [nss] enumerate."),
+    "enumerate": Option(
+        _bool, False, "Answer getpwent/getgrent with this domain's cached entries (no LDAP)."
+    ),
 }
 
 # SSSD options that cached accepts without using, so an existing sssd.conf loads

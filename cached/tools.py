@@ -282,7 +282,9 @@ def _snapshot(config: Config) -> dict[str, list[float]]:
     return merge(list(reply["processes"].values()))
 
 
-def perf(config: Config, argv: list[str], as_json: bool) -> tuple[str, int]:
+def perf(
+    config: Config, argv: list[str], as_json: bool, name: str | None = None
+) -> tuple[str, int]:
     """Run ``argv`` and return the breakdown of what the daemon did meanwhile."""
     if not argv:
         raise ToolError("cached perf: give the command to measure after --, e.g. "
@@ -296,7 +298,7 @@ def perf(config: Config, argv: list[str], as_json: bool) -> tuple[str, int]:
     total = time.perf_counter() - start
     after = _snapshot(config)
     breakdown = idperf_breakdown(diff(after, before), total)
-    name = os.path.basename(argv[0])
+    name = name or os.path.basename(argv[0])
     if as_json:
         text = json.dumps({"command": argv, "exit_status": proc.returncode, **breakdown},
                           indent=2)  # fmt: skip

@@ -471,6 +471,35 @@ class DomainCache:
                         out[dn] = (kind, name)
         return out
 
+    def expiring(self, before: float) -> tuple[list[str], list[str], list[str]]:
+        """Keys of entries whose expiry is at or before ``before``: users (data),
+        groups (data), users whose initgroups list is cached (initgr). For the
+        background refresh (reference §6.4: it searches the timestamp store only).
+        Entries without a timestamp record are expired too."""
+        users: list[str] = []
+        groups: list[str] = []
+        initgr: list[str] = []
+        with self._reader() as txn:
+            ukeys = [
+                bytes(k) for k in txn.cursor(db=self.entries.tables["users"]).iternext(values=False)
+            ]
+            gkeys = [
+                bytes(k)
+                for k in txn.cursor(db=self.entries.tables["groups"]).iternext(values=False)
+            ]
+            ikeys = {
+                bytes(k)
+                for k in txn.cursor(db=self.entries.tables["initgr"]).iternext(values=False)
+            }
+        for table, keys, out in (("users", ukeys, users), ("groups", gkeys, groups)):
+            for key in keys:
+                t = self._times(table, key)
+                if t.data_expire <= before:
+                    out.append(key.decode())
+                if table == "users" and key in ikeys and t.initgr_expire <= before:
+                    initgr.append(key.decode())
+        return users, groups, initgr
+
     def times(self, kind: str, names: Iterable[str]) -> dict[str, Times]:
         """Stored timestamp records (modifyTimestamp shortcut, status)."""
         out: dict[str, Times] = {}

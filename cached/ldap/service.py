@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import time
 from collections.abc import Callable
@@ -135,6 +136,48 @@ class BackendService:
             await asyncio.sleep(self.config.daemon.ts_sync_interval)
             await self._in_worker(self.cache.sync_timestamps)
 
+    def refresh_schedule(self) -> tuple[float, float]:
+        """(interval, random offset) of the background refresh, as SSSD computes them
+        (reference §6.1): an interval that would outlast the entries shrinks to 70 % of
+        the shortest entry lifetime, the offset to 10 % of the interval."""
+        d = self.domain
+        interval = float(d.refresh_expired_interval)
+        offset = interval * 0.1
+        lifetime = min(d.entry_cache_user_timeout, d.entry_cache_group_timeout)
+        if lifetime and interval + offset > lifetime:
+            interval = 0.7 * lifetime
+            offset = 0.1 * interval
+        return interval, offset
+
+    async def _refresh_expired(self) -> None:
+        """Refresh entries before they expire (``refresh_expired_interval``, §6.4).
+
+        Initgroups first: one such request refreshes the user's groups as well, so
+        the groups still due afterwards are the ones no refreshed user is in."""
+        interval, offset = self.refresh_schedule()
+        # The first run 30 s after start-up, as SSSD's be_refresh.
+        await asyncio.sleep(min(30.0, interval))
+        rng = random.Random()
+        while True:
+            if self.client.online or self.client.retry_at <= self.client.clock():
+                horizon = time.time() + interval
+                users, groups, initgr = self.cache.expiring(horizon)
+                for name in initgr:
+                    await self.request("initgroups", name)
+                for op, names in (("user_by_name", users), ("group_by_name", groups)):
+                    due = self.cache.times("user" if op == "user_by_name" else "group", names)
+                    for name in names:
+                        t = due.get(name)
+                        if t is None or t.data_expire <= horizon:
+                            await self.request(op, name)
+                log.info(
+                    "background refresh: %d initgroups, %d users, %d groups due",
+                    len(initgr),
+                    len(users),
+                    len(groups),
+                )
+            await asyncio.sleep(interval + rng.uniform(0, offset))
+
     async def run(self, ready: Callable[[], None]) -> None:
         path = rpc.backend_socket(self.config.daemon.pipes_dir, self.domain.name)
         server = await aiorpc.serve(path, self.handle)
@@ -144,12 +187,19 @@ class BackendService:
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # logs go to stderr
         syncer = asyncio.create_task(self._sync_timestamps())
+        refresher = (
+            asyncio.create_task(self._refresh_expired())
+            if self.domain.refresh_expired_interval > 0
+            else None
+        )
         log.info("backend %s ready on %s", self.domain.name, path)
         ready()
         await stop.wait()
         log.info("backend %s stopping", self.domain.name)
         server.close()
         syncer.cancel()
+        if refresher is not None:
+            refresher.cancel()
         # Let the request in progress finish its transaction, then close cleanly:
         # the clean marker lets the next start trust the timestamp store (§3.5).
         await self._in_worker(lambda: None)

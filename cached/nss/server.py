@@ -188,10 +188,10 @@ class NssResponder:
     def _getent(self, req: p.GetEnt, state: _Enum) -> bytes:
         """Enumeration: the whole cache of each domain in one batch, then empty, as
         SSSD does (reference §1.6); empty at once unless ``enumerate = true``."""
-        if not self.config.nss.enumerate:
-            return p.not_found_reply(req.cmd)
         for i, domain in enumerate(self.config.domains):
-            if i in state.sent:
+            # `enumerate` is a domain option in sssd.conf; [nss] enumerate turns it on
+            # for every domain.
+            if i in state.sent or not (self.config.nss.enumerate or domain.enumerate):
                 continue
             state.sent.add(i)
             cache = self.lookups.caches[domain.name]
