@@ -52,11 +52,14 @@ class Admin:
         found = await self.lookups.lookup(INITGR, user.name)
         gids = [user.gid]
         if found is not None:
-            gids += [g for g in array("I", found.value.gids) if g != user.gid]
+            gids += [g for g in array("I", self.lookups.initgroups_gids(found)) if g != user.gid]
         names = []
         for gid in dict.fromkeys(gids):
-            group = await self.group(gid)
-            names.append(group.name if group is not None else str(gid))
+            hit = await self.lookups.lookup(GETGRGID, gid)
+            if hit is not None:
+                names.append(hit.output_name(hit.value.name))
+            elif gid == user.gid:
+                names.append(str(gid))  # as `id -Gn` when the primary group has no entry
         return names
 
     # -- admin (root only; the caller checks) -------------------------------------------

@@ -12,6 +12,7 @@ import asyncio
 import enum
 import logging
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,11 @@ class Found:
     cache: DomainCache
     value: Any  # User | GroupView | Initgroups
     state: State
+
+    def output_name(self, name: str) -> str:
+        # case_sensitive = false answers lower-case names, `preserving` the stored case
+        # (sssd.conf(5)).
+        return name.lower() if self.domain.case_sensitive == "false" else name
 
 
 NegKey = tuple[str, tuple[str, str, Any]]  # (domain, plugin.negative_key(key))
@@ -139,6 +145,19 @@ class Lookups:
         if isinstance(value, Initgroups):
             return value.user.name in self.filter_users
         return False
+
+    def initgroups_gids(self, found: Found) -> bytes:
+        """An INITGR answer's gids without the groups of ``filter_groups`` (reference
+        §1.6: SSSD omits filtered groups)."""
+        gids: bytes = found.value.gids
+        drop = set()
+        for name in self.filter_groups:
+            g = found.cache.group_by_name(name).value
+            if g is not None:
+                drop.add(g.gid)
+        if not drop:
+            return gids
+        return array("I", [g for g in array("I", gids) if g not in drop]).tobytes()
 
     def filtered_key(self, plugin: Plugin, key: Any) -> bool:
         if not plugin.by_name:

@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import time
-from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -69,9 +68,7 @@ class NssResponder:
     # -- encoding ----------------------------------------------------------------------
 
     def _output_name(self, found: Found, name: str) -> str:
-        # case_sensitive = false answers lower-case names, `preserving` the stored case
-        # (sssd.conf(5)).
-        return name.lower() if found.domain.case_sensitive == "false" else name
+        return found.output_name(name)
 
     def _passwd(self, cmd: int, found: Found) -> bytes:
         u: User = found.value
@@ -104,11 +101,7 @@ class NssResponder:
 
     def _initgr(self, raw_name: str, found: Found) -> bytes:
         ig: Initgroups = found.value
-        gids = ig.gids
-        if self.lookups.filter_groups:
-            drop = self._filtered_gids(found.cache)
-            if drop:
-                gids = array("I", [g for g in array("I", gids) if g not in drop]).tobytes()
+        gids = self.lookups.initgroups_gids(found)
         self.feed.initgroups(raw_name, self._output_name(found, ig.user.name), gids)
         self._prefill_groups(found, ig, gids)
         return p.initgr_reply(gids)
@@ -140,14 +133,6 @@ class NssResponder:
         self.feed.retire()
         self._prefilled.clear()
         asyncio.get_running_loop().call_soon(self.feed.reopen)
-
-    def _filtered_gids(self, cache: DomainCache) -> set[int]:
-        out = set()
-        for name in self.lookups.filter_groups:
-            g = cache.group_by_name(name).value
-            if g is not None:
-                out.add(g.gid)
-        return out
 
     # -- answering ---------------------------------------------------------------------
 
