@@ -27,7 +27,7 @@ bench: deps
 	$(PY) -m perf.run
 
 soak: deps
-	$(VENV)/bin/pytest -q -m slow -p no:cacheprovider
+	$(VENV)/bin/pytest -q -m slow -s -p no:cacheprovider
 
 demo: deps
 	$(PY) -m perf.demo

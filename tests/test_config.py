@@ -187,3 +187,12 @@ def test_the_cli_reports_config_errors_with_status_3(tmp_path):
         f"cached: {path}: [domain/LDAP] ldap_schema = 'x' is invalid: "
         "expected one of rfc2307, rfc2307bis"
     )
+
+
+def test_readme_documents_every_option():
+    from cached.config import DAEMON_OPTIONS, DOMAIN_OPTIONS, NSS_OPTIONS
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for table in (DAEMON_OPTIONS, NSS_OPTIONS, DOMAIN_OPTIONS):
+        for name in table:
+            assert f"| `{name}` |" in readme, f"README.md does not document {name}"
