@@ -249,6 +249,16 @@ class Monitor:
         raise ValueError(f"unknown op {op!r}")
 
 
+def _running_cached(pid: int) -> bool:
+    """Is ``pid`` a live cached monitor (not a reused pid of another program)?"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return any(b"cached" in a for a in argv) and b"serve" in argv
+
+
 def _write_pid_file(path: str) -> None:
     if os.path.exists(path):
         try:
@@ -256,15 +266,8 @@ def _write_pid_file(path: str) -> None:
                 other = int(f.read().strip() or 0)
         except (OSError, ValueError):
             other = 0
-        if other and other != os.getpid():
-            try:
-                os.kill(other, 0)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                raise RuntimeError(f"{path}: cached already runs as pid {other}") from None
-            else:
-                raise RuntimeError(f"{path}: cached already runs as pid {other}")
+        if other and other != os.getpid() and _running_cached(other):
+            raise RuntimeError(f"{path}: cached already runs as pid {other}")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.{os.getpid()}"
     with open(tmp, "w") as f:
@@ -277,7 +280,11 @@ async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
     for path, mode in ((d.db_dir, 0o700), (d.pipes_dir, 0o755), (d.mc_dir, 0o755)):
         os.makedirs(path, mode=mode, exist_ok=True)
     os.makedirs(rpc.private_dir(d.pipes_dir), mode=0o700, exist_ok=True)
-    _write_pid_file(d.pid_file)
+    try:
+        _write_pid_file(d.pid_file)
+    except (RuntimeError, OSError) as e:
+        log.error("%s", e)
+        return 1
     monitor = Monitor(config, config_path, log_level)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
