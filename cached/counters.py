@@ -88,19 +88,13 @@ class Counters:
     def add(self, name: str, count: int = 1, seconds: float = 0.0, amount: int = 0) -> None:
         scope = _SCOPE.get()
         with self._lock:
-            stat = self._stats.get(name)
-            if stat is None:
-                stat = self._stats[name] = Stat()
-            stat.count += count
-            stat.seconds += seconds
-            stat.amount += amount
-            if scope is not None:
-                sstat = scope.stats.get(name)
-                if sstat is None:
-                    sstat = scope.stats[name] = Stat()
-                sstat.count += count
-                sstat.seconds += seconds
-                sstat.amount += amount
+            for stats in (self._stats, scope.stats) if scope is not None else (self._stats,):
+                stat = stats.get(name)
+                if stat is None:
+                    stat = stats[name] = Stat()
+                stat.count += count
+                stat.seconds += seconds
+                stat.amount += amount
 
     @contextmanager
     def timer(self, name: str, amount: int = 0) -> Iterator[None]:

@@ -89,20 +89,17 @@ def invalidate(config: Config, what: Invalidation) -> int:
                     f"{cache.ts_path}: the timestamp store cannot be opened; restart "
                     "cached: its backend rebuilds it, which expires every entry",
                 )
-            if what.everything or what.users:
-                matched += cache.invalidate_users()
-            else:
-                for n in what.user_names:
+            for every, all_fn, one_fn, wanted in (
+                (what.users, cache.invalidate_users, cache.invalidate_user, what.user_names),
+                (what.groups, cache.invalidate_groups, cache.invalidate_group, what.group_names),
+            ):
+                if what.everything or every:
+                    matched += all_fn()
+                    continue
+                for n in wanted:
                     base, dom = _split_fq(n, names)
                     if not dom or dom == d.name:
-                        matched += cache.invalidate_user(base)
-            if what.everything or what.groups:
-                matched += cache.invalidate_groups()
-            else:
-                for n in what.group_names:
-                    base, dom = _split_fq(n, names)
-                    if not dom or dom == d.name:
-                        matched += cache.invalidate_group(base)
+                        matched += one_fn(base)
         finally:
             cache.close()
     return matched

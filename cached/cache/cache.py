@@ -53,6 +53,8 @@ T = TypeVar("T")
 ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta")
 TS_TABLES = ("users", "groups", "meta")
 _ID = struct.Struct(">I")  # big-endian ids sort numerically in LMDB
+# The id index and the DN-index tag of each record table.
+_INDEX = {"users": ("uid", b"u"), "groups": ("gid", b"g")}
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -603,105 +605,47 @@ class DomainCache:
             for key, (user, modstamp, usn) in batch.users.items():
                 new = rec.encode_user(user)
                 old = txn.get(key, db=t["users"])
-                if old != new:
-                    ops.append(("users", key, new))
-                    prev = None if old is None else rec.decode_user(old)
-                    if prev is None or prev.uid != user.uid:
-                        if prev is not None:
-                            ops.append(("uid", _ID.pack(prev.uid), None))
-                        ops.append(("uid", _ID.pack(user.uid), key))
-                    if prev is None or self.dn_key(prev.dn) != self.dn_key(user.dn):
-                        if prev is not None and prev.dn:
-                            ops.append(("dn", self.dn_key(prev.dn), None))
-                        if user.dn:
-                            ops.append(("dn", self.dn_key(user.dn), b"u" + key))
+                ops += self._put_ops("users", key, new, old, (user.uid, user.dn))
                 initgr_expire = old_times(tsu, key).initgr_expire
                 if key in batch.initgr:
                     initgr_expire = now + self.timeouts.user
-                ts_ops.append(
-                    (
-                        "users",
-                        key,
-                        rec.encode_times(
-                            Times(now, now + self.timeouts.user, initgr_expire, modstamp, usn)
-                        ),
-                    )
-                )
+                times = Times(now, now + self.timeouts.user, initgr_expire, modstamp, usn)
+                ts_ops.append(("users", key, rec.encode_times(times)))
 
             for key, (gids, names) in batch.initgr.items():
                 new = rec.encode_initgr(gids, names)
                 if txn.get(key, db=t["initgr"]) != new:
                     ops.append(("initgr", key, new))
                 if key not in batch.users:
-                    prev_t = old_times(tsu, key)
-                    ts_ops.append(
-                        (
-                            "users",
-                            key,
-                            rec.encode_times(
-                                Times(
-                                    prev_t.last_update or now,
-                                    prev_t.data_expire,
-                                    now + self.timeouts.user,
-                                    prev_t.modstamp,
-                                    prev_t.usn,
-                                )
-                            ),
-                        )
-                    )
+                    p = old_times(tsu, key)
+                    times = Times(p.last_update or now, p.data_expire, now + self.timeouts.user,
+                                  p.modstamp, p.usn)  # fmt: skip
+                    ts_ops.append(("users", key, rec.encode_times(times)))
 
             for key, (group, modstamp, usn, complete) in batch.groups.items():
                 new = rec.encode_group(group)
                 old = txn.get(key, db=t["groups"])
-                if old != new:
-                    ops.append(("groups", key, new))
-                    prevg = None if old is None else rec.decode_group(old)
-                    if prevg is None or prevg.gid != group.gid:
-                        if prevg is not None:
-                            ops.append(("gid", _ID.pack(prevg.gid), None))
-                        ops.append(("gid", _ID.pack(group.gid), key))
-                    if prevg is None or self.dn_key(prevg.dn) != self.dn_key(group.dn):
-                        if prevg is not None and prevg.dn:
-                            ops.append(("dn", self.dn_key(prevg.dn), None))
-                        if group.dn:
-                            ops.append(("dn", self.dn_key(group.dn), b"g" + key))
+                ops += self._put_ops("groups", key, new, old, (group.gid, group.dn))
                 expire = now + self.timeouts.group if complete else now - 1
-                ts_ops.append(
-                    ("groups", key, rec.encode_times(Times(now, expire, 0.0, modstamp, usn)))
-                )
+                times = Times(now, expire, 0.0, modstamp, usn)
+                ts_ops.append(("groups", key, rec.encode_times(times)))
 
             for key, (modstamp, usn) in batch.touched_groups.items():
                 if key in batch.groups or txn.get(key, db=t["groups"]) is None:
                     continue
-                ts_ops.append(
-                    (
-                        "groups",
-                        key,
-                        rec.encode_times(Times(now, now + self.timeouts.group, 0.0, modstamp, usn)),
-                    )
-                )
+                times = Times(now, now + self.timeouts.group, 0.0, modstamp, usn)
+                ts_ops.append(("groups", key, rec.encode_times(times)))
 
-            for key in batch.deleted_users:
-                old = txn.get(key, db=t["users"])
-                if old is not None:
-                    prev = rec.decode_user(old)
-                    ops += [("users", key, None), ("uid", _ID.pack(prev.uid), None)]
-                    if prev.dn:
-                        ops.append(("dn", self.dn_key(prev.dn), None))
-                if txn.get(key, db=t["initgr"]) is not None:
-                    ops.append(("initgr", key, None))
-                if tstxn.get(key, db=tsu) is not None:
-                    ts_ops.append(("users", key, None))
-
-            for key in batch.deleted_groups:
-                old = txn.get(key, db=t["groups"])
-                if old is not None:
-                    prevg = rec.decode_group(old)
-                    ops += [("groups", key, None), ("gid", _ID.pack(prevg.gid), None)]
-                    if prevg.dn:
-                        ops.append(("dn", self.dn_key(prevg.dn), None))
-                if tstxn.get(key, db=tsg) is not None:
-                    ts_ops.append(("groups", key, None))
+            for table, keys, tstable in (
+                ("users", batch.deleted_users, tsu),
+                ("groups", batch.deleted_groups, tsg),
+            ):
+                for key in keys:
+                    ops += self._delete_ops(table, key, txn.get(key, db=t[table]))
+                    if table == "users" and txn.get(key, db=t["initgr"]) is not None:
+                        ops.append(("initgr", key, None))
+                    if tstxn.get(key, db=tstable) is not None:
+                        ts_ops.append((table, key, None))
 
         result = WriteResult()
         if ops:
@@ -715,6 +659,46 @@ class DomainCache:
             self._write_ts(ts_ops)
             result.timestamps_written = len(ts_ops)
         return result
+
+    @staticmethod
+    def _ident(table: str, data: rec.Data) -> tuple[int, str]:
+        if table == "users":
+            u = rec.decode_user(data)
+            return u.uid, u.dn
+        g = rec.decode_group(data)
+        return g.gid, g.dn
+
+    def _put_ops(
+        self, table: str, key: bytes, new: bytes, old: rec.Data | None, ident: tuple[int, str]
+    ) -> list[Op]:
+        """Store a record that changed, moving its id and DN index entries; nothing
+        when the stored bytes are the same (invariant 2)."""
+        if old == new:
+            return []
+        id_table, tag = _INDEX[table]
+        ops: list[Op] = [(table, key, new)]
+        prev = None if old is None else self._ident(table, old)
+        new_id, new_dn = ident
+        if prev is None or prev[0] != new_id:
+            if prev is not None:
+                ops.append((id_table, _ID.pack(prev[0]), None))
+            ops.append((id_table, _ID.pack(new_id), key))
+        if prev is None or self.dn_key(prev[1]) != self.dn_key(new_dn):
+            if prev is not None and prev[1]:
+                ops.append(("dn", self.dn_key(prev[1]), None))
+            if new_dn:
+                ops.append(("dn", self.dn_key(new_dn), tag + key))
+        return ops
+
+    def _delete_ops(self, table: str, key: bytes, old: rec.Data | None) -> list[Op]:
+        if old is None:
+            return []
+        id_table, _ = _INDEX[table]
+        prev_id, prev_dn = self._ident(table, old)
+        ops: list[Op] = [(table, key, None), (id_table, _ID.pack(prev_id), None)]
+        if prev_dn:
+            ops.append(("dn", self.dn_key(prev_dn), None))
+        return ops
 
     def _write_ts(self, ops: list[Op]) -> None:
         assert self.ts is not None
