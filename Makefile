@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,perf]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[dev,perf]'
 	touch $(STAMP)
 
 deps: $(STAMP)
