@@ -231,3 +231,65 @@ def test_malformed_packets_get_sssds_behaviour(cached_small, packet, expect):
     # The daemon keeps serving.
     r = cached_small.run_nss(["getent", "passwd", "user00001"], env=SOCKET_ONLY)
     assert r.returncode == 0
+
+
+# -- the lookup flow ---------------------------------------------------------------------
+
+
+def test_concurrent_lookups_of_one_expired_object_share_one_backend_request(
+    daemon_factory, slapd_big
+):
+    d = daemon_factory(slapd_big)
+    result = _load(d, [["initgroups", "bigroupuser", 2085]], threads=20, seconds=2)
+    assert result["errors"] == 0, result["error_samples"]
+    assert result["requests"] >= 20
+    # 20 clients asked at once while the cache was cold: one initgroups request.
+    assert d.counters()["be.req.initgr"][0] == 1
+
+
+def test_negative_cache_then_sighup_drops_it(daemon_factory, slapd_small_fresh):
+    s = slapd_small_fresh.slapd
+    d = daemon_factory(slapd_small_fresh, nss={"entry_negative_timeout": 3600})
+    assert d.run_nss(["getent", "passwd", "latecomer"], env=SOCKET_ONLY).returncode == 2
+    s.ldap_modify(
+        f"dn: uid=latecomer,ou=people,{s.base_dn}\n"
+        "objectClass: top\nobjectClass: person\nobjectClass: organizationalPerson\n"
+        "objectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+        "uid: latecomer\ncn: Late Comer\nsn: Comer\nuidNumber: 19999\ngidNumber: 10000\n"
+        "homeDirectory: /home/latecomer\nloginShell: /bin/sh\n"
+    )
+    searches = d.counters()["be.req.user"][0]
+    # Still "not found": the negative cache answers without asking the backend.
+    assert d.run_nss(["getent", "passwd", "latecomer"], env=SOCKET_ONLY).returncode == 2
+    assert d.counters()["be.req.user"][0] == searches
+    os.kill(d.pid, signal.SIGHUP)  # the monitor passes it on; the responder forgets
+    deadline = time.monotonic() + 30
+    while d.run_nss(["getent", "passwd", "latecomer"], env=SOCKET_ONLY).returncode != 0:
+        assert time.monotonic() < deadline, d.log_tail()
+        time.sleep(0.05)
+
+
+def test_case_insensitive_domain(daemon_factory, slapd_small):
+    exp = slapd_small.expected
+    d = daemon_factory(slapd_small, case_sensitive="false")
+    r = d.run_nss(["getent", "passwd", exp.big_user.upper()], env=SOCKET_ONLY)
+    assert r.returncode == 0 and r.stdout.startswith(f"{exp.big_user}:")
+    r = d.run_nss(["getent", "group", "LARGE01"], env=SOCKET_ONLY)
+    assert r.stdout.startswith("large01:")
+
+
+def test_case_sensitive_domain(cached_small, slapd_small):
+    # case_sensitive = true (the default): another spelling is another name.
+    name = slapd_small.expected.big_user.upper()
+    assert cached_small.run_nss(["getent", "passwd", name], env=SOCKET_ONLY).returncode == 2
+
+
+def test_enumeration_answers_only_when_enabled(daemon_factory, cached_small, slapd_small):
+    exp = slapd_small.expected
+    assert cached_small.run_nss(["getent", "passwd"], env=SOCKET_ONLY).stdout == ""
+    d = daemon_factory(slapd_small, enumerate="true")
+    for u in sorted(exp.user_names())[:3]:
+        d.run_nss(["getent", "passwd", u], env=SOCKET_ONLY)
+    listed = {line.split(":")[0] for line in d.run_nss(["getent", "passwd"], env=SOCKET_ONLY)
+              .stdout.splitlines()}  # fmt: skip
+    assert set(sorted(exp.user_names())[:3]) <= listed
