@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cached import aiorpc, rpc
-from cached.cache import DomainCache, GroupView, Initgroups, Role, open_domain_cache
+from cached.cache import DomainCache, GroupView, Initgroups, Role, State, open_domain_cache
 from cached.cache.records import join_members, split_members
 from cached.config import Config
 from cached.counters import COUNTERS, NSS_REQUEST
@@ -67,14 +67,16 @@ class NssResponder:
 
     # -- encoding ----------------------------------------------------------------------
 
-    def _output_name(self, found: Found, name: str) -> str:
-        return found.output_name(name)
+    def _passwd_record(self, found: Found) -> tuple[str, bytes]:
+        """(output name, passwd record) of a found user."""
+        u: User = found.value
+        name = found.output_name(u.name)
+        rec = p.encode_passwd_record(u.uid, u.gid, name, self.pwfield, u.gecos, u.home, u.shell)
+        return name, rec
 
     def _passwd(self, cmd: int, found: Found) -> bytes:
-        u: User = found.value
-        name = self._output_name(found, u.name)
-        rec = p.encode_passwd_record(u.uid, u.gid, name, self.pwfield, u.gecos, u.home, u.shell)
-        self.feed.user(name, u, self.pwfield)
+        name, rec = self._passwd_record(found)
+        self.feed.user(name, found.value, self.pwfield)
         return p.passwd_reply(cmd, [rec])
 
     def _members(self, found: Found, g: GroupView) -> tuple[int, bytes]:
@@ -91,18 +93,22 @@ class NssResponder:
             count = blob.count(b"\0")
         return count, blob
 
-    def _group(self, cmd: int, found: Found) -> bytes:
+    def _group_record(self, found: Found) -> tuple[str, int, bytes, bytes]:
+        """(output name, member count, member blob, group record) of a found group."""
         g: GroupView = found.value
-        name = self._output_name(found, g.name)
+        name = found.output_name(g.name)
         count, blob = self._members(found, g)
-        rec = p.encode_group_record(g.gid, name, self.pwfield, count, blob)
-        self.feed.group(name, g.gid, count, blob, self.pwfield)
+        return name, count, blob, p.encode_group_record(g.gid, name, self.pwfield, count, blob)
+
+    def _group(self, cmd: int, found: Found) -> bytes:
+        name, count, blob, rec = self._group_record(found)
+        self.feed.group(name, found.value.gid, count, blob, self.pwfield)
         return p.group_reply(cmd, [rec])
 
     def _initgr(self, raw_name: str, found: Found) -> bytes:
         ig: Initgroups = found.value
         gids = self.lookups.initgroups_gids(found)
-        self.feed.initgroups(raw_name, self._output_name(found, ig.user.name), gids)
+        self.feed.initgroups(raw_name, found.output_name(ig.user.name), gids)
         self._prefill_groups(found, ig, gids)
         return p.initgr_reply(gids)
 
@@ -122,7 +128,7 @@ class NssResponder:
                 continue
             gfound = Found(found.domain, found.cache, g, found.state)
             count, blob = self._members(gfound, g)
-            self.feed.group(self._output_name(gfound, g.name), g.gid, count, blob, self.pwfield)
+            self.feed.group(gfound.output_name(g.name), g.gid, count, blob, self.pwfield)
         if len(self._prefilled) > 10_000:
             self._prefilled.clear()
         self._prefilled[key] = (gids, now)
@@ -180,23 +186,19 @@ class NssResponder:
                 continue
             state.sent.add(i)
             cache = self.lookups.caches[domain.name]
-            records = []
+            # Never fed to the memory cache during enumeration (reference §2.1).
             if req.cmd == p.Command.GETPWENT:
-                for u in cache.iter_users():
-                    if u.name not in self.lookups.filter_users:
-                        f = Found(domain, cache, u, None)  # type: ignore[arg-type]
-                        records.append(p.encode_passwd_record(
-                            u.uid, u.gid, self._output_name(f, u.name), self.pwfield,
-                            u.gecos, u.home, u.shell,
-                        ))  # fmt: skip
+                records = [
+                    self._passwd_record(Found(domain, cache, u, State.VALID))[1]
+                    for u in cache.iter_users()
+                    if u.name not in self.lookups.filter_users
+                ]
             else:
-                for g in cache.iter_groups():
-                    if g.name not in self.lookups.filter_groups:
-                        f = Found(domain, cache, g, None)  # type: ignore[arg-type]
-                        count, blob = self._members(f, g)
-                        records.append(p.encode_group_record(
-                            g.gid, self._output_name(f, g.name), self.pwfield, count, blob
-                        ))  # fmt: skip
+                records = [
+                    self._group_record(Found(domain, cache, g, State.VALID))[3]
+                    for g in cache.iter_groups()
+                    if g.name not in self.lookups.filter_groups
+                ]
             if records:
                 body = p.passwd_reply if req.cmd == p.Command.GETPWENT else p.group_reply
                 return body(req.cmd, records)
