@@ -97,6 +97,7 @@ class _GroupEntry:
     usn: str
     member_dns: list[str] = field(default_factory=list)  # rfc2307bis
     member_keys: list[str] = field(default_factory=list)  # normalize_dn of member_dns
+    group_like: list[tuple[str, str]] | None = None  # (key, dn) of members that may be groups
 
 
 class LdapProvider:
@@ -288,6 +289,16 @@ class LdapProvider:
             self._maybe_group_memo[key] = guess
         return guess
 
+    def _group_like(self, g: _GroupEntry) -> list[tuple[str, str]]:
+        """The members of ``g`` that may be groups, computed once per fetched group."""
+        if g.group_like is None:
+            g.group_like = [
+                (k, dn)
+                for dn, k in zip(g.member_dns, g.member_keys, strict=True)
+                if self._maybe_group(k, dn)
+            ]
+        return g.group_like
+
     def _walk_down(self, found: dict[str, _GroupEntry], roots: list[str], levels: int) -> None:
         """Fetch the member groups of ``roots`` (DN keys) level by level, ``levels``
         deep, into ``found`` (reference §6.2, batched)."""
@@ -295,9 +306,8 @@ class LdapProvider:
         for _ in range(levels):
             missing: dict[str, str] = {}
             for key in frontier:
-                g = found[key]
-                for dn, k in zip(g.member_dns, g.member_keys, strict=True):
-                    if k not in found and k not in missing and self._maybe_group(k, dn):
+                for k, dn in self._group_like(found[key]):
+                    if k not in found and k not in missing:
                         missing[k] = dn
             if not missing:
                 return
@@ -438,11 +448,7 @@ class LdapProvider:
         expired, as SSSD stores the incomplete groups of initgroups (§6.3 step 4):
         a direct lookup refreshes them first."""
         levels = self.schema.nesting_level
-        children = {
-            k: [mk for mk, dn in zip(g.member_keys, g.member_dns, strict=True)
-                if self._maybe_group(mk, dn)]
-            for k, g in found.items()
-        }  # fmt: skip
+        children = {k: [mk for mk, _ in self._group_like(g)] for k, g in found.items()}
         complete = set()
         for k in found:
             ok, seen, frontier = True, {k}, [k]

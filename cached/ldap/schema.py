@@ -107,7 +107,7 @@ class SchemaMap:
         return attrs
 
     def group_attrs(self, members: bool = True) -> list[str]:
-        attrs = [self.group_name, self.group_gid, self.group_modstamp, "objectClass"]
+        attrs = [self.group_name, self.group_gid, self.group_modstamp]
         if self.group_usn:
             attrs.append(self.group_usn)
         if members:
