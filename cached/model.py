@@ -6,7 +6,7 @@ the NSS responder and the memory-cache writer encode them for clients.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +37,3 @@ class Group:
     dn: str = ""
     members: tuple[str, ...] = ()
     member_groups: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMembership:
-    """The transitive groups of a user, as the backend's initgroups request found them."""
-
-    user: str
-    gids: tuple[int, ...] = ()
-    groups: tuple[str, ...] = field(default=())

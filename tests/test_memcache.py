@@ -35,7 +35,7 @@ from cached.memcache import (
     murmurhash3,
 )
 from cached.memcache.layout import HEADER, REC_HEADER, SLOT_SIZE, valid_barrier
-from cached.model import Group, GroupMembership, User
+from cached.model import Group, User
 
 NOW = 1_700_000_000
 
@@ -225,7 +225,7 @@ def test_initgroups_record(tmp_path: Path) -> None:
 def test_initgroups_store_supersedes_other_spellings(tmp_path: Path) -> None:
     with InitgroupsWriter(tmp_path / "initgroups", slots=64) as w:
         w.store("alice", "alice", [1, 2])
-        w.store_membership(GroupMembership("alice", (1, 2, 3)), name="ALICE")
+        w.store("ALICE", "alice", (1, 2, 3))
         w.store("bob", "bob", [])
         with McReader(w.path) as r:
             assert r.initgroups("alice") is None

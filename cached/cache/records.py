@@ -85,11 +85,6 @@ class GroupRecord:
         count = blob.count(b"\0")
         return cls(g.name, g.gid, g.dn, blob, count, tuple(sorted(set(g.member_groups))))
 
-    def to_group(self) -> Group:
-        return Group(
-            self.name, self.gid, self.dn, tuple(split_members(self.members)), self.member_groups
-        )
-
 
 def encode_group(g: GroupRecord) -> bytes:
     return msgpack.packb(

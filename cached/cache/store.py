@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -166,13 +166,6 @@ class Store:
             except BaseException:
                 txn.abort()
                 raise
-
-    def retry_resized(self, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except lmdb.MapResizedError:
-            self.env.set_mapsize(0)
-            return fn()
 
     def sync(self) -> None:
         self.env.sync(True)

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Final, Self
 
-from ..model import Group, GroupMembership, User
+from ..model import Group, User
 from .layout import (
     H_B1,
     H_B2,
@@ -716,10 +716,6 @@ class InitgroupsWriter(McWriter):
     def store(self, name: str, unique_name: str, gids: Sequence[int]) -> StoreResult:
         payload = encode_initgroups(name, unique_name, gids)
         return self._store(name_key(name), name_key(unique_name), payload)
-
-    def store_membership(self, m: GroupMembership, name: str | None = None) -> StoreResult:
-        """``name``: the raw name the client sent, default ``m.user``."""
-        return self.store(m.user if name is None else name, m.user, m.gids)
 
     def invalidate_name(self, name: str) -> bool:
         """Drop the record for this raw name."""
