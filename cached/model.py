@@ -1,4 +1,4 @@
-"""The values that cross module boundaries: users, groups, and a user's group list.
+"""The values that cross module boundaries: users and groups.
 
 Plain frozen dataclasses, no I/O. The cache stores them, the LDAP backend builds them,
 the NSS responder and the memory-cache writer encode them for clients.
