@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import logging
 import os
 import sys
@@ -172,6 +171,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = _load(args.config)
     st, running = status(config)
     if args.json:
+        import json
+
         print(json.dumps({"running": running, **st}, indent=2, default=str))
     else:
         print(format_status(config, st, running))

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
-import shlex
 import struct
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -283,6 +280,10 @@ def perf(
     config: Config, argv: list[str], as_json: bool, name: str | None = None
 ) -> tuple[str, int]:
     """Run ``argv`` and return the breakdown of what the daemon did meanwhile."""
+    import json
+    import shlex
+    import subprocess
+
     if not argv:
         raise ToolError("cached perf: give the command to measure after --, e.g. "
                         "cached perf -- id bigroupuser", 2)  # fmt: skip

@@ -18,7 +18,6 @@ import logging
 import os
 import struct
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
@@ -201,7 +200,7 @@ class DomainCache:
             _remove_store(self.ts_path)
             return self._open_backend()
         if store_id is None:
-            store_id = uuid.uuid4().hex.encode()
+            store_id = os.urandom(16).hex().encode()
             # A new entry store never trusts an old timestamp store (reference §3.5).
             _remove_store(self.ts_path)
 
