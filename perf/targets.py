@@ -1,0 +1,226 @@
+"""The daemons a perf run compares, behind one small interface.
+
+A :class:`Target` can be started with an empty cache (:meth:`~Target.fresh`), runs
+commands through glibc and the real ``libnss_sss`` (:meth:`~Target.run_nss`),
+invalidates its whole cache (:meth:`~Target.invalidate_all`: ``cached cache -E`` or
+``sss_cache -E``), names its processes for CPU accounting (:meth:`~Target.pids`) and
+its store files (:meth:`~Target.store_files`). cached also reports its counters.
+
+Both daemons get the same domain settings (:data:`DOMAIN_OPTIONS`): the same URI and
+base, rfc2307bis, nesting level 2, no StartTLS, cache lifetime 5,400 s, page size
+1,000, deref threshold 10 (SSSD 2.8.2's defaults, reference §6.1, written out so that
+a change of either default cannot silently skew the comparison).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+from perf import procstat
+from perf.daemon import REPO, CachedDaemon
+from perf.sssd import SssdDaemon
+from perf.timecmd import Timing, parse
+
+# Shared by both daemons' configurations (see the module doc).
+DOMAIN_OPTIONS: dict[str, Any] = {
+    "ldap_schema": "rfc2307bis",
+    "ldap_group_nesting_level": 2,
+    "ldap_id_use_start_tls": "false",
+    "ldap_tls_reqcert": "never",
+    "entry_cache_timeout": 5400,
+    "ldap_page_size": 1000,
+    "ldap_deref_threshold": 10,
+}
+# SSSD only: providers cached does not have. Left at their default (= id_provider),
+# SSSD's backend runs sudo and other periodic searches of its own during the steps
+# (seen: a sudoRole search right after start).
+SSSD_ONLY_OPTIONS: dict[str, Any] = {
+    "sudo_provider": "none",
+    "autofs_provider": "none",
+    "selinux_provider": "none",
+    "hostid_provider": "none",
+    "subdomains_provider": "none",
+    "session_provider": "none",
+    "resolver_provider": "none",
+}
+# SSSD only, and not about caching: with its defaults SSSD 2.8 cannot answer `id` for
+# a user in 4,000 groups here. sssd_be blocks its event loop for longer than its
+# watchdog allows (3 ticks of `timeout` = 10 s) while it saves the groups and is killed
+# ("terminated by own WATCHDOG"); with a longer `timeout` the NSS responder still drops
+# the waiting client after `client_idle_timeout` (60 s). Either way `id` prints the
+# primary group only and exits 0. Both are raised so that SSSD's times can be
+# measured at all; `--sssd-pure-defaults` leaves them out to show the failure.
+SSSD_SURVIVAL_DOMAIN: dict[str, Any] = {"timeout": 60}
+SSSD_SURVIVAL_NSS: dict[str, Any] = {"client_idle_timeout": 300}
+# The same responder setting for cached (its [nss] reads it too), so the two differ
+# only where they must.
+CACHED_NSS: dict[str, Any] = {"client_idle_timeout": 300}
+# A name no directory has: looked up once after every start so that the LDAP
+# connection is up before the first measured step (both daemons connect lazily).
+WARMUP_NAME = "perf-warmup-no-such-user"
+TIMECMD = [sys.executable, "-m", "perf.timecmd", "--"]
+
+
+class Target(Protocol):
+    name: str
+    level: int  # the nesting level its answers are checked against
+
+    def fresh(self) -> None: ...
+    def stop(self) -> None: ...
+    def run_nss(
+        self, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]: ...
+    def invalidate_all(self) -> tuple[Timing | None, str]: ...
+    def pids(self) -> dict[str, int]: ...
+    def counters(self) -> dict[str, list[float]] | None: ...
+    def store_files(self) -> dict[str, procstat.FileSize]: ...
+    def config_text(self) -> str: ...
+    def invalidate_command(self) -> str: ...
+
+
+def _warm_up(target: Target) -> None:
+    p = target.run_nss(["getent", "passwd", WARMUP_NAME])
+    if p.returncode not in (0, 2):
+        raise RuntimeError(f"{target.name}: warm-up lookup failed ({p.returncode}): {p.stderr}")
+
+
+class CachedTarget:
+    name = "cached"
+    level = int(DOMAIN_OPTIONS["ldap_group_nesting_level"])
+
+    def __init__(self, workdir: Path, uri: str, base: str) -> None:
+        self.workdir = workdir
+        self.uri = uri
+        self.base = base
+        self.daemon: CachedDaemon | None = None
+        self._pids: dict[str, int] = {}
+        self._cycle = 0
+
+    def fresh(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self._cycle += 1
+        d = CachedDaemon(
+            self.workdir,
+            [self.uri],
+            self.base,
+            log_level="info",
+            nss=CACHED_NSS,
+            **DOMAIN_OPTIONS,
+        )
+        d.start()
+        self.daemon = d
+        status = d.control("status")
+        self._pids = {"cached monitor": int(status["monitor"]["pid"])}
+        for child in status["children"]:
+            if child.get("running") and child.get("pid"):
+                self._pids[f"cached {child['name']}"] = int(child["pid"])
+        _warm_up(self)
+
+    def stop(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
+            self.daemon = None
+
+    def _d(self) -> CachedDaemon:
+        if self.daemon is None:
+            raise RuntimeError("cached is not running")
+        return self.daemon
+
+    def run_nss(
+        self, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return self._d().run_nss(argv, env=env, timeout=1800.0)
+
+    def invalidate_command(self) -> str:
+        return "cached cache -E"
+
+    def invalidate_all(self) -> tuple[Timing | None, str]:
+        """``cached cache -E``; (None, why) while the CLI has no ``cache`` command."""
+        d = self._d()
+        argv = [*TIMECMD, sys.executable, "-m", "cached", "cache", "-c", str(d.config_path), "-E"]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO, check=False)
+        timing, rest = parse(p.stderr)
+        if timing is None or timing.rc != 0:
+            first = (rest.strip().splitlines() or ["(no output)"])[-1]
+            if "invalid choice: 'cache'" in rest:
+                return None, "n/a: `cached cache` is not in the CLI yet"
+            rc = timing.rc if timing else "?"
+            return None, f"n/a: `cached cache -E` failed (exit {rc}): {first}"
+        return timing, ""
+
+    def pids(self) -> dict[str, int]:
+        return dict(self._pids)
+
+    def counters(self) -> dict[str, list[float]] | None:
+        return self._d().counters()
+
+    def store_files(self) -> dict[str, procstat.FileSize]:
+        d = self._d()
+        out = {f"db/{k}": v for k, v in procstat.file_sizes(d.db_dir).items()}
+        out.update({f"mc/{k}": v for k, v in procstat.file_sizes(d.mc_dir).items()})
+        return out
+
+    def config_text(self) -> str:
+        return self._d().config_path.read_text()
+
+
+class SssdTarget:
+    name = "sssd"
+    level = int(DOMAIN_OPTIONS["ldap_group_nesting_level"])
+
+    def __init__(self, workdir: Path, uri: str, base: str, pure_defaults: bool = False) -> None:
+        domain = {**DOMAIN_OPTIONS, **SSSD_ONLY_OPTIONS}
+        nss: dict[str, Any] = {}
+        if not pure_defaults:
+            domain.update(SSSD_SURVIVAL_DOMAIN)
+            nss.update(SSSD_SURVIVAL_NSS)
+        self.daemon = SssdDaemon(workdir, uri, base, nss=nss, **domain)
+
+    def fresh(self) -> None:
+        self.daemon.stop()
+        self.daemon.wipe()
+        self.daemon.start()
+        _warm_up(self)
+
+    def stop(self) -> None:
+        self.daemon.stop()
+
+    def run_nss(
+        self, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return self.daemon.run_nss(argv, env=env)
+
+    def invalidate_command(self) -> str:
+        return "sss_cache -E"
+
+    def invalidate_all(self) -> tuple[Timing | None, str]:
+        p = self.daemon.run_in_namespace([*TIMECMD, "sss_cache", "-E"])
+        timing, rest = parse(p.stderr)
+        if timing is None or timing.rc != 0:
+            return None, f"sss_cache -E failed: {p.returncode} {rest.strip()[-300:]}"
+        return timing, ""
+
+    def pids(self) -> dict[str, int]:
+        return self.daemon.pids()
+
+    def counters(self) -> dict[str, list[float]] | None:
+        return None
+
+    def store_files(self) -> dict[str, procstat.FileSize]:
+        out = {f"db/{k}": v for k, v in procstat.file_sizes(self.daemon.db_dir).items()}
+        out.update({f"mc/{k}": v for k, v in procstat.file_sizes(self.daemon.mc_dir).items()})
+        return out
+
+    def config_text(self) -> str:
+        return self.daemon.config
+
+
+def stop_quietly(target: Target) -> None:
+    with contextlib.suppress(Exception):
+        target.stop()
