@@ -63,7 +63,7 @@ def _split_fq(name: str, domains: set[str]) -> tuple[str, str]:
 
 def invalidate(config: Config, what: Invalidation) -> int:
     """Expire the selected entries in every (or the given) domain; return how many."""
-    from cached.cache import Role, open_domain_cache
+    from cached.cache import Role, StoreWriteError, open_domain_cache
 
     names = {d.name for d in config.domains}
     if what.domain and what.domain not in names:
@@ -97,6 +97,8 @@ def invalidate(config: Config, what: Invalidation) -> int:
                     base, dom = _split_fq(n, names)
                     if not dom or dom == d.name:
                         matched += one_fn(base)
+        except StoreWriteError as e:
+            raise ToolError(f"{e}; nothing was invalidated in domain {d.name}") from None
         finally:
             cache.close()
     return matched

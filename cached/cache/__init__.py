@@ -14,6 +14,7 @@ from cached.cache.cache import (
 )
 from cached.cache.expiry import State, classify
 from cached.cache.records import Times
+from cached.cache.store import StoreWriteError
 
 __all__ = [
     "DomainCache",
@@ -22,6 +23,7 @@ __all__ = [
     "Lookup",
     "Role",
     "State",
+    "StoreWriteError",
     "Timeouts",
     "Times",
     "WriteBatch",

@@ -28,7 +28,14 @@ import lmdb
 from cached.cache import records as rec
 from cached.cache.expiry import State, classify
 from cached.cache.records import GroupRecord, RecordError, Times
-from cached.cache.store import ENTRY_MAP_SIZE, TS_MAP_SIZE, Op, Store
+from cached.cache.store import (
+    ENTRY_MAP_SIZE,
+    TS_MAP_SIZE,
+    Op,
+    Store,
+    StoreWriteError,
+    describe_write_error,
+)
 from cached.config import DomainConfig
 from cached.counters import (
     CACHE_READ,
@@ -160,6 +167,7 @@ class DomainCache:
         self.entry_path, self.ts_path = cache_paths(db_dir, domain)
         self.boot_id = read_boot_id() if boot_id is None else boot_id
         self.ts_rebuilt_reason = ""
+        self.store_id = b""
         self._next_identity_check = 0.0
         self.entries: Store
         self.ts: Store | None = None
@@ -207,18 +215,30 @@ class DomainCache:
         reason = ""
         if clean == b"0" and prev_boot != self.boot_id:
             reason = "the previous run did not shut down cleanly before a reboot"
+        elif not empty and not os.path.exists(self.ts_path):
+            reason = "the timestamp store is missing"
+        self.store_id = store_id
         self.ts = self._open_ts_checked(store_id, reason)
-        self.entries.write(
-            [
-                ("meta", b"format", str(rec.FORMAT).encode()),
-                ("meta", b"uuid", store_id),
-                ("meta", b"clean", b"0"),
-                ("meta", b"boot_id", self.boot_id.encode()),
-            ]
-        )
+        try:
+            self.entries.write(
+                [
+                    ("meta", b"format", str(rec.FORMAT).encode()),
+                    ("meta", b"uuid", store_id),
+                    ("meta", b"clean", b"0"),
+                    ("meta", b"boot_id", self.boot_id.encode()),
+                ]
+            )
+        except StoreWriteError as e:
+            # A full filesystem must not stop the cache from being served; the
+            # unclean-run detection is what is lost until the marker can be written.
+            log.error("%s; serving the cache read-only until writes succeed", e)
 
-    def _open_ts_checked(self, store_id: bytes, reason: str) -> Store:
-        """Open the timestamp store, rebuilding it empty when it cannot be trusted."""
+    def _open_ts_checked(self, store_id: bytes, reason: str) -> Store | None:
+        """Open the timestamp store, rebuilding it empty when it cannot be trusted.
+
+        None when it cannot be created (a full filesystem): every entry then reads
+        as expired and is still served; writing retries it (``_require_ts_for_write``).
+        """
         if not reason and os.path.exists(self.ts_path):
             reason = self._verify_ts(store_id)
         if reason:
@@ -229,8 +249,18 @@ class DomainCache:
             )
             self.ts_rebuilt_reason = reason
             _remove_store(self.ts_path)
-        ts = Store(self.ts_path, TS_TABLES, writer=True, sync=False, map_size=TS_MAP_SIZE)
-        ts.write([("meta", b"uuid", store_id)])
+        ts = None
+        try:
+            ts = Store(self.ts_path, TS_TABLES, writer=True, sync=False, map_size=TS_MAP_SIZE)
+            ts.write([("meta", b"uuid", store_id)])
+        except (lmdb.Error, StoreWriteError, OSError) as e:
+            if ts is not None:
+                ts.close()
+            log.error(
+                "%s; every entry reads as expired until it can be created",
+                e if isinstance(e, StoreWriteError) else describe_write_error(self.ts_path, e),
+            )
+            return None
         return ts
 
     def _verify_ts(self, store_id: bytes) -> str:
@@ -244,9 +274,12 @@ class DomainCache:
         import lmdb.verify
 
         try:
-            lmdb.verify.verify(self.ts_path, subdir=False)  # type: ignore[no-untyped-call]
-        except Exception as e:  # verify raises VerifyError, or OSError/ValueError on junk
+            problems = lmdb.verify.verify(self.ts_path, subdir=False)  # type: ignore[no-untyped-call]
+        except Exception as e:  # VerifyError when it cannot even begin, OSError, ValueError
             return f"timestamp store fails verification ({e})"
+        if problems:
+            more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+            return f"timestamp store fails verification ({problems[0]}{more})"
         short = _short_file(self.ts_path)
         if short:
             return f"timestamp store is truncated ({short})"
@@ -257,6 +290,8 @@ class DomainCache:
         try:
             with ts.read() as txn:
                 owner = txn.get(b"uuid", db=ts.tables["meta"])
+        except lmdb.Error as e:
+            return f"timestamp store cannot be read ({e})"
         finally:
             ts.close()
         if owner != store_id:
@@ -294,9 +329,14 @@ class DomainCache:
 
     def close(self, clean: bool = True) -> None:
         if self.role is Role.BACKEND and clean:
-            if self.ts is not None:
-                self.ts.sync()
-            self.entries.write([("meta", b"clean", b"1")])
+            try:
+                if self.ts is not None:
+                    self.ts.sync()
+                self.entries.write([("meta", b"clean", b"1")])
+            except StoreWriteError as e:
+                # Without the marker the next start checks the timestamp store harder
+                # (and rebuilds it after a reboot): safe, only slower.
+                log.error("%s; the clean-shutdown marker was not written", e)
         if self.ts is not None:
             self.ts.close()
             self.ts = None
@@ -584,7 +624,11 @@ class DomainCache:
         """Write the entry store only where content changed; always write timestamps."""
         if self.role is not Role.BACKEND:
             raise RuntimeError("only the backend writes the entry store")
-        assert self.ts is not None
+        if self.ts is None:
+            # Created at start failed (full filesystem): try again now.
+            self.ts = self._open_ts_checked(self.store_id, "")
+            if self.ts is None:
+                raise StoreWriteError(f"{self.ts_path}: the timestamp store cannot be created")
         now = time.time() if now is None else now
         ops: list[Op] = []
         ts_ops: list[Op] = []

@@ -35,6 +35,23 @@ MAX_TABLES = 16
 Op = tuple[str, bytes, bytes | None]
 
 
+class StoreWriteError(Exception):
+    """A write transaction failed; the message names the file and, when its
+    filesystem is full, says so (liblmdb reports a short write as EIO)."""
+
+
+def describe_write_error(path: str, e: BaseException) -> str:
+    text = f"{path}: cannot write: {e}"
+    try:
+        st = os.statvfs(os.path.dirname(path) or ".")
+        full = st.f_bavail * st.f_frsize < (1 << 20)  # less than 1 MiB left
+    except OSError:
+        full = False
+    if full or "No space left" in str(e):
+        text += f" (No space left on device: the filesystem of {os.path.dirname(path)} is full)"
+    return text
+
+
 # LMDB must not open one file twice in a process (its fcntl locks are per process),
 # and py-lmdb refuses to. Stores of the same file in one process (the backend and
 # a responder in one test, or a tool next to a backend) share one environment.
@@ -163,9 +180,17 @@ class Store:
             except lmdb.MapFullError:
                 txn.abort()
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            except lmdb.Error as e:
+                # Nothing was written (LMDB transactions are atomic); the caller goes
+                # on serving what the store holds.
+                txn.abort()
+                raise StoreWriteError(describe_write_error(self.path, e)) from None
             except BaseException:
                 txn.abort()
                 raise
 
     def sync(self) -> None:
-        self.env.sync(True)
+        try:
+            self.env.sync(True)
+        except lmdb.Error as e:
+            raise StoreWriteError(describe_write_error(self.path, e)) from None

@@ -34,7 +34,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from cached.cache import DomainCache, State, WriteBatch
+from cached.cache import DomainCache, State, StoreWriteError, WriteBatch
 from cached.config import DomainConfig
 from cached.counters import (
     COUNTERS,
@@ -152,6 +152,11 @@ class LdapProvider:
                 return fn()
             except LdapOffline as e:
                 return Result(Outcome.OFFLINE, str(e))
+            except StoreWriteError as e:
+                # The cache could not be written (full filesystem): one line, and the
+                # responder serves what the cache holds.
+                log.error("%s %s: %s", kind, key, e)
+                return Result(Outcome.ERROR, str(e))
             except LdapError as e:
                 log.error("%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))

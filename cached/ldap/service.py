@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cached import aiorpc, rpc
-from cached.cache import Role, open_domain_cache
+from cached.cache import Role, StoreWriteError, open_domain_cache
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, format_profile
 from cached.ldap.client import LdapClient
@@ -134,7 +134,10 @@ class BackendService:
         # crash of the machine loses at most this many seconds of expiry times.
         while True:
             await asyncio.sleep(self.config.daemon.ts_sync_interval)
-            await self._in_worker(self.cache.sync_timestamps)
+            try:
+                await self._in_worker(self.cache.sync_timestamps)
+            except StoreWriteError as e:
+                log.error("%s", e)
 
     def refresh_schedule(self) -> tuple[float, float]:
         """(interval, random offset) of the background refresh, as SSSD computes them

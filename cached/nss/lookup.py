@@ -70,12 +70,20 @@ NegKey = tuple[str, tuple[str, str, Any]]  # (domain, plugin.negative_key(key))
 
 
 class NegativeCache:
-    """Names and ids recently found not to exist (``entry_negative_timeout``)."""
+    """Names and ids recently found not to exist (``entry_negative_timeout``).
+
+    The NSS socket is open to every local user, so the table is bounded: expired
+    entries are swept at most once per timeout period, and beyond ``MAX_ENTRIES``
+    the whole table is dropped (it is only a shortcut; the backend answers again).
+    """
+
+    MAX_ENTRIES = 100_000
 
     def __init__(self, timeout: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = timeout
         self.clock = clock
         self._until: dict[NegKey, float] = {}
+        self._next_sweep = 0.0
 
     def hit(self, domain: str, key: tuple[str, str, Any]) -> bool:
         until = self._until.get((domain, key))
@@ -87,8 +95,15 @@ class NegativeCache:
         return True
 
     def add(self, domain: str, key: tuple[str, str, Any]) -> None:
-        if self.timeout > 0:
-            self._until[(domain, key)] = self.clock() + self.timeout
+        if self.timeout <= 0:
+            return
+        now = self.clock()
+        if now >= self._next_sweep:
+            self._until = {k: t for k, t in self._until.items() if t > now}
+            self._next_sweep = now + self.timeout
+        if len(self._until) >= self.MAX_ENTRIES:
+            self._until.clear()
+        self._until[(domain, key)] = now + self.timeout
 
     def clear(self) -> None:
         self._until.clear()
