@@ -36,7 +36,7 @@ from dbus_next.signature import Variant
 from cached.cache import DomainCache, GroupView
 from cached.cache.records import split_members
 from cached.config import DomainConfig
-from cached.counters import COUNTERS
+from cached.counters import COUNTERS, IFP_DENIED, IFP_REQUEST
 from cached.ifp import interfaces as i
 from cached.ifp.paths import (
     GROUPS_PATH,
@@ -60,8 +60,6 @@ from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Fo
 log = logging.getLogger(__name__)
 
 # Stats in the one counters registry (ARCHITECTURE.md, invariant 6).
-IFP_REQUEST = "ifp.request"  # method calls answered (count, seconds)
-IFP_DENIED = "ifp.denied"  # root-only calls refused
 
 # UpdateMemberList: member lookups in flight at once, so one call cannot flood the backend.
 MEMBER_LOOKUP_CONCURRENCY = 8
