@@ -336,3 +336,14 @@ def test_wrong_ca_fails_with_a_clear_error_naming_the_uri(tmp_path, slapd_small_
     cfg = make_domain([s.ldaps_uri], s.base_dn, ldap_tls_reqcert="never")
     p, _, _ = make_backend(tmp_path / "never", cfg)
     assert p.user_by_name(slapd_small_tls.expected.big_user).outcome is Outcome.FOUND
+
+
+def test_sasl_external_bind_over_ldapi(tmp_path, slapd_small):
+    s, exp = slapd_small.slapd, slapd_small.expected
+    cfg = make_domain([s.ldapi_uri], s.base_dn, ldap_sasl_mech="EXTERNAL")
+    p, cache, _ = make_backend(tmp_path, cfg)
+    assert p.user_by_name(exp.big_user).outcome is Outcome.FOUND
+    assert cache.user_by_name(exp.big_user).value == exp.user(exp.big_user)
+    # slapd saw a SASL EXTERNAL bind: whoami is the peer-credential identity.
+    assert p.client.conn is not None
+    assert "cn=peercred,cn=external,cn=auth" in (p.client.conn.extend.standard.who_am_i() or "")

@@ -195,7 +195,11 @@ class LdapClient:
         )
         kwargs: dict[str, Any] = {}
         if self.cfg.ldap_sasl_mech == "external":
-            kwargs.update(authentication=ldap3.SASL, sasl_mechanism=ldap3.EXTERNAL)
+            # An empty authzid: with None ldap3 sends no credentials field and slapd
+            # answers saslBindInProgress instead of binding (seen with ldap3 2.9.1).
+            kwargs.update(
+                authentication=ldap3.SASL, sasl_mechanism=ldap3.EXTERNAL, sasl_credentials=""
+            )
         elif self.cfg.ldap_default_bind_dn:
             kwargs.update(
                 authentication=ldap3.SIMPLE,
