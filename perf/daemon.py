@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from cached import rpc
-from perf import nsenv
+from perf import nsenv, procstat
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
@@ -134,13 +133,7 @@ class CachedDaemon:
     def stop(self) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procstat.terminate(self.proc, STOP_TIMEOUT)
         _running.discard(self)
         code = self.proc.returncode
         self.proc = None

@@ -17,7 +17,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -125,13 +124,7 @@ class NslcdTarget:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procstat.terminate(self.proc, STOP_TIMEOUT)
         self.proc = None
 
     def run_nss(

@@ -9,6 +9,8 @@ in the report.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,3 +86,19 @@ def file_sizes(directory: Path, names: Iterable[str] | None = None) -> dict[str,
         if path.is_file():
             out[path.name] = FileSize(st.st_size, st.st_blocks * 512)
     return out
+
+
+def terminate(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float,
+              cont: bool = False) -> None:  # fmt: skip
+    """End a child we started, by its pid: SIGTERM, then SIGKILL after ``timeout``.
+    ``cont``: also SIGCONT it, since a stopped process keeps SIGTERM pending."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    if cont:
+        proc.send_signal(signal.SIGCONT)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -43,6 +43,7 @@ from types import TracebackType
 import ldap3
 from ldap3.core.exceptions import LDAPException
 
+from perf import procstat
 from perf.gendir import Expected
 
 SLAPD = "/usr/sbin/slapd"
@@ -290,16 +291,7 @@ class Slapd:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            if self._paused:
-                # A stopped process keeps SIGTERM pending until it is continued.
-                proc.send_signal(signal.SIGCONT)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        procstat.terminate(proc, STOP_TIMEOUT, cont=self._paused)
         self._proc = None
         self._paused = False
         _running.discard(self)

@@ -229,13 +229,7 @@ class SssdDaemon:
         if self.proc is None:
             return None
         ours = [i.pid for i in procstat.children(self.proc.pid)] if self.running else []
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procstat.terminate(self.proc, STOP_TIMEOUT)
         # The monitor ends its children; any of them still alive gets SIGKILL by pid.
         deadline = time.monotonic() + STOP_TIMEOUT
         for pid in ours:
