@@ -364,13 +364,7 @@ class DomainCache:
         if self.ts is None:
             return rec.MISSING_TIMES
         with self.ts.read() as txn:
-            data = txn.get(key, db=self.ts.tables[table])
-        if data is None:
-            return rec.MISSING_TIMES
-        try:
-            return rec.decode_times(data)
-        except RecordError:
-            return rec.MISSING_TIMES
+            return _times_or_missing(txn.get(key, db=self.ts.tables[table]))
 
     def _classify(self, times: Times, expire: float) -> State:
         return classify(times.last_update, expire, time.time(), self.nowait_percentage)
@@ -520,24 +514,23 @@ class DomainCache:
         users: list[str] = []
         groups: list[str] = []
         initgr: list[str] = []
+        t = self.entries.tables
         with self._reader() as txn:
-            ukeys = [
-                bytes(k) for k in txn.cursor(db=self.entries.tables["users"]).iternext(values=False)
-            ]
-            gkeys = [
-                bytes(k)
-                for k in txn.cursor(db=self.entries.tables["groups"]).iternext(values=False)
-            ]
-            ikeys = {
-                bytes(k)
-                for k in txn.cursor(db=self.entries.tables["initgr"]).iternext(values=False)
-            }
+            ukeys = [bytes(k) for k in txn.cursor(db=t["users"]).iternext(values=False)]
+            gkeys = [bytes(k) for k in txn.cursor(db=t["groups"]).iternext(values=False)]
+            ikeys = {bytes(k) for k in txn.cursor(db=t["initgr"]).iternext(values=False)}
+        stored: dict[str, dict[bytes, Times]] = {"users": {}, "groups": {}}
+        if self.ts is not None:
+            with self.ts.read() as tstxn:
+                for table, times in stored.items():
+                    for k, v in tstxn.cursor(db=self.ts.tables[table]):
+                        times[bytes(k)] = _times_or_missing(v)
         for table, keys, out in (("users", ukeys, users), ("groups", gkeys, groups)):
             for key in keys:
-                t = self._times(table, key)
-                if t.data_expire <= before:
+                tm = stored[table].get(key, rec.MISSING_TIMES)
+                if tm.data_expire <= before:
                     out.append(key.decode())
-                if table == "users" and key in ikeys and t.initgr_expire <= before:
+                if table == "users" and key in ikeys and tm.initgr_expire <= before:
                     initgr.append(key.decode())
         return users, groups, initgr
 
@@ -637,13 +630,7 @@ class DomainCache:
             tsu, tsg = self.ts.tables["users"], self.ts.tables["groups"]
 
             def old_times(table: lmdb._Database, key: bytes) -> Times:
-                data = tstxn.get(key, db=table)
-                if data is None:
-                    return rec.MISSING_TIMES
-                try:
-                    return rec.decode_times(data)
-                except RecordError:
-                    return rec.MISSING_TIMES
+                return _times_or_missing(tstxn.get(key, db=table))
 
             for key, (user, modstamp, usn) in batch.users.items():
                 new = rec.encode_user(user)
@@ -842,6 +829,16 @@ def _short_file(path: str) -> str:
                 best = (last_pg, txnid)
     need = (best[0] + 1) * psize
     return f"{size} bytes, its pages need {need}" if size < need else ""
+
+
+def _times_or_missing(data: rec.Data | None) -> Times:
+    """A stored timestamp record; a missing or damaged one reads as never refreshed."""
+    if data is None:
+        return rec.MISSING_TIMES
+    try:
+        return rec.decode_times(data)
+    except RecordError:
+        return rec.MISSING_TIMES
 
 
 def _opt_bytes(data: rec.Data | None) -> bytes | None:
