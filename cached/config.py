@@ -5,7 +5,9 @@ declared once in a table below with its type, SSSD's default (reference §6.1) a
 limits; that table is both the validator and the source of ``cached config --help``-style
 documentation in README.md. Errors name the file, section, option and value; unknown
 options warn and name the option; SSSD options that cached accepts but has no use for
-(``services``, ``auth_provider``, ...) are accepted quietly so a real sssd.conf loads.
+(``services``, ``auth_provider``, ...) are accepted quietly so a real sssd.conf loads;
+SSSD options that would change who is who (``use_fully_qualified_names = true``, ...)
+are refused unless set to a value that changes nothing (``UNSUPPORTED``).
 """
 
 from __future__ import annotations
@@ -85,6 +87,22 @@ def _uri_list(raw: str) -> list[str]:
     return uris
 
 
+def _id_provider(raw: str) -> str:
+    v = raw.strip().lower()
+    if v == "ad":
+        raise ValueError(
+            "cached has no AD provider; read Active Directory as an LDAP server: write "
+            "`id_provider = ldap` with its `ldap_uri`, a bind DN (`ldap_default_bind_dn`, "
+            "`ldap_default_authtok`) and `ldap_schema = rfc2307bis` with AD's names "
+            "(`ldap_user_object_class = user`, `ldap_user_name = sAMAccountName`, "
+            "`ldap_group_object_class = group`); `ldap_schema = ad` is not supported yet, "
+            "and users need uidNumber/gidNumber (no ID mapping)"
+        )
+    if v != "ldap":
+        raise ValueError("expected one of ldap")  # as _choice says it
+    return v
+
+
 def _case_sensitive(raw: str) -> str:
     v = raw.strip().lower()
     if v in ("true", "false", "preserving"):
@@ -140,7 +158,7 @@ NSS_OPTIONS: dict[str, Option] = {
 }
 
 DOMAIN_OPTIONS: dict[str, Option] = {
-    "id_provider": Option(_choice("ldap"), None, "Must be `ldap`."),
+    "id_provider": Option(_id_provider, None, "Must be `ldap`."),
     "ldap_uri": Option(_uri_list, [], "Servers, tried in order (failover)."),
     "ldap_backup_uri": Option(_uri_list, [], "Servers tried after every ldap_uri failed."),
     "ldap_search_base": Option(_str, "", "Default search base; read from the root DSE if unset."),
@@ -243,11 +261,7 @@ ACCEPTED_UNUSED = frozenset(
         "ldap_connection_expire_timeout",
         "timeout",
         "full_name_format",
-        "re_expression",
-        "fallback_homedir",
-        "default_shell",
         "shell_fallback",
-        "override_homedir",
         "account_cache_expiration",
         "offline_credentials_expiration",
         "offline_failed_login_attempts",
@@ -262,10 +276,89 @@ ACCEPTED_UNUSED = frozenset(
         "entry_cache_resolver_timeout",
         "ldap_enumeration_refresh_timeout",
         "ldap_purge_cache_timeout",
-        "use_fully_qualified_names",
-        "ldap_id_mapping",
     }
 )
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """An SSSD option cached does not implement. ``harmless(raw)`` is true for the
+    values under which SSSD answers as cached does (they load quietly); any other value
+    stops the start, naming the option and what cached does ``instead``: a migration
+    must never silently change who is who, or what their entries say."""
+
+    harmless: Callable[[str], bool]
+    instead: str
+
+
+def _is_false(raw: str) -> bool:
+    return not _bool(raw)
+
+
+def _is_unset(raw: str) -> bool:
+    return not raw.strip()
+
+
+# SSSD's default re_expression for LDAP domains (sssd.conf(5)): setting it to that is
+# no change.
+_SSSD_RE_EXPRESSION = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
+
+UNSUPPORTED: dict[str, Unsupported] = {
+    "use_fully_qualified_names": Unsupported(
+        _is_false,
+        "cached answers with plain names (alice, never alice@DOMAIN); set it to false or "
+        "remove it (names in files, ACLs and sudoers that carry @DOMAIN must change)",
+    ),
+    "default_domain_suffix": Unsupported(
+        _is_unset, "cached answers with plain names and does not qualify them; remove it"
+    ),
+    "override_space": Unsupported(
+        _is_unset, "cached serves names as the directory holds them, spaces included; remove it"
+    ),
+    "re_expression": Unsupported(
+        lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
+        "cached looks names up exactly as given and splits no domain out of them; remove it",
+    ),
+    "ldap_id_mapping": Unsupported(
+        _is_false,
+        "cached has no SID-to-id mapping: it serves the directory's uidNumber and gidNumber, "
+        "so users and groups without them would not exist; set it to false once the "
+        "directory holds POSIX ids",
+    ),
+    "override_homedir": Unsupported(
+        _is_unset, "cached serves the directory's home directory unchanged; remove it"
+    ),
+    "fallback_homedir": Unsupported(
+        _is_unset,
+        "cached serves the directory's home directory, empty when it has none; remove it",
+    ),
+    "override_shell": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "default_shell": Unsupported(
+        _is_unset,
+        "cached serves the directory's login shell, empty (so /bin/sh) when it has none; "
+        "remove it",
+    ),
+    "allowed_shells": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "vetoed_shells": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "override_gid": Unsupported(
+        _is_unset, "cached serves the directory's primary gid unchanged; remove it"
+    ),
+    "filter_users_in_groups": Unsupported(
+        lambda raw: not _is_false(raw),
+        "cached always leaves the users of filter_users out of group member lists "
+        "(SSSD's default, true); remove it",
+    ),
+    "ldap_rfc2307_fallback_to_local_users": Unsupported(
+        _is_false,
+        "cached lists only the members that the directory's users resolve to; remove it",
+    ),
+}
 
 # Sections of sssd.conf that belong to responders cached does not have.
 IGNORED_SECTIONS = (
@@ -404,7 +497,10 @@ def _read_section(
     for name, raw in items.items():
         opt = table.get(name)
         if opt is None:
-            if name not in ACCEPTED_UNUSED:
+            unsupported = UNSUPPORTED.get(name)
+            if unsupported is not None:
+                _check_unsupported(path, section, name, raw, unsupported)
+            elif name not in ACCEPTED_UNUSED:
                 warnings.append(f"{path}: [{section}] unknown option {name!r} is ignored")
             continue
         try:
@@ -414,6 +510,16 @@ def _read_section(
                 f"{path}: [{section}] {name} = {raw.strip()!r} is invalid: {e}"
             ) from None
     return values
+
+
+def _check_unsupported(path: str, section: str, name: str, raw: str, u: Unsupported) -> None:
+    where = f"{path}: [{section}] {name} = {raw.strip()!r}"
+    try:
+        harmless = u.harmless(raw)
+    except ValueError as e:
+        raise ConfigError(f"{where} is invalid: {e}") from None
+    if not harmless:
+        raise ConfigError(f"{where} is not supported: {u.instead}")
 
 
 def _check_secret_permissions(path: str, st: os.stat_result, section: str) -> None:
