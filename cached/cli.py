@@ -260,6 +260,23 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return code
 
 
+# The exit statuses, for cached(8) (cached/docgen.py).
+EXIT_STATUS = (
+    ("0", "Success. `cached status`: the daemon runs (for a user other than root, who may "
+          "not read its details, only that). `cached perf`: the measured command's status."),
+    ("1", "A mistake on the command line (one line on stderr), as getent(1) and id(1). "
+          "`cached id`: no such user, or the daemon cannot be asked. `cached cache`: not "
+          "root, nothing selected, or a store that cannot be written."),
+    ("2", "`cached getent`: a key not found or not valid, or the daemon cannot be asked "
+          "(glibc's getent(1) reports an unreachable service so too). `cached cache`: "
+          "nothing matched, or an unknown domain (as sss_cache(8)). `cached perf`: the "
+          "command cannot be run."),
+    ("3", "The configuration is missing or wrong (one line naming the file, section, option "
+          "and value); systemd does not restart the unit for it. `cached status` and "
+          "`cached perf`: the daemon is not running."),
+)  # fmt: skip
+
+
 # -- the parser ----------------------------------------------------------------------------
 
 # The processes the monitor starts (monitor.py). They are not commands for users, so
@@ -349,12 +366,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("id", cmd_id, "print a user's uid, gid and groups as id(1), through the NSS socket")
     p.add_argument("name", help="user name or uid")
-    p.add_argument("--pipes-dir", help="directory of the nss socket (default: from the config)")
+    p.add_argument("--pipes-dir", metavar="DIR",
+                   help="directory of the nss socket (default: from the config)")  # fmt: skip
 
     p = add("getent", cmd_getent, "look entries up through the NSS socket, as getent(1)")
-    p.add_argument("database", choices=("passwd", "group", "initgroups"))
+    p.add_argument("database", choices=("passwd", "group", "initgroups"),
+                   help="the database: passwd, group or initgroups")  # fmt: skip
     p.add_argument("keys", nargs="+", metavar="KEY", help="name, or uid/gid")
-    p.add_argument("--pipes-dir", help="directory of the nss socket (default: from the config)")
+    p.add_argument("--pipes-dir", metavar="DIR",
+                   help="directory of the nss socket (default: from the config)")  # fmt: skip
     return parser
 
 

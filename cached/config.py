@@ -2,12 +2,13 @@
 
 Sections: ``[cached]`` (alias ``[sssd]``), ``[nss]``, ``[domain/NAME]``. Every option is
 declared once in a table below with its type, SSSD's default (reference §6.1) and its
-limits; that table is both the validator and the source of ``cached config --help``-style
-documentation in README.md. Errors name the file, section, option and value; unknown
-options warn and name the option; SSSD options that cached accepts but has no use for
-(``services``, ``auth_provider``, ...) are accepted quietly so a real sssd.conf loads;
-SSSD options that would change who is who (``use_fully_qualified_names = true``, ...)
-are refused unless set to a value that changes nothing (``UNSUPPORTED``).
+limits; that table is both the validator and the source of the option tables in
+README.md and of cached.conf(5) (``python -m cached.docgen`` writes them). Errors name
+the file, section, option and value; unknown options warn and name the option; SSSD
+options that cached accepts but has no use for (``services``, ``auth_provider``, ...)
+are accepted quietly so a real sssd.conf loads; SSSD options that would change who is
+who (``use_fully_qualified_names = true``, ...) are refused unless set to a value that
+changes nothing (``UNSUPPORTED``).
 """
 
 from __future__ import annotations
@@ -112,16 +113,22 @@ def _case_sensitive(raw: str) -> str:
 
 @dataclass(frozen=True)
 class Option:
+    """One option: its parser, SSSD's default and its documentation, in one row. The
+    README tables and cached.conf(5) are generated from these rows (``python -m
+    cached.docgen``); ``shown_default`` is the default as documented when the value
+    itself does not say it (a default computed from other options, a required one)."""
+
     parse: Callable[[str], Any]
     default: Any
     doc: str
+    shown_default: str = ""
 
 
 # ---------------------------------------------------------------------------
 # The option tables. Defaults are SSSD 2.8.2's (reference §6.1) unless the doc says.
 
 DAEMON_OPTIONS: dict[str, Option] = {
-    "domains": Option(_list, [], "Domains to serve, in lookup order."),
+    "domains": Option(_list, [], "Domains to serve, in lookup order.", "(required)"),
     "pipes_dir": Option(_str, "/var/lib/sss/pipes", "Directory of the NSS socket `nss`."),
     "mc_dir": Option(_str, "/var/lib/sss/mc", "Directory of the memory-cache files."),
     "db_dir": Option(_str, "/var/lib/cached/db", "Directory of the LMDB cache files."),
@@ -158,8 +165,8 @@ NSS_OPTIONS: dict[str, Option] = {
 }
 
 DOMAIN_OPTIONS: dict[str, Option] = {
-    "id_provider": Option(_id_provider, None, "Must be `ldap`."),
-    "ldap_uri": Option(_uri_list, [], "Servers, tried in order (failover)."),
+    "id_provider": Option(_id_provider, None, "Must be `ldap`.", "(required)"),
+    "ldap_uri": Option(_uri_list, [], "Servers, tried in order (failover).", "(required)"),
     "ldap_backup_uri": Option(_uri_list, [], "Servers tried after every ldap_uri failed."),
     "ldap_search_base": Option(_str, "", "Default search base; read from the root DSE if unset."),
     "ldap_user_search_base": Option(_str, "", "Base of user searches (default: search base)."),
@@ -185,7 +192,7 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_user_name": Option(_str, "uid", "User name attribute."),
     "ldap_user_uid_number": Option(_str, "uidNumber", "UID attribute."),
     "ldap_user_gid_number": Option(_str, "gidNumber", "Primary GID attribute."),
-    "ldap_user_gecos": Option(_str, "gecos", "GECOS attribute."),
+    "ldap_user_gecos": Option(_str, "gecos", "GECOS attribute (falls back to `cn`)."),
     "ldap_user_home_directory": Option(_str, "homeDirectory", "Home directory attribute."),
     "ldap_user_shell": Option(_str, "loginShell", "Login shell attribute."),
     "ldap_user_modify_timestamp": Option(_str, "modifyTimestamp", "Change-time attribute."),
@@ -194,7 +201,10 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_group_name": Option(_str, "cn", "Group name attribute."),
     "ldap_group_gid_number": Option(_str, "gidNumber", "GID attribute."),
     "ldap_group_member": Option(
-        _str, "", "Member attribute; default `memberUid` (rfc2307) or `member` (rfc2307bis)."
+        _str,
+        "",
+        "Member attribute: `memberUid` (rfc2307) or `member` (rfc2307bis).",
+        "memberUid / member",
     ),
     "ldap_group_modify_timestamp": Option(_str, "modifyTimestamp", "Change-time attribute."),
     "ldap_group_entry_usn": Option(_str, "", "USN attribute, unset by default."),
@@ -202,18 +212,26 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         _int(0, 100), 2, "Nested levels followed (rfc2307bis); 0 = direct groups only."
     ),
     "ldap_deref_threshold": Option(
-        _int(0), 10, "Use the deref control for groups with more members than this; 0 = never."
+        _int(0),
+        10,
+        "Use the deref control for groups with more unnamed members (not named by their "
+        "RDN or the cache) than this; 0 = never.",
     ),
     "ignore_group_members": Option(_bool, False, "Do not fetch or return group members."),
     "ldap_member_rdn_shortcut": Option(
         _bool,
         True,
-        "cached: name a member DN by its RDN when that is the name attribute under the "
-        "search base, without a search (as nslcd). `false`: deref control or searches.",
+        "cached's own: name a member DN by its RDN when that is the name attribute under "
+        "the search base, without a search (as nslcd). `false`: deref control or searches "
+        "(SSSD's exact behaviour for dangling member DNs).",
     ),
     "entry_cache_timeout": Option(_int(0), 5400, "Lifetime of cached entries, seconds."),
-    "entry_cache_user_timeout": Option(_int(0), None, "Users (default entry_cache_timeout)."),
-    "entry_cache_group_timeout": Option(_int(0), None, "Groups (default entry_cache_timeout)."),
+    "entry_cache_user_timeout": Option(
+        _int(0), None, "Lifetime of cached users, seconds.", "entry_cache_timeout"
+    ),
+    "entry_cache_group_timeout": Option(
+        _int(0), None, "Lifetime of cached groups, seconds.", "entry_cache_timeout"
+    ),
     "refresh_expired_interval": Option(
         _int(0), 0, "Seconds between background refreshes of expiring entries; 0 = off."
     ),
