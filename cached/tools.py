@@ -4,7 +4,7 @@ They talk to a running daemon over its root-only control socket and work where n
 D-Bus bus exists. ``cached cache`` also works when the daemon is stopped: it writes
 the timestamp stores directly (reference §4: sss_cache opens the caches itself).
 Imports are kept light on purpose: ``cached cache -E`` is meant to take well under
-SSSD's 0.77 s (issue 6), and importing asyncio or ldap3 alone would cost a large
+SSSD's 0.77 s (README.md), and importing asyncio or ldap3 alone would cost a large
 part of that.
 """
 

@@ -19,7 +19,7 @@ from typing import Final
 
 import pytest
 
-from cached import docgen
+from cached import cli, docgen
 from cached.cli import build_parser
 from cached.config import DAEMON_OPTIONS, DOMAIN_OPTIONS, NSS_OPTIONS
 
@@ -139,8 +139,11 @@ def test_the_docs_have_command_lines() -> None:
 
 @pytest.mark.parametrize(("where", "line"), command_lines())
 def test_documented_command_lines_parse(where: str, line: str) -> None:
-    parser = build_parser()
     for argv in variants(line):
+        if len(argv) == 1 and argv[0] in dict(docgen._subcommands(build_parser())):
+            continue  # the command's name in prose ("`cached getent` is ...")
+        internal = cli._command_of(argv) in cli.INTERNAL
+        parser = cli.build_internal_parser() if internal else build_parser()
         try:
             parser.parse_args(argv)
         except SystemExit as e:
@@ -159,3 +162,72 @@ def test_variants_expand_options_and_alternatives() -> None:
     with pytest.raises(SystemExit):
         for argv in variants("cached cache -E \\| -u NAME [-d DOMAIN]"):
             build_parser().parse_args(argv)
+
+
+# -- citations -------------------------------------------------------------------------
+
+# "§x.y", "reference §x.y", "§3.1-§3.2"; not "RFC 4515 §3" (another document's section).
+CITATION: Final = re.compile(r"(RFC[ -]?\d+,?\s*|draft-\S+\s*)?§(\d+(?:\.\d+)*)")
+INVARIANT: Final = re.compile(r"\binvariants? (\d+)")
+CODE_DIRS: Final = ("cached", "perf", "tests", "systemd", "contrib")
+
+
+def code_files() -> list[Path]:
+    files = []
+    for d in CODE_DIRS:
+        files += [p for p in (REPO / d).rglob("*") if p.is_file() and p.suffix != ".pyc"
+                  and "results" not in p.parts and p.suffix not in (".png", ".json")]  # fmt: skip
+    return files
+
+
+def headings(path: Path) -> set[str]:
+    """The section numbers of ``path``'s headings: ``## 6. ...`` → 6, ``### 6.4 ...`` → 6.4."""
+    return set(re.findall(r"^#+ (\d+(?:\.\d+)*)\.? ", path.read_text(), flags=re.MULTILINE))
+
+
+def test_section_citations_resolve_in_compatibility_md() -> None:
+    sections = headings(DOCS / "compatibility.md")
+    assert {"1.1", "1.9", "2.2", "3.5", "4", "5.2", "6.4", "7", "8"} <= sections
+    cited, unresolved = 0, []
+    for path in code_files():
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for m in CITATION.finditer(line):
+                if m[1]:
+                    continue  # an RFC's or a draft's own section
+                cited += 1
+                if m[2].rstrip(".") not in sections:
+                    unresolved.append(f"{path.relative_to(REPO)}:{n}: §{m[2]}")
+    assert not unresolved, "no such section in docs/compatibility.md:\n" + "\n".join(unresolved)
+    assert cited > 150  # the code cites the reference about 200 times
+
+
+def test_invariant_citations_resolve_in_architecture_md() -> None:
+    text = (DOCS / "ARCHITECTURE.md").read_text()
+    invariants = set(re.findall(r"^(\d+)\. \*\*", text, flags=re.MULTILINE))
+    assert invariants == {"1", "2", "3", "4", "5", "6"}
+    unresolved = []
+    for path in [*code_files(), DOCS / "compatibility.md", DOCS / "CONTRIBUTING.md"]:
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            unresolved += [f"{path.relative_to(REPO)}:{n}: invariant {m[1]}"
+                           for m in INVARIANT.finditer(line) if m[1] not in invariants]  # fmt: skip
+    assert not unresolved, "\n".join(unresolved)
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    """Citations of files only the project's authors had: the reader of a clone has docs/."""
+    bad = re.compile(r"\.\./shared|STYLE\.md|sssd-behaviour\.md|\bissue \d+\b|"
+                     r"(?<![/\[(])\bARCHITECTURE\b(?!\.md)")  # fmt: skip
+    found = []
+    for path in [*code_files(), REPO / "README.md", *DOCS.rglob("*.md"), REPO / "Makefile"]:
+        if path == Path(__file__):
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if bad.search(line):
+                found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_the_citation_pattern_tells_rfc_sections_apart() -> None:
+    assert [(m[1], m[2]) for m in CITATION.finditer("per RFC 4515 §3, reference §6.4")] == [
+        ("RFC 4515 ", "3"), (None, "6.4")
+    ]  # fmt: skip
