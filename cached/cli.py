@@ -25,7 +25,8 @@ log = logging.getLogger("cached")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 EPILOG = """\
 configuration: sssd.conf syntax; an existing /etc/sssd/sssd.conf with an LDAP domain
-loads unchanged. See README.md ("Configuration") for every option.
+loads unchanged. Every option: cached.conf(5) (man ./docs/man/cached.conf.5 in the
+source) or README.md ("Configuration").
 """
 
 
