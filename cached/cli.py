@@ -98,7 +98,9 @@ def _pipes_dir(args: argparse.Namespace) -> str:
 
 
 def _shown(key: str) -> str:
-    """``key`` for a one-line message: a 10 KiB argument is cut, not echoed."""
+    """``key`` for a one-line message: a 10 KiB argument is cut, not echoed, and bytes
+    that are not UTF-8 are shown as ``\\xff``."""
+    key = key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return key if len(key) <= 64 else key[:64] + "…"
 
 
@@ -106,7 +108,10 @@ def _bad_name(key: str) -> str:
     """Why libnss_sss would never send ``key`` as a name (reference §1.5), or ''."""
     from cached.nss.protocol import MAX_NAME_BYTES
 
-    raw = key.encode("utf-8", "surrogateescape")
+    try:
+        raw = key.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive as surrogates (PEP 383)
+        return "a name that is not valid UTF-8"
     if not raw:
         return "an empty name"
     if len(raw) > MAX_NAME_BYTES:

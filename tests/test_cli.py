@@ -120,6 +120,12 @@ def test_names_libnss_sss_never_sends_are_not_looked_up(tmp_path: Path) -> None:
             2, "", f"cached getent: {db}: '{'x' * 64}…' is not a valid key (a name of 300 bytes "
             "(at most 256))\n",
         )  # fmt: skip
+    r = subprocess.run([sys.executable.encode(), b"-m", b"cached", b"getent", b"group", b"\xff",
+                        b"--pipes-dir", bytes(tmp_path)], capture_output=True, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, b"", b"cached getent: group: '\\xff' is not a valid key (a name that is not valid "
+        b"UTF-8)\n",
+    )  # fmt: skip
     assert result(cached("id", "", "--pipes-dir", str(tmp_path))) == (
         1, "", "cached id: '': no such user (an empty name)\n"
     )  # fmt: skip
