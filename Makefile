@@ -14,11 +14,13 @@ $(STAMP): pyproject.toml
 deps: $(STAMP)
 	sh contrib/install-deps
 
-lint: deps
+# lint needs only the venv; everything that starts slapd, dbus or libnss_sss also
+# needs the Debian packages (contrib/install-deps, which runs apt when some are missing).
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint
+test: deps lint
 	$(VENV)/bin/pytest -q
 
 bench: deps

@@ -12,16 +12,21 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from cached import __version__
 from cached.config import DEFAULT_CONFIG, Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from cached.nss.client import NssClient
 
 log = logging.getLogger("cached")
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 EPILOG = """\
 configuration: sssd.conf syntax; an existing /etc/sssd/sssd.conf with an LDAP domain
-loads unchanged. See README.md ("Configuration") for every option.
+loads unchanged. Every option: cached.conf(5) (man ./docs/man/cached.conf.5 in the
+source) or README.md ("Configuration").
 """
 
 
@@ -79,57 +84,115 @@ def cmd_responder(args: argparse.Namespace) -> int:
 
 # -- clients of the NSS socket -------------------------------------------------------------
 
+# getent(1)'s exit statuses (glibc nss/getent.c, its man page): 1 missing arguments or
+# unknown database, 2 a key not found. glibc reports an unreachable service the same
+# way as a missing key (the NSS module answers UNAVAIL), so cached getent does too.
+GETENT_NOT_FOUND = 2
+# id(1): 1 for "no such user" and every other failure.
+ID_FAILED = 1
+UID_MAX = 0xFFFFFFFF  # ids are u32 on the wire (reference §1.5)
+
 
 def _pipes_dir(args: argparse.Namespace) -> str:
     return str(args.pipes_dir or _load(args.config).daemon.pipes_dir)
 
 
-def cmd_id(args: argparse.Namespace) -> int:
-    from cached.nss.client import NssClient
+def _shown(key: str) -> str:
+    """``key`` for a one-line message: a 10 KiB argument is cut, not echoed, and bytes
+    that are not UTF-8 are shown as ``\\xff``."""
+    key = key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return key if len(key) <= 64 else key[:64] + "…"
 
-    with NssClient(_pipes_dir(args)) as c:
-        user = c.getpwuid(int(args.name)) if args.name.isdigit() else c.getpwnam(args.name)
-        if user is None:
-            print(f"cached id: '{args.name}': no such user", file=sys.stderr)
-            return 1
-        gids = [user.gid] + [g for g in c.initgroups(user.name) if g != user.gid]
-        seen: set[int] = set()
-        parts = []
-        names: dict[int, str] = {}
-        for gid in gids:
-            if gid in seen:
-                continue
-            seen.add(gid)
-            g = c.getgrgid(gid)
-            names[gid] = g.name if g else ""
-            parts.append(f"{gid}({g.name})" if g else str(gid))
+
+def _bad_name(key: str) -> str:
+    """Why libnss_sss would never send ``key`` as a name (reference §1.5), or ''."""
+    from cached.nss.protocol import MAX_NAME_BYTES
+
+    try:
+        raw = key.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive as surrogates (PEP 383)
+        return "a name that is not valid UTF-8"
+    if not raw:
+        return "an empty name"
+    if len(raw) > MAX_NAME_BYTES:
+        return f"a name of {len(raw)} bytes (at most {MAX_NAME_BYTES})"
+    return ""
+
+
+def _as_id(key: str) -> int | None:
+    """``key`` as a uid/gid when it is one: digits within u32. Longer digit strings are
+    names, as for getent(1) and id(1), which ask NSS for them by name."""
+    if key.isascii() and key.isdigit() and int(key) <= UID_MAX:
+        return int(key)
+    return None
+
+
+def cmd_id(args: argparse.Namespace) -> int:
+    from cached.nss.client import NssClient, NssClientError
+
+    uid = _as_id(args.name)
+    why = "" if uid is not None else _bad_name(args.name)
+    if why:
+        print(f"cached id: '{_shown(args.name)}': no such user ({why})", file=sys.stderr)
+        return ID_FAILED
+    try:
+        with NssClient(_pipes_dir(args)) as c:
+            user = c.getpwuid(uid) if uid is not None else c.getpwnam(args.name)
+            if user is None:
+                print(f"cached id: '{args.name}': no such user", file=sys.stderr)
+                return ID_FAILED
+            gids = [user.gid] + [g for g in c.initgroups(user.name) if g != user.gid]
+            parts = []
+            names: dict[int, str] = {}
+            for gid in dict.fromkeys(gids):
+                g = c.getgrgid(gid)
+                names[gid] = g.name if g else ""
+                parts.append(f"{gid}({g.name})" if g else str(gid))
+    except NssClientError as e:
+        print(f"cached id: cannot ask cached: {e}", file=sys.stderr)
+        return ID_FAILED
     primary = f"{user.gid}({names[user.gid]})" if names.get(user.gid) else str(user.gid)
     print(f"uid={user.uid}({user.name}) gid={primary} groups={','.join(parts)}")
     return 0
 
 
 def cmd_getent(args: argparse.Namespace) -> int:
-    from cached.nss.client import NssClient
+    from cached.nss.client import NssClient, NssClientError
 
-    with NssClient(_pipes_dir(args)) as c:
-        for key in args.keys:
-            if args.database == "passwd":
-                u = c.getpwuid(int(key)) if key.isdigit() else c.getpwnam(key)
-                if u is None:
-                    return 2
-                print(f"{u.name}:*:{u.uid}:{u.gid}:{u.gecos}:{u.home}:{u.shell}")
-            elif args.database == "group":
-                g = c.getgrgid(int(key)) if key.isdigit() else c.getgrnam(key)
-                if g is None:
-                    return 2
-                print(f"{g.name}:{g.passwd}:{g.gid}:{','.join(g.members)}")
-            else:
-                u = c.getpwnam(key)
-                if u is None:
-                    return 2
-                gids = list(dict.fromkeys(c.initgroups(key)))
-                print(f"{key:<24}" + " ".join(str(g) for g in gids))
-    return 0
+    status = 0
+    try:
+        with NssClient(_pipes_dir(args)) as c:
+            for key in args.keys:
+                n = _as_id(key) if args.database != "initgroups" else None
+                why = "" if n is not None else _bad_name(key)
+                if why:
+                    # libnss_sss answers such a key "not found" without asking (§1.5).
+                    print(f"cached getent: {args.database}: '{_shown(key)}' is not a valid key "
+                          f"({why})", file=sys.stderr)  # fmt: skip
+                    status = GETENT_NOT_FOUND
+                    continue
+                line = _getent_line(c, args.database, key, n)
+                if line is None:
+                    status = GETENT_NOT_FOUND  # getent(1) goes on with the other keys
+                else:
+                    print(line)
+    except NssClientError as e:
+        print(f"cached getent: cannot ask cached: {e}", file=sys.stderr)
+        return GETENT_NOT_FOUND
+    return status
+
+
+def _getent_line(c: NssClient, database: str, key: str, n: int | None) -> str | None:
+    if database == "passwd":
+        u = c.getpwuid(n) if n is not None else c.getpwnam(key)
+        return None if u is None else f"{u.name}:*:{u.uid}:{u.gid}:{u.gecos}:{u.home}:{u.shell}"
+    if database == "group":
+        g = c.getgrgid(n) if n is not None else c.getgrnam(key)
+        return None if g is None else f"{g.name}:{g.passwd}:{g.gid}:{','.join(g.members)}"
+    if c.getpwnam(key) is None:
+        return None
+    gids = list(dict.fromkeys(c.initgroups(key)))
+    return f"{key:<24}" + " ".join(str(g) for g in gids)
 
 
 # -- administration ---------------------------------------------------------------------
@@ -176,6 +239,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({"running": running, **st}, indent=2, default=str))
     else:
         print(format_status(config, st, running))
+    # LSB's status codes (as systemctl's): 0 running, 3 not running. A user who may not
+    # open the control socket still learns that the daemon runs (0); the details need root.
     return 0 if running else 3
 
 
@@ -185,6 +250,13 @@ def cmd_perf(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
+    if not argv:  # a usage error: before the configuration is read
+        print(
+            "cached perf: give the command to measure after --, e.g. "
+            "cached perf -- id bigroupuser (see cached perf --help)",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
     try:
         text, code = perf(_load(args.config), argv, args.json, args.command_name)
     except ToolError as e:
@@ -194,7 +266,36 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return code
 
 
+# The exit statuses, for cached(8) (cached/docgen.py).
+EXIT_STATUS = (
+    ("0", "Success. `cached status`: the daemon runs (for a user other than root, who may "
+          "not read its details, only that). `cached perf`: the measured command's status."),
+    ("1", "A mistake on the command line (one line on stderr), as getent(1) and id(1). "
+          "`cached id`: no such user, or the daemon cannot be asked. `cached cache`: not "
+          "root, nothing selected, or a store that cannot be written."),
+    ("2", "`cached getent`: a key not found or not valid, or the daemon cannot be asked "
+          "(glibc's getent(1) reports an unreachable service so too). `cached cache`: "
+          "nothing matched, or an unknown domain (as sss_cache(8)). `cached perf`: the "
+          "command cannot be run."),
+    ("3", "The configuration is missing or wrong (one line naming the file, section, option "
+          "and value); systemd does not restart the unit for it. `cached status` and "
+          "`cached perf`: the daemon is not running."),
+)  # fmt: skip
+
+
 # -- the parser ----------------------------------------------------------------------------
+
+# The processes the monitor starts (monitor.py). They are not commands for users, so
+# they are parsed by their own parser and never offered in usage or "invalid choice".
+INTERNAL = ("_backend", "_responder")
+USAGE_ERROR = 1  # getent(1), id(1) and sss_cache(8) answer a bad command line with 1
+
+
+class Parser(argparse.ArgumentParser):
+    """Mistakes on the command line get one line and status 1, as from getent(1)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:
@@ -204,8 +305,15 @@ def _add_config(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _add_log_level(p: argparse.ArgumentParser, default: str | None = "info") -> None:
+    p.add_argument(
+        "--log-level", choices=LOG_LEVELS, default=default or argparse.SUPPRESS,
+        help="log level of the daemon (debug adds one PROFILE line per backend request)",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="cached",
         description="A directory-service client cache daemon: LDAP users and nested groups, "
         "served over SSSD's NSS protocol to the stock libnss_sss.",
@@ -213,10 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"cached {__version__}")
-    parser.add_argument(
-        "--log-level", choices=LOG_LEVELS, default="info",
-        help="log level of the daemon (debug adds one PROFILE line per backend request)",
-    )  # fmt: skip
+    _add_log_level(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -227,7 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=fn)
         return p
 
-    add("serve", cmd_serve, "run the daemon in the foreground (monitor, backends, responder)")
+    p = add("serve", cmd_serve, "run the daemon in the foreground (monitor, backends, responder)")
+    # Accepted after the subcommand too (`cached serve --log-level debug`); there it
+    # overrides the one before it.
+    _add_log_level(p, default=None)
 
     p = add(
         "cache", cmd_cache,
@@ -246,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(
         "status", cmd_status,
         "show domains (online/offline, last refresh, entries), stores, memory cache, "
-        "processes and uptime; exit status 3 when the daemon is not running",
+        "processes and uptime; exit status 3 when the daemon is not running; for users "
+        "other than root only whether it runs",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -263,14 +372,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("id", cmd_id, "print a user's uid, gid and groups as id(1), through the NSS socket")
     p.add_argument("name", help="user name or uid")
-    p.add_argument("--pipes-dir", help="directory of the nss socket (default: from the config)")
+    p.add_argument("--pipes-dir", metavar="DIR",
+                   help="directory of the nss socket (default: from the config)")  # fmt: skip
 
     p = add("getent", cmd_getent, "look entries up through the NSS socket, as getent(1)")
-    p.add_argument("database", choices=("passwd", "group", "initgroups"))
+    p.add_argument("database", choices=("passwd", "group", "initgroups"),
+                   help="the database: passwd, group or initgroups")  # fmt: skip
     p.add_argument("keys", nargs="+", metavar="KEY", help="name, or uid/gid")
-    p.add_argument("--pipes-dir", help="directory of the nss socket (default: from the config)")
+    p.add_argument("--pipes-dir", metavar="DIR",
+                   help="directory of the nss socket (default: from the config)")  # fmt: skip
+    return parser
 
-    # Internal: the processes the monitor starts.
+
+def build_internal_parser() -> argparse.ArgumentParser:
+    """``cached [--log-level L] _backend|_responder -c FILE ...``: what monitor.py runs."""
+    parser = Parser(prog="cached")
+    _add_log_level(parser)
+    sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("_backend")
     _add_config(p)
     p.add_argument("--domain", required=True)
@@ -281,8 +399,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str:
+    """The subcommand word of ``argv``: the first word that is not an option of the
+    top-level parser (whose only option with a value is --log-level)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_internal_parser() if _command_of(argv) in INTERNAL else build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -2,10 +2,13 @@
 
 Sections: ``[cached]`` (alias ``[sssd]``), ``[nss]``, ``[domain/NAME]``. Every option is
 declared once in a table below with its type, SSSD's default (reference §6.1) and its
-limits; that table is both the validator and the source of ``cached config --help``-style
-documentation in README.md. Errors name the file, section, option and value; unknown
-options warn and name the option; SSSD options that cached accepts but has no use for
-(``services``, ``auth_provider``, ...) are accepted quietly so a real sssd.conf loads.
+limits; that table is both the validator and the source of the option tables in
+README.md and of cached.conf(5) (``python -m cached.docgen`` writes them). Errors name
+the file, section, option and value; unknown options warn and name the option; SSSD
+options that cached accepts but has no use for (``services``, ``auth_provider``, ...)
+are accepted quietly so a real sssd.conf loads; SSSD options that would change who is
+who (``use_fully_qualified_names = true``, ...) are refused unless set to a value that
+changes nothing (``UNSUPPORTED``).
 """
 
 from __future__ import annotations
@@ -85,6 +88,22 @@ def _uri_list(raw: str) -> list[str]:
     return uris
 
 
+def _id_provider(raw: str) -> str:
+    v = raw.strip().lower()
+    if v == "ad":
+        raise ValueError(
+            "cached has no AD provider; read Active Directory as an LDAP server: write "
+            "`id_provider = ldap` with its `ldap_uri`, a bind DN (`ldap_default_bind_dn`, "
+            "`ldap_default_authtok`) and `ldap_schema = rfc2307bis` with AD's names "
+            "(`ldap_user_object_class = user`, `ldap_user_name = sAMAccountName`, "
+            "`ldap_group_object_class = group`); `ldap_schema = ad` is not supported yet, "
+            "and users need uidNumber/gidNumber (no ID mapping)"
+        )
+    if v != "ldap":
+        raise ValueError("expected one of ldap")  # as _choice says it
+    return v
+
+
 def _case_sensitive(raw: str) -> str:
     v = raw.strip().lower()
     if v in ("true", "false", "preserving"):
@@ -94,16 +113,22 @@ def _case_sensitive(raw: str) -> str:
 
 @dataclass(frozen=True)
 class Option:
+    """One option: its parser, SSSD's default and its documentation, in one row. The
+    README tables and cached.conf(5) are generated from these rows (``python -m
+    cached.docgen``); ``shown_default`` is the default as documented when the value
+    itself does not say it (a default computed from other options, a required one)."""
+
     parse: Callable[[str], Any]
     default: Any
     doc: str
+    shown_default: str = ""
 
 
 # ---------------------------------------------------------------------------
 # The option tables. Defaults are SSSD 2.8.2's (reference §6.1) unless the doc says.
 
 DAEMON_OPTIONS: dict[str, Option] = {
-    "domains": Option(_list, [], "Domains to serve, in lookup order."),
+    "domains": Option(_list, [], "Domains to serve, in lookup order.", "(required)"),
     "pipes_dir": Option(_str, "/var/lib/sss/pipes", "Directory of the NSS socket `nss`."),
     "mc_dir": Option(_str, "/var/lib/sss/mc", "Directory of the memory-cache files."),
     "db_dir": Option(_str, "/var/lib/cached/db", "Directory of the LMDB cache files."),
@@ -140,8 +165,8 @@ NSS_OPTIONS: dict[str, Option] = {
 }
 
 DOMAIN_OPTIONS: dict[str, Option] = {
-    "id_provider": Option(_choice("ldap"), None, "Must be `ldap`."),
-    "ldap_uri": Option(_uri_list, [], "Servers, tried in order (failover)."),
+    "id_provider": Option(_id_provider, None, "Must be `ldap`.", "(required)"),
+    "ldap_uri": Option(_uri_list, [], "Servers, tried in order (failover).", "(required)"),
     "ldap_backup_uri": Option(_uri_list, [], "Servers tried after every ldap_uri failed."),
     "ldap_search_base": Option(_str, "", "Default search base; read from the root DSE if unset."),
     "ldap_user_search_base": Option(_str, "", "Base of user searches (default: search base)."),
@@ -167,7 +192,7 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_user_name": Option(_str, "uid", "User name attribute."),
     "ldap_user_uid_number": Option(_str, "uidNumber", "UID attribute."),
     "ldap_user_gid_number": Option(_str, "gidNumber", "Primary GID attribute."),
-    "ldap_user_gecos": Option(_str, "gecos", "GECOS attribute."),
+    "ldap_user_gecos": Option(_str, "gecos", "GECOS attribute (falls back to `cn`)."),
     "ldap_user_home_directory": Option(_str, "homeDirectory", "Home directory attribute."),
     "ldap_user_shell": Option(_str, "loginShell", "Login shell attribute."),
     "ldap_user_modify_timestamp": Option(_str, "modifyTimestamp", "Change-time attribute."),
@@ -176,7 +201,10 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_group_name": Option(_str, "cn", "Group name attribute."),
     "ldap_group_gid_number": Option(_str, "gidNumber", "GID attribute."),
     "ldap_group_member": Option(
-        _str, "", "Member attribute; default `memberUid` (rfc2307) or `member` (rfc2307bis)."
+        _str,
+        "",
+        "Member attribute: `memberUid` (rfc2307) or `member` (rfc2307bis).",
+        "memberUid / member",
     ),
     "ldap_group_modify_timestamp": Option(_str, "modifyTimestamp", "Change-time attribute."),
     "ldap_group_entry_usn": Option(_str, "", "USN attribute, unset by default."),
@@ -184,18 +212,26 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         _int(0, 100), 2, "Nested levels followed (rfc2307bis); 0 = direct groups only."
     ),
     "ldap_deref_threshold": Option(
-        _int(0), 10, "Use the deref control for groups with more members than this; 0 = never."
+        _int(0),
+        10,
+        "Use the deref control for groups with more unnamed members (not named by their "
+        "RDN or the cache) than this; 0 = never.",
     ),
     "ignore_group_members": Option(_bool, False, "Do not fetch or return group members."),
     "ldap_member_rdn_shortcut": Option(
         _bool,
         True,
-        "cached: name a member DN by its RDN when that is the name attribute under the "
-        "search base, without a search (as nslcd). `false`: deref control or searches.",
+        "cached's own: name a member DN by its RDN when that is the name attribute under "
+        "the search base, without a search (as nslcd). `false`: deref control or searches "
+        "(SSSD's exact behaviour for dangling member DNs).",
     ),
     "entry_cache_timeout": Option(_int(0), 5400, "Lifetime of cached entries, seconds."),
-    "entry_cache_user_timeout": Option(_int(0), None, "Users (default entry_cache_timeout)."),
-    "entry_cache_group_timeout": Option(_int(0), None, "Groups (default entry_cache_timeout)."),
+    "entry_cache_user_timeout": Option(
+        _int(0), None, "Lifetime of cached users, seconds.", "entry_cache_timeout"
+    ),
+    "entry_cache_group_timeout": Option(
+        _int(0), None, "Lifetime of cached groups, seconds.", "entry_cache_timeout"
+    ),
     "refresh_expired_interval": Option(
         _int(0), 0, "Seconds between background refreshes of expiring entries; 0 = off."
     ),
@@ -243,11 +279,7 @@ ACCEPTED_UNUSED = frozenset(
         "ldap_connection_expire_timeout",
         "timeout",
         "full_name_format",
-        "re_expression",
-        "fallback_homedir",
-        "default_shell",
         "shell_fallback",
-        "override_homedir",
         "account_cache_expiration",
         "offline_credentials_expiration",
         "offline_failed_login_attempts",
@@ -262,10 +294,89 @@ ACCEPTED_UNUSED = frozenset(
         "entry_cache_resolver_timeout",
         "ldap_enumeration_refresh_timeout",
         "ldap_purge_cache_timeout",
-        "use_fully_qualified_names",
-        "ldap_id_mapping",
     }
 )
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """An SSSD option cached does not implement. ``harmless(raw)`` is true for the
+    values under which SSSD answers as cached does (they load quietly); any other value
+    stops the start, naming the option and what cached does ``instead``: a migration
+    must never silently change who is who, or what their entries say."""
+
+    harmless: Callable[[str], bool]
+    instead: str
+
+
+def _is_false(raw: str) -> bool:
+    return not _bool(raw)
+
+
+def _is_unset(raw: str) -> bool:
+    return not raw.strip()
+
+
+# SSSD's default re_expression for LDAP domains (sssd.conf(5)): setting it to that is
+# no change.
+_SSSD_RE_EXPRESSION = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
+
+UNSUPPORTED: dict[str, Unsupported] = {
+    "use_fully_qualified_names": Unsupported(
+        _is_false,
+        "cached answers with plain names (alice, never alice@DOMAIN); set it to false or "
+        "remove it (names in files, ACLs and sudoers that carry @DOMAIN must change)",
+    ),
+    "default_domain_suffix": Unsupported(
+        _is_unset, "cached answers with plain names and does not qualify them; remove it"
+    ),
+    "override_space": Unsupported(
+        _is_unset, "cached serves names as the directory holds them, spaces included; remove it"
+    ),
+    "re_expression": Unsupported(
+        lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
+        "cached looks names up exactly as given and splits no domain out of them; remove it",
+    ),
+    "ldap_id_mapping": Unsupported(
+        _is_false,
+        "cached has no SID-to-id mapping: it serves the directory's uidNumber and gidNumber, "
+        "so users and groups without them would not exist; set it to false once the "
+        "directory holds POSIX ids",
+    ),
+    "override_homedir": Unsupported(
+        _is_unset, "cached serves the directory's home directory unchanged; remove it"
+    ),
+    "fallback_homedir": Unsupported(
+        _is_unset,
+        "cached serves the directory's home directory, empty when it has none; remove it",
+    ),
+    "override_shell": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "default_shell": Unsupported(
+        _is_unset,
+        "cached serves the directory's login shell, empty (so /bin/sh) when it has none; "
+        "remove it",
+    ),
+    "allowed_shells": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "vetoed_shells": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "override_gid": Unsupported(
+        _is_unset, "cached serves the directory's primary gid unchanged; remove it"
+    ),
+    "filter_users_in_groups": Unsupported(
+        lambda raw: not _is_false(raw),
+        "cached always leaves the users of filter_users out of group member lists "
+        "(SSSD's default, true); remove it",
+    ),
+    "ldap_rfc2307_fallback_to_local_users": Unsupported(
+        _is_false,
+        "cached lists only the members that the directory's users resolve to; remove it",
+    ),
+}
 
 # Sections of sssd.conf that belong to responders cached does not have.
 IGNORED_SECTIONS = (
@@ -404,7 +515,10 @@ def _read_section(
     for name, raw in items.items():
         opt = table.get(name)
         if opt is None:
-            if name not in ACCEPTED_UNUSED:
+            unsupported = UNSUPPORTED.get(name)
+            if unsupported is not None:
+                _check_unsupported(path, section, name, raw, unsupported)
+            elif name not in ACCEPTED_UNUSED:
                 warnings.append(f"{path}: [{section}] unknown option {name!r} is ignored")
             continue
         try:
@@ -414,6 +528,16 @@ def _read_section(
                 f"{path}: [{section}] {name} = {raw.strip()!r} is invalid: {e}"
             ) from None
     return values
+
+
+def _check_unsupported(path: str, section: str, name: str, raw: str, u: Unsupported) -> None:
+    where = f"{path}: [{section}] {name} = {raw.strip()!r}"
+    try:
+        harmless = u.harmless(raw)
+    except ValueError as e:
+        raise ConfigError(f"{where} is invalid: {e}") from None
+    if not harmless:
+        raise ConfigError(f"{where} is not supported: {u.instead}")
 
 
 def _check_secret_permissions(path: str, st: os.stat_result, section: str) -> None:

@@ -179,7 +179,7 @@ def _ms(seconds: float) -> str:
 
 def format_profile(scope: Scope, outcome: str) -> str:
     """One hierarchical line per request, in the shape of SeaweedFS's profiling notes
-    (STYLE.md), so `grep PROFILE | awk` gives per-stage statistics:
+    (docs/CONTRIBUTING.md, Style), so `grep PROFILE | awk` gives per-stage statistics:
 
     ``INITGR PROFILE bigroupuser: total=612.0ms outcome=found | ldap=410.2ms,
     decode=150.1ms, store=21.4ms └─ ldap: searches=5, entries=2086, wait=300.1ms,

@@ -2,11 +2,11 @@
 
     python -m perf.report perf/results/2026-11-29-vm
 
-The shape follows the storage projects' benchmark notes (STYLE.md, "Benchmark reports
-people can read"): Summary, Findings (what happened, how to reproduce), Next actions,
-then the figures, the environment and the exact commands. Every number in the text is
-computed here from ``results.json``; a hand-written ``notes.md`` next to it, if any, is
-included under "Analysis".
+The shape follows the storage projects' benchmark notes (docs/CONTRIBUTING.md, Style,
+"Benchmark reports people can read"): Summary, Findings (what happened, how to
+reproduce), Next actions, then the figures, the environment and the exact commands.
+Every number in the text is computed here from ``results.json``; a hand-written
+``notes.md`` next to it, if any, is included under "Analysis".
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ filesystem; hostile clients on the live NSS socket; file modes; filter injection
 Everything goes through ``cached serve`` and the real ``libnss_sss`` (or raw bytes on
 its socket); answers are compared with the generated directory's expected answers
 (``slapd_*.expected``). "Within the timeouts" is shown by the daemon's own state, log
-and counters (ARCHITECTURE: benchmarks are not timed assertions); durations are only
+and counters (docs/CONTRIBUTING.md: no wall-clock thresholds); durations are only
 recorded (``print``; ``pytest -s`` shows them).
 """
 
@@ -590,8 +590,8 @@ def test_full_filesystem_keeps_answers_logs_the_file_and_recovers(
         # took part of a write: a short pwrite is EIO in mdb_page_flush)...
         errors = [line for line in log.splitlines() if "mdb_txn_commit" in line]
         assert errors, d.log_tail()
-        # ...clearly: naming the file that could not be written (ARCHITECTURE: errors
-        # name the file at fault) and saying that its filesystem is full.
+        # ...clearly: naming the file that could not be written (docs/CONTRIBUTING.md:
+        # errors name the file at fault) and saying that its filesystem is full.
         if not any(entry_path in line or ts_path in line for line in errors):
             failures.append("no error names the file:\n  " + "\n  ".join(errors[:2]))
         if not any("No space left on device" in line for line in errors):

@@ -51,8 +51,8 @@ from perf.slapd import LiveDirectory
 REPO: Final = Path(__file__).resolve().parent.parent
 UNIT: Final = REPO / "systemd" / "cached.service"
 TMPFILES: Final = REPO / "systemd" / "cached.tmpfiles"
-#: Where a package installs the console script. The unit names this path.
-PACKAGED_CACHED: Final = "/usr/bin/cached"
+#: Where README.md's install puts the console script (a venv). The unit names this path.
+PACKAGED_CACHED: Final = "/opt/cached/bin/cached"
 START_TIMEOUT: Final = 60.0  # as perf.daemon: a backend's start may verify its cache
 STOP_TIMEOUT: Final = 30.0
 #: Ceiling for `systemd-analyze security` (0 = locked down, 10 = fully exposed). The unit
@@ -144,7 +144,7 @@ def default_writable_dirs() -> dict[str, str]:
 
 
 def cached_command() -> list[str]:
-    """The console script `pip install` made, the stand-in for ExecStart's /usr/bin/cached."""
+    """The console script `pip install` made, the stand-in for ExecStart's cached."""
     script = Path(sysconfig.get_path("scripts")) / "cached"
     if not os.access(script, os.X_OK):
         pytest.fail(f"{script} is missing: install the project (`make deps` or pip install -e .)")

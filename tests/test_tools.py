@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 from cached.memcache import McReader
 from perf.nsenv import nss_command, requires_nss
+from tests.asuser import open_the_way, run_python
 
 pytestmark = requires_nss
 
@@ -89,11 +87,7 @@ def test_cache_tool_messages_and_status(daemon_factory, slapd_small):
     assert d.cli("cache", "-u", exp.big_user).returncode == 0
     assert d.cli("cache", "-u", f"{exp.big_user}@LDAP", "-g", "large01").returncode == 0
     # Non-root: refused before anything is opened.
-    r = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         sys.executable, "-m", "cached", "cache", "-E", "-c", str(d.config_path)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    r = run_python(["-m", "cached", "cache", "-E", "-c", str(d.config_path)])
     assert (r.returncode, r.stderr) == (1, "cached cache: must be run as root\n")
 
     st = d.cli("status")
@@ -115,19 +109,14 @@ def test_control_socket_refuses_other_users(daemon_factory, slapd_small):
     ctl = d.pipes_dir / "private" / "control"
     # Open the way to the socket and the socket itself to everyone (test directories
     # only): the peer-uid check must still refuse.
-    for parent in [*reversed(ctl.parents)][2:]:  # below /tmp
-        parent.chmod(parent.stat().st_mode | 0o005)
+    open_the_way(ctl)
     ctl.chmod(0o666)
     code = (
         "from cached import rpc\n"
         f"try:\n    rpc.call_sync({str(ctl)!r}, 'status', timeout=5)\n"
         "except rpc.RpcError as e:\n    print('refused', e)\n"
     )
-    r = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
-        capture_output=True, text=True, check=False,
-        env={**os.environ, "PYTHONPATH": str(d.workdir.parent.parent)},
-    )  # fmt: skip
+    r = run_python(["-c", code])
     assert r.stdout.startswith("refused"), (r.stdout, r.stderr)
     assert "refused a client running as uid 65534" in d.log_text()
 

@@ -4,7 +4,7 @@
 transitive group list, and the uid/gid/DN indexes. ``timestamps_<domain>.lmdb``
 (no sync) holds lastUpdate, the expiry times and the server's modifyTimestamp/USN
 per entry (reference §3.1-§3.2). A refresh that finds nothing changed writes only
-the timestamp store (ARCHITECTURE invariant 2); losing the timestamp store makes
+the timestamp store (docs/ARCHITECTURE.md, invariant 2); losing the timestamp store makes
 entries read as expired and loses nothing (invariant 3).
 
 The backend process is the only writer of the entry store. The responder reads

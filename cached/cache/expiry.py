@@ -25,7 +25,7 @@ def classify(last_update: float, expire: float, now: float, nowait_percentage: i
 
     ``expire`` of 0 means no timestamp record (the store was rebuilt, or the entry
     was never refreshed): expired, never missing — losing the timestamp store loses
-    no data (ARCHITECTURE invariant 3).
+    no data (docs/ARCHITECTURE.md, invariant 3).
     """
     if expire <= now:
         return State.EXPIRED

@@ -170,7 +170,7 @@ def invalidated_times(data: Data) -> bytes:
     """The invalidated form of a stored timestamp record: keeps lastUpdate only.
 
     A slice and a concatenation, no unpacking: invalidating 10,000 entries is a loop
-    over this (issue 3 budget: 50 ms)."""
+    over this (budget: 50 ms; tests/bench/test_bench_cache.py)."""
     if len(data) < _TS.size + 1 or data[0] != TS_VERSION:
         raise RecordError("timestamp record is damaged")
     return bytes(data[:_LAST_UPDATE_END]) + _INVALIDATED_TAIL

@@ -59,7 +59,7 @@ from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Fo
 
 log = logging.getLogger(__name__)
 
-# Stats in the one counters registry (ARCHITECTURE.md, invariant 6).
+# Stats in the one counters registry (docs/ARCHITECTURE.md, invariant 6).
 
 # UpdateMemberList: member lookups in flight at once, so one call cannot flood the backend.
 MEMBER_LOOKUP_CONCURRENCY = 8

@@ -7,7 +7,7 @@ escaped so that it only holds ``[A-Za-z0-9]``: any other byte becomes ``_xx`` (t
 lower-case hex digits) and the empty string becomes ``_``. A client that builds paths
 with SSSD's rules therefore finds the same objects here.
 
-Everything a D-Bus caller sends is hostile (ARCHITECTURE.md, invariant 5): names are
+Everything a D-Bus caller sends is hostile (docs/ARCHITECTURE.md, invariant 5): names are
 checked here before they reach a lookup.
 """
 

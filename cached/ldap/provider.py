@@ -1,7 +1,7 @@
 """The backend's requests: user, group and initgroups, each ending in one cache write.
 
 Where SSSD walks nesting one group at a time and then looks each group up again
-(2,089 searches for a cold initgroups of a user in 2,086 groups, issue 4), these
+(2,089 searches for a cold initgroups of a user in 2,086 groups, §9.3), these
 requests ask for whole levels at once:
 
 * initgroups (rfc2307bis): the user's direct groups in one search, then each level

@@ -80,6 +80,11 @@ class NssClient:
             )
         return reply.body
 
+    def handshake(self) -> None:
+        """Connect and negotiate the version, as the real client does first (§1.3)."""
+        if self.sock is None:
+            self._connect()
+
     def getpwnam(self, name: str) -> User | None:
         users = p.decode_passwd(self._call(p.Command.GETPWNAM, p.name_body(name)))
         return users[0] if users else None

@@ -1,13 +1,13 @@
 """SSSD's NSS socket protocol as a sans-IO codec: bytes in, values out.
 
-The shape follows h11 (STYLE.md): :class:`ServerConnection` buffers what the socket
-delivered (``receive_data``) and hands out one parsed request at a time
+The shape follows h11 (docs/CONTRIBUTING.md, Style): :class:`ServerConnection` buffers
+what the socket delivered (``receive_data``) and hands out one parsed request at a time
 (``next_request``) or :data:`NEED_DATA`; reply encoders turn values into bytes. There are
 no sockets, clocks or tasks here, so every edge case is a unit test and the codec can be
 fuzzed. :class:`ClientConnection` and the ``decode_*`` functions are the same protocol from
 the client's side, for ``cached id`` / ``cached getent`` and for tests.
 
-Wire format (reference ``sssd-behaviour.md`` §1.2): a 16-byte header of four host-endian
+Wire format (reference §1.2): a 16-byte header of four host-endian
 ``uint32`` (``len`` incl. header, ``cmd``, ``status``, ``reserved``) then the body. Every
 integer on this socket is host-endian because client and server are on the same machine:
 all packing here uses ``struct``'s ``"="`` (native byte order, standard 4-byte ``I``, no

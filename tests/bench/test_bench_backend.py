@@ -1,4 +1,5 @@
-"""Cold initgroups of bigroupuser from LDAP into the cache, backend alone (issue 4).
+"""Cold initgroups of bigroupuser from LDAP into the cache, backend alone
+(docs/compatibility.md §9.3).
 
 Each round starts from an empty cache and an open connection, so it measures the
 searches, the decoding, the member resolution and the one store transaction.

@@ -1,4 +1,4 @@
-"""Benchmarks of the split cache (issue 3 targets). Run by `make bench`.
+"""Benchmarks of the split cache. Run by `make bench`.
 
 Under `make test` (--benchmark-disable) each runs once, as a test of the path.
 """
