@@ -1,6 +1,7 @@
 """A small Active Directory for tests, with its expected answers by construction.
 
-The shapes ``ldap_schema = ad`` must get right (issue 18), each present once:
+The shapes ``ldap_schema = ad`` must get right (docs/compatibility.md §6.5 and the AD
+work), each present once:
 
 * users named ``CN=<Full Name>`` with ``sAMAccountName`` as the login name and rfc2307
   attributes (``uidNumber``, ``gidNumber``, ``unixHomeDirectory``, ``loginShell``);
