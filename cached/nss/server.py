@@ -3,9 +3,22 @@
 The unchanged ``libnss_sss.so.2`` connects to ``<pipes_dir>/nss`` (reference §1.1),
 keeps one connection per thread, and sends one request at a time. Each connection
 here is a task running the sans-IO codec of ``protocol.py``; lookups go through the
-one flow of ``lookup.py``. Limits: ``client_idle_timeout`` (SSSD's, 60 s) closes idle
-connections, ``max_clients`` caps them, and a reply the client does not read within
-``WRITE_TIMEOUT`` closes the connection so one stuck client cannot pin memory.
+one flow of ``lookup.py``.
+
+The socket is open to every local user (reference §1.9), so each connection is
+charged to its peer's uid (SO_PEERCRED) and no uid can take what the others need
+(issue 17, docs/threat-model.md):
+
+* connections: ``max_clients`` in all, ``max_clients_per_uid`` per non-root uid, and the
+  last ``root_reserved_clients`` for root (logins resolve names as root);
+* time: ``client_idle_timeout`` (SSSD's, 60 s) counts from the last *complete*
+  request, so trickling bytes does not keep a connection; a request must arrive
+  whole within ``REQUEST_TIMEOUT`` of its first byte;
+* memory: a connection has at most one reply in flight, a uid at most
+  ``max_reply_buffer_per_uid`` MiB of replies its clients have not read (its next
+  requests wait for room), and a reply not read within ``WRITE_TIMEOUT`` closes the
+  connection;
+* logs: refusals and failing requests are logged through a rate limiter.
 """
 
 from __future__ import annotations
@@ -28,13 +41,35 @@ from cached.counters import COUNTERS, NSS_REQUEST
 from cached.model import User
 from cached.nss import protocol as p
 from cached.nss.admin import Admin
-from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found, Lookups
+from cached.nss.lookup import (
+    CLIENT_UID,
+    GETGRGID,
+    GETGRNAM,
+    GETPWNAM,
+    GETPWUID,
+    INITGR,
+    Found,
+    Kind,
+    Lookups,
+)
 from cached.nss.mcfeed import MemcacheFeed
+from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
+limited = RateLimitedLog(log)
 
 # A client that has not read its reply after this long is stuck; drop it.
 WRITE_TIMEOUT = 30.0
+# A request must arrive whole within this many seconds of its first byte. libnss_sss
+# writes header and body back to back (microseconds apart); 10 s is far beyond any
+# scheduling delay, and short enough that trickling one byte at a time cannot keep a
+# connection (issue 17: one byte every 40 s kept 1,024 connections forever).
+REQUEST_TIMEOUT = 10.0
+# Group member lists of at least this many names are kept, as answered, per group
+# and cache snapshot, so a client asking for a huge group again and again costs a
+# dictionary lookup, not a new split/fold/join of the list.
+MEMO_MEMBERS = 1000
+MEMO_GROUPS = 64
 READ_CHUNK = 4096
 # SSSD's listen backlog (reference §1.8).
 BACKLOG = 128
@@ -50,6 +85,17 @@ class _Enum:
         self.sent: set[int] = set()
 
 
+class _Share:
+    """What one client uid holds: its connections and its replies not yet read."""
+
+    __slots__ = ("conns", "room", "unread")
+
+    def __init__(self) -> None:
+        self.conns = 0
+        self.unread = 0
+        self.room = asyncio.Condition()
+
+
 class NssResponder:
     def __init__(self, config: Config, lookups: Lookups, feed: MemcacheFeed) -> None:
         self.config = config
@@ -62,8 +108,13 @@ class NssResponder:
         self.refused = 0
         self.served = 0
         self.started = time.time()
-        # Users filtered out of group member lists (SSSD's filter_users_in_groups).
-        self._filtered_members = {n.encode() for n in config.nss.filter_users}
+        self.shares: dict[int | None, _Share] = {}
+        self.nonroot = 0  # connections of uids other than 0
+        nss = config.nss
+        self.reserved = min(nss.root_reserved_clients, nss.max_clients // 2)
+        self.reply_budget = nss.max_reply_buffer_per_uid << 20
+        # (domain, group name) -> (the GroupView answered, member count, member blob)
+        self._members_memo: dict[tuple[str, str], tuple[GroupView, int, bytes]] = {}
 
     # -- encoding ----------------------------------------------------------------------
 
@@ -80,17 +131,31 @@ class NssResponder:
         return p.passwd_reply(cmd, [rec])
 
     def _members(self, found: Found, g: GroupView) -> tuple[int, bytes]:
-        if found.domain.ignore_group_members:
+        dom = found.domain
+        if dom.ignore_group_members:
             return 0, b""
         blob, count = g.members, g.member_count
-        lower = found.domain.case_sensitive == "false"
-        filtered = self._filtered_members and any(
-            b"\0" + n + b"\0" in b"\0" + blob for n in self._filtered_members
-        )
+        big = count >= MEMO_MEMBERS
+        if big:
+            # The cache hands out the same GroupView while its snapshot is unchanged.
+            memo = self._members_memo.get((dom.name, g.name))
+            if memo is not None and memo[0] is g:
+                return memo[1], memo[2]
+        lower = dom.case_sensitive == "false"
+        # Users filtered out of group member lists (SSSD's filter_users_in_groups),
+        # case-folded in a case-insensitive domain as every other name comparison.
+        drop = self.lookups.policy.filter_names(dom, Kind.USER)
+        fold = dom.case_insensitive
+        hay = b"\0" + (blob.lower() if fold else blob)
+        filtered = any(not n.isascii() or ("\0" + n + "\0").encode() in hay for n in drop)
         if filtered or lower:
-            names = [n for n in split_members(blob) if n.encode() not in self._filtered_members]
+            names = [n for n in split_members(blob) if (n.lower() if fold else n) not in drop]
             blob = join_members([n.lower() for n in names] if lower else names)
             count = blob.count(b"\0")
+        if big:
+            if len(self._members_memo) >= MEMO_GROUPS:
+                self._members_memo.clear()
+            self._members_memo[(dom.name, g.name)] = (g, count, blob)
         return count, blob
 
     def _group_record(self, found: Found) -> tuple[str, int, bytes, bytes]:
@@ -123,8 +188,9 @@ class NssResponder:
         last = self._prefilled.get(key)
         if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
             return
+        policy = self.lookups.policy
         for g in found.cache.groups_by_name(ig.groups):
-            if g.name in self.lookups.filter_groups:
+            if not policy.group_ok(found.domain, g.name, g.gid):
                 continue
             gfound = Found(found.domain, found.cache, g, found.state)
             count, blob = self._members(gfound, g)
@@ -186,18 +252,19 @@ class NssResponder:
                 continue
             state.sent.add(i)
             cache = self.lookups.caches[domain.name]
+            served = self.lookups.policy.served
             # Never fed to the memory cache during enumeration (reference §2.1).
             if req.cmd == p.Command.GETPWENT:
                 records = [
                     self._passwd_record(Found(domain, cache, u, State.VALID))[1]
                     for u in cache.iter_users()
-                    if u.name not in self.lookups.filter_users
+                    if served(domain, u)
                 ]
             else:
                 records = [
                     self._group_record(Found(domain, cache, g, State.VALID))[3]
                     for g in cache.iter_groups()
-                    if g.name not in self.lookups.filter_groups
+                    if served(domain, g)
                 ]
             if records:
                 body = p.passwd_reply if req.cmd == p.Command.GETPWENT else p.group_reply
@@ -206,45 +273,121 @@ class NssResponder:
 
     # -- connections -------------------------------------------------------------------
 
+    def _admit(self, uid: int | None) -> str:
+        """Why a new connection of ``uid`` is refused, or "" when it is admitted."""
+        nss = self.config.nss
+        if self.active >= nss.max_clients:
+            return f"{self.active} connections (max_clients)"
+        if uid == 0:
+            return ""
+        if self.nonroot >= nss.max_clients - self.reserved:
+            return (
+                f"{self.nonroot} connections of other users, the last {self.reserved} "
+                "are kept for root (root_reserved_clients)"
+            )
+        share = self.shares.get(uid)
+        if share is not None and share.conns >= nss.max_clients_per_uid:
+            return f"uid {uid} holds {share.conns} connections (max_clients_per_uid)"
+        return ""
+
     async def on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.active >= self.config.nss.max_clients:
+        try:
+            uid = aiorpc.peer_uid(writer)
+        except OSError:
+            uid = None
+        why = self._admit(uid)
+        if why:
             self.refused += 1
-            log.warning("refusing an NSS client: %d connections (max_clients)", self.active)
+            # Rate-limited per reason and uid: refusals are what an attacker causes.
+            limited.log(("refused", uid, why.split(" ")[-1]), logging.WARNING,
+                        "refusing an NSS client: %s", why)  # fmt: skip
             writer.close()
             return
+        share = self.shares.get(uid)
+        if share is None:
+            share = self.shares[uid] = _Share()
+        share.conns += 1
         self.active += 1
+        if uid != 0:
+            self.nonroot += 1
+        CLIENT_UID.set(uid)  # this connection's task: travels with its backend requests
+        try:
+            await self._serve(reader, writer, share)
+        finally:
+            self.active -= 1
+            share.conns -= 1
+            if uid != 0:
+                self.nonroot -= 1
+            if share.conns == 0 and share.unread == 0:
+                self.shares.pop(uid, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _room(self, share: _Share) -> None:
+        """Wait until this uid's unread replies leave room for one more."""
+        if share.unread < self.reply_budget:
+            return
+        async with share.room:
+            await asyncio.wait_for(
+                share.room.wait_for(lambda: share.unread < self.reply_budget), WRITE_TIMEOUT
+            )
+
+    async def _send(self, writer: asyncio.StreamWriter, share: _Share, reply: bytes) -> None:
+        share.unread += len(reply)
+        try:
+            writer.write(reply)
+            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+        finally:
+            share.unread -= len(reply)
+            async with share.room:
+                share.room.notify_all()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, share: _Share
+    ) -> None:
         conn = p.ServerConnection()
         state = _Enum()
         idle = self.config.nss.client_idle_timeout
+        loop = asyncio.get_running_loop()
+        last_request = loop.time()  # the last complete request (or the connect)
+        started = 0.0  # when the first byte of the request being received came
         try:
             while True:
+                deadline = last_request + idle
+                if conn.buffered_bytes:
+                    deadline = min(deadline, started + REQUEST_TIMEOUT)
                 try:
-                    data = await asyncio.wait_for(reader.read(READ_CHUNK), idle)
+                    data = await asyncio.wait_for(
+                        reader.read(READ_CHUNK), max(0.0, deadline - loop.time())
+                    )
                 except TimeoutError:
-                    break  # idle: the client reconnects transparently (§1.8)
+                    break  # idle or too slow: the client reconnects transparently (§1.8)
                 if not data:
                     break
+                if not conn.buffered_bytes:
+                    started = loop.time()
                 conn.receive_data(data)
                 while not isinstance(req := conn.next_request(), p.NeedData):
+                    await self._room(share)
                     start = time.perf_counter()
                     try:
                         reply = await self.answer(req, state)
-                    except Exception:
-                        log.exception("answering %s failed", p.command_name(req.cmd))
+                    except Exception as e:
+                        # One line per kind of failure and minute (the first with its
+                        # traceback): any local user can repeat a failing request.
+                        limited.log(("answer", req.cmd, type(e).__name__), logging.ERROR,
+                                    "answering %s failed: %s: %s", p.command_name(req.cmd),
+                                    type(e).__name__, e, exc_info=True)  # fmt: skip
                         reply = p.error_reply(req.cmd, errno.EIO)
                     COUNTERS.add(NSS_REQUEST, 1, time.perf_counter() - start)
                     self.served += 1
-                    writer.write(reply)
-                    await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+                    await self._send(writer, share, reply)
+                    last_request = started = loop.time()
         except p.ProtocolError as e:
             log.debug("closing NSS client: %s", e)
         except (ConnectionError, TimeoutError):
             pass
-        finally:
-            self.active -= 1
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -253,6 +396,8 @@ class NssResponder:
             "connections": self.active,
             "refused": self.refused,
             "served": self.served,
+            "uids": len(self.shares),
+            "unread_bytes": sum(sh.unread for sh in self.shares.values()),
             **self.lookups.counts(),
         }
 
