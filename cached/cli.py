@@ -108,6 +108,17 @@ def cmd_id(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fields(line: list[str], members: list[str] | None = None) -> str | None:
+    """A passwd/group line, or None when a field holds a character of the format
+    itself: a name with a newline, ':' or (a member) ',' would print a forged line or
+    field (issue 17); such an entry is refused, never printed."""
+    if any(ch in f for f in line for ch in "\n:") or any(
+        ch in m for m in members or () for ch in "\n:,"
+    ):
+        return None
+    return ":".join([*line, ",".join(members)] if members is not None else line)
+
+
 def cmd_getent(args: argparse.Namespace) -> int:
     from cached.nss.client import NssClient
 
@@ -117,12 +128,19 @@ def cmd_getent(args: argparse.Namespace) -> int:
                 u = c.getpwuid(int(key)) if key.isdigit() else c.getpwnam(key)
                 if u is None:
                     return 2
-                print(f"{u.name}:*:{u.uid}:{u.gid}:{u.gecos}:{u.home}:{u.shell}")
+                text = _fields([u.name, "*", str(u.uid), str(u.gid), u.gecos, u.home, u.shell])
             elif args.database == "group":
                 g = c.getgrgid(int(key)) if key.isdigit() else c.getgrnam(key)
                 if g is None:
                     return 2
-                print(f"{g.name}:{g.passwd}:{g.gid}:{','.join(g.members)}")
+                text = _fields([g.name, g.passwd, str(g.gid)], list(g.members))
+            if args.database in ("passwd", "group"):
+                if text is None:
+                    what = f"the {args.database} entry of {key!r}"
+                    print(f"cached getent: {what} holds a newline, ':' or ',' in a field; "
+                          "not printed", file=sys.stderr)  # fmt: skip
+                    return 1
+                print(text)
             else:
                 u = c.getpwnam(key)
                 if u is None:
