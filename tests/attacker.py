@@ -48,12 +48,14 @@ def connect():
 
 
 def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = s.recv_into(view[got:])
+        if not k:
             return None
-        buf += chunk
+        got += k
     return buf
 
 
