@@ -74,6 +74,9 @@ MAX_KEY = 511
 EXPAND_MEMO = 64
 # Below this many direct members in the sub-groups, expanding is cheaper than keeping.
 EXPAND_MEMO_MIN = 1000
+# Names kept in all memoised expansions (~10 bytes each, plus the records compared):
+# a bound on the memo's memory whatever groups clients ask for.
+EXPAND_MEMO_NAMES = 2_000_000
 
 
 def unstorable(kind: str, name: str, ident: int, dn: str, key: bytes) -> str:
@@ -116,6 +119,16 @@ class GroupView:
     dn: str
     members: bytes  # NUL-joined, as the NSS reply and the memory cache take them
     member_count: int
+
+
+@dataclass(slots=True)
+class _Expanded:
+    """A memoised expansion: valid for snapshot ``snap``, and for any later one where
+    every record in ``deps`` (key, stored bytes or None) is unchanged."""
+
+    snap: int
+    view: GroupView
+    deps: list[tuple[bytes, rec.Data | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +212,7 @@ class DomainCache:
         self.store_id = b""
         self._next_identity_check = 0.0
         # key -> (entry-store snapshot id, expanded view); see _group_view.
-        self._expanded: dict[bytes, tuple[int, GroupView]] = {}
+        self._expanded: dict[bytes, _Expanded] = {}
         self.entries: Store
         self.ts: Store | None = None
         if role is Role.BACKEND:
@@ -466,25 +479,34 @@ class DomainCache:
         # A snapshot id names one committed state of the whole entry store: while it
         # is the same, so is the expansion (issue 17: re-expanding a 200,000-member
         # nested group took 0.48 s of the responder's one event loop per request).
+        # After a write, the expansion still holds if the records it read are the
+        # same bytes (comparing them is a memcmp; any cold lookup writes the store).
         snap = txn.id()
         memo = self._expanded.get(bytes(key))
-        if memo is not None and memo[0] == snap:
-            return memo[1]
+        if memo is not None:
+            if memo.snap == snap:
+                return memo.view
+            if all(txn.get(k, db=groups) == v for k, v in memo.deps):
+                memo.snap = snap
+                return memo.view
         with self.counters.timer(GROUP_EXPAND):
-            view, sub_members = self._expand(txn, key, top)
+            view, deps, sub_members = self._expand(txn, key, top)
         self.counters.add(GROUP_EXPAND, 0, 0.0, view.member_count)
         if sub_members >= EXPAND_MEMO_MIN:
-            if len(self._expanded) >= EXPAND_MEMO:
+            kept = sum(m.view.member_count for m in self._expanded.values())
+            if len(self._expanded) >= EXPAND_MEMO or kept > EXPAND_MEMO_NAMES:
                 self._expanded.clear()
-            self._expanded[bytes(key)] = (snap, view)
+            self._expanded[bytes(key)] = _Expanded(snap, view, [(bytes(key), data), *deps])
         return view
 
     def _expand(
         self, txn: lmdb.Transaction, key: rec.Data, top: GroupRecord
-    ) -> tuple[GroupView, int]:
-        """The expanded view of ``top`` and how many direct members its sub-groups had."""
+    ) -> tuple[GroupView, list[tuple[bytes, rec.Data | None]], int]:
+        """The expanded view of ``top``, the sub-group records it read (key, bytes or
+        None), and how many direct members those sub-groups had."""
         groups = self.entries.tables["groups"]
         sub_members = 0
+        deps: list[tuple[bytes, rec.Data | None]] = []
         seen = {key}
         blobs = [top.members]
         frontier = list(top.member_groups)
@@ -496,6 +518,7 @@ class DomainCache:
                     continue
                 seen.add(gkey)
                 sub = txn.get(gkey, db=groups)
+                deps.append((gkey, sub))
                 if sub is None:
                     continue
                 subrec = rec.decode_group(sub)
@@ -509,7 +532,7 @@ class DomainCache:
         for blob in blobs:
             names.update(rec.split_members(blob))
         blob = rec.join_members(list(names))
-        return GroupView(top.name, top.gid, top.dn, blob, len(names)), sub_members
+        return GroupView(top.name, top.gid, top.dn, blob, len(names)), deps, sub_members
 
     def initgroups(self, name: str) -> Lookup[Initgroups]:
         """A user's transitive gids; its state comes from initgrExpireTimestamp (§6.4)."""
