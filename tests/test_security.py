@@ -50,6 +50,8 @@ GROUPS = f"ou=groups,{BASE}"
 GROUP_EXPAND = "cache.group.expand"
 WIDE = 50_000  # members of `wide` (the 200,000 of the review, scaled for a test)
 LONG_NAME = "g" * 600  # above LMDB's 511-byte key limit
+DEEP = 40  # groups in a nesting chain
+ROOT_PW = "Pw-17-zq8Xk"  # the hostile slapd's rootdn password: must never reach a log
 
 
 def _b64(data: bytes) -> str:
@@ -79,6 +81,7 @@ def hostile_ldif() -> str:
     """The review's hostile entries (each named after the finding it reproduces)."""
     u = lambda n: f"uid={n},{PEOPLE}"  # noqa: E731
     g = lambda n: f"cn={n},{GROUPS}"  # noqa: E731
+    chain = lambda i: g(f"deep{i + 1:02d}") if i < DEEP - 1 else u("carol")  # noqa: E731
     entries = [
         # 1: primary gid 0 and (gid_t)-1
         _user(u("eve"), 30001, 0, "eve"),
@@ -101,6 +104,12 @@ def hostile_ldif() -> str:
         _group(g("nulgrp"), "nulgrp", 30200, ["user00001\0user00002"], attr="memberUid"),
         _user(u("bad1"), 30030, 10000, "bad1", extra=f"audio:: {_b64(b'bad' + bytes([255]))}"),
         _user(u("bad2"), 30031, 10000, "bad2", extra=f"audio:: {_b64(b'bad' + bytes([254]))}"),
+        # held: cycles, self-membership and a deep chain (carol is in the deepest)
+        _user(u("carol"), 30060, 10000, "carol"),
+        _group(g("cyc1"), "cyc1", 30400, [g("cyc2"), u("carol")]),
+        _group(g("cyc2"), "cyc2", 30401, [g("cyc1")]),
+        _group(g("selfgrp"), "selfgrp", 30402, [g("selfgrp"), u("carol")]),
+        *(_group(g(f"deep{i:02d}"), f"deep{i:02d}", 30500 + i, [chain(i)]) for i in range(DEEP)),
         # 4/5: a wide group and a parent whose only member it is
         _group(g("wide"), "wide", 30300, [f"uid=w{i:06d},{PEOPLE}" for i in range(WIDE)]),
         _group(g("hugeparent"), "hugeparent", 30301, [g("wide")]),
@@ -115,7 +124,7 @@ def slapd_hostile(
     work = tmp_path_factory.mktemp("hostile")
     ldif = work / "hostile.ldif"
     ldif.write_text(small_2307bis.ldif.read_text().rstrip("\n") + "\n\n" + hostile_ldif())
-    with Slapd(work / "slapd", ldif, BASE) as server:
+    with Slapd(work / "slapd", ldif, BASE, root_pw=ROOT_PW) as server:
         yield LiveDirectory(slapd=server, expected=small_2307bis.expected)
 
 
@@ -521,3 +530,47 @@ def test_17_held_connection_share_has_no_effect_on_root(daemon_factory, slapd_ho
     finally:
         for sk in socks:
             sk.close()
+
+
+def test_17_held_cycles_self_membership_and_deep_chains_terminate(
+    daemon_factory, slapd_hostile
+):
+    for level, deep in ((2, 3), (100, DEEP)):
+        d = daemon_factory(slapd_hostile, ldap_group_nesting_level=level)
+        r = d.run_nss(["id", "-Gn", "carol"], env=SOCKET_ONLY, timeout=60)
+        groups = set(r.stdout.split())
+        assert r.returncode == 0 and {"users", "cyc1", "cyc2", "selfgrp"} <= groups, r
+        # The chain is followed up to the nesting level, no further.
+        assert {x for x in groups if x.startswith("deep")} == {
+            f"deep{i:02d}" for i in range(DEEP - deep, DEEP)
+        }, (level, sorted(groups))
+        for group in ("cyc1", "cyc2", "selfgrp", "deep00" if level == 100 else "deep39"):
+            r = nss(d, "getent", "group", group)
+            assert r.returncode == 0 and r.stdout.strip().endswith(":carol"), (group, r.stdout)
+
+
+def test_17_held_the_bind_password_never_reaches_the_log(daemon_factory, slapd_hostile):
+    s = slapd_hostile.slapd
+    good = daemon_factory(slapd_hostile, ldap_default_bind_dn=s.root_dn,
+                          ldap_default_authtok=ROOT_PW)  # fmt: skip
+    assert nss(good, "id", "user00001").returncode == 0
+    bad = daemon_factory(slapd_hostile, ldap_default_bind_dn=s.root_dn,
+                         ldap_default_authtok="Wrong-17-pw", ldap_opt_timeout=1)  # fmt: skip
+    assert nss(bad, "getent", "passwd", "user00001").returncode == 2
+    for d, pw in ((good, ROOT_PW), (bad, "Wrong-17-pw")):
+        assert "debug" in d.log_text().lower()  # the daemons log at debug level
+        assert pw not in d.log_text()
+
+
+def test_17_held_a_refused_starttls_never_binds_in_plaintext(daemon_factory, slapd_hostile):
+    # This slapd has no TLS material: it refuses StartTLS.
+    s = slapd_hostile.slapd
+    offset = s.log_offset()
+    d = daemon_factory(slapd_hostile, ldap_id_use_start_tls="true", ldap_default_bind_dn=s.root_dn,
+                       ldap_default_authtok=ROOT_PW, ldap_opt_timeout=1,
+                       ldap_network_timeout=1)  # fmt: skip
+    r = nss(d, "getent", "passwd", "user00001")
+    assert r.returncode == 2, r.stdout
+    log = s._log_since(offset)
+    assert "EXT oid=1.3.6.1.4.1.1466.20037" in log  # StartTLS was asked for...
+    assert " BIND dn=" not in log  # ...and, refused, no bind followed
