@@ -18,6 +18,8 @@ charged to its peer's uid (SO_PEERCRED) and no uid can take what the others need
   ``max_reply_buffer_per_uid`` MiB of replies its clients have not read (its next
   requests wait for room), and a reply not read within ``WRITE_TIMEOUT`` closes the
   connection;
+* the event loop: a non-root uid has at most ``ANSWERS_PER_UID`` requests being
+  answered at once, and big group answers are kept encoded per cache snapshot;
 * logs: refusals and failing requests are logged through a rate limiter.
 """
 
