@@ -574,3 +574,71 @@ def test_17_held_a_refused_starttls_never_binds_in_plaintext(daemon_factory, sla
     log = s._log_since(offset)
     assert "EXT oid=1.3.6.1.4.1.1466.20037" in log  # StartTLS was asked for...
     assert " BIND dn=" not in log  # ...and, refused, no bind followed
+
+
+# == units: the pure logic behind the above ==============================================
+
+
+def test_rate_limited_log_one_line_per_kind_per_interval(caplog):
+    import logging
+
+    from cached.ratelimit import RateLimitedLog
+
+    now = [0.0]
+    limited = RateLimitedLog(logging.getLogger("t17"), interval=60.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="t17"):
+        for _ in range(100):
+            limited.log("a", logging.WARNING, "refused %s", "a")
+        limited.log("b", logging.WARNING, "refused %s", "b")
+        now[0] = 61.0
+        limited.log("a", logging.WARNING, "refused %s", "a")
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused a",
+        "refused b",
+        "refused a (99 more like this in the last 60 s not logged)",
+    ]
+    assert limited.suppressed_total == 99
+
+
+def test_fair_queue_takes_one_job_per_uid_in_turn():
+    import asyncio
+
+    from cached.ldap.service import FairQueue, _Job
+
+    async def run() -> list[str]:
+        loop = asyncio.get_running_loop()
+        q = FairQueue()
+        jobs = {}
+        for name, uid in [("a1", 1), ("a2", 1), ("a3", 1), ("b1", 2), ("c1", 3), ("a4", 1)]:
+            jobs[name] = _Job("user_by_name", name, loop.create_future())
+            q.put(uid, jobs[name])
+        q.put(2, jobs["a3"])  # uid 2 waits for a3 too: it runs at uid 2's turn
+        order = []
+        while q.waiting():
+            job = await q.get()
+            job.started = True
+            order.append(job.key)
+        return order
+
+    assert asyncio.run(run()) == ["a1", "b1", "c1", "a2", "a3", "a4"]
+
+
+def test_serve_policy_ids_filters_and_domains():
+    from cached.nss.lookup import Kind, ServePolicy
+
+    text = config_text(["ldap://127.0.0.1:1"], BASE, Path("/nonexistent"), min_id=0,
+                       case_sensitive="false",
+                       nss={"filter_users": "root, alice@ldap, bob@ELSEWHERE"})  # fmt: skip
+    cfg = parse_config(text)
+    policy, dom = ServePolicy(cfg), cfg.domains[0]
+    assert not dom.id_in_range(0) and not dom.id_in_range(4294967295)
+    assert dom.id_in_range(1) and dom.id_in_range(4294967294)
+    assert not policy.user_ok(dom, User("x", 1000, 0))  # primary gid 0
+    assert not policy.user_ok(dom, User("x", 0, 1000))
+    assert policy.user_ok(dom, User("x", 1000, 1000))
+    assert policy.name_filtered(dom, Kind.USER, "ROOT")  # case-insensitive domain
+    assert policy.name_filtered(dom, Kind.USER, "Alice")  # alice@ldap: this domain
+    # No configured domain called ELSEWHERE: the whole entry is a name, in every domain.
+    assert policy.name_filtered(dom, Kind.USER, "bob@elsewhere")
+    assert not policy.name_filtered(dom, Kind.USER, "bob")
+    assert policy.name_filtered(dom, Kind.GROUP, "root")  # filter_groups default

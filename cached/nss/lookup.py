@@ -201,6 +201,8 @@ class Lookups:
         self.backend_timeout = backend_timeout
         self.negative = NegativeCache(config.nss.entry_negative_timeout)
         self.inflight: dict[tuple[str, str, Any], asyncio.Future[str]] = {}
+        self._waiting_uids: dict[tuple[str, str, Any], set[int | None]] = {}
+        self._extra: set[asyncio.Future[str]] = set()  # referenced until done
         self.policy = ServePolicy(config)
 
     # -- the backend -----------------------------------------------------------------
@@ -220,11 +222,25 @@ class Lookups:
         """Ask the backend to refresh; concurrent lookups of one object share it."""
         ikey = (domain, op, key)
         fut = self.inflight.get(ikey)
+        uid = CLIENT_UID.get()
         if fut is None:
             fut = asyncio.ensure_future(self._call_backend(domain, op, key))
             self.inflight[ikey] = fut
-            fut.add_done_callback(lambda _f: self.inflight.pop(ikey, None))
+            self._waiting_uids[ikey] = {uid}
+            fut.add_done_callback(lambda _f: self._forget(ikey))
+        elif uid not in self._waiting_uids.setdefault(ikey, set()):
+            # Another uid waits for this refresh too: the backend queues its one LDAP
+            # request for this uid as well, so it runs at the earliest of their turns
+            # (a flooding uid that asked first cannot keep it at the back of its queue).
+            self._waiting_uids[ikey].add(uid)
+            extra = asyncio.ensure_future(self._call_backend(domain, op, key))
+            self._extra.add(extra)
+            extra.add_done_callback(self._extra.discard)
         return fut
+
+    def _forget(self, ikey: tuple[str, str, Any]) -> None:
+        self.inflight.pop(ikey, None)
+        self._waiting_uids.pop(ikey, None)
 
     # -- filters (ServePolicy) -------------------------------------------------------
 
