@@ -17,6 +17,7 @@ Modes:
 * ``flood N PREFIX``: N connections, each asking getpwnam of a new name (``PREFIX<i>``)
   as soon as the previous answer came, until stdin closes; report the count.
 * ``loop N NAME``: N connections asking getgrnam NAME in a loop, reading every reply.
+* ``ask NAME``: one getpwnam NAME; the reply is read when stdin closes.
 """
 
 from __future__ import annotations
@@ -157,6 +158,12 @@ def attack(mode, *args):
         wait_stdin()
         stop.set()
         say(requests=sum(counts))
+    elif mode == "ask":
+        s = connect()
+        s.sendall(req(GETPWNAM, name(args[0])))
+        say(ready=True)
+        wait_stdin()
+        say(status=reply(s))
     else:
         raise SystemExit(f"unknown mode {mode}")
 

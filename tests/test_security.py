@@ -16,6 +16,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from perf.slapd import Dataset, LiveDirectory, Slapd, _free_port
 from tests import attacker
 from tests.test_faults import (
     SOCKET_ONLY,
+    backend_status,
     closed_by_server,
     nss_socket,
     proc_kib,
@@ -431,6 +433,52 @@ def test_17_12_one_uid_flooding_the_backend_does_not_delay_another(
     assert ahead <= 8, f"{ahead} flood searches ran before the victim's"
     print(f"\nflood of {out.get('requests')} unique names from uid 65534: {ahead} of its "
           "searches ran before root's cold lookup")  # fmt: skip
+
+
+def test_17_12_a_uid_joining_a_queued_refresh_is_not_kept_behind_the_queue(
+    daemon_factory, slapd_hostile
+):
+    """The attacker asks for the victim's name first, at the back of its own long
+    queue; the victim's lookup joins that refresh and still runs at its own turn."""
+    s = slapd_hostile.slapd
+    d = daemon_factory(slapd_hostile, ldap_search_timeout=120, ldap_opt_timeout=120)
+
+    def queued() -> int:
+        return int(backend_status(d).get("queued", -1))
+
+    with attack(d, "flood", 32, "flood") as (flood, _), \
+            NssProbe(d.pipes_dir, d.mc_dir, env=SOCKET_ONLY) as probe:  # fmt: skip
+        assert probe.call("getpwnam", "user00001").ok  # the probe is up
+        s.pause()  # the worker gets stuck in one search: the queue fills and holds still
+        try:
+            # Each flood connection has one request outstanding: one runs, 31 wait.
+            wait_for(lambda: queued() >= 31, "the whole flood queued", timeout=60,
+                     log=lambda: str(backend_status(d)))  # fmt: skip
+            before = queued()
+            offset = s.log_offset()
+            with attack(d, "ask", "user00009") as (ask, _):
+                wait_for(lambda: queued() == before + 1, "the attacker's ask queued")
+                result: list[bool] = []
+                t = threading.Thread(
+                    target=lambda: result.append(probe.call("getpwnam", "user00009").ok)
+                )
+                t.start()
+                # The victim's lookup is queued for uid 0 too (one job, two queues).
+                wait_for(lambda: queued() == before + 2, "the victim's turn queued")
+                s.resume()
+                t.join(timeout=120)
+                assert result == [True]
+                assert finish(ask)["status"] == 0
+        finally:
+            s.resume()  # SIGCONT again is harmless
+        finish(flood)
+    ops = s.searches(offset)
+    mine = [i for i, op in enumerate(ops) if "user00009" in op.filter]
+    assert len(mine) == 1, [op.filter for op in ops if "user00009" in op.filter]  # shared
+    ahead = sum(1 for op in ops[: mine[0]] if "flood" in op.filter)
+    # The search stuck at the pause, then the victim's turn (uids take turns). Without
+    # the join it waits behind the ~32 flood requests queued before the attacker's ask.
+    assert ahead <= 3, f"{ahead} flood searches ran before the shared one"
 
 
 # == the pid file =========================================================================

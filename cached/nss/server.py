@@ -18,8 +18,8 @@ charged to its peer's uid (SO_PEERCRED) and no uid can take what the others need
   ``max_reply_buffer_per_uid`` MiB of replies its clients have not read (its next
   requests wait for room), and a reply not read within ``WRITE_TIMEOUT`` closes the
   connection;
-* the event loop: a non-root uid has at most ``ANSWERS_PER_UID`` requests being
-  answered at once, and big group answers are kept encoded per cache snapshot;
+* the event loop: a non-root uid has at most ``ANSWERS_PER_UID`` replies being
+  written at once, and big group answers are kept encoded per cache snapshot;
 * logs: refusals and failing requests are logged through a rate limiter.
 """
 
@@ -75,9 +75,10 @@ REQUEST_TIMEOUT = 10.0
 # the reply 0.2 ms (issue 17: one event loop answers every client).
 MEMO_MEMBERS = 1000
 MEMO_GROUPS = 64
-# Requests of one non-root uid answered at once (computing, writing and draining the
-# reply): the event loop's time goes round the uids, so 64 connections of one uid
-# asking for a huge group cost another user what 4 of them cost, not 64.
+# Replies of one non-root uid being written at once (writing and draining): the event
+# loop's time goes round the uids, so 64 connections of one uid asking for a huge group
+# cost another user what 4 of them cost, not 64. Not held while a lookup waits for the
+# backend, so a slow server does not stop the uid's cached answers.
 ANSWERS_PER_UID = 4
 READ_CHUNK = 4096
 # SSSD's listen backlog (reference §1.8).
@@ -374,10 +375,13 @@ class NssResponder:
             )
 
     async def _send(self, writer: asyncio.StreamWriter, share: _Share, reply: bytes) -> None:
+        # Counted from now: a reply waiting for its uid's turn to be written is memory
+        # the uid holds as much as one its client does not read.
         share.unread += len(reply)
         try:
-            writer.write(reply)
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+            async with share.slots or contextlib.nullcontext():
+                writer.write(reply)
+                await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
         finally:
             share.unread -= len(reply)
             async with share.room:
@@ -427,8 +431,7 @@ class NssResponder:
                     started = loop.time()
                 conn.receive_data(data)
                 while not isinstance(req := conn.next_request(), p.NeedData):
-                    async with share.slots or contextlib.nullcontext():
-                        await self._answer(req, state, writer, share)
+                    await self._answer(req, state, writer, share)
                     last_request = started = loop.time()
         except p.ProtocolError as e:
             log.debug("closing NSS client: %s", e)
