@@ -152,10 +152,11 @@ NSS_OPTIONS: dict[str, Option] = {
     "root_reserved_clients": Option(
         _int(0), 32, "cached: NSS connections only root may use (at most max_clients / 2)."
     ),
-    # 64 MiB: about 30 replies of a 200,000-member group (2.2 MB each) or 5,000 of an
-    # ordinary one, per uid; 1,000 never-reading connections took 2.9 GB without it.
+    # 16 MiB: ten replies of a 200,000-member group (1.6 MB each), a thousand of a
+    # 1,000-member one; no client of one user leaves more unread. 1,000 never-reading
+    # connections took 2.9 GB without it; with it, 16 MiB per attacking uid.
     "max_reply_buffer_per_uid": Option(
-        _int(1), 64, "cached: MiB of replies one uid may leave unread before it must wait."
+        _int(1), 16, "cached: MiB of replies one uid may leave unread before it must wait."
     ),
 }
 
