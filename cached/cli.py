@@ -156,6 +156,25 @@ def cmd_id(args: argparse.Namespace) -> int:
     return 0
 
 
+class _ForgedField(Exception):
+    """An entry whose fields hold the format's own separators."""
+
+
+#: Exit status when an entry is refused for a forged field (not "not found": it exists).
+FORGED_FIELD = 1
+
+
+def _fields(line: list[str], members: list[str] | None = None) -> str:
+    """A passwd/group line. A field holding a character of the format itself (a name
+    with a newline, ':' or, in a member, ',') would print a forged line or field
+    (docs/threat-model.md): such an entry is refused, never printed."""
+    if any(ch in f for f in line for ch in "\n:") or any(
+        ch in m for m in members or () for ch in "\n:,"
+    ):
+        raise _ForgedField
+    return ":".join([*line, ",".join(members)] if members is not None else line)
+
+
 def cmd_getent(args: argparse.Namespace) -> int:
     from cached.nss.client import NssClient, NssClientError
 
@@ -171,7 +190,14 @@ def cmd_getent(args: argparse.Namespace) -> int:
                           f"({why})", file=sys.stderr)  # fmt: skip
                     status = GETENT_NOT_FOUND
                     continue
-                line = _getent_line(c, args.database, key, n)
+                try:
+                    line = _getent_line(c, args.database, key, n)
+                except _ForgedField:
+                    what = f"the {args.database} entry of '{_shown(key)}'"
+                    print(f"cached getent: {what} holds a newline, ':' or ',' in a field; "
+                          "not printed", file=sys.stderr)  # fmt: skip
+                    status = FORGED_FIELD
+                    continue
                 if line is None:
                     status = GETENT_NOT_FOUND  # getent(1) goes on with the other keys
                 else:
@@ -185,10 +211,14 @@ def cmd_getent(args: argparse.Namespace) -> int:
 def _getent_line(c: NssClient, database: str, key: str, n: int | None) -> str | None:
     if database == "passwd":
         u = c.getpwuid(n) if n is not None else c.getpwnam(key)
-        return None if u is None else f"{u.name}:*:{u.uid}:{u.gid}:{u.gecos}:{u.home}:{u.shell}"
+        if u is None:
+            return None
+        return _fields([u.name, "*", str(u.uid), str(u.gid), u.gecos, u.home, u.shell])
     if database == "group":
         g = c.getgrgid(n) if n is not None else c.getgrnam(key)
-        return None if g is None else f"{g.name}:{g.passwd}:{g.gid}:{','.join(g.members)}"
+        if g is None:
+            return None
+        return _fields([g.name, g.passwd, str(g.gid)], list(g.members))
     if c.getpwnam(key) is None:
         return None
     gids = list(dict.fromkeys(c.initgroups(key)))

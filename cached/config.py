@@ -24,6 +24,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = "/etc/cached/cached.conf"
+# The highest uid/gid a directory entry may carry: (uid_t)-1 = 4294967295 is the
+# "no id" value of the system calls, never an id.
+MAX_ID = 0xFFFFFFFE
 
 
 class ConfigError(Exception):
@@ -162,6 +165,24 @@ NSS_OPTIONS: dict[str, Option] = {
     "max_clients": Option(
         _int(1), 1024, "Cap on concurrent NSS connections (cached; SSSD relies on ulimit)."
     ),
+    # The NSS socket is open to every local user (reference §1.9); these three keep one
+    # user from taking what the others need (docs/threat-model.md).
+    # 256: libnss_sss keeps one connection per thread, so a busy multi-threaded daemon
+    # needs tens; a quarter of the default max_clients leaves room for three more.
+    "max_clients_per_uid": Option(
+        _int(1), 256, "cached: cap on concurrent NSS connections of one non-root uid."
+    ),
+    # 32: root's logins (sshd, login, cron, systemd) still resolve when non-root users
+    # hold every other connection; at most half of max_clients.
+    "root_reserved_clients": Option(
+        _int(0), 32, "cached: NSS connections only root may use (at most max_clients / 2)."
+    ),
+    # 16 MiB: ten replies of a 200,000-member group (1.6 MB each), a thousand of a
+    # 1,000-member one; no client of one user leaves more unread. 1,000 never-reading
+    # connections took 2.9 GB without it; with it, 16 MiB per attacking uid.
+    "max_reply_buffer_per_uid": Option(
+        _int(1), 16, "cached: MiB of replies one uid may leave unread before it must wait."
+    ),
 }
 
 DOMAIN_OPTIONS: dict[str, Option] = {
@@ -243,8 +264,8 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_opt_timeout": Option(_int(1), 8, "Timeout of other operations (bind, StartTLS)."),
     "ldap_page_size": Option(_int(0), 1000, "Paged-results page size; 0 = no paging."),
     "case_sensitive": Option(_case_sensitive, "true", "`true`, `false` or `preserving`."),
-    "min_id": Option(_int(0), 1, "Lowest uid/gid served."),
-    "max_id": Option(_int(0), 0, "Highest uid/gid served; 0 = no limit."),
+    "min_id": Option(_int(0), 1, "Lowest uid/gid served; id 0 is never served, whatever it says."),
+    "max_id": Option(_int(0, MAX_ID), 0, "Highest uid/gid served; 0 = no limit."),
     "enumerate": Option(
         _bool, False, "Answer getpwent/getgrent with this domain's cached entries (no LDAP)."
     ),
@@ -421,6 +442,9 @@ class NssConfig:
     enumerate: bool
     client_idle_timeout: int
     max_clients: int
+    max_clients_per_uid: int
+    root_reserved_clients: int
+    max_reply_buffer_per_uid: int
 
 
 @dataclass(frozen=True)
@@ -481,7 +505,10 @@ class DomainConfig:
         return self.case_sensitive != "true"
 
     def id_in_range(self, n: int) -> bool:
-        return n >= self.min_id and (self.max_id == 0 or n <= self.max_id)
+        """SSSD's OUT_OF_ID_RANGE, negated: id 0 is always out of range whatever
+        ``min_id`` says (no directory entry may be root), and (uid_t)-1 is not an id
+        (setuid(-1) means "leave unchanged"; chown(-1) likewise)."""
+        return 0 < n <= MAX_ID and n >= self.min_id and (self.max_id == 0 or n <= self.max_id)
 
 
 @dataclass(frozen=True)

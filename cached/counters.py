@@ -36,6 +36,10 @@ TS_WRITE = "cache.ts.write"  # timestamp-store write transactions
 TS_BYTES = "cache.ts.bytes"
 TS_RECORDS = "cache.ts.records"
 CACHE_READ = "cache.read"  # responder reads (count, seconds)
+# Nested member lists expanded (count, seconds; amount: names). Memoised per entry-store
+# snapshot, so a group asked for again and again is expanded once per cache change.
+GROUP_EXPAND = "cache.group.expand"
+ENTRY_SKIPPED = "cache.entry.skipped"  # entries the writer refused (bad id, name, key size)
 LDAP_SEARCH = "ldap.search"  # logical searches; pages counted once; amount: entries
 LDAP_WAIT = "ldap.wait"  # seconds waiting for the server (network + server time)
 LDAP_DECODE = "ldap.decode"  # seconds turning entries into model values

@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -259,20 +260,74 @@ def _running_cached(pid: int) -> bool:
     return any(b"cached" in a for a in argv) and b"serve" in argv
 
 
+def _read_pid(path: str) -> int:
+    """The pid in an existing pid file, 0 when there is none or it is not ours to read.
+    Not through a symlink (O_NOFOLLOW) and at most a few bytes: the file may have been
+    put there by someone else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0
+        return int(os.read(fd, 32).decode("ascii", "replace").strip() or 0)
+    except (OSError, ValueError):
+        return 0
+    finally:
+        os.close(fd)
+
+
+def _check_pid_dir(path: str, parent: str) -> None:
+    """Refuse a pid file where another user could swap files under us: a directory
+    owned by someone else, or writable by others without the sticky bit (there any
+    user can rename our temporary file or plant a symlink; docs/threat-model.md)."""
+    st = os.stat(parent)
+    if st.st_uid not in (0, os.geteuid()):
+        raise RuntimeError(
+            f"{path}: directory {parent} belongs to uid {st.st_uid}; "
+            "set pid_file in a directory owned by root (e.g. /run)"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise RuntimeError(
+            f"{path}: directory {parent} is writable by other users (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit; "
+            "set pid_file in a directory only root can write (e.g. /run)"
+        )
+
+
 def _write_pid_file(path: str) -> None:
-    if os.path.exists(path):
+    other = _read_pid(path)
+    if other and other != os.getpid() and _running_cached(other):
+        raise RuntimeError(f"{path}: cached already runs as pid {other}")
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    _check_pid_dir(path, parent)
+    # A new file of our own (O_EXCL: never one that exists, O_NOFOLLOW: never through
+    # a symlink, even where fs.protected_symlinks = 0), then renamed over the pid file
+    # (rename replaces a symlink there, it does not follow it). The name is not
+    # guessable, and a file already there is someone else's: try another name.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = f"{path}.{os.getpid()}.{os.urandom(6).hex()}"
         try:
-            with open(path) as f:
-                other = int(f.read().strip() or 0)
-        except (OSError, ValueError):
-            other = 0
-        if other and other != os.getpid() and _running_cached(other):
-            raise RuntimeError(f"{path}: cached already runs as pid {other}")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(f"{os.getpid()}\n")
-    os.replace(tmp, path)
+            fd = os.open(tmp, flags, 0o644)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise RuntimeError(f"{path}: cannot create a temporary file beside it")
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.fchmod(fd, 0o644)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 async def run_monitor(config: Config, config_path: str, log_level: str) -> int:

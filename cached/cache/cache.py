@@ -43,7 +43,9 @@ from cached.counters import (
     ENTRY_BYTES,
     ENTRY_COMMIT,
     ENTRY_RECORDS,
+    ENTRY_SKIPPED,
     ENTRY_TXN,
+    GROUP_EXPAND,
     TS_BYTES,
     TS_RECORDS,
     TS_WRITE,
@@ -51,8 +53,10 @@ from cached.counters import (
 )
 from cached.dn import normalize_dn
 from cached.model import Group, User
+from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
+limited = RateLimitedLog(log)
 
 T = TypeVar("T")
 
@@ -63,6 +67,34 @@ _ID = struct.Struct(">I")  # big-endian ids sort numerically in LMDB
 _INDEX = {"users": ("uid", b"u"), "groups": ("gid", b"g")}
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+# LMDB's compiled-in key limit (mdb_env_get_maxkeysize: 511 bytes). A name or DN key
+# above it fails the whole write transaction, so such an entry is refused alone.
+MAX_KEY = 511
+# Expanded member lists kept per snapshot (responder): the largest groups asked for.
+EXPAND_MEMO = 64
+# Below this many direct members in the sub-groups, expanding is cheaper than keeping.
+EXPAND_MEMO_MIN = 1000
+# Names kept in all memoised expansions (~10 bytes each, plus the records compared):
+# a bound on the memo's memory whatever groups clients ask for.
+EXPAND_MEMO_NAMES = 2_000_000
+
+
+def unstorable(kind: str, name: str, ident: int, dn: str, key: bytes) -> str:
+    """Why an entry cannot be stored, or "". The cache's own limits, whatever the
+    configuration: a uid/gid must be a 32-bit id other than (uid_t)-1, the keys must
+    fit LMDB, and no name may hold a NUL (the NSS reply and the member lists are
+    NUL-separated C strings: a NUL would cut the name or split one member in two)."""
+    if not 0 <= ident < 0xFFFFFFFF:
+        return f"{'uid' if kind == 'user' else 'gid'} {ident} is not a 32-bit id"
+    if "\0" in name or "\0" in dn:
+        return "its name or DN holds a NUL character"
+    if not key:
+        return "its name is empty"
+    if len(key) > MAX_KEY:
+        return f"its name is {len(key)} bytes, above LMDB's {MAX_KEY}-byte key limit"
+    if len(normalize_dn(dn).encode("utf-8")) > MAX_KEY:
+        return f"its DN is above LMDB's {MAX_KEY}-byte key limit"
+    return ""
 
 
 class Role(enum.Enum):
@@ -87,6 +119,16 @@ class GroupView:
     dn: str
     members: bytes  # NUL-joined, as the NSS reply and the memory cache take them
     member_count: int
+
+
+@dataclass(slots=True)
+class _Expanded:
+    """A memoised expansion: valid for snapshot ``snap``, and for any later one where
+    every record in ``deps`` (key, stored bytes or None) is unchanged."""
+
+    snap: int
+    view: GroupView
+    deps: list[tuple[bytes, rec.Data | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +211,8 @@ class DomainCache:
         self.ts_rebuilt_reason = ""
         self.store_id = b""
         self._next_identity_check = 0.0
+        # key -> (entry-store snapshot id, expanded view); see _group_view.
+        self._expanded: dict[bytes, _Expanded] = {}
         self.entries: Store
         self.ts: Store | None = None
         if role is Role.BACKEND:
@@ -318,6 +362,7 @@ class DomainCache:
             return
         self._next_identity_check = now + 1.0
         if self.entries.replaced():
+            self._expanded.clear()  # snapshot ids of another file
             self.entries.close()
             self.entries = Store(
                 self.entry_path, ENTRY_TABLES, writer=False, sync=True, map_size=ENTRY_MAP_SIZE
@@ -431,6 +476,37 @@ class DomainCache:
         top = rec.decode_group(data)
         if not top.member_groups or self.nesting_level <= 0:
             return GroupView(top.name, top.gid, top.dn, top.members, top.member_count)
+        # A snapshot id names one committed state of the whole entry store: while it
+        # is the same, so is the expansion (docs/threat-model.md: re-expanding a 200,000-member
+        # nested group took 0.48 s of the responder's one event loop per request).
+        # After a write, the expansion still holds if the records it read are the
+        # same bytes (comparing them is a memcmp; any cold lookup writes the store).
+        snap = txn.id()
+        memo = self._expanded.get(bytes(key))
+        if memo is not None:
+            if memo.snap == snap:
+                return memo.view
+            if all(txn.get(k, db=groups) == v for k, v in memo.deps):
+                memo.snap = snap
+                return memo.view
+        with self.counters.timer(GROUP_EXPAND):
+            view, deps, sub_members = self._expand(txn, key, top)
+        self.counters.add(GROUP_EXPAND, 0, 0.0, view.member_count)
+        if sub_members >= EXPAND_MEMO_MIN:
+            kept = sum(m.view.member_count for m in self._expanded.values())
+            if len(self._expanded) >= EXPAND_MEMO or kept > EXPAND_MEMO_NAMES:
+                self._expanded.clear()
+            self._expanded[bytes(key)] = _Expanded(snap, view, [(bytes(key), data), *deps])
+        return view
+
+    def _expand(
+        self, txn: lmdb.Transaction, key: rec.Data, top: GroupRecord
+    ) -> tuple[GroupView, list[tuple[bytes, rec.Data | None]], int]:
+        """The expanded view of ``top``, the sub-group records it read (key, bytes or
+        None), and how many direct members those sub-groups had."""
+        groups = self.entries.tables["groups"]
+        sub_members = 0
+        deps: list[tuple[bytes, rec.Data | None]] = []
         seen = {key}
         blobs = [top.members]
         frontier = list(top.member_groups)
@@ -442,9 +518,11 @@ class DomainCache:
                     continue
                 seen.add(gkey)
                 sub = txn.get(gkey, db=groups)
+                deps.append((gkey, sub))
                 if sub is None:
                     continue
                 subrec = rec.decode_group(sub)
+                sub_members += subrec.member_count
                 blobs.append(subrec.members)
                 nxt.extend(subrec.member_groups)
             frontier = nxt
@@ -454,7 +532,7 @@ class DomainCache:
         for blob in blobs:
             names.update(rec.split_members(blob))
         blob = rec.join_members(list(names))
-        return GroupView(top.name, top.gid, top.dn, blob, len(names))
+        return GroupView(top.name, top.gid, top.dn, blob, len(names)), deps, sub_members
 
     def initgroups(self, name: str) -> Lookup[Initgroups]:
         """A user's transitive gids; its state comes from initgrExpireTimestamp (§6.4)."""
@@ -577,7 +655,24 @@ class DomainCache:
         yield batch
         self.commit(batch)
 
+    def _refused(self, kind: str, name: str, ident: int, dn: str) -> bool:
+        """Refuse an entry the store cannot hold, alone, with one log line (SSSD:
+        "Failed to store group … Ignoring"): the rest of the write goes on."""
+        why = unstorable(kind, name, ident, dn, self.key(name))
+        if why:
+            self.counters.add(ENTRY_SKIPPED, 1, 0.0)
+            limited.log(("unstorable", kind, dn or name), logging.WARNING,
+                        "failed to store %s %r (%s): %s; ignoring it", kind, name[:64],
+                        dn[:128], why)  # fmt: skip
+        return bool(why)
+
+    def storable_group(self, name: str, gid: int, dn: str) -> bool:
+        """For the backend: can this group be stored (and so be in initgroups)?"""
+        return not self._refused("group", name, gid, dn)
+
     def put_user(self, batch: WriteBatch, user: User, modstamp: str = "", usn: str = "") -> None:
+        if self._refused("user", user.name, user.uid, user.dn):
+            return
         batch.users[self.key(user.name)] = (user, modstamp, usn)
 
     def put_group(
@@ -591,6 +686,16 @@ class DomainCache:
         """Store a group. ``complete=False``: its member groups down to the nesting
         level were not all fetched, so it is stored already expired, as SSSD stores
         the incomplete groups of initgroups (reference §6.3 step 4)."""
+        if self._refused("group", group.name, group.gid, group.dn):
+            return
+        if any("\0" in m for m in (*group.members, *group.member_groups)):
+            # A NUL would split one member into two in the NUL-joined list.
+            limited.log(("nul-member", group.name), logging.WARNING,
+                        "group %r: member values with a NUL character are ignored",
+                        group.name[:64])  # fmt: skip
+            group = Group(group.name, group.gid, group.dn,
+                          tuple(m for m in group.members if "\0" not in m),
+                          tuple(m for m in group.member_groups if "\0" not in m))  # fmt: skip
         batch.groups[self.key(group.name)] = (
             GroupRecord.from_group(group),
             modstamp,
@@ -605,7 +710,8 @@ class DomainCache:
     def put_initgroups(
         self, batch: WriteBatch, user: str, gids: Iterable[int], groups: Iterable[str]
     ) -> None:
-        batch.initgr[self.key(user)] = (tuple(gids), tuple(groups))
+        ok = [g for g in gids if 0 <= g < 0xFFFFFFFF]  # as unstorable(): 32-bit ids only
+        batch.initgr[self.key(user)] = (tuple(ok), tuple(groups))
 
     def delete_user(self, batch: WriteBatch, name: str) -> None:
         batch.deleted_users.add(self.key(name))

@@ -55,7 +55,7 @@ from cached.ifp.paths import (
 )
 from cached.model import User
 from cached.nss.admin import INVALIDATE_KINDS, Admin
-from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found
+from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found, Kind
 
 log = logging.getLogger(__name__)
 
@@ -286,13 +286,13 @@ class Dispatcher:
 
     def _cached_user(self, dom: DomainConfig, cache: DomainCache, uid: int) -> User:
         user = cache.user_by_uid(uid).value if dom.id_in_range(uid) else None
-        if user is None or self.lookups.filtered(GETPWUID, user):
+        if user is None or self.lookups.filtered(GETPWUID, user, dom):
             raise _not_found("User")
         return user
 
     def _cached_group(self, dom: DomainConfig, cache: DomainCache, gid: int) -> GroupView:
         group = cache.group_by_gid(gid).value if dom.id_in_range(gid) else None
-        if group is None or self.lookups.filtered(GETGRGID, group):
+        if group is None or self.lookups.filtered(GETGRGID, group, dom):
             raise _not_found("Group")
         return group
 
@@ -320,13 +320,13 @@ class Dispatcher:
         found = await self.lookups.lookup(INITGR, user.name)
         gids = [user.gid]
         if found is not None:
-            gids += list(array("I", found.value.gids))
-        drop = self._filtered_gids(self.lookups.caches[dom.name])
+            gids += list(array("I", self.lookups.initgroups_gids(found)))
+        drop = self._filtered_gids(dom, self.lookups.caches[dom.name])
         return [group_path(dom.name, g) for g in dict.fromkeys(gids) if g not in drop]
 
-    def _filtered_gids(self, cache: DomainCache) -> set[int]:
+    def _filtered_gids(self, dom: DomainConfig, cache: DomainCache) -> set[int]:
         out = set()
-        for name in self.lookups.filter_groups:
+        for name in self.lookups.policy.filter_names(dom, Kind.GROUP):
             g = cache.group_by_name(name).value
             if g is not None:
                 out.add(g.gid)
@@ -344,7 +344,7 @@ class Dispatcher:
         paths = []
         if not dom.ignore_group_members:
             for name in split_members(group.members):
-                if name in self.lookups.filter_users:
+                if self.lookups.policy.name_filtered(dom, Kind.USER, name):
                     continue
                 user = cache.user_by_name(name).value
                 if user is not None:
@@ -474,7 +474,8 @@ class Dispatcher:
         missing = [
             n
             for n in split_members(group.members)
-            if n not in self.lookups.filter_users and cache.user_by_name(n).value is None
+            if not self.lookups.policy.name_filtered(dom, Kind.USER, n)
+            and cache.user_by_name(n).value is None
         ]
         gate = asyncio.Semaphore(MEMBER_LOOKUP_CONCURRENCY)
 

@@ -74,6 +74,22 @@ def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
         yield items[i : i + size]
 
 
+def _names(values: list[bytes]) -> list[str] | None:
+    """Name values as text, or None when one is not UTF-8 or holds a NUL: such an
+    entry is refused whole (docs/threat-model.md). Replacing bad bytes with U+FFFD would let two
+    directory names share one cache key, and SSSD's C strings end at a NUL."""
+    try:
+        names = [v.decode("utf-8") for v in values]
+    except UnicodeDecodeError:
+        return None
+    return None if any("\0" in n for n in names) else names
+
+
+def _names_each(values: list[bytes]) -> list[str]:
+    """Member values as text, leaving out those ``_names`` would refuse."""
+    return [n[0] for v in values if (n := _names([v]))]
+
+
 def _int(values: list[bytes]) -> int | None:
     try:
         return int(values[0]) if values else None
@@ -165,7 +181,10 @@ class LdapProvider:
 
     def _to_user(self, e: Entry, want: str | None = None) -> User | None:
         s = self.schema
-        names = [v.decode("utf-8", errors="replace") for v in e.get(s.user_name)]
+        names = _names(e.get(s.user_name))
+        if names is None:
+            log.warning("%s: %s is not UTF-8 text; user ignored", e.dn, s.user_name)
+            return None
         if not names:
             return None
         name = names[0]
@@ -181,6 +200,10 @@ class LdapProvider:
             log.warning("%s: no numeric %s/%s; not a POSIX user", e.dn, s.user_uid, s.user_gid)
             return None
         if not self.cfg.id_in_range(uid):
+            return None
+        if not self.cfg.id_in_range(gid):
+            # SSSD: "filtered out! (primary gid out of range)"; gid 0 always is.
+            log.debug("%s: primary gid %d out of range; user filtered out", e.dn, gid)
             return None
         gecos = first(e.get(s.user_gecos)) or first(e.get("cn"))
         return User(
@@ -238,19 +261,24 @@ class LdapProvider:
 
     def _group_entry(self, e: Entry, want: str | None = None) -> _GroupEntry | None:
         s = self.schema
-        names = [v.decode("utf-8", errors="replace") for v in e.get(s.group_name)]
+        names = _names(e.get(s.group_name))
         gid = _int(e.get(s.group_gid))
-        if not names or gid is None or gid == 0 or not self.cfg.id_in_range(gid):
+        if names is None:
+            log.warning("%s: %s is not UTF-8 text; group ignored", e.dn, s.group_name)
+            return None
+        if not names or gid is None or not self.cfg.id_in_range(gid):
             return None
         name = names[0]
         if want is not None:
             name = next((n for n in names if n.lower() == want.lower()), name)
+        if not self.cache.storable_group(name, gid, e.dn):
+            return None  # skipped alone, one log line; the rest is stored (docs/threat-model.md)
         g = _GroupEntry(
             e, name, gid, first(e.get(s.group_modstamp)),
             first(e.get(s.group_usn)) if s.group_usn else "",
         )  # fmt: skip
         if s.bis:
-            g.member_dns = [v.decode("utf-8", errors="replace") for v in e.get(s.group_member)]
+            g.member_dns = _names_each(e.get(s.group_member))
             g.member_keys = [normalize_dn(dn) for dn in g.member_dns]
         return g
 
@@ -333,10 +361,7 @@ class LdapProvider:
         if self.cfg.ignore_group_members:
             return {k: ([], []) for k in todo}
         if not s.bis:
-            return {
-                k: ([v.decode("utf-8", "replace") for v in g.entry.get(s.group_member)], [])
-                for k, g in todo.items()
-            }
+            return {k: (_names_each(g.entry.get(s.group_member)), []) for k, g in todo.items()}
         with self.counters.timer(NESTED_RESOLVE):
             known: dict[str, Member] = {k: ("group", g.name) for k, g in found.items()}
             pending: dict[str, str] = {}

@@ -6,19 +6,28 @@ of the domain's cache. Requests from the responder arrive on
 request; LDAP work runs on one worker thread (ldap3's synchronous connection is
 not shared between threads), so the event loop stays free to answer status and
 counter requests while a 2,000-group initgroups runs.
+
+The requests waiting for that worker are queued per NSS client uid (the responder
+sends it along) and taken round-robin, one per uid in turn: a local user flooding
+the backend with unique names waits behind its own requests, and another user's
+cold lookup waits for at most one request per busy uid (docs/threat-model.md: one FIFO queue let
+a flood delay everyone's cold lookups from 8 ms to 2.5 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from cached import aiorpc, rpc
@@ -49,6 +58,52 @@ PROFILE_KIND = {
 }
 
 
+@dataclass(eq=False)
+class _Job:
+    op: str
+    key: Any
+    fut: asyncio.Future[Result]
+    started: bool = False
+    queued_for: set[Hashable] = field(default_factory=set)
+
+
+class FairQueue:
+    """Jobs queued per client uid, taken round-robin: one job of each uid in turn.
+
+    A job asked for by several uids is queued for each (identical requests share one
+    LDAP request) and runs at the earliest of their turns, so an attacker asking for
+    the victim's name first cannot push the victim's lookup behind its own queue.
+    """
+
+    def __init__(self) -> None:
+        # Insertion order is the rotation: a uid served goes to the back.
+        self._queues: dict[Hashable, deque[_Job]] = {}
+        self._ready = asyncio.Event()
+
+    def put(self, uid: Hashable, job: _Job) -> None:
+        if uid in job.queued_for:
+            return
+        job.queued_for.add(uid)
+        self._queues.setdefault(uid, deque()).append(job)
+        self._ready.set()
+
+    def waiting(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    async def get(self) -> _Job:
+        while True:
+            while self._queues:
+                uid = next(iter(self._queues))
+                q = self._queues.pop(uid)
+                job = q.popleft()
+                if q:
+                    self._queues[uid] = q
+                if not job.started and not job.fut.done():
+                    return job
+            self._ready.clear()
+            await self._ready.wait()
+
+
 class BackendService:
     def __init__(self, config: Config, domain: DomainConfig) -> None:
         self.config = config
@@ -64,7 +119,9 @@ class BackendService:
         self.client = LdapClient(domain)
         self.provider = LdapProvider(domain, self.client, self.cache)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"ldap-{domain.name}")
-        self.inflight: dict[tuple[str, Any], asyncio.Future[Result]] = {}
+        self.inflight: dict[tuple[str, Any], _Job] = {}
+        self.queue: FairQueue | None = None
+        self._worker: asyncio.Task[None] | None = None
         self.started = time.time()
         self.last_success = 0.0
         self.requests = 0
@@ -80,13 +137,39 @@ class BackendService:
             log.debug("%s", format_profile(scope, result.outcome.value))
         return result
 
-    async def request(self, op: str, key: Any) -> Result:
-        fut = self.inflight.get((op, key))
-        if fut is None:
-            fut = asyncio.ensure_future(self._in_worker(lambda: self._do(op, key)))
-            self.inflight[(op, key)] = fut
-            fut.add_done_callback(lambda _f: self.inflight.pop((op, key), None))
-        result: Result = await asyncio.shield(fut)
+    async def _work(self, queue: FairQueue) -> None:
+        """The one consumer of the queue: one LDAP request at a time, uids in turn."""
+        while True:
+            job = await queue.get()
+            job.started = True
+            try:
+                result = await self._in_worker(functools.partial(self._do, job.op, job.key))
+            except Exception as e:
+                if not job.fut.done():
+                    job.fut.set_exception(e)
+            else:
+                if not job.fut.done():
+                    job.fut.set_result(result)
+
+    async def request(self, op: str, key: Any, uid: Hashable = "refresh") -> Result:
+        """Run one backend request for client ``uid`` (None: unknown; ``"refresh"``:
+        the background refresh, a queue of its own)."""
+        if self.queue is None:
+            self.queue = FairQueue()
+            self._worker = asyncio.create_task(self._work(self.queue))
+        job = self.inflight.get((op, key))
+        if job is None:
+            job = _Job(op, key, asyncio.get_running_loop().create_future())
+            self.inflight[(op, key)] = job
+
+            def done(_f: asyncio.Future[Result], k: tuple[str, Any] = (op, key)) -> None:
+                if self.inflight.get(k) is job:
+                    del self.inflight[k]
+
+            job.fut.add_done_callback(done)
+        if not job.started:
+            self.queue.put(uid, job)
+        result: Result = await asyncio.shield(job.fut)
         self.requests += 1
         if result.outcome in (Outcome.FOUND, Outcome.NOT_FOUND):
             self.last_success = time.time()
@@ -97,7 +180,10 @@ class BackendService:
             key = args.get("key")
             if not isinstance(key, REQUESTS[op][1]) or isinstance(key, bool):
                 raise ValueError(f"{op}: bad key {key!r}")
-            result = await self.request(op, key)
+            uid = args.get("uid")
+            if not isinstance(uid, int) or isinstance(uid, bool):
+                uid = None  # D-Bus, tools: one shared queue
+            result = await self.request(op, key, uid)
             return {"outcome": result.outcome.value, "message": result.message}
         if op == "counters":
             return {"counters": COUNTERS.snapshot(), "pid": os.getpid()}
@@ -124,6 +210,7 @@ class BackendService:
             "last_success": self.last_success,
             "started": self.started,
             "requests": self.requests,
+            "queued": 0 if self.queue is None else self.queue.waiting(),
             "entries": self.cache.counts(),
             "store_bytes": sizes,
             "ts_rebuilt": self.cache.ts_rebuilt_reason,
@@ -203,6 +290,8 @@ class BackendService:
         syncer.cancel()
         if refresher is not None:
             refresher.cancel()
+        if self._worker is not None:
+            self._worker.cancel()
         # Let the request in progress finish its transaction, then close cleanly:
         # the clean marker lets the next start trust the timestamp store (§3.5).
         await self._in_worker(lambda: None)

@@ -9,6 +9,7 @@ adding a lookup is adding a row, not copying the flow.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import logging
 import time
@@ -68,6 +69,80 @@ class Found:
 
 NegKey = tuple[str, tuple[str, str, Any]]  # (domain, plugin.negative_key(key))
 
+# The uid of the NSS client whose request is being answered (SO_PEERCRED, set by the
+# responder for each connection's task); it travels to the backend so that one uid's
+# flood of cold lookups queues behind itself, not in front of the others (docs/threat-model.md).
+CLIENT_UID: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "cached_client_uid", default=None
+)
+
+
+class ServePolicy:
+    """What may be *served*, checked every time an entry is answered, whatever the
+    cache holds: a cache written by an older version or under an older configuration
+    (``min_id = 0``, a shorter ``filter_users``) must not answer what the current one
+    refuses, online or offline (docs/threat-model.md).
+
+    * ids: ``DomainConfig.id_in_range`` (SSSD's OUT_OF_ID_RANGE: id 0 and (uid_t)-1
+      never); a user whose primary gid is out of range is not served at all (SSSD:
+      "filtered out! (primary gid out of range)"), and out-of-range gids are left out
+      of initgroups answers;
+    * names: ``filter_users``/``filter_groups``; an entry ``name@domain`` applies to
+      that domain only (SSSD parses the domain), and in a case-insensitive domain the
+      comparison is case-folded, as the domain compares every other name.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.domains = {d.name.lower(): d for d in config.domains}
+        self._filters: dict[tuple[str, Kind], frozenset[str]] = {}
+        for d in config.domains:
+            for kind, names in ((Kind.USER, config.nss.filter_users),
+                                (Kind.GROUP, config.nss.filter_groups)):  # fmt: skip
+                self._filters[(d.name, kind)] = frozenset(
+                    self._fold(d, n) for n in self._names_for(d, names)
+                )
+
+    def _names_for(self, domain: DomainConfig, entries: list[str]) -> list[str]:
+        out = []
+        for entry in entries:
+            name, sep, dom = entry.rpartition("@")
+            if sep and name and dom.lower() in self.domains:
+                if dom.lower() == domain.name.lower():
+                    out.append(name)
+            else:
+                out.append(entry)  # no (known) domain: every domain
+        return out
+
+    @staticmethod
+    def _fold(domain: DomainConfig, name: str) -> str:
+        return name.lower() if domain.case_insensitive else name
+
+    def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
+        """The filtered names of ``kind`` (USER or GROUP) in ``domain``, folded."""
+        return self._filters[(domain.name, Kind.USER if kind is Kind.INITGR else kind)]
+
+    def name_filtered(self, domain: DomainConfig, kind: Kind, name: str) -> bool:
+        return self._fold(domain, name) in self.filter_names(domain, kind)
+
+    def user_ok(self, domain: DomainConfig, u: User) -> bool:
+        return (
+            domain.id_in_range(u.uid)
+            and domain.id_in_range(u.gid)
+            and not self.name_filtered(domain, Kind.USER, u.name)
+        )
+
+    def group_ok(self, domain: DomainConfig, name: str, gid: int) -> bool:
+        return domain.id_in_range(gid) and not self.name_filtered(domain, Kind.GROUP, name)
+
+    def served(self, domain: DomainConfig, value: Any) -> bool:
+        if isinstance(value, User):
+            return self.user_ok(domain, value)
+        if isinstance(value, GroupView):
+            return self.group_ok(domain, value.name, value.gid)
+        if isinstance(value, Initgroups):
+            return self.user_ok(domain, value.user)
+        return False
+
 
 class NegativeCache:
     """Names and ids recently found not to exist (``entry_negative_timeout``).
@@ -126,14 +201,17 @@ class Lookups:
         self.backend_timeout = backend_timeout
         self.negative = NegativeCache(config.nss.entry_negative_timeout)
         self.inflight: dict[tuple[str, str, Any], asyncio.Future[str]] = {}
-        self.filter_users = set(config.nss.filter_users)
-        self.filter_groups = set(config.nss.filter_groups)
+        self._waiting_uids: dict[tuple[str, str, Any], set[int | None]] = {}
+        self._extra: set[asyncio.Future[str]] = set()  # referenced until done
+        self.policy = ServePolicy(config)
 
     # -- the backend -----------------------------------------------------------------
 
     async def _call_backend(self, domain: str, op: str, key: Any) -> str:
         try:
-            reply = await self.backends[domain].call(op, timeout=self.backend_timeout, key=key)
+            reply = await self.backends[domain].call(
+                op, timeout=self.backend_timeout, key=key, uid=CLIENT_UID.get()
+            )
         except rpc.RpcError as e:
             # A dead or restarting backend is like an offline server: serve the cache.
             log.warning("backend %s unavailable for %s %r: %s", domain, op, key, e)
@@ -144,57 +222,63 @@ class Lookups:
         """Ask the backend to refresh; concurrent lookups of one object share it."""
         ikey = (domain, op, key)
         fut = self.inflight.get(ikey)
+        uid = CLIENT_UID.get()
         if fut is None:
             fut = asyncio.ensure_future(self._call_backend(domain, op, key))
             self.inflight[ikey] = fut
-            fut.add_done_callback(lambda _f: self.inflight.pop(ikey, None))
+            self._waiting_uids[ikey] = {uid}
+            fut.add_done_callback(lambda _f: self._forget(ikey))
+        elif uid not in self._waiting_uids.setdefault(ikey, set()):
+            # Another uid waits for this refresh too: the backend queues its one LDAP
+            # request for this uid as well, so it runs at the earliest of their turns
+            # (a flooding uid that asked first cannot keep it at the back of its queue).
+            self._waiting_uids[ikey].add(uid)
+            extra = asyncio.ensure_future(self._call_backend(domain, op, key))
+            self._extra.add(extra)
+            extra.add_done_callback(self._extra.discard)
         return fut
 
-    # -- filters -----------------------------------------------------------------------
+    def _forget(self, ikey: tuple[str, str, Any]) -> None:
+        self.inflight.pop(ikey, None)
+        self._waiting_uids.pop(ikey, None)
 
-    def filtered(self, plugin: Plugin, value: Any) -> bool:
-        if isinstance(value, User):
-            return value.name in self.filter_users
-        if isinstance(value, GroupView):
-            return value.name in self.filter_groups
-        if isinstance(value, Initgroups):
-            return value.user.name in self.filter_users
-        return False
+    # -- filters (ServePolicy) -------------------------------------------------------
+
+    def filtered(self, plugin: Plugin, value: Any, domain: DomainConfig) -> bool:
+        """True when ``value`` of ``domain`` must not be served (ids, filters)."""
+        return not self.policy.served(domain, value)
 
     def initgroups_gids(self, found: Found) -> bytes:
-        """An INITGR answer's gids without the groups of ``filter_groups`` (reference
-        §1.6: SSSD omits filtered groups)."""
+        """An INITGR answer's gids without out-of-range gids and without the groups of
+        ``filter_groups`` (reference §1.6: SSSD omits filtered groups)."""
         gids: bytes = found.value.gids
+        dom = found.domain
         drop = set()
-        for name in self.filter_groups:
+        for name in self.policy.filter_names(dom, Kind.GROUP):
             g = found.cache.group_by_name(name).value
             if g is not None:
                 drop.add(g.gid)
-        if not drop:
+        ids = array("I", gids)
+        if not drop and all(dom.id_in_range(g) for g in ids):
             return gids
-        return array("I", [g for g in array("I", gids) if g not in drop]).tobytes()
-
-    def filtered_key(self, plugin: Plugin, key: Any) -> bool:
-        if not plugin.by_name:
-            return False
-        names = self.filter_groups if plugin.kind is Kind.GROUP else self.filter_users
-        return key in names
+        return array("I", [g for g in ids if g not in drop and dom.id_in_range(g)]).tobytes()
 
     # -- the flow ----------------------------------------------------------------------
 
     async def lookup(self, plugin: Plugin, key: Any) -> Found | None:
         """The cached answer of ``plugin`` for ``key`` in the first domain that has it."""
-        if self.filtered_key(plugin, key):
-            return None
         nkey = plugin.negative_key(key)
         for domain in self.config.domains:
-            if not plugin.by_name and not domain.id_in_range(key):
+            if plugin.by_name:
+                if self.policy.name_filtered(domain, plugin.kind, key):
+                    continue
+            elif not domain.id_in_range(key):
                 continue
             if self.negative.hit(domain.name, nkey):
                 continue
             found = await self._lookup_domain(plugin, domain, key, nkey)
             if found is not None:
-                if self.filtered(plugin, found.value):
+                if self.filtered(plugin, found.value, domain):
                     return None
                 return found
         return None
