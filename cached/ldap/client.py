@@ -395,7 +395,6 @@ class LdapClient:
             if not cookie:
                 return out
 
-
     def _limit(self, base: str, filt: str, code: int, partial: int) -> LdapLimitExceeded:
         name = "sizeLimitExceeded" if code == 4 else "timeLimitExceeded"
         what = "size" if code == 4 else "time"

@@ -446,7 +446,7 @@ class LdapProvider:
                                         self._round_filter, s.group_attrs(members)):  # fmt: skip
                 out.append((e, True, False))
             for e in self._split_search(s.user_bases, [("s", a) for a in rdn],
-                                        self._round_filter, s.user_attrs):  # fmt: skip
+                                        self._round_filter, [*s.user_attrs, "objectClass"]):  # fmt: skip
                 out.append((e, False, False))
         return out
 
