@@ -16,6 +16,7 @@ from cached.cache import State
 from cached.cache.records import split_members
 from cached.config import ConfigError, SearchBase, parse_search_bases
 from cached.dn import in_scope, normalize_dn
+from cached.ldap.client import LdapClient
 from cached.ldap.provider import Outcome
 from perf.slapd import Slapd
 from tests.util import make_backend, make_config, make_domain
@@ -35,23 +36,32 @@ def _group(cn: str, gid: int | None, members: list[str], ou: str = "groups") -> 
     ocs = "objectClass: groupOfNames\n" + (
         f"objectClass: posixGroup\ngidNumber: {gid}\n" if gid is not None else ""
     )
-    return f"dn: cn={cn},ou={ou},{BASE}\n{ocs}cn: {cn}\n" + "".join(
-        f"member: {m}\n" for m in members
-    ) + "\n"
+    return (
+        f"dn: cn={cn},ou={ou},{BASE}\n{ocs}cn: {cn}\n"
+        + "".join(f"member: {m}\n" for m in members)
+        + "\n"
+    )
 
 
 P = f"ou=people,{BASE}"
+
+
+def _ou(ou: str) -> str:
+    return f"dn: ou={ou},{BASE}\nobjectClass: organizationalUnit\nou: {ou}\n\n"
+
+
 LDIF = (
     f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: zoo\no: zoo\n\n"
-    + "".join(f"dn: ou={ou},{BASE}\nobjectClass: organizationalUnit\nou: {ou}\n\n"
-              for ou in ("people", "groups", "contractors", "other"))  # fmt: skip
+    + "".join(_ou(ou) for ou in ("people", "groups", "contractors", "other"))
     + _user("uid=alice", "alice", 6001)
     + _user("cn=Bob Builder", "bob", 6002)  # cn-named person (AD style)
     + _user("uid=m\\c3\\bcller", "müller", 6003)
     + _user("cn=Smith\\, John", "jsmith", 6004)
     + _user("uid=mvx+cn=Max V", "mvx", 6005, "uid: maxv\n")  # multi-valued RDN and uid
-    + _user("uid=noids", "noids", 6006).replace("uidNumber: 6006\n", "")
-    .replace("objectClass: posixAccount\n", "").replace("gidNumber: 5000\n", "")
+    + _user("uid=noids", "noids", 6006)
+    .replace("uidNumber: 6006\n", "")
+    .replace("objectClass: posixAccount\n", "")
+    .replace("gidNumber: 5000\n", "")
     .replace("homeDirectory: /home/noids\n", "")
     + f"dn: uid=carl,ou=contractors,{BASE}\nobjectClass: inetOrgPerson\n"
     f"objectClass: posixAccount\ncn: carl\nsn: c\nuid: carl\nuidNumber: 6007\n"
@@ -60,12 +70,21 @@ LDIF = (
     + _group("users", 5000, [f"uid=alice,{P}"])
     # Every spelling of the same members, a dangling one, an out-of-base one, a
     # device, a user without ids.
-    + _group("spell", 7001, [
-        f"UID=Alice,OU=People,DC=zoo,DC=test", f"cn=bob builder,{P}",
-        f"uid=MÜLLER,{P}", f'cn="Smith, John",{P}', f"CN=Max V+UID=MVX,{P}",
-        f"uid=ghost,{P}", f"uid=carl,ou=contractors,{BASE}", f"cn=printer,ou=other,{BASE}",
-        f"uid=noids,{P}",
-    ])  # fmt: skip
+    + _group(
+        "spell",
+        7001,
+        [
+            "UID=Alice,OU=People,DC=zoo,DC=test",
+            f"cn=bob builder,{P}",
+            f"uid=MÜLLER,{P}",
+            f'cn="Smith, John",{P}',
+            f"CN=Max V+UID=MVX,{P}",
+            f"uid=ghost,{P}",
+            f"uid=carl,ou=contractors,{BASE}",
+            f"cn=printer,ou=other,{BASE}",
+            f"uid=noids,{P}",
+        ],
+    )
     # Bob (a cn= person) in a group, with a real group of the same cn around.
     + _group("Bob Builder", 7002, [f"uid=alice,{P}"])
     + _group("bobs", 7003, [f"cn=Bob Builder,{P}"])
@@ -96,7 +115,7 @@ def gids(cache, user: str) -> set[int]:
     return set(array("I", got.value.gids))
 
 
-_clients: list = []
+_clients: list[LdapClient] = []
 
 
 @pytest.fixture(autouse=True)
@@ -220,8 +239,7 @@ def test_size_limit_is_split_or_refused(tmp_path):
     users = "".join(_user(f"uid=u{i}", f"u{i}", 8000 + i) for i in range(30))
     ldif = (
         f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: zoo\no: zoo\n\n"
-        + "".join(f"dn: ou={ou},{BASE}\nobjectClass: organizationalUnit\nou: {ou}\n\n"
-                  for ou in ("people", "groups"))  # fmt: skip
+        + "".join(_ou(ou) for ou in ("people", "groups"))
         + users
         + _group("big", 9000, [f"uid=u{i},{P}" for i in range(30)])
         + "".join(_group(f"g{i}", 9001 + i, [f"uid=u0,{P}"]) for i in range(12))
@@ -236,4 +254,5 @@ def test_size_limit_is_split_or_refused(tmp_path):
         r = p.initgroups("u0")
         assert r.outcome is Outcome.ERROR
         assert "size limit" in r.message and "limits" in r.message
-        assert cache.initgroups("u0").value is None or cache.initgroups("u0").state is not State.VALID
+        got = cache.initgroups("u0")
+        assert got.value is None or got.state is not State.VALID

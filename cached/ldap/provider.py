@@ -445,8 +445,9 @@ class LdapProvider:
             for e in self._split_search(s.group_bases, [("g", a) for a in rdn],
                                         self._round_filter, s.group_attrs(members)):  # fmt: skip
                 out.append((e, True, False))
+            uattrs = [*s.user_attrs, "objectClass"]
             for e in self._split_search(s.user_bases, [("s", a) for a in rdn],
-                                        self._round_filter, [*s.user_attrs, "objectClass"]):  # fmt: skip
+                                        self._round_filter, uattrs):  # fmt: skip
                 out.append((e, False, False))
         return out
 
