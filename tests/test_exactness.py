@@ -235,7 +235,7 @@ def test_search_base_with_filter_and_scope(tmp_path, zoo):
     assert members(cache, "spell") == EXPECTED["spell"] - {"alice"}
 
 
-def test_size_limit_is_split_or_refused(tmp_path):
+def _limited(tmp_path: Path, limit: int) -> Slapd:
     users = "".join(_user(f"uid=u{i}", f"u{i}", 8000 + i) for i in range(30))
     ldif = (
         f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: zoo\no: zoo\n\n"
@@ -245,7 +245,11 @@ def test_size_limit_is_split_or_refused(tmp_path):
         + "".join(_group(f"g{i}", 9001 + i, [f"uid=u0,{P}"]) for i in range(12))
     )
     (tmp_path / "l.ldif").write_text(ldif)
-    with Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE, sizelimit=10, deref=False) as s:
+    return Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE, sizelimit=limit, deref=False)
+
+
+def test_size_limit_is_split_or_refused(tmp_path):
+    with _limited(tmp_path, 10) as s:
         p, cache = backend(tmp_path / "db", s)
         # 30 member look-ups in one batch: cut at 10, split, exact.
         assert p.group_by_name("big").outcome is Outcome.FOUND
@@ -256,3 +260,19 @@ def test_size_limit_is_split_or_refused(tmp_path):
         assert "size limit" in r.message and "limits" in r.message
         got = cache.initgroups("u0")
         assert got.value is None or got.state is not State.VALID
+
+
+def test_status_shows_a_lookup_cut_by_the_size_limit(tmp_path):
+    from perf.daemon import CachedDaemon
+
+    with (
+        _limited(tmp_path, 10) as s,
+        CachedDaemon(tmp_path / "d", [s.uri], BASE, ldap_schema="rfc2307bis") as d,
+    ):
+        r = d.run_nss(["id", "u0"], env={"SSS_NSS_USE_MEMCACHE": "NO"})
+        st = d.cli("status").stdout
+        assert "LOOKUP CUT BY A SERVER LIMIT" in st, st
+        assert "initgroups u0" in st and "size=unlimited" in st
+        # id still answers the user (passwd), without the groups a cut search lost.
+        assert "uid=8000(u0)" in r.stdout
+        assert "size limit" in d.log_text()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -121,6 +122,7 @@ class LdapProvider:
         self._bases_known = bool(self.schema.user_bases and self.schema.group_bases)
         # The last lookup a server limit cut beyond splitting (shown by `cached status`).
         self.limit_error = ""
+        self.limit_time = 0.0
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -158,6 +160,13 @@ class LdapProvider:
             except StoreWriteError as e:
                 # The cache could not be written (full filesystem): one line, and the
                 # responder serves what the cache holds.
+                log.error("%s %s: %s", kind, key, e)
+                return Result(Outcome.ERROR, str(e))
+            except LdapLimitExceeded as e:
+                # A truncated answer is never stored: the request fails, loudly, and
+                # `cached status` shows the last such failure (issue 12 item 4).
+                self.limit_error = f"{kind} {key}: {e}"
+                self.limit_time = time.time()
                 log.error("%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             except LdapError as e:
@@ -495,7 +504,6 @@ class LdapProvider:
                 out += self._search(bases, build(chunk), attrs)
             except LdapLimitExceeded as e:
                 if len(chunk) == 1:
-                    self.limit_error = str(e)
                     raise
                 log.info("%s; splitting a batch of %d assertions", e.code, len(chunk))
                 half = len(chunk) // 2
