@@ -640,13 +640,15 @@ class Model:
             return self.group_line(g) if g else NOTFOUND
         u = self.find_user(key)
         if u is None:
-            return NOTFOUND
+            # glibc's getent initgroups prints the name and exits 0 for an unknown
+            # user (getgrouplist finds no group): the same as a user without groups.
+            return format_initgroups(key, []) if kind == "initgroups" else NOTFOUND
         gids = sorted(self.zoo[g].number or 0 for g in self.user_groups(u))
         if kind == "initgroups":
             # SSSD's initgroups lists the groups the user is a member of; the primary
             # gid only when the user is also an explicit member (item 11; glibc's
-            # initgroups()/id add it themselves).
-            return format_initgroups(self.out(self.zoo[u].name), gids)
+            # initgroups()/id add it themselves).  getent prints the name as asked.
+            return format_initgroups(key, gids)
         x = self.zoo[u]
         all_gids = sorted({x.gid, *gids})
         return format_id(
