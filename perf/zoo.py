@@ -43,11 +43,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from perf.gendir import LdifWriter
 
@@ -751,7 +752,7 @@ def diff(want: dict[str, str], got: dict[str, str]) -> list[str]:
     for label, w in want.items():
         g = got.get(label, "(not run)")
         if g != w:
-            out.append(f"{label}: expected {_short(w)}, got {_short(g)}{_delta(w, g)}")
+            out.append(f"{label}: expected {short(w)}, got {short(g)}{delta(w, g)}")
     return out
 
 
@@ -769,7 +770,7 @@ def _items(answer: str) -> tuple[str, set[str]] | None:
     return None
 
 
-def _delta(want: str, got: str) -> str:
+def delta(want: str, got: str) -> str:
     w, g = _items(want), _items(got)
     if w is None or g is None:
         return ""
@@ -777,28 +778,77 @@ def _delta(want: str, got: str) -> str:
     if w[0] != g[0]:
         parts.append(f"head {g[0]!r} for {w[0]!r}")
     if w[1] - g[1]:
-        parts.append(f"{len(w[1] - g[1])} missing ({_short(','.join(sorted(w[1] - g[1])), 120)})")
+        parts.append(f"{len(w[1] - g[1])} missing ({short(','.join(sorted(w[1] - g[1])), 120)})")
     if g[1] - w[1]:
-        parts.append(f"{len(g[1] - w[1])} extra ({_short(','.join(sorted(g[1] - w[1])), 120)})")
+        parts.append(f"{len(g[1] - w[1])} extra ({short(','.join(sorted(g[1] - w[1])), 120)})")
     return f" [{'; '.join(parts)}]" if parts else ""
 
 
-def _short(text: str, limit: int = 160) -> str:
+def short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
 
 
 def ordered(lookups: Iterable[tuple[str, str]], order: str) -> list[tuple[str, str]]:
     """The lookups in one of the :data:`ORDERS`: ``groups-first`` (getent group, then
-    passwd, then initgroups and id) or ``id-first`` (id and initgroups, then group, then
-    passwd).  SSSD's answers depend on it; ours must not."""
+    passwd, then initgroups and id), ``id-first`` (id and initgroups, then group, then
+    passwd) or ``users-first``.  SSSD's answers depend on it; ours must not."""
     rank = ORDERS[order]
     items = list(lookups)
     return sorted(items, key=lambda lk: rank.index(lk[0]))
 
 
+# The passes every client makes over a view's lookups: a fresh cache with groups first,
+# then after expiring the whole cache (`cached cache -E` / `sss_cache -E`) id first,
+# then a fresh cache again with id first.
+# A fourth pass, users first, is where SSSD drops members spelled otherwise than their
+# entry's DN (seen in the first compat runs).
+PASSES: tuple[tuple[str, str], ...] = (
+    ("fresh", "groups-first"),
+    ("expire", "id-first"),
+    ("fresh", "id-first"),
+    ("fresh", "users-first"),
+)
+# The clients are asked over the socket only: the answers are the daemon's, not the
+# memory cache's.
+SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}
+PASS_TIMEOUT = 1800.0  # SSSD resolves the 901 groups one by one
+
+
+class Client(Protocol):
+    """What :func:`run_passes` needs of a daemon under test (cached or SSSD)."""
+
+    def fresh(self) -> None:
+        """Stop, wipe the cache, start."""
+
+    def expire(self) -> None:
+        """Mark every cached entry expired (sss_cache -E)."""
+
+    def run_nss(
+        self, argv: list[str], env: dict[str, str] | None = None, timeout: float = ...
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+def run_passes(client: Client, view: View) -> list[dict[str, str]]:
+    """The answers of every pass of :data:`PASSES`, in order."""
+    results = []
+    for how, order in PASSES:
+        if how == "fresh":
+            client.fresh()
+        else:
+            client.expire()
+        r = client.run_nss(
+            ["sh", "-c", script(ordered(view.lookups, order))],
+            env=SOCKET_ONLY,
+            timeout=PASS_TIMEOUT,
+        )
+        results.append(parse(r.stdout))
+    return results
+
+
 ORDERS: dict[str, tuple[str, ...]] = {
     "groups-first": ("group", "passwd", "initgroups", "id"),
     "id-first": ("id", "initgroups", "group", "passwd"),
+    "users-first": ("passwd", "group", "initgroups", "id"),
 }
 
 
