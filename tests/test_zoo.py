@@ -32,7 +32,6 @@ from perf.slapd import DEREF_CONTROL, Slapd
 pytestmark = requires_nss
 
 
-
 @pytest.fixture(scope="module")
 def the_zoo() -> zoo.Zoo:
     return zoo.build()
