@@ -391,17 +391,17 @@ def write_ldif(zoo: Zoo, path: Path) -> int:
 _STD_PASSWD = (
     "alice", "bob", "jdoe", "müller", "jsmith", "mvx", "sstone", "mvuser", "mvalias",
     "CaseUser", "orphan", "deepuser", "temp", "nester", "joiner", "bulk001",
-    "carl", "nouid", "carlalias", "ghost", "Jane Doe",
+    "carl", "nouid", "carlalias", "ghost", "Jane Doe", "caseuser", "ALICE", "MÜLLER",
 )  # fmt: skip
 _STD_GROUPS = (
     "staff", "Jane Doe", "projects", "cnonly", "spelling", "plain", "mixed", "orphanclub",
     "d0", "d1", "d2", "d3", "d4", "eng", "engineering", "engparent", "DevOps", "teamx",
     "oldgroup", "big600", "many001", "many901", "nprimary", "nbottom", "nmiddle", "ntop",
-    "Bob Builder", "gone",
+    "Bob Builder", "gone", "devops",
 )  # fmt: skip
 _STD_USERS = (
     "alice", "bob", "jdoe", "müller", "jsmith", "mvx", "sstone", "mvuser", "CaseUser",
-    "orphan", "deepuser", "temp", "nester", "joiner", "bulk600",
+    "orphan", "deepuser", "temp", "nester", "joiner", "bulk600", "caseuser",
 )  # fmt: skip
 
 
