@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,3 +209,41 @@ def test_script_and_parse_round_trip(tmp_path: Path) -> None:
     assert zoo.diff({"group g": "g:*:5:a,b"}, {"group g": "g:*:5:a,c"}) == [
         "group g: expected g:*:5:a,b, got g:*:5:a,c [1 missing (b); 1 extra (c)]"
     ]
+
+
+# -- bigroupuser with cn-named people (issue 12, "Must show") ----------------------------
+
+
+def _request_searches(server: Slapd, offset: int) -> int:
+    """Logical searches since ``offset``, without root DSE reads (the connection's, not
+    the request's)."""
+    return sum(1 for pages in server.logical_searches(offset) if pages[0].base != "")
+
+
+def test_bigroupuser_cn_people_cold_and_warm_id(tmp_path: Path, slapd_big_cn: Any) -> None:
+    """People named cn=<full name>: a cold `id` exact in at most 10 searches, the warm
+    `id` over the socket in none, `getent group large01` exact (all 5,000 members)."""
+    s, exp = slapd_big_cn.slapd, slapd_big_cn.expected
+    assert exp.user("bigroupuser").dn.startswith("cn=Big Group User,")
+    with CachedDaemon(tmp_path / "cached", [s.uri], s.base_dn) as daemon:
+        offset = s.log_offset()
+        r = daemon.run_nss(["id", "bigroupuser"], env=zoo.SOCKET_ONLY, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert _id_gids(r.stdout) == exp.initgroups("bigroupuser", 2)
+        cold = _request_searches(s, offset)
+        assert cold <= 10, f"cold id made {cold} searches"
+
+        offset = s.log_offset()
+        r = daemon.run_nss(["id", "bigroupuser"], env=zoo.SOCKET_ONLY, timeout=600)
+        assert _id_gids(r.stdout) == exp.initgroups("bigroupuser", 2)
+        warm = _request_searches(s, offset)
+        assert warm == 0, f"warm id over the socket made {warm} searches"
+
+        r = daemon.run_nss(["getent", "group", "large01"], env=zoo.SOCKET_ONLY, timeout=600)
+        members = r.stdout.rstrip("\n").split(":")[3].split(",")
+        assert set(members) == exp.members("large01", 2) and len(members) == 5000
+
+
+def _id_gids(output: str) -> set[int]:
+    groups = output.strip().split("groups=", 1)[1]
+    return {int(item.split("(", 1)[0]) for item in groups.split(",")}
