@@ -70,17 +70,20 @@ SSSD_REASONS: dict[str, str] = {
 }
 REASON_TEXT: dict[str, str] = {
     "dn-spelling": (
-        "SSSD matches member DNs against the DNs it stored as strings: a member value "
-        "spelled otherwise than the entry's DN (`\\2C` for `\\,`, `\\\"` for `\\22`, "
-        "upper-case non-ASCII, AVAs of a multi-valued RDN in another order) loses the "
-        "member, in some passes only. cached names members from their entries "
-        "(issue 12 item 2): fixed in cached, SSSD's bug."
+        "SSSD loses members whose member value is spelled otherwise than the entry's "
+        'DN (`\\2C` for `\\,`, `\\"` for `\\22`, upper-case non-ASCII `MÜLLER`, the AVAs '
+        "of a multi-valued RDN in another order) when those users are already in its "
+        "cache (pass 4 looks users up first): it finds cached members by comparing DN "
+        "strings. cached names members from their entries (issue 12 item 2). SSSD's own "
+        "inconsistency."
     ),
     "unreadable-member": (
-        "SSSD fails the whole group (NOTFOUND) when one member DN is neither a user nor "
-        "a group it can read (dangling, non-POSIX, outside the bases, an alias), unless "
-        "`ldap_ignore_unreadable_references = true`. Issue 12 decides: drop that member, "
-        "keep the group. Deliberate difference."
+        "SSSD fails the whole group (NOTFOUND) when a member DN under a base shared by "
+        "users and groups is neither a user nor a group it can read (dangling, no "
+        "posixAccount, not posixGroup, an alias): type unknown, EINVAL in "
+        "sdap_async_nested_groups.c, unless `ldap_ignore_unreadable_references = true`; "
+        "in some passes only. Issue 12 decides: drop that member, keep the group. "
+        "Deliberate difference."
     ),
     "nesting-minimum": (
         "For SSSD `ldap_group_nesting_level` is a minimum (reference §6.2): memberships "
@@ -260,6 +263,13 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
             for n, (how, order) in enumerate(zoo.PASSES, 1)
         ),
         "",
+        "Expected answers are SSSD 2.8.2's where SSSD is right, and issue 12's where it "
+        "decides otherwise: a member that is not a readable user or group of the view is "
+        "dropped and the rest of the group kept; no answer is cut by the server's size "
+        "limit; nesting stops at `ldap_group_nesting_level` whatever was looked up "
+        "before; a member's name is its entry's (canonical, RDN value when the name "
+        "attribute is multi-valued), never its DN's spelling.",
+        "",
         "Cells: ✓ = the expected answer; otherwise what is missing/extra against it, per "
         "pass (p1, p2, …) when the passes differ. Only lookups where some client differs "
         "are listed; the counts cover all.",
@@ -355,7 +365,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--views", default=",".join(zoo.views(zoo.build())), help="comma-separated view names"
     )
+    p.add_argument(
+        "--render",
+        type=Path,
+        metavar="DIR",
+        help="only write DIR/report.md again from DIR/results.json (no run)",
+    )
     args = p.parse_args(argv)
+    if args.render:
+        data = json.loads((args.render / "results.json").read_text())
+        runs = [ViewRun(**r) for r in data["runs"]]
+        (args.render / "report.md").write_text(report(runs, data["meta"]))
+        print(args.render / "report.md")
+        return 0
     for reason in (nsenv.skip_reason(),):
         if reason:
             print(f"perf.compat: cannot run NSS clients: {reason}", file=sys.stderr)
