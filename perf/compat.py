@@ -73,7 +73,7 @@ REASON_TEXT: dict[str, str] = {
         "SSSD loses members whose member value is spelled otherwise than the entry's "
         'DN (`\\2C` for `\\,`, `\\"` for `\\22`, upper-case non-ASCII `MÜLLER`, the AVAs '
         "of a multi-valued RDN in another order) when those users are already in its "
-        "cache (pass 4 looks users up first): it finds cached members by comparing DN "
+        "cache (the users-first pass): it finds cached members by comparing DN "
         "strings. cached names members from their entries (issue 12 item 2). SSSD's own "
         "inconsistency."
     ),

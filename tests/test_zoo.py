@@ -8,8 +8,8 @@ lookup of the view with ``getent``/``id`` in the passes of perf.zoo.PASSES:
 
 1. a fresh cache, groups first (getent group, then passwd, then initgroups and id);
 2. after ``cached cache -E``, id first (id and initgroups, then group, then passwd);
-3. a fresh cache again, id first;
-4. a fresh cache again, users first (passwd, group, initgroups, id).
+3. after ``cached cache -E``, users first (passwd, group, initgroups, id);
+4. a fresh cache again, id first.
 
 Every pass must give the answers perf.zoo computed by construction: the same answer
 whatever was looked up before (SSSD's own answers depend on the order, see
