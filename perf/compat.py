@@ -3,7 +3,8 @@
 For every view of :mod:`perf.zoo` (a client configuration) both daemons answer the
 view's lookups (``getent passwd/group/initgroups``, ``id``) through glibc and the stock
 libnss_sss, against the same slapd, in the passes of :data:`perf.zoo.PASSES` (fresh
-cache groups first; whole cache expired, id first; fresh cache id first).  Every answer
+cache groups first; whole cache expired, id first, and again users first; fresh cache
+id first).  Every answer
 is compared with the zoo's expected answer (computed by construction), and SSSD's
 answers across passes with each other: where they differ, SSSD's answer depends on
 what was looked up before.
