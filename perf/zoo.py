@@ -324,6 +324,26 @@ def build() -> Zoo:
             ],
         )
     )
+    # The same, in a group large enough for the deref path (more than SSSD's and our
+    # ldap_deref_threshold, 10, members to fetch): it must check bases and spellings too.
+    add(
+        _group(
+            "bigmixed",
+            40008,
+            [
+                *(m(u.key) for u in bulk[:10]),
+                m("carl"),
+                (f"uid=ghost,{PEOPLE}", None),
+                (f"cn=gone,{GROUPS}", None),
+                m("nouid"),
+                m("carlalias"),
+                (f"cn=nmiddle,{NEST}", "nmiddle"),
+                spelled[0],
+                spelled[2],
+                spelled[3],
+            ],
+        )
+    )
     add(_group("orphanclub", 40007, [m("orphan")]))  # reached only through orphan
     # A chain five deep (item 5): d0 ∋ deepuser, d(i+1) ∋ d(i).
     add(_group("d0", 40010, [m("deepuser")]))
@@ -394,7 +414,8 @@ _STD_PASSWD = (
     "carl", "nouid", "carlalias", "ghost", "Jane Doe", "caseuser", "ALICE", "MÜLLER",
 )  # fmt: skip
 _STD_GROUPS = (
-    "staff", "Jane Doe", "projects", "cnonly", "spelling", "plain", "mixed", "orphanclub",
+    "staff", "Jane Doe", "projects", "cnonly", "spelling", "plain", "mixed", "bigmixed",
+    "orphanclub",
     "d0", "d1", "d2", "d3", "d4", "eng", "engineering", "engparent", "DevOps", "teamx",
     "oldgroup", "big600", "many001", "many901", "nprimary", "nbottom", "nmiddle", "ntop",
     "Bob Builder", "gone", "devops",

@@ -147,6 +147,8 @@ def test_expected_answers_by_construction(the_zoo: zoo.Zoo) -> None:
     # 3, 5, 10: out of base, dangling, no posixAccount, alias, non-POSIX group: dropped.
     assert std["group mixed"] == "mixed:*:40006:alice,temp"
     assert std["passwd carl"] == std["passwd carlalias"] == zoo.NOTFOUND
+    big = sorted(["alice", "jsmith", "mvx", *(f"bulk{i:03d}" for i in range(1, 11))])
+    assert std["group bigmixed"] == f"bigmixed:*:40008:{','.join(big)}"
     # 4: the size limit never shortens an answer.
     assert len(std["group big600"].split(":")[3].split(",")) == zoo.BIG_GROUP_SIZE
     assert len(std["initgroups joiner"].split()) == 1 + zoo.JOINER_GROUPS
