@@ -89,6 +89,17 @@ class LdapOffline(LdapError):
     """No server is reachable; the domain is offline until the retry time."""
 
 
+class LdapLimitExceeded(LdapError):
+    """The server cut a search at its size or time limit: the entries returned are
+    not all there are (issue 12 item 4). ldap3 does not raise for these result codes
+    on this path, so every search's result code is checked."""
+
+    def __init__(self, message: str, code: str, partial: int) -> None:
+        super().__init__(message)
+        self.code = code  # "sizeLimitExceeded" | "timeLimitExceeded"
+        self.partial = partial  # entries received before the cut
+
+
 @dataclass(slots=True)
 class Entry:
     dn: str
@@ -347,11 +358,14 @@ class LdapClient:
                     controls=controls,
                     paged_size=page if paged else None,
                     paged_cookie=cookie,
+                    # Never follow aliases, as SSSD (ldap_deref unset): an alias under
+                    # the base must not make an entry from elsewhere visible (item 10).
+                    dereference_aliases=ldap3.DEREF_NEVER,
                 )
             except lexc.LDAPNoSuchObjectResult:
                 return out
-            except lexc.LDAPSizeLimitExceededResult as e:
-                raise LdapError(f"search of {base!r} hit the server's size limit: {e}") from None
+            except (lexc.LDAPSizeLimitExceededResult, lexc.LDAPTimeLimitExceededResult) as e:
+                raise self._limit(base, filt, e.result, len(out)) from None
             except lexc.LDAPOperationResult as e:
                 raise LdapError(
                     f"search of {base!r} for {filt[:200]!r} failed: {_describe(e)}"
@@ -371,12 +385,28 @@ class LdapClient:
                     except (deref.BerError, UnicodeDecodeError) as e:
                         raise LdapError(f"{item['dn']}: bad deref control value: {e}") from None
                 out.append(Entry(item["dn"], attrs_out, results))
+            code = (conn.result or {}).get("result", 0)
+            if code in (3, 4):  # timeLimitExceeded, sizeLimitExceeded (RFC 4511 §4.1.9)
+                raise self._limit(base, filt, code, len(out))
             if not paged:
                 return out
             ctrls = (conn.result or {}).get("controls") or {}
             cookie = ctrls.get(PAGED_RESULTS_OID, {}).get("value", {}).get("cookie")
             if not cookie:
                 return out
+
+    def _limit(self, base: str, filt: str, code: int, partial: int) -> LdapLimitExceeded:
+        name = "sizeLimitExceeded" if code == 4 else "timeLimitExceeded"
+        what = "size" if code == 4 else "time"
+        who = self.cfg.ldap_default_bind_dn or "anonymous"
+        where = f'dn.exact="{who}"' if self.cfg.ldap_default_bind_dn else "anonymous"
+        return LdapLimitExceeded(
+            f"the server's {what} limit cut a search of {base!r} after {partial} entries "
+            f"({name}, filter {filt[:120]!r}); raise it for the bind DN {who!r}, "
+            f"e.g. slapd: limits {where} {what}=unlimited",
+            name,
+            partial,
+        )
 
 
 def _discard(conn: ldap3.Connection | None) -> None:
