@@ -692,7 +692,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write <OUTDIR>/<scenario>-<schema>.ldif and .expected.json.",
     )
     parser.add_argument("outdir", type=Path, metavar="OUTDIR")
-    parser.add_argument("--scenario", default="bigroupuser", choices=sorted(PRESETS))
+    parser.add_argument(
+        "--scenario",
+        default="bigroupuser",
+        choices=sorted([*PRESETS, "zoo"]),
+        help="zoo: the hand-written directory of issue 12's shapes (perf/zoo.py)",
+    )
     parser.add_argument(
         "--schema", action="append", choices=SCHEMAS, help="repeatable; default: rfc2307bis"
     )
@@ -717,6 +722,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    if args.scenario == "zoo":
+        from perf import zoo  # imports this module: import here, not at the top
+
+        for path in zoo.generate(args.outdir):
+            print(path, flush=True)
+        return 0
     scenario = PRESETS[args.scenario]
     if args.user_groups is not None or args.large_size is not None:
         scenario = sweep(
