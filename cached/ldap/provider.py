@@ -304,7 +304,7 @@ class LdapProvider:
         ocs = {v.lower() for v in e.get("objectclass")}
         if s.user_oc.lower().encode() in ocs:
             return self._user_member(e, key, from_group_bases)
-        if s.group_oc.lower().encode() in ocs or e.get(s.group_member):
+        if s.group_oc.lower().encode() in ocs:
             if not from_group_bases:
                 return None
             return self._group_entry(e, WALK)
@@ -473,12 +473,11 @@ class LdapProvider:
             # most candidates are the members looked up (measured: 3x less slapd time).
             branches.append(f"(&{s.member_classes()}{any_of(parts['m'])})")
         if parts["u"]:
-            # Walking up passes through any entry listing the member (item 8).
-            branches.append(any_of(parts["u"]))
+            # Walking up passes through groups of the class without a gidNumber (as
+            # SSSD, item 8); they are never answered.
+            branches.append(f"(&(objectClass={s.group_oc}){any_of(parts['u'])})")
         if parts["g"]:
-            branches.append(
-                f"(&(|(objectClass={s.group_oc})({s.group_member}=*)){any_of(parts['g'])})"
-            )
+            branches.append(f"(&(objectClass={s.group_oc}){any_of(parts['g'])})")
         if parts["s"]:
             branches.append(f"(&(objectClass={s.user_oc}){any_of(parts['s'])})")
         branches += parts["x"]

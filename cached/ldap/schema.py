@@ -178,11 +178,9 @@ class SchemaMap:
         return self.group_filter(f"({self.group_gid}={gid})")
 
     def member_classes(self) -> str:
-        """Entries a member DN may name: users, groups, and any entry listing members
-        (a non-POSIX group nesting is walked through, issue 12 item 8)."""
-        return (
-            f"(|(objectClass={self.user_oc})(objectClass={self.group_oc})({self.group_member}=*))"
-        )
+        """Entries a member DN may name: users and groups of the configured classes
+        (a group of the class without a gidNumber is walked through, item 8)."""
+        return f"(|(objectClass={self.user_oc})(objectClass={self.group_oc}))"
 
     def groups_with_members(self, values: list[str]) -> str:
         """Groups that list any of ``values`` (member DNs, or names for memberUid)."""
