@@ -72,6 +72,43 @@ class Result:
     message: str = ""
 
 
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+@dataclass(frozen=True)
+class _NamePart:
+    """Entries whose name starts with ``prefix`` and then one of ``chars`` — plus,
+    with ``rest``, those whose name is ``prefix`` or goes on with any other
+    character. Halving ``chars`` and lengthening ``prefix`` partitions any set of
+    names (matching is case-insensitive, so lower case covers upper)."""
+
+    prefix: str
+    chars: str
+    rest: bool
+
+    def filter(self, attr: str) -> str:
+        p = escape(self.prefix)
+        terms = [f"({attr}={p}{c}*)" for c in self.chars]
+        if self.rest:
+            alnum = "".join(f"({attr}={p}{c}*)" for c in _ALNUM)
+            terms.append(f"(&({attr}={p}*)(!(|{alnum})))")
+        return terms[0] if len(terms) == 1 else "(|" + "".join(terms) + ")"
+
+    def split(self) -> list[_NamePart]:
+        if len(self.chars) > 1:
+            h = len(self.chars) // 2
+            return [
+                _NamePart(self.prefix, self.chars[:h], False),
+                _NamePart(self.prefix, self.chars[h:], self.rest),
+            ]
+        if len(self.chars) == 1 and len(self.prefix) < 64:
+            out = [_NamePart(self.prefix + self.chars, _ALNUM, True)]
+            if self.rest:
+                out.append(_NamePart(self.prefix, "", True))
+            return out
+        return []
+
+
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -492,21 +529,33 @@ class LdapProvider:
     ) -> list[Entry]:
         """Search with the OR of ``items``; when the server's size limit cuts the
         answer, split the batch in two and search again (issue 12 item 4). A single
-        assertion still cut fails the request: a truncated answer is never stored."""
+        assertion still cut (a user in more groups than the limit) is split by name:
+        entries whose name starts with one half of the letters and digits, then the
+        other half and the rest, refining the prefix as needed. Only a part that
+        cannot be split further fails the request: a cut answer is never stored."""
         out: list[Entry] = []
         if not items:
             return out
-        stack = [items]
+        attr = self.schema.group_name if bases == self.schema.group_bases else self.schema.user_name
+        stack: list[tuple[list[tuple[str, str]], _NamePart | None]] = [(items, None)]
         while stack:
-            chunk = stack.pop()
+            chunk, part = stack.pop()
+            filt = build(chunk)
+            if part is not None:
+                filt = f"(&{filt}{part.filter(attr)})"
             try:
-                out += self._search(bases, build(chunk), attrs)
+                out += self._search(bases, filt, attrs)
             except LdapLimitExceeded as e:
-                if len(chunk) == 1:
+                if len(chunk) > 1:
+                    log.info("%s; splitting a batch of %d assertions", e.code, len(chunk))
+                    half = len(chunk) // 2
+                    stack += [(chunk[:half], None), (chunk[half:], None)]
+                    continue
+                parts = (part or _NamePart("", _ALNUM, True)).split()
+                if not parts:
                     raise
-                log.info("%s; splitting a batch of %d assertions", e.code, len(chunk))
-                half = len(chunk) // 2
-                stack += [chunk[:half], chunk[half:]]
+                log.info("%s; splitting by %s prefix", e.code, attr)
+                stack += [(chunk, p) for p in parts]
         return out
 
     def _by_deref(
