@@ -491,7 +491,7 @@ class LdapProvider:
             for e in self._split_search(s.group_bases, [("g", a) for a in rdn],
                                         self._round_filter, s.group_attrs(members)):  # fmt: skip
                 out.append((e, True, False))
-            uattrs = [*s.user_attrs, "objectClass"]
+            uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
             for e in self._split_search(s.user_bases, [("s", a) for a in rdn],
                                         self._round_filter, uattrs):  # fmt: skip
                 out.append((e, False, False))

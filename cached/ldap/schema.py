@@ -144,8 +144,12 @@ class SchemaMap:
         return attrs
 
     def member_attrs(self, members: bool = True) -> list[str]:
-        """Attributes of a search that may return users and groups alike."""
-        return sorted(set(self.user_attrs) | set(self.group_attrs(members)))
+        """Attributes of a search that may return users and groups alike: what names
+        and types a member (a user's name and ids), and whole groups. Not a user's
+        gecos, home or shell: a member is named, not stored (less to decode for the
+        thousands of users of a big initgroups)."""
+        user = {self.user_name, self.user_uid, self.user_gid}
+        return sorted(user | set(self.group_attrs(members)))
 
     @property
     def deref_attrs(self) -> list[str]:
