@@ -336,15 +336,19 @@ class LdapClient:
         *,
         scope: str = "sub",
         deref_specs: list[tuple[str, list[str]]] | None = None,
+        deref_seen: set[str] | None = None,
     ) -> list[Entry]:
-        """One logical search (all pages), counted once (reference §5.1)."""
+        """One logical search (all pages), counted once (reference §5.1).
+        ``deref_seen``: DNs whose dereferenced values are not decoded again."""
         start = time.perf_counter()
         entries: list[Entry] = []
         try:
             for attempt in (0, 1):
                 conn = self.connect()
                 try:
-                    entries = self._search_pages(conn, base, filt, attrs, scope, deref_specs)
+                    entries = self._search_pages(
+                        conn, base, filt, attrs, scope, deref_specs, deref_seen
+                    )
                     break
                 except _NETWORK_ERRORS as e:
                     # The connection died (server restarted, idle timeout): reconnect
@@ -366,6 +370,7 @@ class LdapClient:
         attrs: list[str],
         scope: str,
         deref_specs: list[tuple[str, list[str]]] | None,
+        deref_seen: set[str] | None = None,
     ) -> list[Entry]:
         controls = None
         if deref_specs:
@@ -413,7 +418,7 @@ class LdapClient:
                 ctrl = (item.get("controls") or {}).get(deref.DEREF_OID)
                 if ctrl is not None and ctrl.get("value"):
                     try:
-                        results = deref.decode_response(ctrl["value"])
+                        results = deref.decode_response(ctrl["value"], deref_seen)
                     except (deref.BerError, UnicodeDecodeError) as e:
                         raise LdapError(f"{item['dn']}: bad deref control value: {e}") from None
                 out.append(Entry(item["dn"], attrs_out, results))

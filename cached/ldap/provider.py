@@ -159,6 +159,8 @@ class LdapProvider:
         self._bases_known = bool(self.schema.user_bases and self.schema.group_bases)
         # The last lookup a server limit cut beyond splitting (shown by `cached status`).
         self.limit_error = ""
+        # DNs dereferenced in this request: later copies are not decoded again.
+        self._deref_seen: set[str] = set()
         self.limit_time = 0.0
 
     # -- plumbing ------------------------------------------------------------------
@@ -313,13 +315,40 @@ class LdapProvider:
                 return next((n for n in names if n.lower() == folded), names[0])
         return names[0]
 
-    def _search(self, bases: tuple[SearchBase, ...], filt: str, attrs: list[str]) -> list[Entry]:
+    def _search(
+        self,
+        bases: tuple[SearchBase, ...],
+        filt: str,
+        attrs: list[str],
+        deref_specs: list[tuple[str, list[str]]] | None = None,
+    ) -> list[Entry]:
         """One search per base (SSSD's ``base?scope?filter`` list), the base's filter
         ANDed in (item 7)."""
         out: list[Entry] = []
+        seen = self._deref_seen if deref_specs else None
         for b in bases:
-            out += self.client.search(b.dn, self.schema.with_base(filt, b), attrs, scope=b.scope)
+            out += self.client.search(
+                b.dn, self.schema.with_base(filt, b), attrs, scope=b.scope,
+                deref_specs=deref_specs, deref_seen=seen,
+            )  # fmt: skip
         return out
+
+    def _deref_walk(self) -> list[tuple[str, list[str]]] | None:
+        """The deref control for the walk's searches, where the server has it and no
+        base has a filter (which a dereferenced entry could not be checked against,
+        as SSSD decides, §6.2): every group found comes with its members' names and
+        classes, so members need no look-up of their own."""
+        s = self.schema
+        info = self.client.info
+        if (
+            self.cfg.ldap_deref_threshold <= 0
+            or self.cfg.ignore_group_members
+            or info is None
+            or deref.DEREF_OID not in info.controls
+            or any(b.filter for b in s.user_bases + s.group_bases)
+        ):
+            return None
+        return [(s.group_member, s.deref_attrs)]
 
     def _search_groups(self, filt: str) -> list[_GroupEntry]:
         s = self.schema
@@ -396,6 +425,7 @@ class LdapProvider:
         member look-ups share each round's searches, so naming members costs no
         extra round trip. Returns the keys of the POSIX groups found walking up."""
         s = self.schema
+        self._deref_seen = set()
         mine: set[str] = set()
         walked = {normalize_dn(dn) for dn in up}
         level = 0
@@ -419,6 +449,8 @@ class LdapProvider:
                         known[k] = ("group" if m.posix else WALK, m.name)
                     else:
                         known[k] = m
+                if e.deref is not None:
+                    self._named_by_deref(e, known)
                 if not from_groups or not (up_keys or extra):
                     continue
                 g = found.get(k) or self._group_entry(e, WALK)
@@ -444,6 +476,33 @@ class LdapProvider:
             lookup = self._unknown(found, budget, known)
         return mine
 
+    def _named_by_deref(self, e: Entry, known: dict[str, Member]) -> None:
+        """Name the members of a group entry from the deref control's answer: users
+        by their entry (in a user base, with ids), groups of the class by name (a
+        group to expand is still looked up with its members); a member value the
+        server did not dereference names no entry."""
+        s = self.schema
+        returned = set()
+        group_oc = s.group_oc.lower().encode()
+        for r in e.deref or ():
+            k = normalize_dn(r.dn)
+            returned.add(k)
+            if k in known or r.repeat:
+                continue  # named at its first copy (else left to the look-ups)
+            ocs = {v.lower() for v in r.values.get("objectclass", [])}
+            entry = Entry(r.dn, r.values)
+            if s.user_oc.lower().encode() in ocs:
+                known[k] = self._user_member(entry, k, True)
+            elif group_oc in ocs and self._in_bases(k, s.group_bases):
+                g = self._group_entry(entry, WALK)
+                known[k] = None if g is None else ("group" if g.posix else WALK, g.name)
+            else:
+                known[k] = None
+        for v in e.get(s.group_member):
+            k = normalize_dn(v.decode("utf-8", errors="replace"))
+            if k not in returned:
+                known.setdefault(k, None)
+
     def _round(
         self, up: list[str], lookup: dict[str, tuple[str, int]], extra: str
     ) -> list[tuple[Entry, bool, bool]]:
@@ -464,6 +523,7 @@ class LdapProvider:
         ups = [f"({s.group_member}={escape(dn)})" for dn in up]
         members = not self.cfg.ignore_group_members
         out: list[tuple[Entry, bool, bool]] = []
+        specs = self._deref_walk() if ups else None
         if s.fold and members:
             # Users and groups under one base: one search finds both (issue 12:
             # names at no extra round trip).
@@ -473,8 +533,9 @@ class LdapProvider:
                 items = [("u", a) for a in part_up] + [("m", a) for a in part_rdn]
                 if i == 0 and extra:
                     items.append(("x", extra))
+                with_specs = specs if part_up else None
                 for e in self._split_search(s.group_bases, items, self._round_filter,
-                                            s.member_attrs()):  # fmt: skip
+                                            s.member_attrs(), with_specs):  # fmt: skip
                     out.append((e, True, False))
             return out
         # Users and groups apart: member look-ups under each kind's bases. Without
@@ -485,7 +546,7 @@ class LdapProvider:
             ([("u", a) for a in ups] + ([("x", extra)] if extra and members else []), True),
             ([("x", extra)] if extra and not members else [], False),
         ):
-            for e in self._split_search(s.group_bases, items, self._round_filter, attrs):
+            for e in self._split_search(s.group_bases, items, self._round_filter, attrs, specs):
                 out.append((e, True, only_up and not members))
         if rdn:
             for e in self._split_search(s.group_bases, [("g", a) for a in rdn],
@@ -526,6 +587,7 @@ class LdapProvider:
         items: list[tuple[str, str]],
         build: Callable[[list[tuple[str, str]]], str],
         attrs: list[str],
+        deref_specs: list[tuple[str, list[str]]] | None = None,
     ) -> list[Entry]:
         """Search with the OR of ``items``; when the server's size limit cuts the
         answer, split the batch in two and search again (issue 12 item 4). A single
@@ -544,7 +606,7 @@ class LdapProvider:
             if part is not None:
                 filt = f"(&{filt}{part.filter(attr)})"
             try:
-                out += self._search(bases, filt, attrs)
+                out += self._search(bases, filt, attrs, deref_specs)
             except LdapLimitExceeded as e:
                 if len(chunk) > 1:
                     log.info("%s; splitting a batch of %d assertions", e.code, len(chunk))
