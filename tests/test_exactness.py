@@ -92,6 +92,8 @@ LDIF = (
     + _group("leaf", 7004, [f"cn=Bob Builder,{P}"])
     + _group("middle", None, [f"cn=leaf,ou=groups,{BASE}"])
     + _group("top", 7005, [f"cn=middle,ou=groups,{BASE}"])
+    # A multi-valued cn: named by its RDN value "eng", found by "engineering" too.
+    + _group("eng", 7006, [f"uid=alice,{P}"]).replace("cn: eng\n", "cn: engineering\ncn: eng\n")
 )
 
 
@@ -225,10 +227,15 @@ def test_initgroups_through_a_non_posix_group(tmp_path, zoo):
     assert p.group_by_name("middle").outcome is Outcome.NOT_FOUND
 
 
-def test_multi_valued_uid_is_answered_under_its_rdn_value(tmp_path, zoo):
+def test_multi_valued_names_answer_under_the_rdn_value(tmp_path, zoo):
     p, cache = backend(tmp_path, zoo)
-    assert p.user_by_name("mvx").outcome is Outcome.FOUND
+    assert p.user_by_name("maxv").outcome is Outcome.FOUND  # the other uid value
+    assert cache.user_by_name("maxv").value.name == "mvx"
     assert cache.user_by_name("mvx").value.name == "mvx"
+    assert p.group_by_name("engineering").outcome is Outcome.FOUND
+    for name in ("engineering", "eng"):
+        got = cache.group_by_name(name).value
+        assert got is not None and got.name == "eng", name
 
 
 def test_search_base_with_filter_and_scope(tmp_path, zoo):

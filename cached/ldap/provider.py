@@ -109,6 +109,10 @@ class _NamePart:
         return []
 
 
+def _names(e: Entry, attr: str) -> list[str]:
+    return [v.decode("utf-8", errors="replace") for v in e.get(attr)]
+
+
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -241,7 +245,9 @@ class LdapProvider:
             if u is None:
                 continue
             usn = first(e.get(s.user_usn)) if s.user_usn else ""
-            self.cache.put_user(batch, u, first(e.get(s.user_modstamp)), usn)
+            self.cache.put_user(
+                batch, u, first(e.get(s.user_modstamp)), usn, aliases=_names(e, s.user_name)
+            )
             if found is None:
                 found = u
         return found
@@ -256,7 +262,10 @@ class LdapProvider:
                     self.cache.delete_user(batch, name)
                     return Result(Outcome.NOT_FOUND)
             # case_sensitive = true and the server matched another case: not this name.
-            if self.cache.key(user.name) != self.cache.key(name):
+            # Another value of a multi-valued name finds the user (item 9).
+            if self.cache.key(name) not in {
+                self.cache.key(n) for e in entries for n in _names(e, s.user_name)
+            }:
                 return Result(Outcome.NOT_FOUND)
             return Result(Outcome.FOUND)
 
@@ -764,13 +773,16 @@ class LdapProvider:
                     g.modstamp if ok else "",
                     g.usn,
                     complete=ok,
+                    aliases=_names(g.entry, self.schema.group_name),
                 )
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()
         top = None
         for g in self._search_groups(filt):
-            if name is None or self.cache.key(g.name) == self.cache.key(name):
+            if name is None or self.cache.key(name) in {
+                self.cache.key(n) for n in _names(g.entry, s.group_name)
+            }:
                 top = g
                 break
         if top is None:
