@@ -192,7 +192,7 @@ EXPECTED = {
     "Bob Builder": {"alice"},
     "bobs": {"bob"},
     "leaf": {"bob"},
-    "top": {"bob"},  # through the non-POSIX "middle" (level 2)
+    "top": set(),  # "middle" is no posixGroup: not a group of this configuration
 }
 
 
@@ -212,9 +212,17 @@ def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order):
 
 
 def test_initgroups_through_a_non_posix_group(tmp_path, zoo):
-    p, cache = backend(tmp_path, zoo)
+    p, cache = backend(tmp_path / "posix", zoo)
+    assert p.initgroups("bob").outcome is Outcome.FOUND
+    assert gids(cache, "bob") == {5000, 7001, 7003, 7004}
+    # Groups are groupOfNames: "middle", without a gidNumber, is walked through (as
+    # SSSD) and never answered; "top" is reached at level 2.
+    p, cache = backend(tmp_path / "gon", zoo, ldap_group_object_class="groupOfNames")
     assert p.initgroups("bob").outcome is Outcome.FOUND
     assert gids(cache, "bob") == {5000, 7001, 7003, 7004, 7005}
+    assert p.group_by_name("top").outcome is Outcome.FOUND
+    assert members(cache, "top") == {"bob"}
+    assert p.group_by_name("middle").outcome is Outcome.NOT_FOUND
 
 
 def test_multi_valued_uid_is_answered_under_its_rdn_value(tmp_path, zoo):
@@ -235,7 +243,7 @@ def test_search_base_with_filter_and_scope(tmp_path, zoo):
     assert members(cache, "spell") == EXPECTED["spell"] - {"alice"}
 
 
-def test_size_limit_is_split_or_refused(tmp_path):
+def _limited(tmp_path: Path, limit: int) -> Slapd:
     users = "".join(_user(f"uid=u{i}", f"u{i}", 8000 + i) for i in range(30))
     ldif = (
         f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: zoo\no: zoo\n\n"
@@ -243,16 +251,43 @@ def test_size_limit_is_split_or_refused(tmp_path):
         + users
         + _group("big", 9000, [f"uid=u{i},{P}" for i in range(30)])
         + "".join(_group(f"g{i}", 9001 + i, [f"uid=u0,{P}"]) for i in range(12))
+        # Names no prefix can tell apart past "x": a part that cannot be split.
+        + "".join(_group(f"x-{i}", 9101 + i, [f"uid=u1,{P}"]) for i in range(12))
     )
     (tmp_path / "l.ldif").write_text(ldif)
-    with Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE, sizelimit=10, deref=False) as s:
+    return Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE, sizelimit=limit, deref=False)
+
+
+def test_size_limit_is_split_or_refused(tmp_path):
+    with _limited(tmp_path, 10) as s:
         p, cache = backend(tmp_path / "db", s)
         # 30 member look-ups in one batch: cut at 10, split, exact.
         assert p.group_by_name("big").outcome is Outcome.FOUND
         assert members(cache, "big") == {f"u{i}" for i in range(30)}
-        # u0 is in 13 groups: one search for its direct groups, which no split helps.
-        r = p.initgroups("u0")
+        # u0 is in 13 groups: its direct-groups search, one assertion, is split by
+        # group name prefix (g0..g11 and big), exact.
+        assert p.initgroups("u0").outcome is Outcome.FOUND
+        assert gids(cache, "u0") == {5000, 9000} | {9001 + i for i in range(12)}
+        # u1's 12 groups x-0..x-11 share the prefix "x-": the part cannot be split,
+        # the request fails loudly and nothing is stored as complete.
+        r = p.initgroups("u1")
         assert r.outcome is Outcome.ERROR
         assert "size limit" in r.message and "limits" in r.message
-        got = cache.initgroups("u0")
+        got = cache.initgroups("u1")
         assert got.value is None or got.state is not State.VALID
+
+
+def test_status_shows_a_lookup_cut_by_the_size_limit(tmp_path):
+    from perf.daemon import CachedDaemon
+
+    with (
+        _limited(tmp_path, 10) as s,
+        CachedDaemon(tmp_path / "d", [s.uri], BASE, ldap_schema="rfc2307bis") as d,
+    ):
+        r = d.run_nss(["id", "u1"], env={"SSS_NSS_USE_MEMCACHE": "NO"})
+        st = d.cli("status").stdout
+        assert "LOOKUP CUT BY A SERVER LIMIT" in st, st
+        assert "initgroups u1" in st and "size=unlimited" in st
+        # id still answers the user (passwd), without the groups a cut search lost.
+        assert "uid=8001(u1)" in r.stdout
+        assert "size limit" in d.log_text()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -69,6 +70,43 @@ class Outcome(enum.Enum):
 class Result:
     outcome: Outcome
     message: str = ""
+
+
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+@dataclass(frozen=True)
+class _NamePart:
+    """Entries whose name starts with ``prefix`` and then one of ``chars`` — plus,
+    with ``rest``, those whose name is ``prefix`` or goes on with any other
+    character. Halving ``chars`` and lengthening ``prefix`` partitions any set of
+    names (matching is case-insensitive, so lower case covers upper)."""
+
+    prefix: str
+    chars: str
+    rest: bool
+
+    def filter(self, attr: str) -> str:
+        p = escape(self.prefix)
+        terms = [f"({attr}={p}{c}*)" for c in self.chars]
+        if self.rest:
+            alnum = "".join(f"({attr}={p}{c}*)" for c in _ALNUM)
+            terms.append(f"(&({attr}={p}*)(!(|{alnum})))")
+        return terms[0] if len(terms) == 1 else "(|" + "".join(terms) + ")"
+
+    def split(self) -> list[_NamePart]:
+        if len(self.chars) > 1:
+            h = len(self.chars) // 2
+            return [
+                _NamePart(self.prefix, self.chars[:h], False),
+                _NamePart(self.prefix, self.chars[h:], self.rest),
+            ]
+        if len(self.chars) == 1 and len(self.prefix) < 64:
+            out = [_NamePart(self.prefix + self.chars, _ALNUM, True)]
+            if self.rest:
+                out.append(_NamePart(self.prefix, "", True))
+            return out
+        return []
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
@@ -121,6 +159,7 @@ class LdapProvider:
         self._bases_known = bool(self.schema.user_bases and self.schema.group_bases)
         # The last lookup a server limit cut beyond splitting (shown by `cached status`).
         self.limit_error = ""
+        self.limit_time = 0.0
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -158,6 +197,13 @@ class LdapProvider:
             except StoreWriteError as e:
                 # The cache could not be written (full filesystem): one line, and the
                 # responder serves what the cache holds.
+                log.error("%s %s: %s", kind, key, e)
+                return Result(Outcome.ERROR, str(e))
+            except LdapLimitExceeded as e:
+                # A truncated answer is never stored: the request fails, loudly, and
+                # `cached status` shows the last such failure (issue 12 item 4).
+                self.limit_error = f"{kind} {key}: {e}"
+                self.limit_time = time.time()
                 log.error("%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             except LdapError as e:
@@ -295,7 +341,7 @@ class LdapProvider:
         ocs = {v.lower() for v in e.get("objectclass")}
         if s.user_oc.lower().encode() in ocs:
             return self._user_member(e, key, from_group_bases)
-        if s.group_oc.lower().encode() in ocs or e.get(s.group_member):
+        if s.group_oc.lower().encode() in ocs:
             if not from_group_bases:
                 return None
             return self._group_entry(e, WALK)
@@ -445,7 +491,7 @@ class LdapProvider:
             for e in self._split_search(s.group_bases, [("g", a) for a in rdn],
                                         self._round_filter, s.group_attrs(members)):  # fmt: skip
                 out.append((e, True, False))
-            uattrs = [*s.user_attrs, "objectClass"]
+            uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
             for e in self._split_search(s.user_bases, [("s", a) for a in rdn],
                                         self._round_filter, uattrs):  # fmt: skip
                 out.append((e, False, False))
@@ -464,12 +510,11 @@ class LdapProvider:
             # most candidates are the members looked up (measured: 3x less slapd time).
             branches.append(f"(&{s.member_classes()}{any_of(parts['m'])})")
         if parts["u"]:
-            # Walking up passes through any entry listing the member (item 8).
-            branches.append(any_of(parts["u"]))
+            # Walking up passes through groups of the class without a gidNumber (as
+            # SSSD, item 8); they are never answered.
+            branches.append(f"(&(objectClass={s.group_oc}){any_of(parts['u'])})")
         if parts["g"]:
-            branches.append(
-                f"(&(|(objectClass={s.group_oc})({s.group_member}=*)){any_of(parts['g'])})"
-            )
+            branches.append(f"(&(objectClass={s.group_oc}){any_of(parts['g'])})")
         if parts["s"]:
             branches.append(f"(&(objectClass={s.user_oc}){any_of(parts['s'])})")
         branches += parts["x"]
@@ -484,22 +529,33 @@ class LdapProvider:
     ) -> list[Entry]:
         """Search with the OR of ``items``; when the server's size limit cuts the
         answer, split the batch in two and search again (issue 12 item 4). A single
-        assertion still cut fails the request: a truncated answer is never stored."""
+        assertion still cut (a user in more groups than the limit) is split by name:
+        entries whose name starts with one half of the letters and digits, then the
+        other half and the rest, refining the prefix as needed. Only a part that
+        cannot be split further fails the request: a cut answer is never stored."""
         out: list[Entry] = []
         if not items:
             return out
-        stack = [items]
+        attr = self.schema.group_name if bases == self.schema.group_bases else self.schema.user_name
+        stack: list[tuple[list[tuple[str, str]], _NamePart | None]] = [(items, None)]
         while stack:
-            chunk = stack.pop()
+            chunk, part = stack.pop()
+            filt = build(chunk)
+            if part is not None:
+                filt = f"(&{filt}{part.filter(attr)})"
             try:
-                out += self._search(bases, build(chunk), attrs)
+                out += self._search(bases, filt, attrs)
             except LdapLimitExceeded as e:
-                if len(chunk) == 1:
-                    self.limit_error = str(e)
+                if len(chunk) > 1:
+                    log.info("%s; splitting a batch of %d assertions", e.code, len(chunk))
+                    half = len(chunk) // 2
+                    stack += [(chunk[:half], None), (chunk[half:], None)]
+                    continue
+                parts = (part or _NamePart("", _ALNUM, True)).split()
+                if not parts:
                     raise
-                log.info("%s; splitting a batch of %d assertions", e.code, len(chunk))
-                half = len(chunk) // 2
-                stack += [chunk[:half], chunk[half:]]
+                log.info("%s; splitting by %s prefix", e.code, attr)
+                stack += [(chunk, p) for p in parts]
         return out
 
     def _by_deref(

@@ -144,8 +144,12 @@ class SchemaMap:
         return attrs
 
     def member_attrs(self, members: bool = True) -> list[str]:
-        """Attributes of a search that may return users and groups alike."""
-        return sorted(set(self.user_attrs) | set(self.group_attrs(members)))
+        """Attributes of a search that may return users and groups alike: what names
+        and types a member (a user's name and ids), and whole groups. Not a user's
+        gecos, home or shell: a member is named, not stored (less to decode for the
+        thousands of users of a big initgroups)."""
+        user = {self.user_name, self.user_uid, self.user_gid}
+        return sorted(user | set(self.group_attrs(members)))
 
     @property
     def deref_attrs(self) -> list[str]:
@@ -178,11 +182,9 @@ class SchemaMap:
         return self.group_filter(f"({self.group_gid}={gid})")
 
     def member_classes(self) -> str:
-        """Entries a member DN may name: users, groups, and any entry listing members
-        (a non-POSIX group nesting is walked through, issue 12 item 8)."""
-        return (
-            f"(|(objectClass={self.user_oc})(objectClass={self.group_oc})({self.group_member}=*))"
-        )
+        """Entries a member DN may name: users and groups of the configured classes
+        (a group of the class without a gidNumber is walked through, item 8)."""
+        return f"(|(objectClass={self.user_oc})(objectClass={self.group_oc}))"
 
     def groups_with_members(self, values: list[str]) -> str:
         """Groups that list any of ``values`` (member DNs, or names for memberUid)."""
