@@ -409,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="compat-", dir="/tmp"))
     workdir.chmod(0o755)  # SSSD's and the namespace's processes read below it
+    env = environment()  # before the run writes anything into the work tree
     try:
         runs = run(workdir, views, log)
     finally:
@@ -416,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "make compat" if argv is None else "python -m perf.compat",
-        "environment": environment(),
+        "environment": env,
         "install_log": log,
     }
     (out / "results.json").write_text(
