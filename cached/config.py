@@ -250,7 +250,10 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         _int(0, 100), 2, "Nested levels followed (rfc2307bis); 0 = direct groups only."
     ),
     "ldap_deref_threshold": Option(
-        _int(0), 10, "Use the deref control for groups with more members than this; 0 = never."
+        _int(0),
+        10,
+        "Deref control on the nesting walk's searches, and for a group with more unnamed "
+        "members than this; 0 = never.",
     ),
     "ignore_group_members": Option(_bool, False, "Do not fetch or return group members."),
     "ldap_member_rdn_shortcut": Option(
