@@ -67,6 +67,9 @@ LDIF = (
     f"objectClass: posixAccount\ncn: carl\nsn: c\nuid: carl\nuidNumber: 6007\n"
     f"gidNumber: 5000\nhomeDirectory: /home/carl\n\n"
     + f"dn: cn=printer,ou=other,{BASE}\nobjectClass: device\ncn: printer\n\n"
+    # An alias inside the user base pointing outside it (item 10).
+    + f"dn: uid=carlalias,{P}\nobjectClass: alias\nobjectClass: extensibleObject\n"
+    f"uid: carlalias\naliasedObjectName: uid=carl,ou=contractors,{BASE}\n\n"
     + _group("users", 5000, [f"uid=alice,{P}"])
     # Every spelling of the same members, a dangling one, an out-of-base one, a
     # device, a user without ids.
@@ -298,3 +301,12 @@ def test_status_shows_a_lookup_cut_by_the_size_limit(tmp_path):
         # id still answers the user (passwd), without the groups a cut search lost.
         assert "uid=8001(u1)" in r.stdout
         assert "size limit" in d.log_text()
+
+
+def test_aliases_are_never_followed(tmp_path, zoo):
+    # With alias dereferencing in searching, a search under ou=people would find carl
+    # through uid=carlalias; SSSD never dereferences (ldap_deref unset).
+    p, _cache = backend(tmp_path, zoo)
+    assert p.user_by_name("carl").outcome is Outcome.NOT_FOUND
+    assert p.user_by_name("carlalias").outcome is Outcome.NOT_FOUND
+    assert p.user_by_name("alice").outcome is Outcome.FOUND
