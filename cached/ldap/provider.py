@@ -554,18 +554,18 @@ class LdapProvider:
         # member lists (ignore_group_members) a group is a parent because the search
         # that found it asked only for parents.
         attrs = s.group_attrs(members)
-        for items, only_up in (
-            ([("u", a) for a in ups] + ([("x", extra)] if extra and members else []), True),
-            ([("x", extra)] if extra and not members else [], False),
-        ):
+        batches = [([("u", a) for a in chunk], True) for chunk in _chunks(ups, BATCH)]
+        if extra:
+            batches.append(([("x", extra)], False))
+        for items, only_up in batches:
             for e in self._split_search(s.group_bases, items, self._round_filter, attrs, specs):
                 out.append((e, True, only_up and not members))
-        if rdn:
-            for e in self._split_search(s.group_bases, [("g", a) for a in rdn],
-                                        self._round_filter, s.group_attrs(members)):  # fmt: skip
+        uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
+        for chunk in _chunks(rdn, MEMBER_BATCH):
+            for e in self._split_search(s.group_bases, [("g", a) for a in chunk],
+                                        self._round_filter, attrs):  # fmt: skip
                 out.append((e, True, False))
-            uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
-            for e in self._split_search(s.user_bases, [("s", a) for a in rdn],
+            for e in self._split_search(s.user_bases, [("s", a) for a in chunk],
                                         self._round_filter, uattrs):  # fmt: skip
                 out.append((e, False, False))
         return out
