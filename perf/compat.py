@@ -278,6 +278,12 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
         "before; a member's name is its entry's (canonical, RDN value when the name "
         "attribute is multi-valued), never its DN's spelling.",
         "",
+        "Not compared here: `hugejoiner`, a direct member of more groups than the size "
+        "limit, whose single `(member=…)` search the server cuts for every client (SSSD "
+        "keeps the first 500 and exits 0, issue 12 item 4); tests/test_zoo.py holds "
+        "cached to a complete answer or a loud failure (log line and `cached status` "
+        "naming the limit).",
+        "",
         "Cells: ✓ = the expected answer; otherwise what is missing/extra against it, per "
         "pass (p1, p2, …) when the passes differ. Only lookups where some client differs "
         "are listed; the counts cover all.",
