@@ -60,7 +60,9 @@ limited = RateLimitedLog(log)
 
 T = TypeVar("T")
 
-ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta")
+# alias: b"u"/b"g" + key of another value of a multi-valued name -> the entry's key
+# (issue 12 item 9: a lookup by any of an entry's names finds it, answered under one).
+ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias")
 TS_TABLES = ("users", "groups", "meta")
 _ID = struct.Struct(">I")  # big-endian ids sort numerically in LMDB
 # The id index and the DN-index tag of each record table.
@@ -183,6 +185,7 @@ class WriteBatch:
         self.initgr: dict[bytes, tuple[tuple[int, ...], tuple[str, ...]]] = {}
         self.deleted_users: set[bytes] = set()
         self.deleted_groups: set[bytes] = set()
+        self.aliases: dict[bytes, bytes] = {}  # b"u"/b"g" + alias key -> entry key
 
 
 class DomainCache:
@@ -424,6 +427,10 @@ class DomainCache:
             key = self.key(name)
             with self._reader() as txn:
                 data = txn.get(key, db=self.entries.tables["users"])
+                if data is None:
+                    target = txn.get(b"u" + key, db=self.entries.tables["alias"])
+                    if target is not None:
+                        key, data = bytes(target), txn.get(target, db=self.entries.tables["users"])
             return self._user_lookup(key, data)
 
     def user_by_uid(self, uid: int) -> Lookup[User]:
@@ -445,6 +452,10 @@ class DomainCache:
             key = self.key(name)
             with self._reader() as txn:
                 view = self._group_view(txn, key)
+                if view is None:
+                    target = txn.get(b"g" + key, db=self.entries.tables["alias"])
+                    if target is not None:
+                        key, view = bytes(target), self._group_view(txn, target)
             return self._group_lookup(key, view)
 
     def group_by_gid(self, gid: int) -> Lookup[GroupView]:
@@ -670,10 +681,29 @@ class DomainCache:
         """For the backend: can this group be stored (and so be in initgroups)?"""
         return not self._refused("group", name, gid, dn)
 
-    def put_user(self, batch: WriteBatch, user: User, modstamp: str = "", usn: str = "") -> None:
+    def put_user(
+        self,
+        batch: WriteBatch,
+        user: User,
+        modstamp: str = "",
+        usn: str = "",
+        aliases: Iterable[str] = (),
+    ) -> None:
         if self._refused("user", user.name, user.uid, user.dn):
             return
-        batch.users[self.key(user.name)] = (user, modstamp, usn)
+        key = self.key(user.name)
+        batch.users[key] = (user, modstamp, usn)
+        self._put_aliases(batch, b"u", key, aliases)
+
+    def _put_aliases(
+        self, batch: WriteBatch, tag: bytes, key: bytes, aliases: Iterable[str]
+    ) -> None:
+        """The other values of a multi-valued name: lookups by them find the entry."""
+        for alias in aliases:
+            akey = self.key(alias)
+            # An alias the store cannot key is left out alone, like an unstorable entry.
+            if akey != key and akey and len(tag + akey) <= MAX_KEY and "\0" not in alias:
+                batch.aliases[tag + akey] = key
 
     def put_group(
         self,
@@ -682,6 +712,7 @@ class DomainCache:
         modstamp: str = "",
         usn: str = "",
         complete: bool = True,
+        aliases: Iterable[str] = (),
     ) -> None:
         """Store a group. ``complete=False``: its member groups down to the nesting
         level were not all fetched, so it is stored already expired, as SSSD stores
@@ -696,6 +727,7 @@ class DomainCache:
             group = Group(group.name, group.gid, group.dn,
                           tuple(m for m in group.members if "\0" not in m),
                           tuple(m for m in group.member_groups if "\0" not in m))  # fmt: skip
+        self._put_aliases(batch, b"g", self.key(group.name), aliases)
         batch.groups[self.key(group.name)] = (
             GroupRecord.from_group(group),
             modstamp,
@@ -765,6 +797,10 @@ class DomainCache:
                 expire = now + self.timeouts.group if complete else now - 1
                 times = Times(now, expire, 0.0, modstamp, usn)
                 ts_ops.append(("groups", key, rec.encode_times(times)))
+
+            for akey, target in batch.aliases.items():
+                if txn.get(akey, db=t["alias"]) != target:
+                    ops.append(("alias", akey, target))
 
             for key, (modstamp, usn) in batch.touched_groups.items():
                 if key in batch.groups or txn.get(key, db=t["groups"]) is None:

@@ -254,6 +254,14 @@ class Lookups:
         gids: bytes = found.value.gids
         dom = found.domain
         drop = set()
+        # SSSD lists the groups the user is a member of: the primary gid only when the
+        # user is also an explicit member of that group (glibc adds it for `id`;
+        # docs/compatibility.md §9.5). The cache keeps it in the list for offline answers.
+        ig = found.value
+        primary = found.cache.group_by_gid(ig.user.gid).value
+        member_of = {found.cache.key(n) for n in ig.groups}
+        if primary is None or found.cache.key(primary.name) not in member_of:
+            drop.add(ig.user.gid)
         for name in self.policy.filter_names(dom, Kind.GROUP):
             g = found.cache.group_by_name(name).value
             if g is not None:
