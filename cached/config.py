@@ -308,7 +308,8 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_member_rdn_shortcut": Option(
         _bool,
         True,
-        "Deprecated and ignored (docs/compatibility.md §9.3): member names always come from the member "
+        "Deprecated and ignored (docs/compatibility.md §9.3): member names always come from "
+        "the member "
         "entries, never from the spelling of their DN.",
     ),
     "entry_cache_timeout": Option(_int(0), 5400, "Lifetime of cached entries, seconds."),
@@ -441,8 +442,7 @@ UNSUPPORTED: dict[str, Unsupported] = {
     ),
     "default_shell": Unsupported(
         _is_unset,
-        "cached serves the directory's login shell, empty (so /bin/sh) when it has none; "
-        "remove it",
+        "cached serves the directory's login shell, empty (so /bin/sh) when it has none; remove it",
     ),
     "allowed_shells": Unsupported(
         _is_unset, "cached serves the directory's login shell unchanged; remove it"

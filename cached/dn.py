@@ -5,7 +5,7 @@ on when two spellings of a DN are the same entry. Member values are written by
 people: ``UID=Alice,OU=People,…``, ``cn=Smith\\, John,…``, ``cn="Smith, John",…``
 (RFC 2253's quoting), ``uid=mvx+cn=Max,…`` (multi-valued RDN, in any AVA order),
 ``uid=m\\c3\\bcller`` for ``uid=müller`` — all name the same entry as the DN the
-server returns for it, and all get the same key here (issue 12 item 2).
+server returns for it, and all get the same key here (docs/compatibility.md §9.5).
 """
 
 from __future__ import annotations

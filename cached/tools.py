@@ -327,4 +327,3 @@ def perf(
     else:
         text = format_idperf(breakdown, name)
     return text, proc.returncode
-

@@ -1,4 +1,4 @@
-"""bigroupuser with uid= and cn=-named people, side by side (issue 12 item 1).
+"""bigroupuser with uid= and cn=-named people, side by side (docs/compatibility.md §9.5).
 
 For each variant (perf.gendir BIGROUPUSER and BIGROUPUSER_CN: same groups, same
 answers, only the people's RDNs differ) on its own slapd (unlimited, deref overlay, as

@@ -49,7 +49,7 @@ SERVERS: tuple[tuple[str, bool, tuple[str, ...] | None], ...] = (
 )
 
 # Why SSSD's answer differs from the expected one, by lookup (view-independent): the
-# classes of issue 12 where SSSD 2.8.2 is wrong or where the issue decides otherwise.
+# classes of §9.5 where SSSD 2.8.2 is wrong or where §9.5 decides otherwise.
 # Checked against the runs: a difference of SSSD's not explained here is reported as
 # "unexplained".
 SSSD_REASONS: dict[str, str] = {
@@ -78,7 +78,7 @@ REASON_TEXT: dict[str, str] = {
         'DN (`\\2C` for `\\,`, `\\"` for `\\22`, upper-case non-ASCII `MÜLLER`, the AVAs '
         "of a multi-valued RDN in another order) when those users are already in its "
         "cache (the users-first pass): it finds cached members by comparing DN "
-        "strings. cached names members from their entries (issue 12 item 2). SSSD's own "
+        "strings. cached names members from their entries (docs/compatibility.md §9.5). SSSD's own "
         "inconsistency."
     ),
     "unreadable-member": (
@@ -259,7 +259,7 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
         "",
         "## What was run",
         "",
-        "The zoo (perf/zoo.py: every class of issue 12 items 1-11, expected answers "
+        "The zoo (perf/zoo.py: every class of the zoo's classes (§9.5), expected answers "
         "computed by construction) on one slapd as Debian ships it (`sizelimit 500`, no "
         "deref overlay; the `std` view also on a slapd with the deref overlay). Per view "
         "(a client configuration) each client answered every lookup through glibc and "
@@ -271,7 +271,7 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
             for n, (how, order) in enumerate(zoo.PASSES, 1)
         ),
         "",
-        "Expected answers are SSSD 2.8.2's where SSSD is right, and issue 12's where it "
+        "Expected answers are SSSD 2.8.2's where SSSD is right, and §9.5's where it "
         "decides otherwise: a member that is not a readable user or group of the view is "
         "dropped and the rest of the group kept; no answer is cut by the server's size "
         "limit; nesting stops at `ldap_group_nesting_level` whatever was looked up "
@@ -280,7 +280,7 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
         "",
         "Not compared here: `hugejoiner`, a direct member of more groups than the size "
         "limit, whose single `(member=…)` search the server cuts for every client (SSSD "
-        "keeps the first 500 and exits 0, issue 12 item 4); tests/test_zoo.py holds "
+        "keeps the first 500 and exits 0, docs/compatibility.md §9.5); tests/test_zoo.py holds "
         "cached to a complete answer or a loud failure (log line and `cached status` "
         "naming the limit).",
         "",

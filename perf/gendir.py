@@ -86,7 +86,7 @@ class Scenario:
     big_user: str = "bigroupuser"
     # The RDN attribute of people entries: "uid" (uid=user0001,ou=people,...) or "cn",
     # the full name as Active Directory and many OpenLDAP sites spell it
-    # (cn=User 0001,ou=people,...); the login name stays in `uid` either way (issue 12).
+    # (cn=User 0001,ou=people,...); the login name stays in `uid` either way (§9.5).
     people_rdn: str = "uid"
 
     def __post_init__(self) -> None:
@@ -186,7 +186,7 @@ SMALL = Scenario(
 BIGROUPUSER = Scenario(name="bigroupuser", users=5000, groups=3000, user_groups=2000)
 
 # The same directories with people named by their full name (cn=User 00001,ou=people,…),
-# issue 12 item 1: same groups, same members, same expected answers; only the user DNs
+# docs/compatibility.md §9.5: same groups, same members, same expected answers; only the user DNs
 # (and so every member value) differ.
 SMALL_CN = dataclasses.replace(SMALL, name="small-cn", people_rdn="cn")
 BIGROUPUSER_CN = dataclasses.replace(BIGROUPUSER, name="bigroupuser-cn", people_rdn="cn")
@@ -511,7 +511,7 @@ class Expected:
     def initgroups_reply(self, user: str, level: int) -> set[int]:
         """The gids an INITGR reply (``getent initgroups``) lists at nesting ``level``:
         the user's memberships only.  SSSD adds the primary gid only when the user is
-        also an explicit member of that group (issue 12 item 11), and the generated
+        also an explicit member of that group (docs/compatibility.md §9.5), and the generated
         primary group lists no members; glibc's initgroups()/``id`` add it themselves,
         as :meth:`initgroups` does."""
         return self.initgroups(user, level) - {self._users[user]["gid"]}
@@ -704,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scenario",
         default="bigroupuser",
         choices=sorted([*PRESETS, "zoo"]),
-        help="zoo: the hand-written directory of issue 12's shapes (perf/zoo.py)",
+        help="zoo: the hand-written directory of the shapes of §9.5 (perf/zoo.py)",
     )
     parser.add_argument(
         "--schema", action="append", choices=SCHEMAS, help="repeatable; default: rfc2307bis"

@@ -525,7 +525,7 @@ class Slapd:
             # no frontend limit either.
             lines += ["sizelimit unlimited", "timelimit unlimited"]
         else:
-            # As Debian ships slapd (issue 12 item 4): soft = hard = N for everyone
+            # As Debian ships slapd (docs/compatibility.md §9.5): soft = hard = N for everyone
             # but the rootdn, and no `limits` line in the database to lift it.
             lines += [f"sizelimit {self.sizelimit}", "timelimit unlimited"]
         if self.tls:

@@ -1,8 +1,8 @@
-"""The zoo: one small directory with every awkward shape of issue 12, and its answers.
+"""The zoo: one small directory with every awkward shape of §9.5, and its answers.
 
 Where :mod:`perf.gendir` generates big regular directories (every user ``uid=<name>,
 ou=people``, every member DN spelled like its entry), the zoo is written by hand, one or a
-few entries per class of issue 12 items 1-11:
+few entries per class of the zoo's classes (docs/compatibility.md §9.5):
 
 1. people named ``cn=<full name>`` under a base shared by users and groups, and a real
    group with the same cn as a user (``cn=Jane Doe``);
@@ -28,7 +28,7 @@ Expected answers are computed **by construction**: every member value is written
 together with the entry it designates (or none), and :func:`expected` decides from the
 model which entries a view (a client configuration) can see, never by parsing DNs or
 asking a server.  The rules are SSSD 2.8.2's (reference §6.2, §6.3, checked by
-``make compat`` against the real SSSD), except where issue 12 decides otherwise; those
+``make compat`` against the real SSSD), except where §9.5 decides otherwise; those
 places say so.
 
 Lookups run through glibc and libnss_sss: :func:`script` writes one shell script of
@@ -62,7 +62,7 @@ TEAMS = f"ou=teams,{BASE}"
 ARCHIVE = f"ou=archive,{BASE}"
 NEST = f"ou=nest,{BASE}"
 CONTRACTORS = f"ou=contractors,{SUFFIX}"
-# Debian's default slapd.conf (issue 12 item 4).
+# Debian's default slapd.conf (docs/compatibility.md §9.5).
 SIZELIMIT = 500
 DEFAULT_NESTING = 2  # ldap_group_nesting_level's default (reference §6.1)
 
@@ -72,7 +72,7 @@ BIG_GROUP_SIZE = 600  # > SIZELIMIT
 # joiner: 300 direct groups, each in two parents (600 at level 1), one of those in a
 # grandparent: 901 groups at level 2.  Every search SSSD makes (one per group) finds at
 # most two; an OR of the level's 300 member DNs finds 600 > SIZELIMIT, and a client
-# that does not split it answers 300 + 500 + 1 = 801 (issue 12 item 4).
+# that does not split it answers 300 + 500 + 1 = 801 (docs/compatibility.md §9.5).
 JOINER_DIRECT = 300
 JOINER_GROUPS = JOINER_DIRECT * 3 + 1
 # hugejoiner: direct member of more groups than the size limit lets one search return:

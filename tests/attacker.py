@@ -22,7 +22,7 @@ Modes:
 
 from __future__ import annotations
 
-SOURCE = r'''
+SOURCE = r"""
 import json, os, select, socket, struct, sys, threading, time
 
 PATH = "/var/lib/sss/pipes/nss"
@@ -169,7 +169,7 @@ def attack(mode, *args):
 
 
 attack(*sys.argv[1:])
-'''
+"""
 
 PYTHON = "/usr/bin/python3"  # the system one: 65534 cannot reach the venv under /root
 

@@ -50,7 +50,9 @@ def test_log_level_is_accepted_after_serve() -> None:
 
 def test_usage_errors_are_one_line_with_status_1() -> None:
     assert result(cached()) == (
-        1, "", "cached: the following arguments are required: COMMAND (see cached --help)\n"
+        1,
+        "",
+        "cached: the following arguments are required: COMMAND (see cached --help)\n",
     )
     assert result(cached("serve", "--log-level", "loud")) == (
         1, "", "cached serve: argument --log-level: invalid choice: 'loud' (choose from "
@@ -75,7 +77,10 @@ def test_internal_commands_are_not_offered() -> None:
         ["--log-level", "debug", "_backend", "-c", "/x.conf", "--domain", "LDAP"]
     )
     assert (args.command, args.log_level, args.config, args.domain) == (
-        "_backend", "debug", "/x.conf", "LDAP"
+        "_backend",
+        "debug",
+        "/x.conf",
+        "LDAP",
     )
     assert result(cached("_responder", "-c", "/nonexistent/c.conf")) == (
         3, "", "cached: /nonexistent/c.conf: no such file; create it (see contrib/cached.conf) "
@@ -120,8 +125,20 @@ def test_names_libnss_sss_never_sends_are_not_looked_up(tmp_path: Path) -> None:
             2, "", f"cached getent: {db}: '{'x' * 64}…' is not a valid key (a name of 300 bytes "
             "(at most 256))\n",
         )  # fmt: skip
-    r = subprocess.run([sys.executable.encode(), b"-m", b"cached", b"getent", b"group", b"\xff",
-                        b"--pipes-dir", bytes(tmp_path)], capture_output=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable.encode(),
+            b"-m",
+            b"cached",
+            b"getent",
+            b"group",
+            b"\xff",
+            b"--pipes-dir",
+            bytes(tmp_path),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert (r.returncode, r.stdout, r.stderr) == (
         2, b"", b"cached getent: group: '\\xff' is not a valid key (a name that is not valid "
         b"UTF-8)\n",

@@ -381,7 +381,7 @@ def test_scenario_roundtrips_through_expected(small_2307bis) -> None:
 
 def test_cn_people_variant_differs_only_in_user_dns(small_2307bis, small_cn) -> None:
     """people_rdn="cn": users are cn=<full name>,ou=people (login name still `uid`),
-    and every answer but the user DNs is the uid variant's (issue 12 item 1)."""
+    and every answer but the user DNs is the uid variant's (docs/compatibility.md §9.5)."""
     uid_exp, cn_exp = small_2307bis.expected, small_cn.expected
     assert cn_exp.user_names() == uid_exp.user_names()
     assert cn_exp.group_names() == uid_exp.group_names()
@@ -624,7 +624,7 @@ def test_searches_with_filters_longer_than_a_log_line(slapd_small: LiveDirectory
 
 
 def test_initgroups_reply_leaves_out_the_primary_gid(small_2307bis) -> None:
-    """An INITGR reply lists memberships only (issue 12 item 11); id's list adds the
+    """An INITGR reply lists memberships only (docs/compatibility.md §9.5); id's list adds the
     primary gid, which no generated user is an explicit member of."""
     exp = small_2307bis.expected
     for name in exp.user_names():

@@ -46,9 +46,7 @@ def test_docgen_check_reports_a_stale_file(tmp_path: Path) -> None:
     assert row in readme
     opt = DOMAIN_OPTIONS["ldap_page_size"]
     changed = {**DOMAIN_OPTIONS, "ldap_page_size": type(opt)(opt.parse, 500, "Page size.")}
-    sections = tuple(
-        (h, n, changed if t is DOMAIN_OPTIONS else t) for h, n, t in docgen.SECTIONS
-    )
+    sections = tuple((h, n, changed if t is DOMAIN_OPTIONS else t) for h, n, t in docgen.SECTIONS)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(docgen, "SECTIONS", sections)
         assert "| `ldap_page_size` | 500 | Page size. |" in docgen.readme(readme)

@@ -1,4 +1,4 @@
-"""Exact answers on awkward directory shapes (issue 12), against a real slapd serving a
+"""Exact answers on awkward directory shapes (§9.5), against a real slapd serving a
 small hand-written LDIF: names from entries whatever the member DN spelling, members
 outside the bases or dangling dropped (the group still complete), SSSD's search-base
 syntax, size limits split or refused, non-POSIX groups walked through, multi-valued

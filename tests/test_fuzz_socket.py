@@ -283,7 +283,7 @@ class Oracle:
             return self._group(body, self.groups.get(req.name))
         if req.name not in self.users:
             return body == NOT_FOUND_BODY
-        # Not the primary gid of a group that does not list the user (issue 12 item 11).
+        # Not the primary gid of a group that does not list the user (docs/compatibility.md §9.5).
         want = self.exp.initgroups_reply(req.name, 2)
         return set(p.decode_initgr(body)) == want
 

@@ -60,7 +60,7 @@ def test_getent_passwd_group_initgroups(cached_big, slapd_big):
     name, *gids = r.stdout.split()
     assert name == "bigroupuser"
     # As SSSD: the groups the user is a member of; not the primary gid, of a group
-    # ("users") that does not list it (issue 12 item 11).
+    # ("users") that does not list it (docs/compatibility.md §9.5).
     assert {int(g) for g in gids} == exp.initgroups_reply("bigroupuser", 2)
 
 
@@ -242,7 +242,7 @@ def test_concurrent_lookups_of_one_expired_object_share_one_backend_request(
     daemon_factory, slapd_big
 ):
     d = daemon_factory(slapd_big)
-    # 2,085 gids less the primary one, which "users" does not list (issue 12 item 11).
+    # 2,085 gids less the primary one, which "users" does not list (docs/compatibility.md §9.5).
     result = _load(d, [["initgroups", "bigroupuser", 2084]], threads=20, seconds=2)
     assert result["errors"] == 0, result["error_samples"]
     assert result["requests"] >= 20

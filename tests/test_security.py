@@ -324,9 +324,7 @@ def test_17_3_one_uid_cannot_take_every_connection(daemon_factory, slapd_hostile
     print(f"\ntrickling client closed after {out['closed_after']:.1f} s ({out['sent']} bytes)")
 
 
-def test_17_4_a_huge_nested_group_is_expanded_once_per_cache_state(
-    daemon_factory, slapd_hostile
-):
+def test_17_4_a_huge_nested_group_is_expanded_once_per_cache_state(daemon_factory, slapd_hostile):
     d = daemon_factory(slapd_hostile)
     r = nss(d, "getent", "group", "hugeparent")  # cold: fetched and stored
     assert r.returncode == 0 and len(r.stdout.split(":")[3].split(",")) == WIDE
@@ -409,9 +407,7 @@ def test_17_10_bad_entries_and_refusals_do_not_flood_the_log(daemon_factory, sla
     assert d.log_text().count("refusing an NSS client") <= 2
 
 
-def test_17_12_one_uid_flooding_the_backend_does_not_delay_another(
-    daemon_factory, slapd_hostile
-):
+def test_17_12_one_uid_flooding_the_backend_does_not_delay_another(daemon_factory, slapd_hostile):
     s = slapd_hostile.slapd
     d = daemon_factory(slapd_hostile)
     with attack(d, "flood", 64, "flood") as (proc, _):
@@ -580,9 +576,7 @@ def test_17_held_connection_share_has_no_effect_on_root(daemon_factory, slapd_ho
             sk.close()
 
 
-def test_17_held_cycles_self_membership_and_deep_chains_terminate(
-    daemon_factory, slapd_hostile
-):
+def test_17_held_cycles_self_membership_and_deep_chains_terminate(daemon_factory, slapd_hostile):
     for level, deep in ((2, 3), (100, DEEP)):
         d = daemon_factory(slapd_hostile, ldap_group_nesting_level=level)
         r = d.run_nss(["id", "-Gn", "carol"], env=SOCKET_ONLY, timeout=60)

@@ -161,7 +161,9 @@ def test_soak_hugeparent_getgrnam_cost(daemon_factory, slapd_huge):
             t = time.perf_counter()
             assert probe.call("getpwnam", f"user{i % 10 + 1:05d}").ok
             victim.append(time.perf_counter() - t)
-    print(f"\ngetgrnam hugeparent ({HUGE:,} nested members), warm, one client: median "
-          f"{_pct(times, 0.5) * 1000:.1f} ms; root getpwnam while {LOOPERS} connections loop "
-          f"on it: median {_pct(victim, 0.5) * 1000:.1f} ms, max {max(victim) * 1000:.1f} ms")
+    print(
+        f"\ngetgrnam hugeparent ({HUGE:,} nested members), warm, one client: median "
+        f"{_pct(times, 0.5) * 1000:.1f} ms; root getpwnam while {LOOPERS} connections loop "
+        f"on it: median {_pct(victim, 0.5) * 1000:.1f} ms, max {max(victim) * 1000:.1f} ms"
+    )
     assert len(victim) == 20

@@ -1,4 +1,4 @@
-"""The zoo of issue 12 through glibc and libnss_sss: every awkward directory shape exact.
+"""The zoo of §9.5 through glibc and libnss_sss: every awkward directory shape exact.
 
 One slapd serves perf/zoo.py's directory as Debian ships slapd (``sizelimit 500``, no
 deref overlay); a second one adds the deref overlay, so the deref path is held to the
@@ -118,7 +118,7 @@ def test_user_in_more_groups_than_the_size_limit(
 ) -> None:
     """hugejoiner is a direct member of 520 groups, and slapd returns at most 500 entries
     per search: a single `(member=<dn>)` search is cut for every client (the server's
-    limit, issue 12 item 4).  The answer is complete, or the lookup fails loudly (a log
+    limit, docs/compatibility.md §9.5).  The answer is complete, or the lookup fails loudly (a log
     line naming the server's limit, `cached status` showing it), in every lookup, never
     the first 500 as if they were all."""
     full = {46000 + i for i in range(1, zoo.HUGE_GROUPS + 1)}
@@ -161,7 +161,7 @@ def test_zoo_server_keeps_the_awkward_spellings(zoo_slapd: Slapd) -> None:
 
 
 def test_expected_answers_by_construction(the_zoo: zoo.Zoo) -> None:
-    """Spot checks of the model against the zoo's intent, one per class of issue 12."""
+    """Spot checks of the model against the zoo's intent, one per class of §9.5."""
     v = zoo.views(the_zoo)
     std = zoo.expected(the_zoo, v["std"])
     # 1: cn-named people are members; the same-cn group keeps its own members.
@@ -239,7 +239,7 @@ def test_script_and_parse_round_trip(tmp_path: Path) -> None:
     ]
 
 
-# -- bigroupuser with cn-named people (issue 12, "Must show") ----------------------------
+# -- bigroupuser with cn-named people (docs/compatibility.md §9.5) ------------------------
 
 
 def _request_searches(server: Slapd, offset: int) -> int:

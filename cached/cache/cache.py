@@ -61,7 +61,7 @@ limited = RateLimitedLog(log)
 T = TypeVar("T")
 
 # alias: b"u"/b"g" + key of another value of a multi-valued name -> the entry's key
-# (issue 12 item 9: a lookup by any of an entry's names finds it, answered under one).
+# (docs/compatibility.md §9.5: a lookup by any of an entry's names finds it, answered under one).
 ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias")
 TS_TABLES = ("users", "groups", "meta")
 _ID = struct.Struct(">I")  # big-endian ids sort numerically in LMDB

@@ -63,7 +63,7 @@ def _no_decoded_attributes(_attributes: Any) -> dict[str, Any]:
 ldap3.operation.search.attributes_to_dict_fast = _no_decoded_attributes
 
 # ldap3 parses and compiles the filter string into pyasn1 objects again for every page
-# of a paged search. The batched searches of issue 12 carry filters of a few thousand
+# of a paged search. The batched searches of §9.5 carry filters of a few thousand
 # assertions (~0.2 s to compile each time, measured); compile each once per search.
 _parse_filter = ldap3.operation.search.parse_filter
 _compile_filter = ldap3.operation.search.compile_filter
@@ -123,7 +123,7 @@ class LdapOffline(LdapError):
 
 class LdapLimitExceeded(LdapError):
     """The server cut a search at its size or time limit: the entries returned are
-    not all there are (issue 12 item 4). ldap3 does not raise for these result codes
+    not all there are (docs/compatibility.md §9.5). ldap3 does not raise for these result codes
     on this path, so every search's result code is checked."""
 
     def __init__(self, message: str, code: str, partial: int) -> None:

@@ -11,7 +11,7 @@ requests ask for whole levels at once:
   ``getgrgid`` calls ``id`` makes next are answered from the cache;
 * group (rfc2307bis): the group with its members, then its member groups level by
   level, downwards, to the nesting level (§6.2), batched the same way;
-* member DN -> name from the member's *entry* (issue 12): its name attribute (the
+* member DN -> name from the member's *entry* (docs/compatibility.md §9.5): its name attribute (the
   value its RDN spells when several, as SSSD), its kind from its objectClass, its
   existence and base membership from the server; the DN's spelling is never the
   answer. Where the server has the deref control (and no base has a filter), the
@@ -23,7 +23,7 @@ requests ask for whole levels at once:
   configured classes or has no ids is dropped, and the group stays complete.
 
 Measured on bigroupuser, cold ``id`` through the socket (searches counted by slapd,
-root DSE and getpwnam included; see the issue 12 report for wall times): uid-named
+root DSE and getpwnam included; see perf/results/2026-11-30-compat for wall times): uid-named
 people 7 searches before and after; cn-named people 4,264 searches and a wrong
 large01 before, 7 after. Without the deref control (Debian's slapd) the look-ups
 add two searches (batches of 1,000 RDN values: slapd tests each candidate entry
@@ -147,7 +147,7 @@ def _int(values: list[bytes]) -> int | None:
 
 # A resolved member: ("user" | "group" | WALK, name), or None for a DN that names
 # nothing we may answer: no such entry, outside every search base, neither a user
-# nor a group, a user without ids (issue 12 items 1-5).
+# nor a group, a user without ids (docs/compatibility.md §9.5).
 Member = tuple[str, str] | None
 WALK = "walk"  # a non-POSIX group: nesting walks through it, it is never answered
 _UNSEEN: Member = ("", "")  # sentinel: not looked up yet
@@ -227,7 +227,7 @@ class LdapProvider:
                 return Result(Outcome.ERROR, str(e))
             except LdapLimitExceeded as e:
                 # A truncated answer is never stored: the request fails, loudly, and
-                # `cached status` shows the last such failure (issue 12 item 4).
+                # `cached status` shows the last such failure (docs/compatibility.md §9.5).
                 self.limit_error = f"{kind} {key}: {e}"
                 self.limit_time = time.time()
                 log.error("%s %s: %s", kind, key, e)
@@ -247,7 +247,7 @@ class LdapProvider:
         if not names:
             return None
         # A multi-valued name attribute: the value the RDN spells, whatever was asked
-        # (SSSD's primary name, issue 12 item 9).
+        # (SSSD's primary name, docs/compatibility.md §9.5).
         name = self._primary_name(e, s.user_name, names)
         uid, gid = _int(e.get(s.user_uid)), _int(e.get(s.user_gid))
         if uid is None or gid is None:
@@ -462,7 +462,7 @@ class LdapProvider:
         """Fetch, in rounds of batched searches: the groups above ``up`` level by
         level (initgroups, §6.3), the member groups of every fetched group down to
         its level budget (§6.2), and the entry of every member, so each member is
-        named by its entry or dropped (issue 12 items 1-3). The walk up and the
+        named by its entry or dropped (docs/compatibility.md §9.5). The walk up and the
         member look-ups share each round's searches, so naming members costs no
         extra round trip. Returns the keys of the POSIX groups found walking up."""
         s = self.schema
@@ -566,7 +566,7 @@ class LdapProvider:
         out: list[tuple[Entry, bool, bool]] = []
         specs = self._deref_walk() if ups else None
         if s.fold and members:
-            # Users and groups under one base: one search finds both (issue 12:
+            # Users and groups under one base: one search finds both (docs/compatibility.md §9.5:
             # names at no extra round trip).
             n = max(-(-len(ups) // BATCH), -(-len(rdn) // MEMBER_BATCH), 1 if extra else 0)
             for i in range(n):
@@ -631,7 +631,7 @@ class LdapProvider:
         deref_specs: list[tuple[str, list[str]]] | None = None,
     ) -> list[Entry]:
         """Search with the OR of ``items``; when the server's size limit cuts the
-        answer, split the batch in two and search again (issue 12 item 4). A single
+        answer, split the batch in two and search again (docs/compatibility.md §9.5). A single
         assertion still cut (a user in more groups than the limit) is split by name:
         entries whose name starts with one half of the letters and digits, then the
         other half and the rest, refining the prefix as needed. Only a part that

@@ -135,7 +135,7 @@ class SchemaMap:
 
     def group_attrs(self, members: bool = True) -> list[str]:
         # objectClass: a group is a POSIX group by its class, and an entry listing
-        # members without it is walked through, never answered (issue 12 item 8).
+        # members without it is walked through, never answered (docs/compatibility.md §9.5).
         attrs = [self.group_name, self.group_gid, self.group_modstamp, "objectClass"]
         if self.group_usn:
             attrs.append(self.group_usn)
@@ -154,7 +154,7 @@ class SchemaMap:
     @property
     def deref_attrs(self) -> list[str]:
         """What the deref control returns per member: enough to name and type it,
-        and to drop users without ids (SSSD, issue 12 item 5)."""
+        and to drop users without ids (SSSD, docs/compatibility.md §9.5)."""
         return sorted(
             {"objectClass", self.user_name, self.user_uid, self.user_gid, self.group_name,
              self.group_gid}
