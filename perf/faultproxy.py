@@ -117,6 +117,10 @@ class FaultProxy:
         self.stop()
 
     @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    @property
     def uri(self) -> str:
         return f"ldap://{self.host}:{self.port}"
 
