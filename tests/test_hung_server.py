@@ -11,6 +11,7 @@ are printed for the record (``pytest -s``).
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,7 +76,7 @@ def domain_view(d: CachedDaemon) -> dict[str, Any]:
     return dict(responder_status(d)["domains"][DOMAIN])
 
 
-def getent(d: CachedDaemon, *args: str) -> Any:
+def getent(d: CachedDaemon, *args: str) -> subprocess.CompletedProcess[str]:
     return d.run_nss(["getent", *args], env=SOCKET_ONLY)
 
 
