@@ -292,3 +292,20 @@ def test_non_utf8_root_dse_value_fails_the_server_cleanly(
     px.set(rewrite=None)  # the server is fixed: back online at the next retry
     wait_for(lambda: getent(d, "passwd", user).returncode == 0, "online again", log=d.log_tail)
     assert backend_status(d)["online"]
+
+
+def test_slow_server_cold_lookups_wait_for_the_whole_answer(
+    make_daemon, proxy_factory, slapd_small_fresh
+):
+    """The bound is for entries the cache holds: a user seen by getpwnam whose groups
+    were never fetched is a missing initgroups, and waits for the backend."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    px = proxy_factory("127.0.0.1", s.port)
+    d = make_daemon([px.uri], s.base_dn, nss={"cache_first_wait": 1})
+    want = expected_answers(exp)
+    user = exp.big_user
+    assert getent(d, "passwd", user).returncode == 0  # the user only, no groups yet
+    px.rtt(0.6)  # every search now takes longer than cache_first_wait
+    r = getent(d, "initgroups", user)
+    assert frozenset(int(g) for g in r.stdout.split()[1:]) == want.initgroups
+    assert count(d, NSS_STALE) == 0

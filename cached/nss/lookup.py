@@ -278,13 +278,18 @@ class Lookups:
                 COUNTERS.add(NSS_STALE)
                 return Found(domain, cache, got.value, got.state)
             return None
-        if got.value is not None and st.stalled:
+        # A stored answer worth giving without the backend: not a user's groups that
+        # were never fetched (that is a missing entry, it waits).
+        stale = got.value
+        if isinstance(stale, Initgroups) and not stale.fetched:
+            stale = None
+        if stale is not None and st.stalled:
             # Another lookup's bounded wait ran out and the backend has not answered
             # since: do not wait again, nor pile refreshes onto a stuck backend.
             COUNTERS.add(NSS_STALE)
             return Found(domain, cache, got.value, got.state)
         fut = self.refresh(domain.name, plugin.backend_op, key)
-        if got.value is not None and self.first_wait > 0:
+        if stale is not None and self.first_wait > 0:
             # Bounded wait (cache_first_wait, a deliberate difference from SSSD): the
             # refresh goes on in the background, the cached entry is answered now.
             try:
