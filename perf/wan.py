@@ -29,6 +29,7 @@ import argparse
 import datetime as dt
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -272,6 +273,10 @@ def write_report(data: dict[str, Any], out: Path) -> Path:
     return path
 
 
+def _interrupt(_sig: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.wan", description=__doc__.split("\n")[0])
     p.add_argument("--with-sssd", action="store_true")
@@ -286,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, default=DATA_DIR)
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)
+    # SIGTERM ends the run like Ctrl-C: the `finally` blocks stop every daemon we began.
+    signal.signal(signal.SIGTERM, _interrupt)
     reason = nsenv.skip_reason()
     if reason:
         print(f"perf.wan: cannot run the NSS steps: {reason}", file=sys.stderr)
