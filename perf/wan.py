@@ -44,7 +44,15 @@ from perf.report import _plt, md_table
 from perf.results import Sample
 from perf.run import DATA_DIR, RESULTS_DIR, environment, warm_slapd
 from perf.slapd import Slapd
-from perf.steps import NO_GATE, NO_MEMCACHE, Outcome, check_id, measure, nss_step
+from perf.steps import (
+    NO_GATE,
+    NO_MEMCACHE,
+    Outcome,
+    QuietGate,
+    check_id,
+    measure,
+    nss_step,
+)
 from perf.targets import CachedTarget, SssdTarget, Target, stop_quietly
 
 RTTS_MS = (0, 5, 20)
@@ -87,6 +95,10 @@ def run(args: argparse.Namespace, names: list[str], out: Path) -> dict[str, Any]
         with Slapd(workdir / "slapd", gen.ldif, BIGROUPUSER.base_dn) as server:
             warm_slapd(server)
             proxy = FaultProxy("127.0.0.1", server.port).start()
+            # Wait for a quiet host before each cold step, as perf.run does (this
+            # machine is shared); not before the hung steps, where waiting changes
+            # what is measured (the backend's own timeouts run meanwhile).
+            gate = QuietGate()
             try:
                 for name in names:
                     target = make_target(name, workdir, proxy.uri, server.base_dn)
@@ -104,7 +116,8 @@ def run(args: argparse.Namespace, names: list[str], out: Path) -> dict[str, Any]
                                 print(f"{name}: cold id at {rtt} ms ({r + 1}/{reps})", flush=True)
                                 target.fresh()
                                 argv = capped(["id", user], args.cold_cap)
-                                s = measure(target, server, nss_step(target, argv, id_check))
+                                action = nss_step(target, argv, id_check)
+                                s = measure(target, server, action, gate)
                                 data["cold"].setdefault(name, {}).setdefault(str(rtt), []).append(
                                     asdict(s)
                                 )
