@@ -92,8 +92,9 @@ ldap3.strategy.base.BaseStrategy._open_socket = _open_socket_or_close
 # ldap3 2.9.1's SyncStrategy.receiving reads 4,096 bytes at a time and appends with
 # `bytes +=`, which is quadratic: an 8.5 MB entry took 9.7 s, a 100 MB value 13 min
 # (issue 17.7); here an 8.5 MB entry from slapd reads in 1.6-2.2 s with it and in
-# 0.04-0.07 s with this loop (perf/bigentry.py, 2 loaded cores). It also only has a per-read timeout, so a server trickling a byte
-# every few seconds held a search for minutes (issue 17.6). The replacement reads
+# 0.04-0.07 s with this loop (perf/bigentry.py, 2 loaded cores). It also only has a
+# per-read timeout, so a server trickling a byte every few seconds held a search for
+# minutes (issue 17.6). The replacement reads
 # 1 MiB at a time into a bytearray (linear), honours the whole-operation deadline the
 # client sets on the connection, and refuses one message over MAX_MESSAGE.
 RECV_SIZE = 1 << 20
