@@ -266,9 +266,10 @@ class Lookups:
         offline = st.offline(self.clock())
         if got.state is State.MIDPOINT:
             # Answer now, refresh out of band (reference §6.4); offline, the refresh
-            # would fail at once ("MIDPOINT refreshes fail quietly").
+            # would fail at once ("MIDPOINT refreshes fail quietly"), and a stalled
+            # backend gets no more work piled on.
             # The task stays referenced in self.inflight until it is done.
-            if not offline:
+            if not offline and not st.stalled:
                 self.refresh(domain.name, plugin.backend_op, key)
             return Found(domain, cache, got.value, got.state)
         if offline:
