@@ -1,4 +1,4 @@
-"""One huge entry from a real slapd: cached's receive loop against ldap3 2.9.1's (issue 17.7).
+"""One huge entry from a real slapd: cached's receive loop against ldap3 2.9.1's.
 
     python -m perf.bigentry [--mb 8.5] [--reps 3] [--out FILE.json]
 

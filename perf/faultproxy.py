@@ -1,7 +1,7 @@
 """A TCP proxy that makes a healthy loopback server slow, distant or broken, on demand.
 
 Tests and benchmarks put it between a client (cached, SSSD, nslcd) and slapd to
-reproduce on loopback what a WAN link or a failing server does (issue 13):
+reproduce on loopback what a WAN link or a failing server does:
 
 * ``delay_up`` / ``delay_down``: a fixed one-way delay per direction (a round trip of
   20 ms is 10 ms each way). It is latency, not a throughput limit: chunks are stamped

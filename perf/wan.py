@@ -1,4 +1,4 @@
-"""A distant or hung directory server (issue 13): cached beside SSSD 2.8.2 and nslcd, one run.
+"""A distant or hung directory server: cached beside SSSD 2.8.2 and nslcd, one run.
 
     python -m perf.wan --with-sssd --with-nslcd --out perf/results/2026-11-30-wan
 
@@ -237,7 +237,7 @@ def _load(samples: list[dict[str, Any]]) -> str:
 
 
 def targets_section(data: dict[str, Any]) -> list[str]:
-    """Issue 13's targets, met or not, from cached's figures."""
+    """The targets set for this benchmark, met or not, from cached's figures."""
     cold20 = _median(data["cold"].get("cached", {}).get("20", []))
     h = data["hung"].get("cached", {})
     rows = []
@@ -255,7 +255,7 @@ def targets_section(data: dict[str, Any]) -> list[str]:
     row("cold `id` at 20 ms RTT (median)", 1.5, cold20)
     cold = [s for per in data["cold"].get("cached", {}).values() for s in per]
     return [
-        "## Issue 13's targets (cached)",
+        "## Targets (cached)",
         "",
         md_table(["what", "target", "measured", ""], rows),
         "",
@@ -269,7 +269,7 @@ def targets_section(data: dict[str, Any]) -> list[str]:
 def write_report(data: dict[str, Any], out: Path) -> Path:
     names = [n for n in TARGETS_ORDER if n in data["cold"] or n in data["hung"]]
     lines = [
-        "# A distant or hung directory server: cached, SSSD 2.8.2 and nslcd (issue 13)",
+        "# A distant or hung directory server: cached, SSSD 2.8.2 and nslcd",
         "",
         f"Run {data['meta']['date']} on {data['meta']['cpu']} ({data['meta']['cores']} cores,"
         f" shared with other engineers' test runs), cached {data['meta']['cached_commit']}."
@@ -320,7 +320,7 @@ def write_report(data: dict[str, Any], out: Path) -> Path:
         b = json.loads(big.read_text())
         med = {k: sorted(v)[len(v) // 2] for k, v in b["seconds"].items()}
         lines += [
-            f"## One {b['mb']} MB entry from slapd (issue 17.7, `perf/bigentry.py`)",
+            f"## One {b['mb']} MB entry from slapd (`perf/bigentry.py`)",
             "",
             f"`LdapClient.search` of one user whose `gecos` is {b['mb']} MB, median of"
             f" {len(b['seconds']['cached'])}: cached's receive loop {med['cached']:.3f} s,"

@@ -1,6 +1,6 @@
-"""A hung, slow, trickling, dropping or broken server never stalls a lookup (issue 13,
-issue 17 findings 6 and 11): the whole daemon, a real slapd, the fault proxy
-(perf/faultproxy.py) between them, and the real libnss_sss through glibc.
+"""A hung, slow, trickling, dropping or broken server never stalls a lookup: the whole
+daemon, a real slapd, the fault proxy (perf/faultproxy.py) between them, and the real
+libnss_sss through glibc.
 
 "Within the bound" is shown by what the daemon did, not by a stopwatch: the responder
 answered while the backend's request was still waiting on the server (its search

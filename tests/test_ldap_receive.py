@@ -1,4 +1,4 @@
-"""The LDAP receive loop that replaces ldap3's (cached/ldap/client.py, issue 17.6/17.7):
+"""The LDAP receive loop that replaces ldap3's (cached/ldap/client.py):
 message framing, the cap on one message, the whole-operation deadline. Pure logic over
 a real socket pair; the strategy object around it is a stand-in for ldap3's."""
 

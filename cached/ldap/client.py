@@ -7,11 +7,11 @@ the domain's online/offline state (reference §6.4): after every server failed, 
 domain is offline and requests fail at once until ``offline_timeout`` passes, which
 doubles up to ``offline_timeout_max`` with a random offset, as SSSD's backend does.
 
-Failures (issue 13): a server that does not answer within its deadline is marked failed
+Failures: a server that does not answer within its deadline is marked failed
 for this round and the next URI is tried at once; it is never waited on twice. A reset
 or EOF (server restarted, idle connection dropped) may reconnect once. When every URI of
 the round failed the domain is offline. Deadlines bound whole operations, not socket
-reads (issue 17.6): ``ldap_search_timeout`` one search with all its pages,
+reads: ``ldap_search_timeout`` one search with all its pages,
 ``ldap_opt_timeout`` StartTLS + bind + root DSE. While a backup URI serves, the
 ``ldap_uri`` servers are tried again every ``failover_primary_timeout`` seconds, as
 SSSD's fail over does (sssd.conf(5) ``failover_primary_timeout``).
@@ -90,13 +90,13 @@ def _open_socket_or_close(self: Any, *args: Any, **kwargs: Any) -> Any:
 ldap3.strategy.base.BaseStrategy._open_socket = _open_socket_or_close
 
 # ldap3 2.9.1's SyncStrategy.receiving reads 4,096 bytes at a time and appends with
-# `bytes +=`, which is quadratic: an 8.5 MB entry took 9.7 s, a 100 MB value 13 min
-# (issue 17.7); here an 8.5 MB entry from slapd reads in 1.6-2.2 s with it and in
-# 0.04-0.07 s with this loop (perf/bigentry.py, 2 loaded cores). It also only has a
-# per-read timeout, so a server trickling a byte every few seconds held a search for
-# minutes (issue 17.6). The replacement reads
-# 1 MiB at a time into a bytearray (linear), honours the whole-operation deadline the
-# client sets on the connection, and refuses one message over MAX_MESSAGE.
+# `bytes +=`, which is quadratic: an 8.5 MB entry took 9.7 s and a 100 MB value 13 min
+# in the security review; here an 8.5 MB entry from slapd reads in 1.6-2.2 s with it
+# and in 0.04-0.07 s with this loop (perf/bigentry.py, 2 loaded cores). It also has
+# only a per-read timeout, so a server trickling a byte every few seconds held a
+# search for minutes. The replacement reads 1 MiB at a time into a bytearray
+# (linear), honours the whole-operation deadline the client sets on the connection,
+# and refuses one message over MAX_MESSAGE.
 RECV_SIZE = 1 << 20
 # The largest legitimate LDAP message we know of is a group entry with every member:
 # 200,000 member DNs of ~40 bytes are 8 MB (Active Directory's MaxReceiveBuffer default
@@ -490,7 +490,7 @@ class LdapClient:
                     self.close()
                     raise LdapError(f"search of {base!r}: {e}") from None
                 except LdapTimeout:
-                    # A hung or trickling server: never wait on it twice (issue 13).
+                    # A hung or trickling server: never wait on it twice.
                     self._server_failed(
                         uri, f"{uri}: search timed out after {self.cfg.ldap_search_timeout} s"
                     )

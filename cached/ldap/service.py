@@ -68,7 +68,7 @@ class BackendService:
         self.started = time.time()
         self.last_success = 0.0
         self.requests = 0
-        # The online state the responder was last told of (issue 13: it learns the
+        # The online state the responder was last told of (it learns the
         # state from answers and from these announcements, never per object).
         self.announced_online = True
         self.responder = aiorpc.RpcClient(rpc.responder_socket(config.daemon.pipes_dir))

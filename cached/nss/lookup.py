@@ -72,7 +72,7 @@ NegKey = tuple[str, tuple[str, str, Any]]  # (domain, plugin.negative_key(key))
 @dataclass
 class DomainState:
     """What the responder knows of a domain's backend, learned from its answers and
-    announcements, never asked per object (issue 13).
+    announcements, never asked per object.
 
     ``offline_until``: the backend said it is offline and will not try a server before
     then (monotonic); until then expired entries are answered from the cache with no
@@ -273,7 +273,7 @@ class Lookups:
                 self.refresh(domain.name, plugin.backend_op, key)
             return Found(domain, cache, got.value, got.state)
         if offline:
-            # Offline costs nothing per object (issue 13): the stale entry is the answer
+            # Offline costs nothing per object: the stale entry is the answer
             # (§6.4), a missing one is "not found" without a negative-cache entry.
             if got.value is not None:
                 COUNTERS.add(NSS_STALE)

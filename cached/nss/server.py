@@ -308,7 +308,7 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
             return {"status": admin.status()}
         if op == "clear_negative":
             return {"cleared": lookups.clear_negative()}
-        if op == "domain_state":  # a backend's announcement (issue 13)
+        if op == "domain_state":  # a backend's announcement
             lookups.domain_state(
                 str(args.get("domain")),
                 bool(args.get("online")),

@@ -1,4 +1,4 @@
-"""Reading one 8.5 MB LDAP message (issue 17.7): cached's receive loop against ldap3
+"""Reading one 8.5 MB LDAP message: cached's receive loop against ldap3
 2.9.1's, over a real socket pair. ldap3 reads 4,096 bytes at a time and appends with
 ``bytes +=`` (quadratic: 9.7 s in the issue's measurement); cached reads 1 MiB at a
 time into a bytearray. ldap3's loop is marked slow (``make soak`` runs it)."""
