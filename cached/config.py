@@ -206,6 +206,12 @@ NSS_OPTIONS: dict[str, Option] = {
     "entry_cache_nowait_percentage": Option(
         _int(0, 99), 50, "Refresh in the background after this % of the entry lifetime; 0 = off."
     ),
+    "cache_first_wait": Option(
+        _int(0, 3600),
+        1,
+        "cached: seconds an expired cached entry waits for its refresh before the cached "
+        "entry is answered (the refresh goes on); 0 = wait as SSSD does.",
+    ),
     "memcache_timeout": Option(_int(0), 300, "Lifetime of memory-cache records, seconds; 0 = off."),
     "memcache_size_passwd": Option(_int(0), 8, "Size of mc/passwd in MiB; 0 disables it."),
     "memcache_size_group": Option(_int(0), 6, "Size of mc/group in MiB; 0 disables it."),
@@ -326,8 +332,16 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "offline_timeout_max": Option(_int(0), 3600, "Retry backoff cap, seconds."),
     "offline_timeout_random_offset": Option(_int(0), 30, "Random seconds added to each retry."),
     "ldap_network_timeout": Option(_int(1), 6, "Connect timeout per server, seconds."),
-    "ldap_search_timeout": Option(_int(1), 6, "Timeout of one search, seconds."),
-    "ldap_opt_timeout": Option(_int(1), 8, "Timeout of other operations (bind, StartTLS)."),
+    "ldap_search_timeout": Option(_int(1), 6, "Deadline of one whole search (all pages), seconds."),
+    "ldap_opt_timeout": Option(
+        _int(1), 8, "Deadline of StartTLS, bind and root DSE read together, seconds."
+    ),
+    "failover_primary_timeout": Option(
+        _int(1),
+        31,
+        "While an ldap_backup_uri server serves, seconds between tries of the ldap_uri "
+        "servers (SSSD: 31, its minimum; cached accepts less for tests).",
+    ),
     "ldap_page_size": Option(_int(0), 1000, "Paged-results page size; 0 = no paging."),
     "case_sensitive": Option(_case_sensitive, "true", "`true`, `false` or `preserving`."),
     "min_id": Option(_int(0), 1, "Lowest uid/gid served; id 0 is never served, whatever it says."),
@@ -497,6 +511,7 @@ class DaemonConfig:
 class NssConfig:
     entry_negative_timeout: int
     entry_cache_nowait_percentage: int
+    cache_first_wait: int
     memcache_timeout: int
     memcache_size_passwd: int
     memcache_size_group: int
@@ -559,6 +574,7 @@ class DomainConfig:
     ldap_network_timeout: int
     ldap_search_timeout: int
     ldap_opt_timeout: int
+    failover_primary_timeout: int
     ldap_page_size: int
     case_sensitive: str
     min_id: int

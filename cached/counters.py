@@ -52,6 +52,8 @@ NESTED_LEVELS = "be.nested.levels"  # amount: nesting levels walked
 NESTED_RESOLVE = "be.nested.resolve"  # member DN -> name resolution
 NESTED_COMPARE = "be.nested.compare"  # comparing fetched content with the cache
 NSS_REQUEST = "nss.request"  # responder requests answered
+NSS_BACKEND = "nss.backend"  # responder -> backend refresh requests (count, seconds)
+NSS_STALE = "nss.stale"  # expired entries answered without waiting for a refresh
 IFP_REQUEST = "ifp.request"  # D-Bus method calls answered (count, seconds)
 IFP_DENIED = "ifp.denied"  # root-only D-Bus calls refused
 

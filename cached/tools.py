@@ -265,6 +265,8 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             else:
                 conn = f"OFFLINE: {s['last_error']}; next attempt in {s['retry_in']:.0f} s"
             lines.append(f"Domain {s['domain']}: {conn}")
+            if not s["online"] and s.get("offline_since"):
+                lines.append(f"  offline since: {_ago(s['offline_since'], now)}")
             lines.append(f"  last successful refresh: {_ago(s['last_success'], now)}")
             e = s["entries"]
             lines.append(

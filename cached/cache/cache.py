@@ -138,6 +138,7 @@ class Initgroups:
     user: User
     gids: bytes  # packed native u32, sorted; includes the primary gid
     groups: tuple[str, ...]
+    fetched: bool = True  # False: the user's groups were never fetched (primary gid only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,7 +560,7 @@ class DomainCache:
             if idata is None:
                 # Known user, groups never fetched: answer the primary group if we
                 # must (offline), but ask the backend first.
-                value = Initgroups(user, _ID_NATIVE.pack(user.gid), ())
+                value = Initgroups(user, _ID_NATIVE.pack(user.gid), (), fetched=False)
                 return Lookup(State.EXPIRED, value, times)
             gids, groups = rec.decode_initgr(idata)
             state = self._classify(times, times.initgr_expire)

@@ -6,6 +6,15 @@ timeouts, paged results, the root DSE (supported controls, naming contexts), and
 the domain's online/offline state (reference §6.4): after every server failed, the
 domain is offline and requests fail at once until ``offline_timeout`` passes, which
 doubles up to ``offline_timeout_max`` with a random offset, as SSSD's backend does.
+
+Failures: a server that does not answer within its deadline is marked failed
+for this round and the next URI is tried at once; it is never waited on twice. A reset
+or EOF (server restarted, idle connection dropped) may reconnect once. When every URI of
+the round failed the domain is offline. Deadlines bound whole operations, not socket
+reads: ``ldap_search_timeout`` one search with all its pages,
+``ldap_opt_timeout`` StartTLS + bind + root DSE. While a backup URI serves, the
+``ldap_uri`` servers are tried again every ``failover_primary_timeout`` seconds, as
+SSSD's fail over does (sssd.conf(5) ``failover_primary_timeout``).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +121,104 @@ def _open_socket_or_close(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 ldap3.strategy.base.BaseStrategy._open_socket = _open_socket_or_close
 
+# ldap3 2.9.1's SyncStrategy.receiving reads 4,096 bytes at a time and appends with
+# `bytes +=`, which is quadratic: an 8.5 MB entry took 9.7 s and a 100 MB value 13 min
+# in the security review; here an 8.5 MB entry from slapd reads in 1.6-2.2 s with it
+# and in 0.04-0.07 s with this loop (perf/bigentry.py, 2 loaded cores). It also has
+# only a per-read timeout, so a server trickling a byte every few seconds held a
+# search for minutes. The replacement reads 1 MiB at a time into a bytearray
+# (linear), honours the whole-operation deadline the client sets on the connection,
+# and refuses one message over MAX_MESSAGE.
+RECV_SIZE = 1 << 20
+# The largest legitimate LDAP message we know of is a group entry with every member:
+# 200,000 member DNs of ~40 bytes are 8 MB (Active Directory's MaxReceiveBuffer default
+# is 10 MB). 64 MiB leaves 8x headroom and bounds the backend's memory for one message
+# (the buffer, the copy and the decoded values: about 4x the message).
+MAX_MESSAGE = 64 << 20
+_DEADLINE_ATTR = "_cached_deadline"  # monotonic time an operation must finish by
+_receiving = ldap3.strategy.sync.SyncStrategy.receiving
+
+
+class LdapTimeout(lexc.LDAPResponseTimeoutError):  # type: ignore[misc]
+    """The server did not answer within the operation's deadline."""
+
+
+class LdapMessageTooLarge(lexc.LDAPExceptionError):  # type: ignore[misc]
+    """One LDAP message is larger than MAX_MESSAGE; the connection is closed."""
+
+
+def _message_size(buf: bytearray, pos: int) -> int:
+    """The size of the BER message starting at ``pos``; -1 if its header is not all in."""
+    if len(buf) - pos < 2:
+        return -1
+    first = buf[pos + 1]
+    if first < 0x80:
+        return first + 2
+    n = first & 0x7F
+    if n == 0 or n > 8:
+        # RFC 4511 §5.1: definite lengths only; 8 length octets cover any size.
+        raise lexc.LDAPSocketReceiveError(f"bad BER length octet 0x{first:02x}")
+    if len(buf) - pos < 2 + n:
+        return -1
+    return int.from_bytes(buf[pos + 2 : pos + 2 + n], "big") + 2 + n
+
+
+def _receiving_linear(self: Any) -> list[bytes]:
+    conn = self.connection
+    if conn.sasl_mechanism == ldap3.DIGEST_MD5:
+        return list(_receiving(self))  # signed SASL framing: not a mechanism cached offers
+    deadline: float | None = getattr(conn, _DEADLINE_ATTR, None)
+    buf = bytearray()
+    pos = 0
+    need = -1
+    messages: list[bytes] = []
+    while True:
+        try:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("deadline passed")
+                conn.socket.settimeout(left)
+            data = conn.socket.recv(RECV_SIZE)
+        except TimeoutError:
+            _close_quietly(self)
+            raise LdapTimeout(f"{conn.server.name}: timed out (no complete answer)") from None
+        except (OSError, AttributeError) as e:
+            _close_quietly(self)
+            raise lexc.LDAPSocketReceiveError(f"error receiving data: {e}") from None
+        if not data:
+            return messages  # EOF; ldap3 reports "session terminated" when empty
+        buf += data
+        while True:
+            if need < 0:
+                need = _message_size(buf, pos)
+                if need < 0:
+                    break
+                if need > MAX_MESSAGE:
+                    _close_quietly(self)
+                    raise LdapMessageTooLarge(
+                        f"{conn.server.name} sent an LDAP message of {need} bytes, over the "
+                        f"{MAX_MESSAGE} byte limit of one message"
+                    )
+            if len(buf) - pos < need:
+                break
+            messages.append(bytes(memoryview(buf)[pos : pos + need]))
+            pos += need
+            need = -1
+        if pos == len(buf):
+            return messages
+        if pos:
+            del buf[:pos]
+            pos = 0
+
+
+def _close_quietly(strategy: Any) -> None:
+    with contextlib.suppress(Exception):
+        strategy.close()
+
+
+ldap3.strategy.sync.SyncStrategy.receiving = _receiving_linear
+
 
 class LdapError(Exception):
     """The server answered with an error, or the request could not be made."""
@@ -181,7 +288,11 @@ class LdapClient:
         self.retry_at = 0.0  # offline until then
         self.backoff = 0.0
         self.last_error = ""
-        self.went_offline = 0.0
+        self.went_offline = 0.0  # wall-clock time the domain went offline
+        # Servers that failed in this round (a round ends when the domain goes offline
+        # or the preferred servers are tried again), with why; never tried twice.
+        self.failed: dict[str, str] = {}
+        self.connected_at = 0.0  # clock() when self.conn was made
 
     # -- state ---------------------------------------------------------------------
 
@@ -197,6 +308,7 @@ class LdapClient:
         """Forget the offline state: the next request tries the servers at once."""
         self.retry_at = 0.0
         self.backoff = 0.0
+        self.failed.clear()
 
     def _go_offline(self, reason: str) -> LdapOffline:
         # Reference §6.4: retry after offline_timeout, doubling up to the max, plus a
@@ -209,6 +321,7 @@ class LdapClient:
         offset = self.rng.uniform(0, self.cfg.offline_timeout_random_offset)
         self.retry_at = self.clock() + self.backoff + offset
         self.last_error = reason
+        self.failed.clear()  # the next attempt is a new round over every server
         log.warning(
             "domain %s offline: %s; next attempt in %.0f s",
             self.cfg.name,
@@ -216,6 +329,20 @@ class LdapClient:
             self.backoff + offset,
         )
         return LdapOffline(reason)
+
+    def _server_failed(self, uri: str, reason: str) -> None:
+        """``uri`` failed for this round: drop its connection, never wait on it again
+        until the round ends; the next operation goes to the next server."""
+        if self.info is not None and self.info.uri == uri:
+            self.close()
+        self.failed[uri] = reason
+        if any(u not in self.failed for u in self.uris):
+            log.warning("domain %s: server failed, trying the next one: %s", self.cfg.name, reason)
+
+    @property
+    def retry_in(self) -> float:
+        """Seconds until the next connection attempt while offline; 0 when online."""
+        return max(0.0, self.retry_at - self.clock()) if self.retry_at else 0.0
 
     # -- connecting ----------------------------------------------------------------
 
@@ -228,7 +355,9 @@ class LdapClient:
             version=ssl.PROTOCOL_TLS_CLIENT,
         )
 
-    def _connect_one(self, uri: str) -> ldap3.Connection:
+    def _connect_one(self, uri: str) -> tuple[ldap3.Connection, ServerInfo]:
+        """Connect (``ldap_network_timeout``), then StartTLS, bind and read the root DSE
+        within one ``ldap_opt_timeout`` deadline."""
         scheme = uri.split("://", 1)[0].lower()
         server = ldap3.Server(
             uri,
@@ -254,8 +383,9 @@ class LdapClient:
         conn = ldap3.Connection(
             server,
             auto_bind=ldap3.AUTO_BIND_NONE,
-            # Per socket read; searches are most reads, and the longest allowed.
-            receive_timeout=max(self.cfg.ldap_opt_timeout, self.cfg.ldap_search_timeout),
+            # Per socket read, for reads outside an operation with a deadline (the
+            # TLS handshake of ldaps://); operations set their own deadline.
+            receive_timeout=self.cfg.ldap_opt_timeout,
             raise_exceptions=True,
             check_names=False,
             read_only=True,
@@ -264,14 +394,15 @@ class LdapClient:
         )
         try:
             conn.open()
-            if scheme == "ldap" and self.cfg.ldap_id_use_start_tls:
-                conn.start_tls()
-            conn.bind()
+            with _deadline(conn, self.cfg.ldap_opt_timeout):
+                if scheme == "ldap" and self.cfg.ldap_id_use_start_tls:
+                    conn.start_tls()
+                conn.bind()
+                info = self._read_root_dse(conn, uri)
         except BaseException:
-            with contextlib.suppress(Exception):
-                conn.unbind()
+            _discard(conn)
             raise
-        return conn
+        return conn, info
 
     def _read_root_dse(self, conn: ldap3.Connection, uri: str) -> ServerInfo:
         # A search like any other for the counters (SSSD's probe counts it too, §5.1).
@@ -288,43 +419,90 @@ class LdapClient:
         info = ServerInfo(uri)
         for item in conn.response or []:
             raw = {k.lower(): v for k, v in item.get("raw_attributes", {}).items()}
-            info.controls = {v.decode() for v in raw.get("supportedcontrol", [])}
-            info.naming_contexts = [v.decode() for v in raw.get("namingcontexts", [])]
-            dnc = raw.get("defaultnamingcontext", [])
-            info.default_naming_context = dnc[0].decode() if dnc else ""
+            info.controls = set(_utf8s(uri, "supportedControl", raw.get("supportedcontrol", [])))
+            info.naming_contexts = _utf8s(uri, "namingContexts", raw.get("namingcontexts", []))
+            dnc = _utf8s(uri, "defaultNamingContext", raw.get("defaultnamingcontext", []))
+            info.default_naming_context = dnc[0] if dnc else ""
         return info
+
+    def _primary_due(self) -> bool:
+        """Connected to an ``ldap_backup_uri`` server for ``failover_primary_timeout``:
+        time to try the ``ldap_uri`` servers again (sssd.conf(5))."""
+        return (
+            self.info is not None
+            and self.info.uri not in self.cfg.ldap_uri
+            and bool(self.cfg.ldap_uri)
+            and self.clock() - self.connected_at >= self.cfg.failover_primary_timeout
+        )
 
     def connect(self) -> ldap3.Connection:
         """The bound connection, connecting (with failover) when needed."""
         if self.conn is not None:
-            return self.conn
+            if not self._primary_due():
+                return self.conn
+            return self._back_to_primary()
         if self.retry_at and self.clock() < self.retry_at:
             raise LdapOffline(self.last_error or "offline")
-        errors = []
+        conn = self._try(self.uris)
+        if conn is None:
+            raise self._go_offline("; ".join(self.failed.values()) or "no ldap_uri configured")
+        return conn
+
+    def _back_to_primary(self) -> ldap3.Connection:
+        assert self.conn is not None and self.info is not None
+        backup = self.conn, self.info
+        self.conn = self.info = None
+        for uri in self.cfg.ldap_uri:
+            self.failed.pop(uri, None)
+        conn = self._try(list(self.cfg.ldap_uri))
+        if conn is not None:
+            _discard(backup[0])
+            return conn
+        # The preferred servers still fail: stay on the backup, try again later.
+        self.conn, self.info = backup
+        self.connected_at = self.clock()
+        return backup[0]
+
+    def _try(self, uris: list[str]) -> ldap3.Connection | None:
+        """Connect to the first of ``uris`` not failed in this round, or None."""
         with self.counters.timer(LDAP_CONNECT):
-            for uri in self.uris:
-                conn = None
+            for uri in uris:
+                if uri in self.failed:
+                    continue
                 try:
-                    conn = self._connect_one(uri)
-                    info = self._read_root_dse(conn, uri)
-                except lexc.LDAPInvalidCredentialsResult:
-                    _discard(conn)
-                    errors.append(
-                        f"{uri}: bind as {self.cfg.ldap_default_bind_dn!r} refused "
-                        "(invalid credentials)"
+                    conn, info = self._connect_one(uri)
+                except LdapTimeout:
+                    self._server_failed(
+                        uri,
+                        f"{uri}: StartTLS, bind and root DSE timed out after "
+                        f"ldap_opt_timeout = {self.cfg.ldap_opt_timeout} s",
                     )
                     continue
-                except (lexc.LDAPException, *_NETWORK_ERRORS) as e:
-                    _discard(conn)
-                    errors.append(f"{uri}: {_describe(e)}")
+                except lexc.LDAPInvalidCredentialsResult:
+                    self._server_failed(
+                        uri,
+                        f"{uri}: bind as {self.cfg.ldap_default_bind_dn!r} refused "
+                        "(invalid credentials)",
+                    )
+                    continue
+                except (LdapError, lexc.LDAPException, *_NETWORK_ERRORS) as e:
+                    self._server_failed(uri, f"{uri}: {_describe(e)}")
+                    continue
+                except (ValueError, IndexError, TypeError) as e:
+                    # ldap3's decoder on bytes that are not LDAP: a broken server.
+                    self._server_failed(uri, f"{uri}: undecodable answer ({_describe(e)})")
                     continue
                 self.conn, self.info = conn, info
+                self.connected_at = self.clock()
                 if not self.online:
                     log.info("domain %s back online via %s", self.cfg.name, uri)
-                self.reset_offline()
+                elif uri != self.uris[0]:
+                    log.info("domain %s now served by %s", self.cfg.name, uri)
+                self.retry_at = 0.0
+                self.backoff = 0.0
                 self.last_error = ""
                 return conn
-        raise self._go_offline("; ".join(errors) or "no ldap_uri configured")
+        return None
 
     # -- searching -----------------------------------------------------------------
 
@@ -338,29 +516,42 @@ class LdapClient:
         deref_specs: list[tuple[str, list[str]]] | None = None,
         deref_seen: set[str] | None = None,
     ) -> list[Entry]:
-        """One logical search (all pages), counted once (reference §5.1).
-        ``deref_seen``: DNs whose dereferenced values are not decoded again."""
+        """One logical search (all pages), counted once (reference §5.1), within one
+        ``ldap_search_timeout`` on each server it is tried on. ``deref_seen``: DNs whose
+        dereferenced values are not decoded again."""
         start = time.perf_counter()
         entries: list[Entry] = []
+        resets = 0
         try:
-            for attempt in (0, 1):
-                conn = self.connect()
+            while True:
+                conn = self.connect()  # LdapOffline when no server is left
+                uri = self.info.uri if self.info else "?"
                 try:
-                    entries = self._search_pages(
-                        conn, base, filt, attrs, scope, deref_specs, deref_seen
+                    with _deadline(conn, self.cfg.ldap_search_timeout):
+                        entries = self._search_pages(
+                            conn, base, filt, attrs, scope, deref_specs, deref_seen
+                        )
+                    return entries
+                except LdapMessageTooLarge as e:
+                    # The data, not the server: this request fails, the stream is lost.
+                    self.close()
+                    raise LdapError(f"search of {base!r}: {e}") from None
+                except LdapTimeout:
+                    # A hung or trickling server: never wait on it twice.
+                    self._server_failed(
+                        uri, f"{uri}: search timed out after {self.cfg.ldap_search_timeout} s"
                     )
-                    break
+                except (ValueError, IndexError, TypeError) as e:
+                    self._server_failed(uri, f"{uri}: undecodable answer ({_describe(e)})")
                 except _NETWORK_ERRORS as e:
                     # The connection died (server restarted, idle timeout): reconnect
-                    # once, with failover; a second failure is the domain going offline.
+                    # once; a second failure marks the server failed.
                     self.close()
-                    if attempt == 1:
-                        raise self._go_offline(
-                            f"{self.info.uri if self.info else '?'}: {_describe(e)}"
-                        ) from None
+                    if resets:
+                        self._server_failed(uri, f"{uri}: {_describe(e)}")
+                    resets += 1
         finally:
             self.counters.add(LDAP_SEARCH, 1, time.perf_counter() - start, len(entries))
-        return entries
 
     def _search_pages(
         self,
@@ -444,6 +635,24 @@ class LdapClient:
             name,
             partial,
         )
+
+
+@contextlib.contextmanager
+def _deadline(conn: ldap3.Connection, seconds: float) -> Iterator[None]:
+    """Every read of ``conn`` inside the block ends by ``seconds`` from now."""
+    setattr(conn, _DEADLINE_ATTR, time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        setattr(conn, _DEADLINE_ATTR, None)
+
+
+def _utf8s(uri: str, attr: str, values: list[bytes]) -> list[str]:
+    try:
+        return [v.decode("utf-8") for v in values]
+    except UnicodeDecodeError:
+        # Issue 17.11: a broken or hostile server; fail it like any other fault.
+        raise LdapError(f"root DSE attribute {attr} is not valid UTF-8") from None
 
 
 def _discard(conn: ldap3.Connection | None) -> None:

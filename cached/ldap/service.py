@@ -125,6 +125,11 @@ class BackendService:
         self.started = time.time()
         self.last_success = 0.0
         self.requests = 0
+        # The online state the responder was last told of (it learns the
+        # state from answers and from these announcements, never per object).
+        self.announced_online = True
+        self.responder = aiorpc.RpcClient(rpc.responder_socket(config.daemon.pipes_dir))
+        self._announcing: asyncio.Task[None] | None = None
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -173,7 +178,37 @@ class BackendService:
         self.requests += 1
         if result.outcome in (Outcome.FOUND, Outcome.NOT_FOUND):
             self.last_success = time.time()
+        self.announce()
         return result
+
+    def announce(self) -> None:
+        """Tell the responder when the domain went offline or came back."""
+        online = self.client.online
+        if online == self.announced_online:
+            return
+        self.announced_online = online
+        if self._announcing is None or self._announcing.done():
+            self._announcing = asyncio.ensure_future(self._announce())
+
+    async def _announce(self) -> None:
+        # Loops so that a change during the call is announced as well.
+        sent: bool | None = None
+        while sent != self.announced_online:
+            sent = self.announced_online
+            try:
+                await self.responder.call(
+                    "domain_state",
+                    timeout=10.0,
+                    domain=self.domain.name,
+                    online=sent,
+                    retry_in=self.client.retry_in,
+                    reason=self.client.last_error,
+                )
+            except rpc.RpcError as e:
+                # The responder is not up yet or restarting: it learns the state from
+                # the next answer instead.
+                log.debug("announcing domain state to the responder: %s", e)
+                return
 
     async def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         if op in REQUESTS:
@@ -184,13 +219,19 @@ class BackendService:
             if not isinstance(uid, int) or isinstance(uid, bool):
                 uid = None  # D-Bus, tools: one shared queue
             result = await self.request(op, key, uid)
-            return {"outcome": result.outcome.value, "message": result.message}
+            return {
+                "outcome": result.outcome.value,
+                "message": result.message,
+                "online": self.client.online,
+                "retry_in": self.client.retry_in,
+            }
         if op == "counters":
             return {"counters": COUNTERS.snapshot(), "pid": os.getpid()}
         if op == "status":
             return {"status": self.status()}
         if op == "reset_offline":
             await self._in_worker(self.client.reset_offline)
+            self.announce()
             return {}
         raise ValueError(f"unknown op {op!r}")
 
@@ -206,7 +247,8 @@ class BackendService:
             "online": client.online,
             "server": client.info.uri if client.info else "",
             "last_error": client.last_error,
-            "retry_in": max(0.0, client.retry_at - client.clock()) if client.retry_at else 0.0,
+            "retry_in": client.retry_in,
+            "offline_since": 0.0 if client.online else client.went_offline,
             "last_success": self.last_success,
             "started": self.started,
             "requests": self.requests,
@@ -298,6 +340,7 @@ class BackendService:
         # the clean marker lets the next start trust the timestamp store (§3.5).
         await self._in_worker(lambda: None)
         self.executor.shutdown(wait=True)
+        await self.responder.close()
         self.client.close()
         self.cache.close(clean=True)
         with contextlib.suppress(FileNotFoundError):

@@ -21,7 +21,7 @@ from typing import Any
 from cached import aiorpc, rpc
 from cached.cache import DomainCache, GroupView, Initgroups, Lookup, State
 from cached.config import Config, DomainConfig
-from cached.counters import COUNTERS
+from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE
 from cached.model import User
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,27 @@ class ServePolicy:
         return False
 
 
+@dataclass
+class DomainState:
+    """What the responder knows of a domain's backend, learned from its answers and
+    announcements, never asked per object.
+
+    ``offline_until``: the backend said it is offline and will not try a server before
+    then (monotonic); until then expired entries are answered from the cache with no
+    backend round trip and missing ones fail at once. ``stalled``: a bounded wait
+    (``cache_first_wait``) ran out; until the backend answers anything, other expired
+    lookups of the domain do not wait (and do not queue refreshes) either.
+    """
+
+    offline_until: float = 0.0
+    stalled: bool = False
+    reason: str = ""
+    since: float = 0.0  # wall-clock time it went offline
+
+    def offline(self, now: float) -> bool:
+        return now < self.offline_until
+
+
 class NegativeCache:
     """Names and ids recently found not to exist (``entry_negative_timeout``).
 
@@ -204,10 +225,32 @@ class Lookups:
         self._waiting_uids: dict[tuple[str, str, Any], set[int | None]] = {}
         self._extra: set[asyncio.Future[str]] = set()  # referenced until done
         self.policy = ServePolicy(config)
+        self.states = {d.name: DomainState() for d in config.domains}
+        self.first_wait = float(config.nss.cache_first_wait)
+        self.clock = time.monotonic
 
     # -- the backend -----------------------------------------------------------------
 
+    def domain_state(self, domain: str, online: bool, retry_in: float, reason: str = "") -> None:
+        """Record the backend's view of ``domain`` (from an answer or an announcement)."""
+        st = self.states.get(domain)
+        if st is None:
+            return
+        st.stalled = False
+        if online:
+            if st.offline_until:
+                log.info("domain %s online again", domain)
+            st.offline_until, st.reason, st.since = 0.0, "", 0.0
+        else:
+            if not st.offline_until:
+                st.since = time.time()
+            # At least a moment: "offline, retry now" must not turn every lookup into
+            # a round trip that only repeats it.
+            st.offline_until = self.clock() + max(retry_in, 1.0)
+            st.reason = reason
+
     async def _call_backend(self, domain: str, op: str, key: Any) -> str:
+        start = time.perf_counter()
         try:
             reply = await self.backends[domain].call(
                 op, timeout=self.backend_timeout, key=key, uid=CLIENT_UID.get()
@@ -215,8 +258,21 @@ class Lookups:
         except rpc.RpcError as e:
             # A dead or restarting backend is like an offline server: serve the cache.
             log.warning("backend %s unavailable for %s %r: %s", domain, op, key, e)
+            st = self.states.get(domain)
+            if st is not None:
+                st.stalled = False
             return "unavailable"
-        return str(reply.get("outcome"))
+        finally:
+            COUNTERS.add(NSS_BACKEND, 1, time.perf_counter() - start)
+        outcome = str(reply.get("outcome"))
+        if "online" in reply:
+            self.domain_state(
+                domain,
+                bool(reply["online"]) and outcome != "offline",
+                float(reply.get("retry_in") or 0.0),
+                str(reply.get("message") or ""),
+            )
+        return outcome
 
     def refresh(self, domain: str, op: str, key: Any) -> asyncio.Future[str]:
         """Ask the backend to refresh; concurrent lookups of one object share it."""
@@ -298,12 +354,51 @@ class Lookups:
         got = plugin.read(cache, key)
         if got.state is State.VALID:
             return Found(domain, cache, got.value, got.state)
+        st = self.states[domain.name]
+        offline = st.offline(self.clock())
         if got.state is State.MIDPOINT:
-            # Answer now, refresh out of band (reference §6.4).
+            # Answer now, refresh out of band (reference §6.4); offline, the refresh
+            # would fail at once ("MIDPOINT refreshes fail quietly"), and a stalled
+            # backend gets no more work piled on.
             # The task stays referenced in self.inflight until it is done.
-            self.refresh(domain.name, plugin.backend_op, key)
+            if not offline and not st.stalled:
+                self.refresh(domain.name, plugin.backend_op, key)
             return Found(domain, cache, got.value, got.state)
-        outcome = await self.refresh(domain.name, plugin.backend_op, key)
+        if offline:
+            # Offline costs nothing per object: the stale entry is the answer
+            # (§6.4), a missing one is "not found" without a negative-cache entry.
+            if got.value is not None:
+                COUNTERS.add(NSS_STALE)
+                return Found(domain, cache, got.value, got.state)
+            return None
+        # A stored answer worth giving without the backend: not a user's groups that
+        # were never fetched (that is a missing entry, it waits).
+        stale = got.value
+        if isinstance(stale, Initgroups) and not stale.fetched:
+            stale = None
+        if stale is not None and st.stalled:
+            # Another lookup's bounded wait ran out and the backend has not answered
+            # since: do not wait again, nor pile refreshes onto a stuck backend.
+            COUNTERS.add(NSS_STALE)
+            return Found(domain, cache, got.value, got.state)
+        fut = self.refresh(domain.name, plugin.backend_op, key)
+        if stale is not None and self.first_wait > 0:
+            # Bounded wait (cache_first_wait, a deliberate difference from SSSD): the
+            # refresh goes on in the background, the cached entry is answered now.
+            try:
+                outcome = await asyncio.wait_for(asyncio.shield(fut), self.first_wait)
+            except TimeoutError:
+                if not fut.done():
+                    st.stalled = True
+                    log.info(
+                        "domain %s: no refresh of %s %r within cache_first_wait = %.0f s; "
+                        "answering from the cache",
+                        domain.name, plugin.name, key, self.first_wait,
+                    )  # fmt: skip
+                COUNTERS.add(NSS_STALE)
+                return Found(domain, cache, got.value, got.state)
+        else:
+            outcome = await fut
         again = plugin.read(cache, key)
         if again.value is not None:
             # Even still expired: after a failed or offline refresh, stale data is the
@@ -324,5 +419,15 @@ class Lookups:
         return {
             "negative_entries": len(self.negative),
             "inflight": len(self.inflight),
+            "domains": {
+                name: {
+                    "offline": st.offline(self.clock()),
+                    "since": st.since,
+                    "reason": st.reason,
+                    "retry_in": max(0.0, st.offline_until - self.clock()),
+                    "stalled": st.stalled,
+                }
+                for name, st in self.states.items()
+            },
             "cache_reads": COUNTERS.get("cache.read").count,
         }

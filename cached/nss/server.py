@@ -502,6 +502,14 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
             return {"status": admin.status()}
         if op == "clear_negative":
             return {"cleared": lookups.clear_negative()}
+        if op == "domain_state":  # a backend's announcement
+            lookups.domain_state(
+                str(args.get("domain")),
+                bool(args.get("online")),
+                float(args.get("retry_in") or 0.0),
+                str(args.get("reason", "")),
+            )
+            return {}
         if op == "invalidate":
             n = admin.invalidate(str(args.get("kind")), str(args.get("name", "")),
                                  str(args.get("domain", "")))  # fmt: skip

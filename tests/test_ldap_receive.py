@@ -1,0 +1,162 @@
+"""The LDAP receive loop that replaces ldap3's (cached/ldap/client.py):
+message framing, the cap on one message, the whole-operation deadline. Pure logic over
+a real socket pair; the strategy object around it is a stand-in for ldap3's."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from ldap3.core import exceptions as lexc
+
+from cached.ldap import client
+
+
+def ber(payload: bytes, tag: int = 0x30, long_form: bool = False) -> bytes:
+    n = len(payload)
+    if n < 0x80 and not long_form:
+        return bytes([tag, n]) + payload
+    return bytes([tag, 0x84]) + n.to_bytes(4, "big") + payload
+
+
+@dataclass
+class _Server:
+    name: str = "ldap://test.invalid:389"
+
+
+@dataclass
+class _Conn:
+    socket: socket.socket
+    sasl_mechanism: str | None = None
+    server: _Server = field(default_factory=_Server)
+    last_error: str = ""
+
+
+class _Strategy:
+    socket_size = 4096  # ldap3 2.9.1's SOCKET_SIZE, for its own loop in the benchmark
+
+    def __init__(self, sock: socket.socket, deadline: float | None = None) -> None:
+        self.connection = _Conn(sock)
+        setattr(self.connection, client._DEADLINE_ATTR, deadline)
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    a.settimeout(10)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def feed(sock: socket.socket, pieces: list[bytes], pause: float = 0.0) -> threading.Thread:
+    def run() -> None:
+        for p in pieces:
+            try:
+                sock.sendall(p)
+            except OSError:
+                return
+            if pause:
+                time.sleep(pause)  # the server's pacing, not a wait for readiness
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def receive(strategy: Any) -> list[bytes]:
+    return client._receiving_linear(strategy)
+
+
+def receive_all(strategy: Any, total: int) -> list[bytes]:
+    """Messages until ``total`` bytes came: one call returns at the first boundary
+    where its buffer is empty, which depends on how the sender's writes arrived."""
+    got: list[bytes] = []
+    while sum(map(len, got)) < total:
+        more = receive(strategy)
+        assert more, "EOF"
+        got += more
+    return got
+
+
+def test_messages_split_anywhere_come_out_whole(pair):
+    a, b = pair
+    m1, m2 = ber(b"x" * 10), ber(b"y" * 300, long_form=True)
+    data = m1 + m2
+    feed(b, [data[i : i + 1] for i in range(len(data))])
+    assert receive_all(_Strategy(a), len(data)) == [m1, m2]
+
+
+def test_a_message_cut_inside_is_completed_by_later_reads(pair):
+    a, b = pair
+    m1, m2, m3 = ber(b"a"), ber(b"b" * 200), ber(b"c" * 5000)
+    feed(b, [m1 + m2 + m3[:7], m3[7:]])
+    assert receive_all(_Strategy(a), len(m1 + m2 + m3)) == [m1, m2, m3]
+
+
+def test_a_large_message_arrives_intact(pair):
+    a, b = pair
+    m = ber(bytes(range(256)) * 40_000, long_form=True)  # ~10 MB
+    feed(b, [m])
+    assert receive_all(_Strategy(a), len(m)) == [m]
+
+
+def test_a_message_over_the_cap_is_refused_naming_server_and_size(pair):
+    a, b = pair
+    size = client.MAX_MESSAGE + 1
+    head = bytes([0x30, 0x84]) + size.to_bytes(4, "big")
+    feed(b, [head + b"z" * 100])
+    st = _Strategy(a)
+    with pytest.raises(client.LdapMessageTooLarge) as e:
+        receive(st)
+    assert st.closed
+    assert "ldap://test.invalid:389" in str(e.value) and str(size + 6) in str(e.value)
+
+
+def test_indefinite_length_is_refused(pair):
+    a, b = pair
+    feed(b, [b"\x30\x80\x02\x01\x01\x00\x00"])
+    with pytest.raises(lexc.LDAPSocketReceiveError, match="BER length"):
+        receive(_Strategy(a))
+
+
+def test_eof_mid_message_returns_nothing(pair):
+    a, b = pair
+    feed(b, [ber(b"q" * 100)[:50]]).join()
+    b.shutdown(socket.SHUT_WR)
+    assert receive(_Strategy(a)) == []
+
+
+def test_a_trickling_server_meets_the_deadline_not_a_per_read_timeout(pair):
+    a, b = pair
+    m = ber(b"t" * 100)
+    # One byte every 0.05 s: each read is quick, the whole answer would take 5 s.
+    feed(b, [m[i : i + 1] for i in range(len(m))], pause=0.05)
+    st = _Strategy(a, deadline=time.monotonic() + 0.5)
+    with pytest.raises(client.LdapTimeout, match="timed out"):
+        receive(st)
+    assert st.closed
+
+
+def test_a_deadline_already_past_times_out_without_reading(pair):
+    a, _b = pair
+    st = _Strategy(a, deadline=time.monotonic() - 1)
+    with pytest.raises(client.LdapTimeout):
+        receive(st)
+
+
+def test_the_patch_is_installed():
+    import ldap3.strategy.sync
+
+    assert ldap3.strategy.sync.SyncStrategy.receiving is client._receiving_linear
