@@ -234,7 +234,7 @@ def test_server_dropping_mid_answer_leaves_no_half_written_entry(
     assert "Traceback" not in d.log_text()
 
 
-def test_trickling_server_takes_the_domain_offline_within_the_deadline(
+def test_17_6_trickling_server_takes_the_domain_offline_within_the_deadline(
     make_daemon, proxy_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
@@ -269,7 +269,7 @@ def _break_paged_results_oid(data: bytes) -> bytes:
     return data.replace(b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.31\xff")
 
 
-def test_non_utf8_root_dse_value_fails_the_server_cleanly(
+def test_17_11_non_utf8_root_dse_value_fails_the_server_cleanly(
     make_daemon, proxy_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected

@@ -112,7 +112,7 @@ def test_a_large_message_arrives_intact(pair):
     assert receive_all(_Strategy(a), len(m)) == [m]
 
 
-def test_a_message_over_the_cap_is_refused_naming_server_and_size(pair):
+def test_17_7_a_message_over_the_cap_is_refused_naming_server_and_size(pair):
     a, b = pair
     size = client.MAX_MESSAGE + 1
     head = bytes([0x30, 0x84]) + size.to_bytes(4, "big")
@@ -138,7 +138,7 @@ def test_eof_mid_message_returns_nothing(pair):
     assert receive(_Strategy(a)) == []
 
 
-def test_a_trickling_server_meets_the_deadline_not_a_per_read_timeout(pair):
+def test_17_6_a_trickling_server_meets_the_deadline_not_a_per_read_timeout(pair):
     a, b = pair
     m = ber(b"t" * 100)
     # One byte every 0.05 s: each read is quick, the whole answer would take 5 s.
