@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench soak lint deps clean
+.PHONY: test demo bench soak lint deps clean compat
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ soak: deps
 
 demo: deps
 	$(PY) -m perf.demo
+
+# The zoo (perf/zoo.py) through real SSSD 2.8.2 and cached; report in perf/results/.
+compat: deps
+	$(PY) -m perf.compat
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .benchmarks

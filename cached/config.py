@@ -104,6 +104,63 @@ def _id_provider(raw: str) -> str:
     return v
 
 
+@dataclass(frozen=True)
+class SearchBase:
+    """One search base of SSSD's ``base?scope?filter`` syntax (sssd-ldap(5))."""
+
+    dn: str
+    scope: str = "sub"  # "base" | "one" | "sub"
+    filter: str = ""  # with its parentheses, or ""
+
+
+_SCOPES = {"": "sub", "sub": "sub", "subtree": "sub", "one": "one", "onelevel": "one",
+           "base": "base"}  # fmt: skip
+
+
+def parse_search_bases(raw: str) -> tuple[SearchBase, ...]:
+    """SSSD's search-base syntax (``common_parse_search_base``): a plain DN, or
+    ``base?scope?filter`` repeated (``b1?subtree?(f1)?b2?onelevel?``); scope
+    ``base``, ``onelevel`` (``one``) or ``subtree`` (``sub``, the default when
+    empty); a filter without parentheses gets them. Empty: no base (the root DSE's)."""
+    raw = raw.strip()
+    if not raw:
+        return ()
+    parts = raw.split("?")
+    if len(parts) == 1:
+        return (SearchBase(raw),)
+    if len(parts) % 3:
+        raise ValueError(
+            "expected a DN or base?scope?filter (several separated by '?'): "
+            f"{len(parts)} '?'-separated fields is not a multiple of 3"
+        )
+    out = []
+    for i in range(0, len(parts), 3):
+        dn, scope, filt = parts[i].strip(), parts[i + 1].strip().lower(), parts[i + 2].strip()
+        if not dn or "=" not in dn:
+            raise ValueError(f"base {i // 3 + 1}: {dn!r} is not a DN")
+        if scope not in _SCOPES:
+            raise ValueError(
+                f"base {i // 3 + 1}: unknown scope {parts[i + 1]!r}; "
+                "expected base, onelevel or subtree"
+            )
+        if filt and not filt.startswith("("):
+            filt = f"({filt})"
+        depth = 0
+        for ch in filt:
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth < 0:
+                break
+        if depth != 0:
+            raise ValueError(f"base {i // 3 + 1}: filter {filt!r} has unbalanced parentheses")
+        out.append(SearchBase(dn, _SCOPES[scope], filt))
+    return tuple(out)
+
+
+def _search_base(raw: str) -> str:
+    parse_search_bases(raw)  # validated here, so the error names the option
+    return raw.strip()
+
+
 def _case_sensitive(raw: str) -> str:
     v = raw.strip().lower()
     if v in ("true", "false", "preserving"):
@@ -168,9 +225,18 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "id_provider": Option(_id_provider, None, "Must be `ldap`.", "(required)"),
     "ldap_uri": Option(_uri_list, [], "Servers, tried in order (failover).", "(required)"),
     "ldap_backup_uri": Option(_uri_list, [], "Servers tried after every ldap_uri failed."),
-    "ldap_search_base": Option(_str, "", "Default search base; read from the root DSE if unset."),
-    "ldap_user_search_base": Option(_str, "", "Base of user searches (default: search base)."),
-    "ldap_group_search_base": Option(_str, "", "Base of group searches (default: search base)."),
+    "ldap_search_base": Option(
+        _search_base,
+        "",
+        "Default search base, `dn` or SSSD's `dn?scope?filter[?dn?scope?filter...]`; "
+        "read from the root DSE if unset.",
+    ),
+    "ldap_user_search_base": Option(
+        _search_base, "", "Base(s) of user searches, same syntax (default: search base)."
+    ),
+    "ldap_group_search_base": Option(
+        _search_base, "", "Base(s) of group searches, same syntax (default: search base)."
+    ),
     "ldap_schema": Option(
         _choice("rfc2307", "rfc2307bis"), "rfc2307", "`rfc2307` or `rfc2307bis`."
     ),
@@ -220,10 +286,9 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ignore_group_members": Option(_bool, False, "Do not fetch or return group members."),
     "ldap_member_rdn_shortcut": Option(
         _bool,
-        True,
-        "cached's own: name a member DN by its RDN when that is the name attribute under "
-        "the search base, without a search (as nslcd). `false`: deref control or searches "
-        "(SSSD's exact behaviour for dangling member DNs).",
+        False,
+        "Deprecated and ignored (issue 12): member names always come from the member "
+        "entries, never from the spelling of their DN.",
     ),
     "entry_cache_timeout": Option(_int(0), 5400, "Lifetime of cached entries, seconds."),
     "entry_cache_user_timeout": Option(
@@ -628,6 +693,11 @@ def parse_config(text: str, path: str = "<string>", st: os.stat_result | None = 
         if not vals["ldap_group_member"]:
             vals["ldap_group_member"] = (
                 "member" if vals["ldap_schema"] == "rfc2307bis" else "memberUid"
+            )
+        if "ldap_member_rdn_shortcut" in parser[sname]:
+            warnings.append(
+                f"{path}: [{sname}] ldap_member_rdn_shortcut is deprecated and ignored: "
+                "member names come from the member entries"
             )
         for base in ("ldap_user_search_base", "ldap_group_search_base"):
             if not vals[base]:

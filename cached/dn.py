@@ -1,69 +1,146 @@
 """Distinguished names: parsing (RFC 4514) and a comparison key.
 
 Used by the cache (its DN index) and by the LDAP backend (member DNs), so both agree
-on when two spellings of a DN are the same entry.
+on when two spellings of a DN are the same entry. Member values are written by
+people: ``UID=Alice,OU=People,…``, ``cn=Smith\\, John,…``, ``cn="Smith, John",…``
+(RFC 2253's quoting), ``uid=mvx+cn=Max,…`` (multi-valued RDN, in any AVA order),
+``uid=m\\c3\\bcller`` for ``uid=müller`` — all name the same entry as the DN the
+server returns for it, and all get the same key here (issue 12 item 2).
 """
 
 from __future__ import annotations
 
-__all__ = ["first_rdn", "is_under", "normalize_dn", "split_dn"]
+import unicodedata
+
+__all__ = ["first_rdn", "in_scope", "is_under", "normalize_dn", "rdn_avas", "split_dn"]
+
+# Attribute type names and OIDs of the attributes naming POSIX entries (RFC 4519), so
+# ``commonName=x`` and ``2.5.4.3=x`` key like ``cn=x``.
+_TYPE_ALIASES = {
+    "commonname": "cn",
+    "2.5.4.3": "cn",
+    "userid": "uid",
+    "0.9.2342.19200300.100.1.1": "uid",
+    "organizationalunitname": "ou",
+    "2.5.4.11": "ou",
+    "organizationname": "o",
+    "2.5.4.10": "o",
+    "domaincomponent": "dc",
+    "0.0.9.2342.19200300.100.1.25": "dc",
+    "0.9.2342.19200300.100.1.25": "dc",
+}
 
 
-def split_dn(dn: str) -> list[tuple[str, str]]:
-    """RDNs of a DN as (attribute lower-cased, value unescaped), honouring RFC 4514
-    escapes (``\\,`` and ``\\2c``). A multi-valued RDN keeps its first AVA."""
-    raw = dn.encode("utf-8")
-    rdns: list[tuple[str, str]] = []
+def _type(raw: str) -> str:
+    t = raw.strip().lower()
+    if t.startswith("oid."):
+        t = t[4:]
+    return _TYPE_ALIASES.get(t, t)
+
+
+def _parse(dn: str) -> list[list[tuple[str, str]]]:
+    """RDNs of a DN, each a list of AVAs (attribute type lower-cased, value unescaped),
+    honouring RFC 4514 escapes (``\\,``, ``\\2c``) and RFC 2253 quoted values."""
+    raw = dn.encode("utf-8", errors="surrogateescape")
+    rdns: list[list[tuple[str, str]]] = []
+    avas: list[tuple[str, str]] = []
     attr: str | None = None
     tok = bytearray()
-    skip = False  # inside the 2nd+ AVA of a multi-valued RDN
+    quoted = False
     i, n = 0, len(raw)
+
+    def value() -> str:
+        return tok.decode("utf-8", errors="replace").strip()
+
     while i < n:
         c = raw[i]
         if c == 0x5C and i + 1 < n:  # backslash: \XX hex pair or an escaped character
             pair = raw[i + 1 : i + 3]
             if len(pair) == 2 and all(x in _HEX for x in pair):
-                if not skip:
-                    tok.append(int(pair, 16))
+                tok.append(int(pair, 16))
                 i += 3
                 continue
-            if not skip:
-                tok.append(raw[i + 1])
+            tok.append(raw[i + 1])
             i += 2
             continue
-        if c == 0x3D and attr is None:  # '='
-            attr = tok.decode("utf-8", errors="replace").strip().lower()
+        if c == 0x22 and attr is not None:  # '"': RFC 2253 quoted value
+            quoted = not quoted
+        elif quoted:
+            tok.append(c)
+        elif c == 0x3D and attr is None:  # '='
+            attr = _type(tok.decode("utf-8", errors="replace"))
             tok = bytearray()
-        elif c == 0x2B and attr is not None:  # '+'
-            skip = True
-        elif c == 0x2C:  # ','
-            rdns.append((attr or "", tok.decode("utf-8", errors="replace").strip()))
-            attr, tok, skip = None, bytearray(), False
-        elif not skip:
+        elif c == 0x2B and attr is not None:  # '+': next AVA of a multi-valued RDN
+            avas.append((attr, value()))
+            attr, tok = None, bytearray()
+        elif c in (0x2C, 0x3B):  # ',' (and ';', RFC 2253's alternative)
+            avas.append((attr or "", value()))
+            rdns.append(avas)
+            avas, attr, tok = [], None, bytearray()
+        else:
             tok.append(c)
         i += 1
-    if attr is not None or tok:
-        rdns.append((attr or "", tok.decode("utf-8", errors="replace").strip()))
+    if attr is not None or tok or avas:
+        avas.append((attr or "", value()))
+        rdns.append(avas)
     return rdns
+
+
+def split_dn(dn: str) -> list[tuple[str, str]]:
+    """RDNs of a DN as (attribute lower-cased, value unescaped). A multi-valued RDN
+    gives its first AVA."""
+    return [avas[0] for avas in _parse(dn)]
+
+
+def rdn_avas(dn: str) -> list[tuple[str, str]]:
+    """Every AVA of the first RDN: [(attribute lower-cased, value), ...]."""
+    if "\\" not in dn and "+" not in dn and '"' not in dn:
+        attr, _, value = dn.split(",", 1)[0].partition("=")
+        return [(_type(attr), value.strip())]
+    rdns = _parse(dn)
+    return rdns[0] if rdns else []
 
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
+def _fold(value: str) -> str:
+    """caseIgnoreMatch as RFC 4518 prepares strings: case folded, NFKC, insignificant
+    spaces collapsed. Exact for the attributes naming POSIX entries (uid, cn, ou, dc
+    are all caseIgnore)."""
+    return " ".join(unicodedata.normalize("NFKC", value.casefold()).split())
+
+
+def _escape_value(v: str) -> str:
+    # Re-escape the separators so that the key of "cn=a\\,b" differs from "cn=a,cn=b".
+    return v.replace("\\", "\\5c").replace(",", "\\2c").replace("+", "\\2b").replace("=", "\\3d")
+
+
 def normalize_dn(dn: str) -> str:
-    """A comparison key for DNs: attribute types and values lower-cased, no spaces
-    around separators. Exact for the case-insensitive string attributes naming
-    POSIX entries (uid, cn, ou, dc); DNs are compared, never printed, in this form."""
+    """A comparison key for DNs: attribute types by their short name, values case
+    folded (RFC 4518), escapes and quotes resolved, the AVAs of a multi-valued RDN
+    sorted, no spaces around separators. DNs are compared, never printed, in this form."""
     key = _KEYS.get(dn)
     if key is None:
-        if "\\" in dn or "+" in dn or '"' in dn:
-            key = ",".join(f"{a}={_escape_value(v.lower())}" for a, v in split_dn(dn))
-        else:
+        if dn.isascii() and "\\" not in dn and "+" not in dn and '"' not in dn and ";" not in dn:
             # The common case, measured: member lists of a user in 2,000 groups hold
             # ~90,000 DNs, which the general parser takes 3 s to split.
-            key = dn.lower()
-            if " " in key:
-                key = ",".join("=".join(x.strip() for x in p.split("=", 1)) for p in key.split(","))
+            parts = []
+            for p in dn.lower().split(","):
+                a, _, v = p.partition("=")
+                a = a.strip()
+                v = v.strip()
+                if "  " in v:
+                    v = " ".join(v.split())
+                if "=" in v:
+                    v = v.replace("=", "\\3d")
+                parts.append(f"{_TYPE_ALIASES.get(a, a)}={v}")
+            key = ",".join(parts)
+        else:
+            key = ",".join(
+                "+".join(sorted(f"{a}={_escape_value(_fold(v))}" for a, v in avas))
+                for avas in _parse(dn)
+            )
         if len(_KEYS) >= _KEYS_MAX:
             _KEYS.clear()
         _KEYS[dn] = key
@@ -72,12 +149,9 @@ def normalize_dn(dn: str) -> str:
 
 def first_rdn(dn: str) -> tuple[str, str]:
     """The first RDN of ``dn``: (attribute lower-cased, value), without parsing the
-    rest when the DN has no escapes."""
-    if "\\" in dn or "+" in dn or '"' in dn:
-        rdns = split_dn(dn)
-        return rdns[0] if rdns else ("", "")
-    attr, _, value = dn.split(",", 1)[0].partition("=")
-    return attr.strip().lower(), value.strip()
+    rest when the DN has no escapes. A multi-valued RDN gives its first AVA."""
+    avas = rdn_avas(dn)
+    return avas[0] if avas else ("", "")
 
 
 # Member DNs repeat across groups (a user in 20 groups appears 20 times): memoise.
@@ -85,10 +159,18 @@ _KEYS: dict[str, str] = {}
 _KEYS_MAX = 200_000
 
 
-def _escape_value(v: str) -> str:
-    # Re-escape the separators so that the key of "cn=a\\,b" differs from "cn=a,cn=b".
-    return v.replace("\\", "\\5c").replace(",", "\\2c").replace("+", "\\2b")
-
-
 def is_under(dn_key: str, base_key: str) -> bool:
     return not base_key or dn_key == base_key or dn_key.endswith("," + base_key)
+
+
+def in_scope(dn_key: str, base_key: str, scope: str) -> bool:
+    """Is the entry with key ``dn_key`` inside a search of ``base_key`` with ``scope``
+    ("base", "one" or "sub"; both keys from :func:`normalize_dn`)?"""
+    if scope == "base":
+        return dn_key == base_key
+    if scope == "one":
+        # Keys escape a comma inside a value (\2c), so a bare ',' separates RDNs.
+        if not base_key:
+            return dn_key != "" and "," not in dn_key
+        return dn_key.endswith("," + base_key) and "," not in dn_key[: -len(base_key) - 1]
+    return is_under(dn_key, base_key)

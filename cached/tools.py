@@ -271,6 +271,11 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                 f"  cached: {e['users']} users, {e['groups']} groups, "
                 f"{e['initgr']} initgroups lists; {s['requests']} backend requests"
             )
+            if s.get("limit_error"):
+                lines.append(
+                    f"  LOOKUP CUT BY A SERVER LIMIT ({_ago(s['limit_time'], now)}): "
+                    f"{s['limit_error']}"
+                )
             if s.get("ts_rebuilt"):
                 lines.append(f"  timestamp store rebuilt at start: {s['ts_rebuilt']}")
     lines.append("Stores:")

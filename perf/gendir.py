@@ -48,6 +48,7 @@ from typing import Any, TextIO, TypeVar
 from cached.model import Group, User
 
 SCHEMAS = ("rfc2307bis", "rfc2307")
+PEOPLE_RDNS = ("uid", "cn")
 
 PRIMARY_GROUP = "users"
 PRIMARY_GID = 10000
@@ -83,11 +84,19 @@ class Scenario:
     base_dn: str = "dc=example,dc=test"
     schema: str = "rfc2307bis"
     big_user: str = "bigroupuser"
+    # The RDN attribute of people entries: "uid" (uid=user0001,ou=people,...) or "cn",
+    # the full name as Active Directory and many OpenLDAP sites spell it
+    # (cn=User 0001,ou=people,...); the login name stays in `uid` either way (issue 12).
+    people_rdn: str = "uid"
 
     def __post_init__(self) -> None:
         problems = []
         if self.schema not in SCHEMAS:
             problems.append(f"schema {self.schema!r} is not one of {', '.join(SCHEMAS)}")
+        if self.people_rdn not in PEOPLE_RDNS:
+            problems.append(
+                f"people_rdn {self.people_rdn!r} is not one of {', '.join(PEOPLE_RDNS)}"
+            )
         if not 0 < self.nest_fraction <= 1:
             problems.append(f"nest_fraction {self.nest_fraction} must be in (0, 1]")
         if self.children_per_parent < 1 or self.depth < 0 or self.user_groups < 0:
@@ -140,7 +149,16 @@ class Scenario:
     def groups_dn(self) -> str:
         return f"ou=groups,{self.base_dn}"
 
+    def full_name(self, name: str) -> str:
+        """A user's full name: its gecos and `cn`, and its RDN value with
+        ``people_rdn="cn"``.  Unique, as an RDN value must be."""
+        if name == self.big_user:
+            return "Big Group User"
+        return f"User {name.removeprefix('user')}"
+
     def user_dn(self, name: str) -> str:
+        if self.people_rdn == "cn":
+            return f"cn={self.full_name(name)},{self.people_dn}"
         return f"uid={name},{self.people_dn}"
 
     def group_dn(self, name: str) -> str:
@@ -167,7 +185,13 @@ SMALL = Scenario(
 
 BIGROUPUSER = Scenario(name="bigroupuser", users=5000, groups=3000, user_groups=2000)
 
-PRESETS: dict[str, Scenario] = {s.name: s for s in (SMALL, BIGROUPUSER)}
+# The same directories with people named by their full name (cn=User 00001,ou=people,…),
+# issue 12 item 1: same groups, same members, same expected answers; only the user DNs
+# (and so every member value) differ.
+SMALL_CN = dataclasses.replace(SMALL, name="small-cn", people_rdn="cn")
+BIGROUPUSER_CN = dataclasses.replace(BIGROUPUSER, name="bigroupuser-cn", people_rdn="cn")
+
+PRESETS: dict[str, Scenario] = {s.name: s for s in (SMALL, BIGROUPUSER, SMALL_CN, BIGROUPUSER_CN)}
 
 # The sweep of the perf reports: how cost grows with a user's groups and a group's size.
 SWEEP_USER_GROUPS = (250, 500, 1000, 2000, 4000)
@@ -233,7 +257,7 @@ def build(scenario: Scenario) -> Directory:
             name=name,
             uid=FIRST_UID + i,
             gid=PRIMARY_GID,
-            gecos=f"User {name[4:]}",
+            gecos=s.full_name(name),
             home=f"/home/{name}",
             shell=LOGIN_SHELL,
             dn=s.user_dn(name),
@@ -245,7 +269,7 @@ def build(scenario: Scenario) -> Directory:
             name=s.big_user,
             uid=FIRST_UID + s.users,
             gid=PRIMARY_GID,
-            gecos="Big Group User",
+            gecos=s.full_name(s.big_user),
             home=f"/home/{s.big_user}",
             shell=LOGIN_SHELL,
             dn=s.user_dn(s.big_user),
@@ -668,7 +692,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write <OUTDIR>/<scenario>-<schema>.ldif and .expected.json.",
     )
     parser.add_argument("outdir", type=Path, metavar="OUTDIR")
-    parser.add_argument("--scenario", default="bigroupuser", choices=sorted(PRESETS))
+    parser.add_argument(
+        "--scenario",
+        default="bigroupuser",
+        choices=sorted([*PRESETS, "zoo"]),
+        help="zoo: the hand-written directory of issue 12's shapes (perf/zoo.py)",
+    )
     parser.add_argument(
         "--schema", action="append", choices=SCHEMAS, help="repeatable; default: rfc2307bis"
     )
@@ -685,8 +714,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="sweep variant: members of each large group (e.g. 1000..20000)",
     )
     parser.add_argument("--seed", type=int, help="override the scenario's RNG seed")
+    parser.add_argument(
+        "--people-rdn",
+        choices=PEOPLE_RDNS,
+        help="RDN attribute of people entries (cn: full name, as in Active Directory);"
+        " the scenario gets a -cn suffix",
+    )
     args = parser.parse_args(argv)
 
+    if args.scenario == "zoo":
+        from perf import zoo  # imports this module: import here, not at the top
+
+        for path in zoo.generate(args.outdir):
+            print(path, flush=True)
+        return 0
     scenario = PRESETS[args.scenario]
     if args.user_groups is not None or args.large_size is not None:
         scenario = sweep(
@@ -696,6 +737,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.seed is not None:
         scenario = dataclasses.replace(scenario, seed=args.seed)
+    if args.people_rdn is not None and args.people_rdn != scenario.people_rdn:
+        name = scenario.name.removesuffix("-cn")
+        if args.people_rdn == "cn":
+            name += "-cn"
+        scenario = dataclasses.replace(scenario, name=name, people_rdn=args.people_rdn)
     for schema in args.schema or ["rfc2307bis"]:
         start = time.perf_counter()
         try:

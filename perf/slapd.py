@@ -180,7 +180,18 @@ class Slapd:
         *,
         tls: TLSFiles | None = None,
         root_pw: str = "secret",
+        sizelimit: int | None = None,
+        deref: bool = True,
     ) -> None:
+        """``sizelimit``: a server-wide size limit as Debian's default slapd.conf sets
+        it (``sizelimit 500``), applied to every client but the rootdn, paged
+        searches included (slapd-limits(5): size.prtotal follows the hard limit);
+        None: unlimited.  ``deref=False`` leaves out the deref overlay, as Debian's
+        default configuration does."""
+        if sizelimit is not None and sizelimit < 1:
+            raise SlapdError(f"sizelimit {sizelimit} must be a positive number of entries")
+        self.sizelimit = sizelimit
+        self.deref = deref
         self.workdir = Path(workdir).resolve()
         self.ldif = Path(ldif)
         self._base_dn = base_dn
@@ -502,17 +513,21 @@ class Slapd:
         lines += [
             f"modulepath {MODULE_PATH}",
             "moduleload back_mdb",
-            "moduleload deref",
+            *(["moduleload deref"] if self.deref else []),
             f'pidfile "{w}/slapd.pid"',
             f'argsfile "{w}/slapd.args"',
             # Stats reach slapd.log through -d stats on stderr (see the module doc);
             # loglevel only feeds syslog but says what the config is for.
             "loglevel stats",
+        ]
+        if self.sizelimit is None:
             # Searches return 5,000+ entries (every user, a large group's members):
             # no frontend limit either.
-            "sizelimit unlimited",
-            "timelimit unlimited",
-        ]
+            lines += ["sizelimit unlimited", "timelimit unlimited"]
+        else:
+            # As Debian ships slapd (issue 12 item 4): soft = hard = N for everyone
+            # but the rootdn, and no `limits` line in the database to lift it.
+            lines += [f"sizelimit {self.sizelimit}", "timelimit unlimited"]
         if self.tls:
             lines += [
                 f'TLSCACertificateFile "{self.tls.ca_cert}"',
@@ -529,10 +544,15 @@ class Slapd:
             f'rootdn "{self.root_dn}"',
             f'rootpw "{self._root_pw}"',
             f'directory "{self.db_dir}"',
-            "overlay deref",
-            # Unlimited for everyone, paged searches included (size.pr and size.prtotal
-            # follow the hard limit, which size=unlimited sets as well).
-            "limits * size=unlimited time=unlimited",
+            *(["overlay deref"] if self.deref else []),
+        ]
+        if self.sizelimit is None:
+            lines += [
+                # Unlimited for everyone, paged searches included (size.pr and
+                # size.prtotal follow the hard limit, which size=unlimited sets as well).
+                "limits * size=unlimited time=unlimited",
+            ]
+        lines += [
             # Equality indexes for every attribute a client filters on: the user and
             # group lookups (uid, cn, uidNumber, gidNumber) and membership searches
             # (member for rfc2307bis initgroups, memberUid for rfc2307).

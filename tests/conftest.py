@@ -3,9 +3,11 @@
 Session-scoped, and started only when a test asks for them (pytest creates a fixture
 on first use), so a run that needs no bigroupuser server pays nothing for it.
 
-* ``small_2307bis`` / ``small_2307`` / ``big_2307bis`` / ``big_2307``: a generated
-  scenario (:class:`perf.slapd.Dataset`: LDIF path + :class:`perf.gendir.Expected`).
-* ``slapd_small`` / ``slapd_small_2307`` / ``slapd_big`` / ``slapd_big_2307``: a running
+* ``small_2307bis`` / ``small_2307`` / ``big_2307bis`` / ``big_2307`` / ``small_cn`` /
+  ``big_cn`` (people named ``cn=<full name>``, rfc2307bis): a generated scenario
+  (:class:`perf.slapd.Dataset`: LDIF path + :class:`perf.gendir.Expected`).
+* ``slapd_small`` / ``slapd_small_2307`` / ``slapd_big`` / ``slapd_big_2307`` /
+  ``slapd_small_cn`` / ``slapd_big_cn``: a running
   slapd serving it (:class:`perf.slapd.LiveDirectory`: ``.slapd`` + ``.expected``).
   Shared by the whole session: read from them, do not change them.
 * ``slapd_small_fresh``: a private small rfc2307bis server for one test, which may
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 
 from perf.daemon import CachedDaemon
-from perf.gendir import BIGROUPUSER, SMALL, Scenario, generate
+from perf.gendir import BIGROUPUSER, BIGROUPUSER_CN, SMALL, SMALL_CN, Scenario, generate
 from perf.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
 
 
@@ -67,6 +69,16 @@ def big_2307(gen_dir: Path) -> Dataset:
 
 
 @pytest.fixture(scope="session")
+def small_cn(gen_dir: Path) -> Dataset:
+    return _dataset(SMALL_CN, gen_dir)
+
+
+@pytest.fixture(scope="session")
+def big_cn(gen_dir: Path) -> Dataset:
+    return _dataset(BIGROUPUSER_CN, gen_dir)
+
+
+@pytest.fixture(scope="session")
 def slapd_small(
     tmp_path_factory: pytest.TempPathFactory, small_2307bis: Dataset
 ) -> Iterator[LiveDirectory]:
@@ -92,6 +104,20 @@ def slapd_big_2307(
     tmp_path_factory: pytest.TempPathFactory, big_2307: Dataset
 ) -> Iterator[LiveDirectory]:
     yield from _serve(tmp_path_factory, "slapd_big_2307", big_2307)
+
+
+@pytest.fixture(scope="session")
+def slapd_small_cn(
+    tmp_path_factory: pytest.TempPathFactory, small_cn: Dataset
+) -> Iterator[LiveDirectory]:
+    yield from _serve(tmp_path_factory, "slapd_small_cn", small_cn)
+
+
+@pytest.fixture(scope="session")
+def slapd_big_cn(
+    tmp_path_factory: pytest.TempPathFactory, big_cn: Dataset
+) -> Iterator[LiveDirectory]:
+    yield from _serve(tmp_path_factory, "slapd_big_cn", big_cn)
 
 
 @pytest.fixture

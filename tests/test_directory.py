@@ -24,7 +24,9 @@ from ldap3.utils.conv import escape_filter_chars
 from cached.model import User
 from perf.gendir import (
     BIGROUPUSER,
+    BIGROUPUSER_CN,
     SMALL,
+    SMALL_CN,
     SWEEP_LARGE_SIZES,
     SWEEP_USER_GROUPS,
     Expected,
@@ -33,7 +35,7 @@ from perf.gendir import (
     main,
     sweep,
 )
-from perf.slapd import DEREF_CONTROL, PAGED_RESULTS_CONTROL, LiveDirectory, Slapd
+from perf.slapd import DEREF_CONTROL, PAGED_RESULTS_CONTROL, LiveDirectory, Slapd, SlapdError
 
 PAGE = 1000
 # Members per OR filter when walking up a level: keeps filters far below slapd's
@@ -172,14 +174,13 @@ def walk_down(
     return result
 
 
-def group_member_names(entry: dict[str, Any]) -> set[str]:
-    """Member names of a group entry: memberUid values or the uid RDN of member DNs."""
+def group_member_names(entry: dict[str, Any], users: dict[str, User]) -> set[str]:
+    """Member names of a group entry: memberUid values, or the `uid` of the user entries
+    its member DNs name (people may be named uid= or cn=)."""
     a = entry["attributes"]
     names = set(a.get("memberUid", []))
-    for dn in a.get("member", []):
-        rdn = ldap3.utils.dn.parse_dn(dn)[0]
-        if rdn[0].lower() == "uid":
-            names.add(rdn[1])
+    by_dn = {u.dn.lower(): u.name for u in users.values()}
+    names.update(by_dn[dn.lower()] for dn in a.get("member", []) if dn.lower() in by_dn)
     return names
 
 
@@ -187,7 +188,7 @@ def group_member_names(entry: dict[str, Any]) -> set[str]:
 # The small scenario, both schemas: every user and every group at every level
 # --------------------------------------------------------------------------------------
 
-SMALL_FIXTURES = ["slapd_small", "slapd_small_2307"]
+SMALL_FIXTURES = ["slapd_small", "slapd_small_2307", "slapd_small_cn"]
 
 
 @pytest.fixture(params=SMALL_FIXTURES)
@@ -211,7 +212,7 @@ def test_small_users_and_groups_match(small: LiveDirectory) -> None:
         g = exp.group(name)
         assert int(one(entry["attributes"], "gidNumber")) == g.gid
         assert entry["dn"] == g.dn
-        assert group_member_names(entry) == set(g.members)
+        assert group_member_names(entry, users) == set(g.members)
 
 
 def test_small_initgroups_every_user_every_level(small: LiveDirectory) -> None:
@@ -285,7 +286,7 @@ def test_big_2307bis_counts_and_bigroupuser(slapd_big: LiveDirectory) -> None:
         assert levels[level] == exp.initgroups("bigroupuser", level)
 
     for name in ("large01", "large02", "large03"):
-        members = group_member_names(groups[name])
+        members = group_member_names(groups[name], users)
         assert len(members) == 5000
         assert "bigroupuser" not in members
         for level in range(4):
@@ -378,9 +379,79 @@ def test_scenario_roundtrips_through_expected(small_2307bis) -> None:
     assert scenario == SMALL.with_schema("rfc2307bis")
 
 
+def test_cn_people_variant_differs_only_in_user_dns(small_2307bis, small_cn) -> None:
+    """people_rdn="cn": users are cn=<full name>,ou=people (login name still `uid`),
+    and every answer but the user DNs is the uid variant's (issue 12 item 1)."""
+    uid_exp, cn_exp = small_2307bis.expected, small_cn.expected
+    assert cn_exp.user_names() == uid_exp.user_names()
+    assert cn_exp.group_names() == uid_exp.group_names()
+    for name in uid_exp.user_names():
+        a, b = uid_exp.user(name), cn_exp.user(name)
+        assert b.dn == f"cn={a.gecos},ou=people,{SMALL.base_dn}"
+        assert a.dn == f"uid={name},ou=people,{SMALL.base_dn}"
+        assert dataclasses.replace(a, dn=b.dn) == b
+        for level in range(uid_exp.depth + 1):
+            assert cn_exp.initgroups(name, level) == uid_exp.initgroups(name, level)
+    for name in uid_exp.group_names():
+        assert cn_exp.group(name) == uid_exp.group(name)
+        for level in range(uid_exp.depth + 1):
+            assert cn_exp.members(name, level) == uid_exp.members(name, level)
+    cn_variant = dataclasses.replace(BIGROUPUSER, name="bigroupuser-cn", people_rdn="cn")
+    assert cn_variant == BIGROUPUSER_CN
+    assert SMALL_CN.user_dn("bigroupuser") == f"cn=Big Group User,ou=people,{SMALL.base_dn}"
+    with pytest.raises(ValueError, match="people_rdn"):
+        dataclasses.replace(SMALL, people_rdn="sAMAccountName")
+
+
+def test_cli_people_rdn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--scenario", "small", "--people-rdn", "cn", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[0] == str(tmp_path / "small-cn-rfc2307bis.ldif")
+    assert Expected.load(out[1]).scenario == SMALL_CN
+    assert "member: cn=User 000" in Path(out[0]).read_text()
+
+
 # --------------------------------------------------------------------------------------
 # The slapd fixture itself
 # --------------------------------------------------------------------------------------
+
+
+def test_sizelimit_cuts_plain_and_paged_searches(tmp_path: Path, small_2307bis) -> None:
+    """sizelimit=N as Debian's slapd.conf: N entries, then sizeLimitExceeded (4) for
+    anonymous clients, paged searches included; the rootdn is not limited.  Without
+    deref=False the deref control is advertised, with it not (Debian's default)."""
+    limit = 7
+    with Slapd(
+        tmp_path / "s", small_2307bis.ldif, SMALL.base_dn, sizelimit=limit, deref=False
+    ) as s:
+        assert DEREF_CONTROL not in s.root_dse.get("supportedControl", [])
+        people = f"ou=people,{SMALL.base_dn}"
+        with s.connect() as conn:
+            conn.raise_exceptions = False
+            conn.search(people, "(objectClass=posixAccount)", attributes=["uid"])
+            assert conn.result["result"] == 4, conn.result
+            assert len(conn.response) == limit
+            got, cookie = 0, None
+            while True:
+                conn.search(
+                    people,
+                    "(objectClass=posixAccount)",
+                    attributes=["uid"],
+                    paged_size=3,
+                    paged_cookie=cookie,
+                )
+                got += len(conn.response)
+                if conn.result["result"] != 0:
+                    break
+                cookie = conn.result["controls"][PAGED_RESULTS_CONTROL]["value"]["cookie"]
+                assert cookie, f"all {got} entries came back despite sizelimit {limit}"
+            assert conn.result["result"] == 4 and got == limit, (conn.result, got)
+        with s.connect(bind=True) as conn:
+            conn.bind()
+            conn.search(people, "(objectClass=posixAccount)", attributes=["uid"])
+            assert len(conn.response) == SMALL.users + 1
+    with pytest.raises(SlapdError, match="sizelimit 0"):
+        Slapd(tmp_path / "t", small_2307bis.ldif, SMALL.base_dn, sizelimit=0)
 
 
 def test_count_searches_counts_exactly_the_searches_made(slapd_small: LiveDirectory) -> None:
@@ -472,7 +543,9 @@ def test_ldap_modify_changes_the_server(slapd_small_fresh: LiveDirectory) -> Non
         conn.search(dn, "(objectClass=*)", search_scope=ldap3.BASE, attributes=["loginShell"])
         assert conn.response[0]["attributes"]["loginShell"] == ["/bin/zsh"]
         conn.search(group.dn, "(objectClass=*)", search_scope=ldap3.BASE, attributes=["member"])
-        assert "user00001" in group_member_names(conn.response[0])
+        assert "user00001" in group_member_names(
+            conn.response[0], {"user00001": exp.user("user00001")}
+        )
         assert "user00001" not in group.members
         conn.search(s.base_dn, "(gidNumber=29999)", attributes=["cn"])
         assert conn.response[0]["attributes"]["cn"] == ["extra"]

@@ -176,9 +176,9 @@ def test_large_group_in_at_most_three_searches(tmp_path, slapd_big):
     assert s.count_logical_searches(offset) == searches
 
 
-def test_without_rdn_shortcut_the_deref_control_names_members(tmp_path, slapd_small):
+def test_the_deref_control_names_members(tmp_path, slapd_small):
     s, exp = slapd_small.slapd, slapd_small.expected
-    cfg = make_domain([s.uri], s.base_dn, ldap_member_rdn_shortcut="false", ldap_deref_threshold=1)
+    cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=1)
     p, cache, _ = make_backend(tmp_path, cfg)
     big = max(exp.group_names(), key=lambda g: len(exp.members(g, 0)))
     offset = s.log_offset()

@@ -78,10 +78,14 @@ class DerefResult:
     attr: str  # the dereferenced attribute, e.g. "member"
     dn: str  # the member DN
     values: dict[str, list[bytes]]  # lower-cased attribute name -> values
+    repeat: bool = False  # the DN was in ``seen``: its values were not decoded again
 
 
-def decode_response(buf: bytes) -> list[DerefResult]:
-    """Decode a DerefResponse control value."""
+def decode_response(buf: bytes, seen: set[str] | None = None) -> list[DerefResult]:
+    """Decode a DerefResponse control value. With ``seen``, the values of a DN
+    already in it are skipped (``repeat``) and every new DN is added: a member of 20
+    groups is dereferenced 20 times, and decoding each copy cost most of a cold
+    initgroups (measured: 44,000 results for 5,000 distinct members)."""
     tag, pos, end = _header(buf, 0, len(buf))
     if tag != _SEQUENCE:
         raise BerError(f"DerefResponse: expected SEQUENCE, got tag {tag:#x}")
@@ -100,6 +104,11 @@ def decode_response(buf: bytes) -> list[DerefResult]:
             raise BerError("derefVal is not an OCTET STRING")
         dn = buf[a:rpos].decode("utf-8")
         values: dict[str, list[bytes]] = {}
+        if seen is not None:
+            if dn in seen:
+                out.append(DerefResult(attr, dn, values, True))
+                continue
+            seen.add(dn)
         if rpos < rend:
             tag, apos, aend = _header(buf, rpos, rend)
             if tag != _CONTEXT_0:

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cached.config import DomainConfig
+from cached.config import DomainConfig, SearchBase, parse_search_bases
+from cached.dn import is_under, normalize_dn
 
 # Bound on the number of assertions in one OR-filter of a batched search. OpenLDAP
 # accepts far more, but AD's default MaxQueryDuration and 389-ds' filter parsing cost
 # grow with filter size; 1,000 keeps a 2,000-group level at two searches.
 BATCH = 1000
+
+# Bound on the member look-ups (RDN values) in one search. slapd tests every candidate
+# entry against the whole OR, so a batch of n values costs ~n²/2 comparisons: measured
+# on bigroupuser, 2,500 uid values took 1.0-1.3 s of slapd time in one search, while
+# 1,000 cost ~0.15 s each. They ride along the walk's searches where they can.
+MEMBER_BATCH = 1000
 
 
 def escape(value: str) -> str:
@@ -53,8 +60,8 @@ class SchemaMap:
     group_member: str
     group_modstamp: str
     group_usn: str
-    user_base: str
-    group_base: str
+    user_bases: tuple[SearchBase, ...]  # SSSD's base?scope?filter list (§6.1)
+    group_bases: tuple[SearchBase, ...]
     nesting_level: int
 
     @classmethod
@@ -76,17 +83,37 @@ class SchemaMap:
             group_member=d.ldap_group_member,
             group_modstamp=d.ldap_group_modify_timestamp,
             group_usn=d.ldap_group_entry_usn,
-            user_base=d.ldap_user_search_base,
-            group_base=d.ldap_group_search_base,
+            user_bases=parse_search_bases(d.ldap_user_search_base),
+            group_bases=parse_search_bases(d.ldap_group_search_base),
             # rfc2307 cannot nest (§6.1: the level is ignored there).
             nesting_level=d.ldap_group_nesting_level if d.ldap_schema == "rfc2307bis" else 0,
         )
 
-    def with_bases(self, user_base: str, group_base: str) -> SchemaMap:
-        """The same map with search bases discovered from the root DSE."""
+    def with_default_base(self, base: str) -> SchemaMap:
+        """The same map with unset search bases set to ``base`` (from the root DSE)."""
         from dataclasses import replace
 
-        return replace(self, user_base=user_base, group_base=group_base)
+        dflt = (SearchBase(base),)
+        return replace(
+            self, user_bases=self.user_bases or dflt, group_bases=self.group_bases or dflt
+        )
+
+    @property
+    def fold(self) -> bool:
+        """Can one search under the group bases also find the users asked for? Yes
+        when no base has a filter and every user base lies inside a subtree group
+        base: user entries are then checked against the user bases by DN."""
+        if any(b.filter for b in self.user_bases + self.group_bases):
+            return False
+        gkeys = [(normalize_dn(b.dn), b.scope) for b in self.group_bases]
+        return all(
+            any(
+                is_under(normalize_dn(u.dn), gk)
+                and (gs == "sub" or (gs == u.scope and normalize_dn(u.dn) == gk))
+                for gk, gs in gkeys
+            )
+            for u in self.user_bases
+        )
 
     # -- attribute lists ---------------------------------------------------------
 
@@ -107,17 +134,31 @@ class SchemaMap:
         return attrs
 
     def group_attrs(self, members: bool = True) -> list[str]:
-        attrs = [self.group_name, self.group_gid, self.group_modstamp]
+        # objectClass: a group is a POSIX group by its class, and an entry listing
+        # members without it is walked through, never answered (issue 12 item 8).
+        attrs = [self.group_name, self.group_gid, self.group_modstamp, "objectClass"]
         if self.group_usn:
             attrs.append(self.group_usn)
         if members:
             attrs.append(self.group_member)
         return attrs
 
+    def member_attrs(self, members: bool = True) -> list[str]:
+        """Attributes of a search that may return users and groups alike: what names
+        and types a member (a user's name and ids), and whole groups. Not a user's
+        gecos, home or shell: a member is named, not stored (less to decode for the
+        thousands of users of a big initgroups)."""
+        user = {self.user_name, self.user_uid, self.user_gid}
+        return sorted(user | set(self.group_attrs(members)))
+
     @property
     def deref_attrs(self) -> list[str]:
-        """What the deref control returns per member: enough to name and type it."""
-        return sorted({"objectClass", self.user_name, self.group_name, self.group_gid})
+        """What the deref control returns per member: enough to name and type it,
+        and to drop users without ids (SSSD, issue 12 item 5)."""
+        return sorted(
+            {"objectClass", self.user_name, self.user_uid, self.user_gid, self.group_name,
+             self.group_gid}
+        )  # fmt: skip
 
     # -- filters -----------------------------------------------------------------
 
@@ -140,6 +181,11 @@ class SchemaMap:
     def group_by_gid(self, gid: int) -> str:
         return self.group_filter(f"({self.group_gid}={gid})")
 
+    def member_classes(self) -> str:
+        """Entries a member DN may name: users and groups of the configured classes
+        (a group of the class without a gidNumber is walked through, item 8)."""
+        return f"(|(objectClass={self.user_oc})(objectClass={self.group_oc}))"
+
     def groups_with_members(self, values: list[str]) -> str:
         """Groups that list any of ``values`` (member DNs, or names for memberUid)."""
         attr = self.group_member
@@ -147,6 +193,11 @@ class SchemaMap:
             return self.group_filter(f"({attr}={escape(values[0])})")
         inner = "".join(f"({attr}={escape(v)})" for v in values)
         return self.group_filter(f"(|{inner})")
+
+    @staticmethod
+    def with_base(filt: str, base: SearchBase) -> str:
+        """``filt`` ANDed with the base's own filter (SSSD's ``base?scope?filter``)."""
+        return f"(&{filt}{base.filter})" if base.filter else filt
 
     @staticmethod
     def any_of(attr: str, values: list[str]) -> str:

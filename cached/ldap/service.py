@@ -127,6 +127,8 @@ class BackendService:
             "entries": self.cache.counts(),
             "store_bytes": sizes,
             "ts_rebuilt": self.cache.ts_rebuilt_reason,
+            "limit_error": self.provider.limit_error,
+            "limit_time": self.provider.limit_time,
         }
 
     async def _sync_timestamps(self) -> None:

@@ -166,6 +166,14 @@ class Lookups:
         §1.6: SSSD omits filtered groups)."""
         gids: bytes = found.value.gids
         drop = set()
+        # SSSD lists the groups the user is a member of: the primary gid only when the
+        # user is also an explicit member of that group (glibc adds it for `id`; issue
+        # 12 item 11). The cache keeps it in the list for offline answers.
+        ig = found.value
+        primary = found.cache.group_by_gid(ig.user.gid).value
+        member_of = {found.cache.key(n) for n in ig.groups}
+        if primary is None or found.cache.key(primary.name) not in member_of:
+            drop.add(ig.user.gid)
         for name in self.filter_groups:
             g = found.cache.group_by_name(name).value
             if g is not None:
