@@ -260,6 +260,15 @@ class LdapClient:
             check_names=False,
             read_only=True,
             return_empty_attributes=False,
+            # Ranged values (member;range=0-1499) are fetched by merge_ranges below:
+            # ldap3's own auto_range searches again inside the search, overwriting the
+            # paged search's result, and reads the decoded attributes this client
+            # does not build (KeyError).
+            auto_range=False,
+            # Never chase referrals (ldap_referrals, SSSD's advice for AD): a subtree
+            # search at an AD domain root returns continuation references to the
+            # configuration and DNS partitions, names of hosts we do not bind to.
+            auto_referrals=False,
             **kwargs,
         )
         try:
@@ -349,6 +358,8 @@ class LdapClient:
                     entries = self._search_pages(
                         conn, base, filt, attrs, scope, deref_specs, deref_seen
                     )
+                    for e in entries:
+                        self._fill_ranges(conn, e)
                     break
                 except _NETWORK_ERRORS as e:
                     # The connection died (server restarted, idle timeout): reconnect
@@ -432,6 +443,38 @@ class LdapClient:
             if not cookie:
                 return out
 
+    def _fill_ranges(self, conn: ldap3.Connection, e: Entry) -> None:
+        """Complete the ranged values of ``e`` (``member;range=0-1499``: a Windows DC
+        returns at most MaxValRange values of an attribute per entry, Samba does when
+        asked): base searches for ``member;range=<next>-*`` until the server says
+        ``*`` (RFC-less, [MS-ADTS] 3.1.1.3.1.3.3). Each is a search of its own."""
+        pending = merge_ranges(e.attrs, e.dn)
+        while pending:
+            name, start = pending.popitem()
+            t0 = time.perf_counter()
+            try:
+                conn.search(
+                    e.dn, "(objectClass=*)", ldap3.BASE,
+                    attributes=[f"{name};range={start}-*"],
+                    time_limit=self.cfg.ldap_search_timeout,
+                    dereference_aliases=ldap3.DEREF_NEVER,
+                )  # fmt: skip
+            except lexc.LDAPOperationResult as ex:
+                raise LdapError(f"{e.dn}: reading {name} from {start}: {_describe(ex)}") from None
+            finally:
+                self.counters.add(LDAP_SEARCH, 1, time.perf_counter() - t0, 1)
+            more: dict[str, list[bytes]] = {}
+            for item in conn.response or []:
+                if item.get("type") == "searchResEntry":
+                    more = {k.lower(): v for k, v in item["raw_attributes"].items()}
+            got = merge_ranges(more, e.dn)
+            e.attrs.setdefault(name, []).extend(more.get(name, []))
+            nxt = got.get(name)
+            if nxt is not None:
+                if nxt <= start:
+                    raise LdapError(f"{e.dn}: the server's ranges of {name} do not advance")
+                pending[name] = nxt
+
     def _limit(self, base: str, filt: str, code: int, partial: int) -> LdapLimitExceeded:
         name = "sizeLimitExceeded" if code == 4 else "timeLimitExceeded"
         what = "size" if code == 4 else "time"
@@ -444,6 +487,25 @@ class LdapClient:
             name,
             partial,
         )
+
+
+def merge_ranges(attrs: dict[str, list[bytes]], dn: str = "") -> dict[str, int]:
+    """Fold every ``name;range=lo-hi`` of ``attrs`` (lower-cased names, raw values)
+    into ``name``, in place; return ``{name: hi + 1}`` for the ranges that do not end
+    in ``*``, whose next values are still to be read."""
+    pending: dict[str, int] = {}
+    for key in [k for k in attrs if ";range=" in k]:
+        name, _, rng = key.partition(";range=")
+        lo, sep, hi = rng.partition("-")
+        if not sep or not lo.isdigit() or not (hi == "*" or hi.isdigit()):
+            raise LdapError(f"{dn}: cannot read the range of attribute {key!r}")
+        values = attrs.pop(key)
+        attrs.setdefault(name, []).extend(values)
+        if hi != "*":
+            if int(hi) < int(lo):
+                raise LdapError(f"{dn}: attribute {key!r} has an empty range")
+            pending[name] = int(hi) + 1
+    return pending
 
 
 def _discard(conn: ldap3.Connection | None) -> None:
