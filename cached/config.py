@@ -332,7 +332,7 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ignore_group_members": Option(_bool, False, "Do not fetch or return group members."),
     "ldap_member_rdn_shortcut": Option(
         _bool,
-        False,
+        True,
         "Deprecated and ignored (issue 12): member names always come from the member "
         "entries, never from the spelling of their DN.",
     ),

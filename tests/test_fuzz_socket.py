@@ -283,7 +283,9 @@ class Oracle:
             return self._group(body, self.groups.get(req.name))
         if req.name not in self.users:
             return body == NOT_FOUND_BODY
-        return set(p.decode_initgr(body)) == self.exp.initgroups(req.name, 2)
+        # Not the primary gid of a group that does not list the user (issue 12 item 11).
+        want = self.exp.initgroups(req.name, 2) - {self.exp.user(req.name).gid}
+        return set(p.decode_initgr(body)) == want
 
 
 # -- running -----------------------------------------------------------------------------
