@@ -1,5 +1,5 @@
 """``ldap_schema = ad``: Active Directory read as an LDAP server, as SSSD's ``ldap``
-provider with ``ldap_schema = ad`` reads it (docs/compatibility.md §6.5).
+provider with ``ldap_schema = ad`` reads it (docs/compatibility.md §6.5, §6.6).
 
 What differs from rfc2307bis (the attribute names are the config defaults of
 cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
