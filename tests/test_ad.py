@@ -18,7 +18,7 @@ import pytest
 from cached.config import parse_config
 from cached.ldap.ad import sid_assertion, sid_to_bytes, sid_to_str
 from cached.ldap.client import LdapClient, LdapError, merge_ranges
-from cached.ldap.idmap import IdMapper
+from cached.ldap.idmap import IdMapError, IdMapper
 from perf import addc, addir
 from perf.daemon import CachedDaemon, config_text
 from perf.nsenv import requires_nss
@@ -50,6 +50,18 @@ def test_sid_round_trip_and_filter_value() -> None:
     for bad in (b"\x01\x05\x00", raw + b"\x00"):
         with pytest.raises(ValueError):
             sid_to_str(bad)
+
+
+def test_id_to_sid_inverts_the_mapping() -> None:
+    """getpwuid/getgrgid with ID mapping search by the SID the id maps back to."""
+    dom = "S-1-5-21-1004336348-1177238915-682003330"
+    m = IdMapper()
+    m.add_domain("D", dom)
+    for rid in (500, 513, 199_999, 200_000, 1_234_567):
+        sid = f"{dom}-{rid}"
+        assert m.id_to_sid(m.sid_to_id(sid)) == sid
+    with pytest.raises(IdMapError):
+        m.id_to_sid(100)
 
 
 def test_ad_defaults_and_refusals(tmp_path: Path) -> None:
