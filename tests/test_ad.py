@@ -17,7 +17,7 @@ import pytest
 
 from cached.config import parse_config
 from cached.ldap.ad import sid_assertion, sid_to_bytes, sid_to_str
-from cached.ldap.client import LdapClient, LdapError, merge_ranges
+from cached.ldap.client import LdapClient, LdapError, encode_asq, merge_ranges
 from cached.ldap.idmap import IdMapError, IdMapper
 from perf import addc, addir
 from perf.daemon import CachedDaemon, config_text
@@ -50,6 +50,13 @@ def test_sid_round_trip_and_filter_value() -> None:
     for bad in (b"\x01\x05\x00", raw + b"\x00"):
         with pytest.raises(ValueError):
             sid_to_str(bad)
+
+
+def test_asq_control_value_is_ber() -> None:
+    # SEQUENCE { OCTET STRING "member" } ([MS-ADTS] 3.1.1.3.4.1.4)
+    assert encode_asq("member") == bytes.fromhex("3008") + b"\x04\x06member"
+    with pytest.raises(ValueError):
+        encode_asq("x" * 200)
 
 
 def test_id_to_sid_inverts_the_mapping() -> None:

@@ -33,7 +33,7 @@ from cached.cache import DomainCache, State
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, LDAP_DECODE, NESTED_RESOLVE, Counters
 from cached.dn import normalize_dn, rdn_avas
-from cached.ldap.client import Entry, LdapClient, LdapError
+from cached.ldap.client import ASQ_OID, Entry, LdapClient, LdapError
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import WALK, LdapProvider, Member, Outcome, Result, _GroupEntry
 from cached.ldap.schema import BATCH, SchemaMap, escape
@@ -81,6 +81,12 @@ def _domain_of(sid: str) -> str:
 
 
 class AdProvider(LdapProvider):
+    # Samba evaluates an OR of distinguishedName assertions in time growing faster than
+    # its length: measured on bigroupuser, 1,000 DNs 2.4-3.9 s (3.9 ms each), 250 DNs
+    # 0.39-0.47 s (1.6 ms each), 50 DNs 0.05-0.08 s. 250 keeps the per-DN cost at its
+    # floor with 4x fewer round trips than 50.
+    member_batch = 250
+
     def __init__(
         self,
         cfg: DomainConfig,
@@ -175,6 +181,54 @@ class AdProvider(LdapProvider):
         if not rdn_avas(dn):
             return None
         return f"(distinguishedName={escape(dn)})"
+
+    # -- group members ---------------------------------------------------------------
+
+    def _by_deref(
+        self,
+        g: _GroupEntry,
+        lookup: dict[str, tuple[str, int]],
+        known: dict[str, Member],
+    ) -> None:
+        """AD has no deref control but ASQ: one base search on a big group returns the
+        entries its ``member`` values name (SSSD uses it the same way, past
+        ``ldap_deref_threshold``). Measured on Samba, large01 (5,000 members): one
+        ASQ search 2.7 s, against 20 batched distinguishedName searches, 8 s. Member
+        groups to expand are left to the look-ups, which fetch their members too."""
+        s = self.schema
+        info = self.client.info
+        threshold = self.cfg.ldap_deref_threshold
+        if (
+            threshold <= 0
+            or len(lookup) <= threshold
+            or info is None
+            or ASQ_OID not in info.controls
+            or any(b.filter for b in s.user_bases + s.group_bases)  # as the deref path
+        ):
+            return
+        entries = self.client.search(
+            g.entry.dn, "(objectClass=*)", s.deref_attrs, scope="base", asq=s.group_member
+        )
+        returned = set()
+        for e in entries:
+            k = normalize_dn(e.dn)
+            returned.add(k)
+            if k not in lookup:
+                continue
+            # ASQ ignores the search bases: each entry is checked against them here.
+            m = self._classify(e, k, True)
+            if isinstance(m, _GroupEntry) and not self._in_bases(k, s.group_bases):
+                known[k] = None
+            elif isinstance(m, _GroupEntry):
+                if lookup[k][1] >= 0:
+                    continue  # to be fetched with its members
+                known[k] = ("group" if m.posix else WALK, m.name)
+            else:
+                known[k] = m
+            del lookup[k]
+        for k in [k for k in lookup if k not in returned]:
+            known[k] = None  # ASQ returns every entry that exists: this one does not
+            del lookup[k]
 
     # -- initgroups ------------------------------------------------------------------
 

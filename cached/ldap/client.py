@@ -32,6 +32,17 @@ from cached.ldap import deref
 log = logging.getLogger(__name__)
 
 PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
+# Attribute Scoped Query ([MS-ADTS] 3.1.1.3.4.1.4): a base search returns the entries
+# the DN values of one attribute of the base entry name (AD's, Samba's deref).
+ASQ_OID = "1.2.840.113556.1.4.1504"
+
+
+def encode_asq(attr: str) -> bytes:
+    """ASQ's value: SEQUENCE { sourceAttribute OCTET STRING } (BER, short lengths)."""
+    a = attr.encode()
+    if len(a) > 120:
+        raise ValueError(f"attribute name too long for ASQ: {attr!r}")
+    return bytes([0x30, len(a) + 2, 0x04, len(a)]) + a
 
 # Time ldap3's own decoder so "waiting for LDAP" can be split into the server's
 # time and the client's decoding (`cached perf` shows where the time goes, reference §5.4). The sync
@@ -346,9 +357,12 @@ class LdapClient:
         scope: str = "sub",
         deref_specs: list[tuple[str, list[str]]] | None = None,
         deref_seen: set[str] | None = None,
+        asq: str = "",
     ) -> list[Entry]:
         """One logical search (all pages), counted once (reference §5.1).
-        ``deref_seen``: DNs whose dereferenced values are not decoded again."""
+        ``deref_seen``: DNs whose dereferenced values are not decoded again.
+        ``asq``: an attribute for the ASQ control (base searches; the caller checks
+        that the root DSE lists it)."""
         start = time.perf_counter()
         entries: list[Entry] = []
         try:
@@ -356,7 +370,7 @@ class LdapClient:
                 conn = self.connect()
                 try:
                     entries = self._search_pages(
-                        conn, base, filt, attrs, scope, deref_specs, deref_seen
+                        conn, base, filt, attrs, scope, deref_specs, deref_seen, asq
                     )
                     for e in entries:
                         self._fill_ranges(conn, e)
@@ -382,6 +396,7 @@ class LdapClient:
         scope: str,
         deref_specs: list[tuple[str, list[str]]] | None,
         deref_seen: set[str] | None = None,
+        asq: str = "",
     ) -> list[Entry]:
         controls = None
         if deref_specs:
@@ -391,6 +406,11 @@ class LdapClient:
         info = self.info
         page = self.cfg.ldap_page_size
         paged = page > 0 and info is not None and PAGED_RESULTS_OID in info.controls
+        if asq:
+            # Critical, as SSSD sends it; not paged (one base entry's values: Samba
+            # returned 5,000 members in one answer, 2.7 s).
+            controls = [*(controls or []), (ASQ_OID, True, encode_asq(asq))]
+            paged = False
         cookie: bytes | None = None
         out: list[Entry] = []
         ldap_scope = {"sub": ldap3.SUBTREE, "base": ldap3.BASE, "one": ldap3.LEVEL}[scope]

@@ -144,6 +144,8 @@ class _GroupEntry:
 
 
 class LdapProvider:
+    member_batch = MEMBER_BATCH  # member look-ups per search
+
     def __init__(
         self,
         cfg: DomainConfig,
@@ -551,7 +553,7 @@ class LdapProvider:
         if s.fold and members:
             # Users and groups under one base: one search finds both (issue 12:
             # names at no extra round trip).
-            n = max(-(-len(ups) // BATCH), -(-len(rdn) // MEMBER_BATCH), 1 if extra else 0)
+            n = max(-(-len(ups) // BATCH), -(-len(rdn) // self.member_batch), 1 if extra else 0)
             for i in range(n):
                 part_up, part_rdn = ups[i::n], rdn[i::n]
                 items = [("u", a) for a in part_up] + [("m", a) for a in part_rdn]
