@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import ldap3
+
 from cached.counters import LDAP_SEARCH
 from perf import addc, gendir
 from perf.addir import DOMAIN_USERS, GROUPS, PEOPLE, _rdn_value
@@ -117,7 +119,8 @@ def _measure(start: Any, want: set[int], large01: set[str]) -> list[Row]:
             elif step == "cold initgroups":
                 ok = r.returncode == 0 and {int(g) for g in r.stdout.split()[1:]} == want
             else:
-                ok = set(r.stdout.rstrip("\n").split(":")[3].split(",")) == large01
+                fields = r.stdout.rstrip("\n").split(":")
+                ok = len(fields) == 4 and set(fields[3].split(",")) == large01
             rows.append((step, wall, searches() - n0, ok))
             if i == 0:
                 n0 = searches()
@@ -165,6 +168,31 @@ def measure_sssd(dc: addc.SambaDC, work: Path, want: set[int], large01: set[str]
     return _measure(start, want, large01)
 
 
+def _warm(dc: addc.SambaDC) -> None:
+    """Read every object once, so the measurements meet a DC whose database is in the
+    page cache, as a DC in service is (measured: the first searches after a start
+    were 3-10x slower than the same searches later)."""
+    conn = dc.connect()
+    try:
+        conn.extend.standard.paged_search(
+            dc.base_dn, "(|(objectClass=user)(objectClass=group))", ldap3.SUBTREE,
+            attributes=["sAMAccountName", "member", "objectSid"], paged_size=1000,
+            generator=False,
+        )  # fmt: skip
+    finally:
+        conn.unbind()
+
+
+def _print(results: dict[str, list[Row]], gids: int) -> None:
+    print(f"bigroupuser on a Samba AD DC ({gids} gids expected)\n")
+    print("| daemon | step | wall (s) | LDAP searches | exact |")
+    print("|---|---|---|---|---|")
+    for who, rows in results.items():
+        for step, wall, n, ok in rows:
+            print(f"| {who} | {step} | {wall:.2f} | {n} | {'yes' if ok else 'NO'} |")
+    print(flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--workdir", type=Path, default=None,
@@ -186,15 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     large01 = exp.members("large01", exp.depth)
     results: dict[str, list[Row]] = {}
     with dc:
+        _warm(dc)
         results["cached"] = measure_cached(dc, work / "run", want, large01)
+        _print(results, len(want))
         if not args.no_sssd:
+            # Known problem: SSSD 2.8.2 given the DC's ldapi:// socket goes offline at
+            # once (0 searches; apparently its failover resolves the socket path as a
+            # host name), so it must reach the DC over TCP inside the DC's network
+            # namespace instead.
             results["SSSD 2.8.2"] = measure_sssd(dc, work / "run", want, large01)
-    print(f"bigroupuser on a Samba AD DC ({len(want)} gids expected)\n")
-    print("| daemon | step | wall (s) | LDAP searches | exact |")
-    print("|---|---|---|---|---|")
-    for who, rows in results.items():
-        for step, wall, n, ok in rows:
-            print(f"| {who} | {step} | {wall:.2f} | {n} | {'yes' if ok else 'NO'} |")
+            _print(results, len(want))
     return 0
 
 
