@@ -326,8 +326,8 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_deref_threshold": Option(
         _int(0),
         10,
-        "Use the deref control for groups with more unnamed members (not named by their "
-        "RDN or the cache) than this; 0 = never.",
+        "Deref control on the nesting walk's searches, and for a group with more unnamed "
+        "members than this; 0 = never.",
     ),
     "ignore_group_members": Option(_bool, False, "Do not fetch or return group members."),
     "ldap_member_rdn_shortcut": Option(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["first_rdn", "in_scope", "is_under", "normalize_dn", "rdn_avas", "split_dn"]
+__all__ = ["in_scope", "is_under", "normalize_dn", "rdn_avas"]
 
 # Attribute type names and OIDs of the attributes naming POSIX entries (RFC 4519), so
 # ``commonName=x`` and ``2.5.4.3=x`` key like ``cn=x``.
@@ -86,12 +86,6 @@ def _parse(dn: str) -> list[list[tuple[str, str]]]:
     return rdns
 
 
-def split_dn(dn: str) -> list[tuple[str, str]]:
-    """RDNs of a DN as (attribute lower-cased, value unescaped). A multi-valued RDN
-    gives its first AVA."""
-    return [avas[0] for avas in _parse(dn)]
-
-
 def rdn_avas(dn: str) -> list[tuple[str, str]]:
     """Every AVA of the first RDN: [(attribute lower-cased, value), ...]."""
     if "\\" not in dn and "+" not in dn and '"' not in dn:
@@ -145,13 +139,6 @@ def normalize_dn(dn: str) -> str:
             _KEYS.clear()
         _KEYS[dn] = key
     return key
-
-
-def first_rdn(dn: str) -> tuple[str, str]:
-    """The first RDN of ``dn``: (attribute lower-cased, value), without parsing the
-    rest when the DN has no escapes. A multi-valued RDN gives its first AVA."""
-    avas = rdn_avas(dn)
-    return avas[0] if avas else ("", "")
 
 
 # Member DNs repeat across groups (a user in 20 groups appears 20 times): memoise.

@@ -508,6 +508,14 @@ class Expected:
         u = self._users[user]
         return set(u["initgroups"]).union(*u["initgroups_added"][: self._level(level)])
 
+    def initgroups_reply(self, user: str, level: int) -> set[int]:
+        """The gids an INITGR reply (``getent initgroups``) lists at nesting ``level``:
+        the user's memberships only.  SSSD adds the primary gid only when the user is
+        also an explicit member of that group (issue 12 item 11), and the generated
+        primary group lists no members; glibc's initgroups()/``id`` add it themselves,
+        as :meth:`initgroups` does."""
+        return self.initgroups(user, level) - {self._users[user]["gid"]}
+
     def members(self, group: str, level: int) -> set[str]:
         """User names that are members of ``group`` at nesting ``level``."""
         g = self._groups[group]

@@ -69,7 +69,16 @@ DEFAULT_NESTING = 2  # ldap_group_nesting_level's default (reference §6.1)
 STAFF_GID = 40000
 ORPHAN_GID = 49999  # no group has it
 BIG_GROUP_SIZE = 600  # > SIZELIMIT
-JOINER_GROUPS = 901  # > SIZELIMIT, and not a multiple of it
+# joiner: 300 direct groups, each in two parents (600 at level 1), one of those in a
+# grandparent: 901 groups at level 2.  Every search SSSD makes (one per group) finds at
+# most two; an OR of the level's 300 member DNs finds 600 > SIZELIMIT, and a client
+# that does not split it answers 300 + 500 + 1 = 801 (issue 12 item 4).
+JOINER_DIRECT = 300
+JOINER_GROUPS = JOINER_DIRECT * 3 + 1
+# hugejoiner: direct member of more groups than the size limit lets one search return:
+# a single `(member=<dn>)` search is cut for every client (the server's limit); the
+# answer must be complete or a loud failure, never the first 500 (tests/test_zoo.py).
+HUGE_GROUPS = SIZELIMIT + 20
 NOTFOUND = "NOTFOUND"
 
 
@@ -252,6 +261,7 @@ def build() -> Zoo:
     add(_user("temp", "uid=temp", next(uid), employee_type="temp"))
     add(_user("nester", "uid=nester", next(uid), gid=45000))
     add(_user("joiner", "uid=joiner", next(uid)))
+    add(_user("hugejoiner", "uid=hugejoiner", next(uid)))
     add(_user("carl", "uid=carl", next(uid), container=CONTRACTORS))
     bulk = [add(_user(f"bulk{i:03d}", f"uid=bulk{i:03d}", 42000 + i)) for i in range(1, 601)]
     # Not posixAccount: no uidNumber, so not a user for anybody (item 5).
@@ -365,8 +375,13 @@ def build() -> Zoo:
     add(_group("oldgroup", 40031, [m("alice")], container=ARCHIVE))
     # Server size limit (item 4).
     add(_group("big600", 40040, [m(u.key) for u in bulk]))
-    for i in range(1, JOINER_GROUPS + 1):
+    for i in range(1, JOINER_DIRECT + 1):
         add(_group(f"many{i:03d}", 41000 + i, [m("joiner")]))
+    for i in range(1, 2 * JOINER_DIRECT + 1):
+        add(_group(f"up{i:03d}", 43000 + i, [m(f"many{(i + 1) // 2:03d}")]))
+    add(_group("uptop", 43999, [m("up001")]))
+    for i in range(1, HUGE_GROUPS + 1):
+        add(_group(f"huge{i:03d}", 46000 + i, [m("hugejoiner")]))
     # A groupOfNames without gidNumber between POSIX groups (item 8).
     add(_group("nprimary", 45000, [m("nester")], container=NEST))
     add(_group("nbottom", 45001, [m("nester")], container=NEST))
@@ -417,8 +432,8 @@ _STD_GROUPS = (
     "staff", "Jane Doe", "projects", "cnonly", "spelling", "plain", "mixed", "bigmixed",
     "orphanclub",
     "d0", "d1", "d2", "d3", "d4", "eng", "engineering", "engparent", "DevOps", "teamx",
-    "oldgroup", "big600", "many001", "many901", "nprimary", "nbottom", "nmiddle", "ntop",
-    "Bob Builder", "gone", "devops",
+    "oldgroup", "big600", "many001", "many300", "up600", "uptop", "nprimary", "nbottom",
+    "nmiddle", "ntop", "Bob Builder", "gone", "devops",
 )  # fmt: skip
 _STD_USERS = (
     "alice", "bob", "jdoe", "müller", "jsmith", "mvx", "sstone", "mvuser", "CaseUser",

@@ -621,3 +621,15 @@ def test_searches_with_filters_longer_than_a_log_line(slapd_small: LiveDirectory
     assert (first.attrs, first.nentries) == (("uid", "uidNumber"), len(names))
     assert not second.filter_cut and second.filter == "(uid=user00001)"
     assert s.count_logical_searches(offset) == 2
+
+
+def test_initgroups_reply_leaves_out_the_primary_gid(small_2307bis) -> None:
+    """An INITGR reply lists memberships only (issue 12 item 11); id's list adds the
+    primary gid, which no generated user is an explicit member of."""
+    exp = small_2307bis.expected
+    for name in exp.user_names():
+        for level in range(exp.depth + 1):
+            full = exp.initgroups(name, level)
+            assert exp.initgroups_reply(name, level) == full - {exp.primary_gid}
+            assert exp.primary_gid in full
+    assert not exp.members("users", exp.depth)

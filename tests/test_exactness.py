@@ -67,6 +67,9 @@ LDIF = (
     f"objectClass: posixAccount\ncn: carl\nsn: c\nuid: carl\nuidNumber: 6007\n"
     f"gidNumber: 5000\nhomeDirectory: /home/carl\n\n"
     + f"dn: cn=printer,ou=other,{BASE}\nobjectClass: device\ncn: printer\n\n"
+    # An alias inside the user base pointing outside it (item 10).
+    + f"dn: uid=carlalias,{P}\nobjectClass: alias\nobjectClass: extensibleObject\n"
+    f"uid: carlalias\naliasedObjectName: uid=carl,ou=contractors,{BASE}\n\n"
     + _group("users", 5000, [f"uid=alice,{P}"])
     # Every spelling of the same members, a dangling one, an out-of-base one, a
     # device, a user without ids.
@@ -92,6 +95,8 @@ LDIF = (
     + _group("leaf", 7004, [f"cn=Bob Builder,{P}"])
     + _group("middle", None, [f"cn=leaf,ou=groups,{BASE}"])
     + _group("top", 7005, [f"cn=middle,ou=groups,{BASE}"])
+    # A multi-valued cn: named by its RDN value "eng", found by "engineering" too.
+    + _group("eng", 7006, [f"uid=alice,{P}"]).replace("cn: eng\n", "cn: engineering\ncn: eng\n")
 )
 
 
@@ -225,10 +230,15 @@ def test_initgroups_through_a_non_posix_group(tmp_path, zoo):
     assert p.group_by_name("middle").outcome is Outcome.NOT_FOUND
 
 
-def test_multi_valued_uid_is_answered_under_its_rdn_value(tmp_path, zoo):
+def test_multi_valued_names_answer_under_the_rdn_value(tmp_path, zoo):
     p, cache = backend(tmp_path, zoo)
-    assert p.user_by_name("mvx").outcome is Outcome.FOUND
+    assert p.user_by_name("maxv").outcome is Outcome.FOUND  # the other uid value
+    assert cache.user_by_name("maxv").value.name == "mvx"
     assert cache.user_by_name("mvx").value.name == "mvx"
+    assert p.group_by_name("engineering").outcome is Outcome.FOUND
+    for name in ("engineering", "eng"):
+        got = cache.group_by_name(name).value
+        assert got is not None and got.name == "eng", name
 
 
 def test_search_base_with_filter_and_scope(tmp_path, zoo):
@@ -291,3 +301,12 @@ def test_status_shows_a_lookup_cut_by_the_size_limit(tmp_path):
         # id still answers the user (passwd), without the groups a cut search lost.
         assert "uid=8001(u1)" in r.stdout
         assert "size limit" in d.log_text()
+
+
+def test_aliases_are_never_followed(tmp_path, zoo):
+    # With alias dereferencing in searching, a search under ou=people would find carl
+    # through uid=carlalias; SSSD never dereferences (ldap_deref unset).
+    p, _cache = backend(tmp_path, zoo)
+    assert p.user_by_name("carl").outcome is Outcome.NOT_FOUND
+    assert p.user_by_name("carlalias").outcome is Outcome.NOT_FOUND
+    assert p.user_by_name("alice").outcome is Outcome.FOUND

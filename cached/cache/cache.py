@@ -56,7 +56,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta")
+# alias: b"u"/b"g" + key of another value of a multi-valued name -> the entry's key
+# (issue 12 item 9: a lookup by any of an entry's names finds it, answered under one).
+ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias")
 TS_TABLES = ("users", "groups", "meta")
 _ID = struct.Struct(">I")  # big-endian ids sort numerically in LMDB
 # The id index and the DN-index tag of each record table.
@@ -141,6 +143,7 @@ class WriteBatch:
         self.initgr: dict[bytes, tuple[tuple[int, ...], tuple[str, ...]]] = {}
         self.deleted_users: set[bytes] = set()
         self.deleted_groups: set[bytes] = set()
+        self.aliases: dict[bytes, bytes] = {}  # b"u"/b"g" + alias key -> entry key
 
 
 class DomainCache:
@@ -379,6 +382,10 @@ class DomainCache:
             key = self.key(name)
             with self._reader() as txn:
                 data = txn.get(key, db=self.entries.tables["users"])
+                if data is None:
+                    target = txn.get(b"u" + key, db=self.entries.tables["alias"])
+                    if target is not None:
+                        key, data = bytes(target), txn.get(target, db=self.entries.tables["users"])
             return self._user_lookup(key, data)
 
     def user_by_uid(self, uid: int) -> Lookup[User]:
@@ -400,6 +407,10 @@ class DomainCache:
             key = self.key(name)
             with self._reader() as txn:
                 view = self._group_view(txn, key)
+                if view is None:
+                    target = txn.get(b"g" + key, db=self.entries.tables["alias"])
+                    if target is not None:
+                        key, view = bytes(target), self._group_view(txn, target)
             return self._group_lookup(key, view)
 
     def group_by_gid(self, gid: int) -> Lookup[GroupView]:
@@ -577,8 +588,26 @@ class DomainCache:
         yield batch
         self.commit(batch)
 
-    def put_user(self, batch: WriteBatch, user: User, modstamp: str = "", usn: str = "") -> None:
-        batch.users[self.key(user.name)] = (user, modstamp, usn)
+    def put_user(
+        self,
+        batch: WriteBatch,
+        user: User,
+        modstamp: str = "",
+        usn: str = "",
+        aliases: Iterable[str] = (),
+    ) -> None:
+        key = self.key(user.name)
+        batch.users[key] = (user, modstamp, usn)
+        self._put_aliases(batch, b"u", key, aliases)
+
+    def _put_aliases(
+        self, batch: WriteBatch, tag: bytes, key: bytes, aliases: Iterable[str]
+    ) -> None:
+        """The other values of a multi-valued name: lookups by them find the entry."""
+        for alias in aliases:
+            akey = self.key(alias)
+            if akey != key:
+                batch.aliases[tag + akey] = key
 
     def put_group(
         self,
@@ -587,10 +616,12 @@ class DomainCache:
         modstamp: str = "",
         usn: str = "",
         complete: bool = True,
+        aliases: Iterable[str] = (),
     ) -> None:
         """Store a group. ``complete=False``: its member groups down to the nesting
         level were not all fetched, so it is stored already expired, as SSSD stores
         the incomplete groups of initgroups (reference §6.3 step 4)."""
+        self._put_aliases(batch, b"g", self.key(group.name), aliases)
         batch.groups[self.key(group.name)] = (
             GroupRecord.from_group(group),
             modstamp,
@@ -659,6 +690,10 @@ class DomainCache:
                 expire = now + self.timeouts.group if complete else now - 1
                 times = Times(now, expire, 0.0, modstamp, usn)
                 ts_ops.append(("groups", key, rec.encode_times(times)))
+
+            for akey, target in batch.aliases.items():
+                if txn.get(akey, db=t["alias"]) != target:
+                    ops.append(("alias", akey, target))
 
             for key, (modstamp, usn) in batch.touched_groups.items():
                 if key in batch.groups or txn.get(key, db=t["groups"]) is None:

@@ -14,16 +14,19 @@ requests ask for whole levels at once:
 * member DN -> name from the member's *entry* (issue 12): its name attribute (the
   value its RDN spells when several, as SSSD), its kind from its objectClass, its
   existence and base membership from the server; the DN's spelling is never the
-  answer. Users already cached serve by DN (the cache's DN index); the others are
-  looked up by RDN value — a hint to batch by, matched back by DN — in the same
-  searches as the walk's levels where users and groups share a base, so names
-  cost few extra round trips; a big single group uses the deref control where the
-  server has it (bases and object class checked as a search would). A member that
-  exists nowhere, lies outside every search base or is neither user nor group is
-  dropped, and the group stays complete.
+  answer. Where the server has the deref control (and no base has a filter), the
+  walk's group searches carry it, so every group comes with its members' names
+  and classes; users already cached serve by DN (the cache's DN index); the rest
+  are looked up by RDN value — a hint to batch by, matched back by DN — folded into
+  the walk's searches where users and groups share a base. A member that exists
+  nowhere, lies outside every search base, is neither user nor group of the
+  configured classes or has no ids is dropped, and the group stays complete.
 
-Measured on bigroupuser (uid-named people), cold initgroups: 6 searches before,
-8 after (two extra look-up batches of 1,000 uid values: slapd tests each candidate
+Measured on bigroupuser, cold ``id`` through the socket (searches counted by slapd,
+root DSE and getpwnam included; see the issue 12 report for wall times): uid-named
+people 7 searches before and after; cn-named people 4,264 searches and a wrong
+large01 before, 7 after. Without the deref control (Debian's slapd) the look-ups
+add two searches (batches of 1,000 RDN values: slapd tests each candidate entry
 against the whole OR, so bigger batches cost quadratically more server time).
 
 rfc2307 has no nesting: one search answers initgroups (``memberUid=<name>``).
@@ -107,6 +110,10 @@ class _NamePart:
                 out.append(_NamePart(self.prefix, "", True))
             return out
         return []
+
+
+def _names(e: Entry, attr: str) -> list[str]:
+    return [v.decode("utf-8", errors="replace") for v in e.get(attr)]
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
@@ -268,7 +275,9 @@ class LdapProvider:
             if u is None:
                 continue
             usn = first(e.get(s.user_usn)) if s.user_usn else ""
-            self.cache.put_user(batch, u, first(e.get(s.user_modstamp)), usn)
+            self.cache.put_user(
+                batch, u, first(e.get(s.user_modstamp)), usn, aliases=_names(e, s.user_name)
+            )
             if found is None:
                 found = u
         return found
@@ -283,7 +292,10 @@ class LdapProvider:
                     self.cache.delete_user(batch, name)
                     return Result(Outcome.NOT_FOUND)
             # case_sensitive = true and the server matched another case: not this name.
-            if self.cache.key(user.name) != self.cache.key(name):
+            # Another value of a multi-valued name finds the user (item 9).
+            if self.cache.key(name) not in {
+                self.cache.key(n) for e in entries for n in _names(e, s.user_name)
+            }:
                 return Result(Outcome.NOT_FOUND)
             return Result(Outcome.FOUND)
 
@@ -568,18 +580,18 @@ class LdapProvider:
         # member lists (ignore_group_members) a group is a parent because the search
         # that found it asked only for parents.
         attrs = s.group_attrs(members)
-        for items, only_up in (
-            ([("u", a) for a in ups] + ([("x", extra)] if extra and members else []), True),
-            ([("x", extra)] if extra and not members else [], False),
-        ):
+        batches = [([("u", a) for a in chunk], True) for chunk in _chunks(ups, BATCH)]
+        if extra:
+            batches.append(([("x", extra)], False))
+        for items, only_up in batches:
             for e in self._split_search(s.group_bases, items, self._round_filter, attrs, specs):
                 out.append((e, True, only_up and not members))
-        if rdn:
-            for e in self._split_search(s.group_bases, [("g", a) for a in rdn],
-                                        self._round_filter, s.group_attrs(members)):  # fmt: skip
+        uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
+        for chunk in _chunks(rdn, MEMBER_BATCH):
+            for e in self._split_search(s.group_bases, [("g", a) for a in chunk],
+                                        self._round_filter, attrs):  # fmt: skip
                 out.append((e, True, False))
-            uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
-            for e in self._split_search(s.user_bases, [("s", a) for a in rdn],
+            for e in self._split_search(s.user_bases, [("s", a) for a in chunk],
                                         self._round_filter, uattrs):  # fmt: skip
                 out.append((e, False, False))
         return out
@@ -790,13 +802,16 @@ class LdapProvider:
                     g.modstamp if ok else "",
                     g.usn,
                     complete=ok,
+                    aliases=_names(g.entry, self.schema.group_name),
                 )
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()
         top = None
         for g in self._search_groups(filt):
-            if name is None or self.cache.key(g.name) == self.cache.key(name):
+            if name is None or self.cache.key(name) in {
+                self.cache.key(n) for n in _names(g.entry, s.group_name)
+            }:
                 top = g
                 break
         if top is None:
