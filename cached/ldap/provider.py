@@ -587,7 +587,9 @@ class LdapProvider:
             for e in self._split_search(s.group_bases, items, self._round_filter, attrs, specs):
                 out.append((e, True, only_up and not members))
         uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
-        for chunk in _chunks(rdn, MEMBER_BATCH):
+        if s.ad:
+            uattrs += [s.user_sid, s.user_primary_group]  # ID mapping names users by SID
+        for chunk in _chunks(rdn, self.member_batch):
             for e in self._split_search(s.group_bases, [("g", a) for a in chunk],
                                         self._round_filter, attrs):  # fmt: skip
                 out.append((e, True, False))
