@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from perf import addc, addir
 from perf.daemon import CachedDaemon
 from perf.gendir import BIGROUPUSER, BIGROUPUSER_CN, SMALL, SMALL_CN, Scenario, generate
 from perf.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
@@ -178,3 +179,21 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., CachedDaemon]]:
     yield make
     for d in started:
         d.stop()
+
+
+@pytest.fixture(scope="session")
+def ad(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[addc.SambaDC, addir.ADDirectory]]:
+    """A real Samba AD DC serving the small AD directory (perf/addir.py), one per run:
+    provisioning and loading take 10-20 s. Tests read it; none writes to it."""
+    missing = addc.available()
+    assert missing is None, missing
+    # A short path: <dir>/private/ldapi must fit in sun_path.
+    work = Path(tmp_path_factory.mktemp("ad", numbered=True))
+    dc = addc.SambaDC(work / "dc")
+    data = addir.small()
+    dc.provision()
+    dc.load(data.entries, modify=data.modify)
+    with dc:
+        yield dc, data

@@ -89,21 +89,6 @@ def test_ad_defaults_and_refusals(tmp_path: Path) -> None:
 # -- against the DC -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ad(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[addc.SambaDC, addir.ADDirectory]]:
-    missing = addc.available()
-    assert missing is None, missing
-    work = Path(tmp_path_factory.mktemp("ad", numbered=True))
-    dc = addc.SambaDC(work / "dc")
-    data = addir.small()
-    dc.provision()
-    dc.load(data.entries, modify=data.modify)
-    with dc:
-        yield dc, data
-
-
 def _opts(dc: addc.SambaDC, **extra: str) -> dict[str, Any]:
     return {
         "ldap_schema": "ad",

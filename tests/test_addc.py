@@ -9,29 +9,9 @@ ids, and the large group holds every member.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import ldap3
-import pytest
 
 from perf import addc, addir
-
-
-@pytest.fixture(scope="module")
-def ad(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[addc.SambaDC, addir.ADDirectory]]:
-    missing = addc.available()
-    assert missing is None, missing
-    # A short path: <dir>/private/ldapi must fit in sun_path.
-    work = Path(tmp_path_factory.mktemp("ad", numbered=True))
-    dc = addc.SambaDC(work / "dc")
-    data = addir.small()
-    dc.provision()
-    dc.load(data.entries, modify=data.modify)
-    with dc:
-        yield dc, data
 
 
 def _sid(raw: bytes) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 
-from cached.cache import DomainCache, State
+from cached.cache import DomainCache
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, LDAP_DECODE, NESTED_RESOLVE, Counters
 from cached.dn import normalize_dn, rdn_avas
@@ -236,16 +236,9 @@ class AdProvider(LdapProvider):
         if not self.cfg.ldap_use_tokengroups:
             return super()._initgroups(name)
         s = self._prepare()
-        cached = self.cache.user_by_name(name)
-        entries: list[Entry] = []
-        user = cached.value if cached.state is State.VALID else None
-        if user is None or not user.dn:
-            entries = self._search(s.user_bases, s.user_by_name(name), s.user_attrs)
-            user = next((u for e in entries if (u := self._to_user(e))), None)
-            if user is None or self.cache.key(user.name) != self.cache.key(name):
-                with self.cache.write() as batch:
-                    self.cache.delete_user(batch, name)
-                return Result(Outcome.NOT_FOUND)
+        user, entries = self._initgroups_user(name)
+        if user is None:
+            return Result(Outcome.NOT_FOUND)
 
         # One base search: every group the user is in, transitively, plus the primary
         # group by RID (AD's member attribute never lists it).

@@ -889,20 +889,28 @@ class LdapProvider:
     def initgroups(self, name: str) -> Result:
         return self._run(REQ_INITGR, "initgroups", name, lambda: self._initgroups(name))
 
+    def _initgroups_user(self, name: str) -> tuple[User | None, list[Entry]]:
+        """The user of an initgroups: from the cache when it is fresh (the getpwnam
+        that `id` makes first has just stored it), else one search; (None, []) and the
+        cached entry deleted when the server has no such user."""
+        s = self.schema
+        cached = self.cache.user_by_name(name)
+        user = cached.value if cached.state is State.VALID else None
+        if user is not None and user.dn:
+            return user, []
+        entries = self._search(s.user_bases, s.user_by_name(name), s.user_attrs)
+        user = next((u for e in entries if (u := self._to_user(e))), None)
+        if user is None or self.cache.key(user.name) != self.cache.key(name):
+            with self.cache.write() as batch:
+                self.cache.delete_user(batch, name)
+            return None, []
+        return user, entries
+
     def _initgroups(self, name: str) -> Result:
         s = self._prepare()
-        # The user: from the cache when it is fresh (the getpwnam that `id` makes
-        # first has just stored it), else one search.
-        cached = self.cache.user_by_name(name)
-        entries: list[Entry] = []
-        user = cached.value if cached.state is State.VALID else None
-        if user is None or not user.dn:
-            entries = self._search(s.user_bases, s.user_by_name(name), s.user_attrs)
-            user = next((u for e in entries if (u := self._to_user(e))), None)
-            if user is None or self.cache.key(user.name) != self.cache.key(name):
-                with self.cache.write() as batch:
-                    self.cache.delete_user(batch, name)
-                return Result(Outcome.NOT_FOUND)
+        user, entries = self._initgroups_user(name)
+        if user is None:
+            return Result(Outcome.NOT_FOUND)
 
         found: dict[str, _GroupEntry] = {}
         known: dict[str, Member] = {}
