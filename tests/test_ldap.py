@@ -138,7 +138,7 @@ def test_search_entry_decoder_agrees_with_ldap3():
     done = _tlv(0x30, _tlv(0x02, b"\x07") + _tlv(0x65, b"\x0a\x01\x00\x04\x00\x04\x00"))
     assert deref.decode_search_entry(done) is None
     # Truncated or mislabelled input is refused, never read past its end.
-    for bad in (msg[:-1], msg[:40], msg[:-len(control) - 2] + b"\xa0\x05", b"\x30\x00"):
+    for bad in (msg[:-1], msg[:40], msg[: -len(control) - 2] + b"\xa0\x05", b"\x30\x00"):
         with pytest.raises(deref.BerError):
             deref.decode_search_entry(bad)
 
