@@ -92,9 +92,15 @@ def decode_response(buf: bytes, seen: set[str] | None = None) -> list[DerefResul
     out: list[DerefResult] = []
     attrs: dict[bytes, str] = {}  # the few derefAttr values, decoded once
     while pos < end:
-        if pos + 2 <= end and buf[pos] == _SEQUENCE and buf[pos + 1] < 0x80:
+        first = buf[pos + 1] if pos + 3 <= end and buf[pos] == _SEQUENCE else 0xFF
+        if first < 0x80:
             rpos = pos + 2
-            rend = rpos + buf[pos + 1]
+            rend = rpos + first
+            if rend > end:
+                raise BerError("value runs past its container")
+        elif first == 0x81:
+            rpos = pos + 3
+            rend = rpos + buf[pos + 2]
             if rend > end:
                 raise BerError("value runs past its container")
         else:
@@ -152,9 +158,15 @@ def decode_response(buf: bytes, seen: set[str] | None = None) -> list[DerefResul
                     raise BerError("attribute values are not a SET")
                 vals = values.setdefault(name, [])
                 while vpos < vend:
-                    tag, a, b = _header(buf, vpos, vend)
-                    if tag != _OCTET_STRING:
-                        raise BerError("attribute value is not an OCTET STRING")
+                    if vpos + 2 <= vend and buf[vpos] == _OCTET_STRING and buf[vpos + 1] < 0x80:
+                        a = vpos + 2
+                        b = a + buf[vpos + 1]
+                        if b > vend:
+                            raise BerError("value runs past its container")
+                    else:
+                        tag, a, b = _header(buf, vpos, vend)
+                        if tag != _OCTET_STRING:
+                            raise BerError("attribute value is not an OCTET STRING")
                     vals.append(buf[a:b])
                     vpos = b
         out.append(DerefResult(attr, dn, values))
