@@ -96,14 +96,22 @@ def _id_provider(raw: str) -> str:
     if v == "ad":
         raise ValueError(
             "cached has no AD provider; read Active Directory as an LDAP server: write "
-            "`id_provider = ldap` with its `ldap_uri`, a bind DN (`ldap_default_bind_dn`, "
-            "`ldap_default_authtok`) and `ldap_schema = rfc2307bis` with AD's names "
-            "(`ldap_user_object_class = user`, `ldap_user_name = sAMAccountName`, "
-            "`ldap_group_object_class = group`); `ldap_schema = ad` is not supported yet, "
-            "and users need uidNumber/gidNumber (no ID mapping)"
+            "`id_provider = ldap` with its `ldap_uri`, `ldap_schema = ad` and a bind DN "
+            "(`ldap_default_bind_dn`, `ldap_default_authtok`); add `ldap_id_mapping = true` "
+            "when the users have no uidNumber/gidNumber (SSSD's numbers)"
         )
     if v != "ldap":
         raise ValueError("expected one of ldap")  # as _choice says it
+    return v
+
+
+def _domain_sid(raw: str) -> str:
+    v = raw.strip()
+    parts = v.split("-")
+    if v and (
+        len(parts) < 4 or parts[0].upper() != "S" or not all(p.isdigit() for p in parts[1:])
+    ):
+        raise ValueError("expected a domain SID such as S-1-5-21-1-2-3")
     return v
 
 
@@ -265,8 +273,46 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         _search_base, "", "Base(s) of group searches, same syntax (default: search base)."
     ),
     "ldap_schema": Option(
-        _choice("rfc2307", "rfc2307bis"), "rfc2307", "`rfc2307` or `rfc2307bis`."
+        _choice("rfc2307", "rfc2307bis", "ad"),
+        "rfc2307",
+        "`rfc2307`, `rfc2307bis` or `ad` (Active Directory: SSSD's AD attribute names as "
+        "defaults of the ldap_user_*/ldap_group_* options, objectSid, primaryGroupID, "
+        "tokenGroups).",
     ),
+    "ldap_use_tokengroups": Option(
+        _bool,
+        None,
+        "Initgroups from the user's tokenGroups (AD's transitive closure, one base "
+        "search) and batched objectSid searches.",
+        "true with ad, else false",
+    ),
+    "ldap_referrals": Option(
+        _bool,
+        False,
+        "cached never chases referrals (SSSD's advice for AD); continuation references "
+        "are ignored, `true` warns.",
+    ),
+    "ldap_id_mapping": Option(
+        _bool,
+        False,
+        "Map objectSid to uid/gid as SSSD does (same slices: files keep their owners); "
+        "uidNumber/gidNumber are then ignored. Only with ldap_schema = ad.",
+    ),
+    "ldap_idmap_range_min": Option(_int(0), 200000, "Lowest id of ID mapping."),
+    "ldap_idmap_range_max": Option(_int(1), 2000200000, "End of the ID-mapping range."),
+    "ldap_idmap_range_size": Option(_int(1), 200000, "Ids per domain slice."),
+    "ldap_idmap_default_domain_sid": Option(
+        _domain_sid, "", "Domain SID mapped to slice 0 (default: by hash, as SSSD)."
+    ),
+    "ldap_idmap_autorid_compat": Option(
+        _bool, False, "Place slices as winbind's autorid does (first free slice)."
+    ),
+    "ldap_idmap_helper_table_size": Option(
+        _int(0), 10, "Secondary slices precomputed per domain (RIDs above range_size)."
+    ),
+    "ldap_user_objectsid": Option(_str, "objectSid", "User SID attribute (ad)."),
+    "ldap_user_primary_group": Option(_str, "primaryGroupID", "Primary group RID (ad)."),
+    "ldap_group_objectsid": Option(_str, "objectSid", "Group SID attribute (ad)."),
     "ldap_default_bind_dn": Option(_str, "", "Bind DN; anonymous when unset."),
     "ldap_default_authtok_type": Option(_choice("password"), "password", "Only `password`."),
     "ldap_default_authtok": Option(_str, "", "Bind password (the file must then be mode 0600)."),
@@ -438,12 +484,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
         lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
         "cached looks names up exactly as given and splits no domain out of them; remove it",
     ),
-    "ldap_id_mapping": Unsupported(
-        _is_false,
-        "cached has no SID-to-id mapping: it serves the directory's uidNumber and gidNumber, "
-        "so users and groups without them would not exist; set it to false once the "
-        "directory holds POSIX ids",
-    ),
     "override_homedir": Unsupported(
         _is_unset, "cached serves the directory's home directory unchanged; remove it"
     ),
@@ -537,6 +577,18 @@ class DomainConfig:
     ldap_user_search_base: str
     ldap_group_search_base: str
     ldap_schema: str
+    ldap_use_tokengroups: bool
+    ldap_referrals: bool
+    ldap_id_mapping: bool
+    ldap_idmap_range_min: int
+    ldap_idmap_range_max: int
+    ldap_idmap_range_size: int
+    ldap_idmap_default_domain_sid: str
+    ldap_idmap_autorid_compat: bool
+    ldap_idmap_helper_table_size: int
+    ldap_user_objectsid: str
+    ldap_user_primary_group: str
+    ldap_group_objectsid: str
     ldap_default_bind_dn: str
     ldap_default_authtok_type: str
     ldap_default_authtok: str
@@ -648,6 +700,60 @@ def _check_unsupported(path: str, section: str, name: str, raw: str, u: Unsuppor
         raise ConfigError(f"{where} is not supported: {u.instead}")
 
 
+# SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
+# gen_ad2008r2_group_map, gen_ad_attr_map): used for the options the file leaves unset.
+AD_DEFAULTS = {
+    "ldap_user_object_class": "user",
+    "ldap_user_name": "sAMAccountName",
+    "ldap_user_home_directory": "unixHomeDirectory",
+    "ldap_user_modify_timestamp": "whenChanged",
+    "ldap_user_entry_usn": "uSNChanged",
+    "ldap_group_object_class": "group",
+    "ldap_group_name": "sAMAccountName",
+    "ldap_group_member": "member",
+    "ldap_group_modify_timestamp": "whenChanged",
+    "ldap_group_entry_usn": "uSNChanged",
+}
+
+
+def _schema_defaults(
+    path: str, sname: str, vals: dict[str, Any], given: Any, warnings: list[str]
+) -> None:
+    """The defaults that depend on ldap_schema, and the checks across options."""
+    schema = vals["ldap_schema"]
+    if schema == "ad":
+        for name, value in AD_DEFAULTS.items():
+            if name not in given:
+                vals[name] = value
+    if not vals["ldap_group_member"]:
+        vals["ldap_group_member"] = "memberUid" if schema == "rfc2307" else "member"
+    if vals["ldap_use_tokengroups"] is None:
+        vals["ldap_use_tokengroups"] = schema == "ad"
+    elif vals["ldap_use_tokengroups"] and schema != "ad":
+        raise ConfigError(
+            f"{path}: [{sname}] ldap_use_tokengroups = true needs ldap_schema = ad "
+            "(tokenGroups and objectSid are Active Directory's)"
+        )
+    if vals["ldap_id_mapping"] and schema != "ad":
+        raise ConfigError(
+            f"{path}: [{sname}] ldap_id_mapping = true needs ldap_schema = ad "
+            "(the ids are computed from objectSid)"
+        )
+    if vals["ldap_referrals"]:
+        warnings.append(
+            f"{path}: [{sname}] ldap_referrals = true: cached never chases referrals; "
+            "continuation references are ignored"
+        )
+    if vals["ldap_id_mapping"]:
+        lo, hi, size = (vals[f"ldap_idmap_range_{k}"] for k in ("min", "max", "size"))
+        if hi <= lo or hi - lo < size:
+            raise ConfigError(
+                f"{path}: [{sname}] ldap_idmap_range_min = {lo}, ldap_idmap_range_max = {hi} "
+                f"and ldap_idmap_range_size = {size} leave no slice: the range must hold "
+                "at least one slice"
+            )
+
+
 def _check_secret_permissions(path: str, st: os.stat_result, section: str) -> None:
     """Refuse a bind password readable by others, as SSSD refuses such an sssd.conf."""
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -733,10 +839,7 @@ def parse_config(text: str, path: str = "<string>", st: os.stat_result | None = 
         for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
             if vals[timeout] is None:
                 vals[timeout] = vals["entry_cache_timeout"]
-        if not vals["ldap_group_member"]:
-            vals["ldap_group_member"] = (
-                "member" if vals["ldap_schema"] == "rfc2307bis" else "memberUid"
-            )
+        _schema_defaults(path, sname, vals, parser[sname], warnings)
         if "ldap_member_rdn_shortcut" in parser[sname]:
             warnings.append(
                 f"{path}: [{sname}] ldap_member_rdn_shortcut is deprecated and ignored: "

@@ -76,9 +76,9 @@ def test_rfc2307_member_default_and_per_type_timeouts():
     "change,message",
     [
         (
-            ("ldap_schema = rfc2307bis", "ldap_schema = ad"),
-            "<string>: [domain/LDAP] ldap_schema = 'ad' is invalid: "
-            "expected one of rfc2307, rfc2307bis",
+            ("ldap_schema = rfc2307bis", "ldap_schema = ad2"),
+            "<string>: [domain/LDAP] ldap_schema = 'ad2' is invalid: "
+            "expected one of rfc2307, rfc2307bis, ad",
         ),
         (
             ("cache_credentials = true", "ldap_group_nesting_level = two"),
@@ -186,7 +186,7 @@ def test_the_cli_reports_config_errors_with_status_3(tmp_path):
     assert proc.returncode == 3
     assert proc.stderr.strip() == (
         f"cached: {path}: [domain/LDAP] ldap_schema = 'x' is invalid: "
-        "expected one of rfc2307, rfc2307bis"
+        "expected one of rfc2307, rfc2307bis, ad"
     )
 
 

@@ -113,10 +113,18 @@ def hostile_ldif() -> str:
         _group(g("selfgrp"), "selfgrp", 30402, [g("selfgrp"), u("carol")]),
         *(_group(g(f"deep{i:02d}"), f"deep{i:02d}", 30500 + i, [chain(i)]) for i in range(DEEP)),
         # 4/5: a wide group and a parent whose only member it is
-        _group(g("wide"), "wide", 30300, [f"uid=w{i:06d},{PEOPLE}" for i in range(WIDE)]),
+        # (members are real entries: a member DN naming nothing is no member, §9.5)
+        _group(g("wide"), "wide", 30300, [u(f"w{i:06d}") for i in range(WIDE)]),
         _group(g("hugeparent"), "hugeparent", 30301, [g("wide")]),
+        *(_wide_user(u(f"w{i:06d}"), f"w{i:06d}", 100_000 + i) for i in range(WIDE)),
     ]
     return "\n".join(entries)
+
+
+def _wide_user(dn: str, name: str, uid: int) -> str:
+    # The fewest attributes a POSIX user needs: slapadd loads 50,000 of them quickly.
+    return (f"dn: {dn}\nobjectClass: account\nobjectClass: posixAccount\nuid: {name}\n"
+            f"cn: {name}\nuidNumber: {uid}\ngidNumber: 10000\nhomeDirectory: /h\n")
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,6 @@ def with_domain_option(line: str) -> str:
          "use_fully_qualified_names = 'true' is not supported: cached answers with plain names "
          "(alice, never alice@DOMAIN); set it to false or remove it (names in files, ACLs and "
          "sudoers that carry @DOMAIN must change)"),
-        ("ldap_id_mapping = True",
-         "ldap_id_mapping = 'True' is not supported: cached has no SID-to-id mapping: it "
-         "serves the directory's uidNumber and gidNumber, so users and groups without them "
-         "would not exist; set it to false once the directory holds POSIX ids"),
         ("override_homedir = /home/%u",
          "override_homedir = '/home/%u' is not supported: cached serves the directory's home "
          "directory unchanged; remove it"),
@@ -111,11 +107,9 @@ def test_id_provider_ad_says_what_to_write_instead(tmp_path: Path) -> None:
     assert r.stderr == (
         f"cached: {path}: [domain/LDAP] id_provider = 'ad' is invalid: cached has no AD "
         "provider; read Active Directory as an LDAP server: write `id_provider = ldap` with its "
-        "`ldap_uri`, a bind DN (`ldap_default_bind_dn`, `ldap_default_authtok`) and "
-        "`ldap_schema = rfc2307bis` with AD's names (`ldap_user_object_class = user`, "
-        "`ldap_user_name = sAMAccountName`, `ldap_group_object_class = group`); "
-        "`ldap_schema = ad` is not supported yet, and users need uidNumber/gidNumber "
-        "(no ID mapping)\n"
+        "`ldap_uri`, `ldap_schema = ad` and a bind DN (`ldap_default_bind_dn`, "
+        "`ldap_default_authtok`); add `ldap_id_mapping = true` when the users have no "
+        "uidNumber/gidNumber (SSSD's numbers)\n"
     )
     with pytest.raises(ConfigError, match=r"id_provider = 'ipa' is invalid: expected one of ldap"):
         parse_config(MINIMAL.replace("id_provider = ldap", "id_provider = ipa"))

@@ -7,6 +7,7 @@ from pathlib import Path
 from cached.cache import DomainCache, Role, open_domain_cache
 from cached.config import Config, DomainConfig, parse_config
 from cached.counters import Counters
+from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.provider import LdapProvider
 from perf.daemon import config_text as daemon_config_text
@@ -33,4 +34,5 @@ def make_backend(
         str(db_dir), cfg, Role.BACKEND, counters=counters, boot_id="test-boot"
     )
     client = LdapClient(cfg, counters=counters)
-    return LdapProvider(cfg, client, cache, counters=counters), cache, counters
+    provider = AdProvider if cfg.ldap_schema == "ad" else LdapProvider
+    return provider(cfg, client, cache, counters=counters), cache, counters

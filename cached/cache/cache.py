@@ -1011,7 +1011,7 @@ def open_domain_cache(
         role=role,
         case_sensitive=not domain.case_insensitive,
         # rfc2307 cannot nest (reference §6.1): its groups have no member groups.
-        nesting_level=domain.ldap_group_nesting_level if domain.ldap_schema == "rfc2307bis" else 0,
+        nesting_level=domain.ldap_group_nesting_level if domain.ldap_schema != "rfc2307" else 0,
         nowait_percentage=nowait_percentage,
         timeouts=Timeouts(domain.entry_cache_user_timeout, domain.entry_cache_group_timeout),
         counters=counters,

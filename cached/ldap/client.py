@@ -42,6 +42,17 @@ from cached.ldap import deref
 log = logging.getLogger(__name__)
 
 PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
+# Attribute Scoped Query ([MS-ADTS] 3.1.1.3.4.1.4): a base search returns the entries
+# the DN values of one attribute of the base entry name (AD's, Samba's deref).
+ASQ_OID = "1.2.840.113556.1.4.1504"
+
+
+def encode_asq(attr: str) -> bytes:
+    """ASQ's value: SEQUENCE { sourceAttribute OCTET STRING } (BER, short lengths)."""
+    a = attr.encode()
+    if len(a) > 120:
+        raise ValueError(f"attribute name too long for ASQ: {attr!r}")
+    return bytes([0x30, len(a) + 2, 0x04, len(a)]) + a
 
 # Time ldap3's own decoder so "waiting for LDAP" can be split into the server's
 # time and the client's decoding (`cached perf` shows where the time goes, reference §5.4). The sync
@@ -436,6 +447,15 @@ class LdapClient:
             check_names=False,
             read_only=True,
             return_empty_attributes=False,
+            # Ranged values (member;range=0-1499) are fetched by merge_ranges below:
+            # ldap3's own auto_range searches again inside the search, overwriting the
+            # paged search's result, and reads the decoded attributes this client
+            # does not build (KeyError).
+            auto_range=False,
+            # Never chase referrals (ldap_referrals, SSSD's advice for AD): a subtree
+            # search at an AD domain root returns continuation references to the
+            # configuration and DNS partitions, names of hosts we do not bind to.
+            auto_referrals=False,
             **kwargs,
         )
         try:
@@ -561,10 +581,12 @@ class LdapClient:
         scope: str = "sub",
         deref_specs: list[tuple[str, list[str]]] | None = None,
         deref_seen: set[str] | None = None,
+        asq: str = "",
     ) -> list[Entry]:
         """One logical search (all pages), counted once (reference §5.1), within one
         ``ldap_search_timeout`` on each server it is tried on. ``deref_seen``: DNs whose
-        dereferenced values are not decoded again."""
+        dereferenced values are not decoded again. ``asq``: an attribute for the ASQ
+        control (base searches; the caller checks that the root DSE lists it)."""
         start = time.perf_counter()
         entries: list[Entry] = []
         resets = 0
@@ -575,8 +597,10 @@ class LdapClient:
                 try:
                     with _deadline(conn, self.cfg.ldap_search_timeout):
                         entries = self._search_pages(
-                            conn, base, filt, attrs, scope, deref_specs, deref_seen
+                            conn, base, filt, attrs, scope, deref_specs, deref_seen, asq
                         )
+                        for e in entries:
+                            self._fill_ranges(conn, e)
                     return entries
                 except LdapMessageTooLarge as e:
                     # The data, not the server: this request fails, the stream is lost.
@@ -608,6 +632,7 @@ class LdapClient:
         scope: str,
         deref_specs: list[tuple[str, list[str]]] | None,
         deref_seen: set[str] | None = None,
+        asq: str = "",
     ) -> list[Entry]:
         controls = None
         if deref_specs:
@@ -617,6 +642,11 @@ class LdapClient:
         info = self.info
         page = self.cfg.ldap_page_size
         paged = page > 0 and info is not None and PAGED_RESULTS_OID in info.controls
+        if asq:
+            # Critical, as SSSD sends it; not paged (one base entry's values: Samba
+            # returned 5,000 members in one answer, 2.7 s).
+            controls = [*(controls or []), (ASQ_OID, True, encode_asq(asq))]
+            paged = False
         cookie: bytes | None = None
         out: list[Entry] = []
         ldap_scope = {"sub": ldap3.SUBTREE, "base": ldap3.BASE, "one": ldap3.LEVEL}[scope]
@@ -669,6 +699,38 @@ class LdapClient:
             if not cookie:
                 return out
 
+    def _fill_ranges(self, conn: ldap3.Connection, e: Entry) -> None:
+        """Complete the ranged values of ``e`` (``member;range=0-1499``: a Windows DC
+        returns at most MaxValRange values of an attribute per entry, Samba does when
+        asked): base searches for ``member;range=<next>-*`` until the server says
+        ``*`` (RFC-less, [MS-ADTS] 3.1.1.3.1.3.3). Each is a search of its own."""
+        pending = merge_ranges(e.attrs, e.dn)
+        while pending:
+            name, start = pending.popitem()
+            t0 = time.perf_counter()
+            try:
+                conn.search(
+                    e.dn, "(objectClass=*)", ldap3.BASE,
+                    attributes=[f"{name};range={start}-*"],
+                    time_limit=self.cfg.ldap_search_timeout,
+                    dereference_aliases=ldap3.DEREF_NEVER,
+                )  # fmt: skip
+            except lexc.LDAPOperationResult as ex:
+                raise LdapError(f"{e.dn}: reading {name} from {start}: {_describe(ex)}") from None
+            finally:
+                self.counters.add(LDAP_SEARCH, 1, time.perf_counter() - t0, 1)
+            more: dict[str, list[bytes]] = {}
+            for item in conn.response or []:
+                if item.get("type") == "searchResEntry":
+                    more = {k.lower(): v for k, v in item["raw_attributes"].items()}
+            got = merge_ranges(more, e.dn)
+            e.attrs.setdefault(name, []).extend(more.get(name, []))
+            nxt = got.get(name)
+            if nxt is not None:
+                if nxt <= start:
+                    raise LdapError(f"{e.dn}: the server's ranges of {name} do not advance")
+                pending[name] = nxt
+
     def _limit(self, base: str, filt: str, code: int, partial: int) -> LdapLimitExceeded:
         name = "sizeLimitExceeded" if code == 4 else "timeLimitExceeded"
         what = "size" if code == 4 else "time"
@@ -697,8 +759,27 @@ def _utf8s(uri: str, attr: str, values: list[bytes]) -> list[str]:
     try:
         return [v.decode("utf-8") for v in values]
     except UnicodeDecodeError:
-        # Issue 17.11: a broken or hostile server; fail it like any other fault.
+        # A broken or hostile server (docs/threat-model.md): fail it like any other fault.
         raise LdapError(f"root DSE attribute {attr} is not valid UTF-8") from None
+
+
+def merge_ranges(attrs: dict[str, list[bytes]], dn: str = "") -> dict[str, int]:
+    """Fold every ``name;range=lo-hi`` of ``attrs`` (lower-cased names, raw values)
+    into ``name``, in place; return ``{name: hi + 1}`` for the ranges that do not end
+    in ``*``, whose next values are still to be read."""
+    pending: dict[str, int] = {}
+    for key in [k for k in attrs if ";range=" in k]:
+        name, _, rng = key.partition(";range=")
+        lo, sep, hi = rng.partition("-")
+        if not sep or not lo.isdigit() or not (hi == "*" or hi.isdigit()):
+            raise LdapError(f"{dn}: cannot read the range of attribute {key!r}")
+        values = attrs.pop(key)
+        attrs.setdefault(name, []).extend(values)
+        if hi != "*":
+            if int(hi) < int(lo):
+                raise LdapError(f"{dn}: attribute {key!r} has an empty range")
+            pending[name] = int(hi) + 1
+    return pending
 
 
 def _discard(conn: ldap3.Connection | None) -> None:

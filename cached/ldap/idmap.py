@@ -186,6 +186,18 @@ class IdMapper:
             raise IdMapError(f"{sid}: RID {rid} does not fit its slice")
         return uid
 
+    def id_to_sid(self, posix_id: int) -> str:
+        """The SID that maps to ``posix_id`` (sss_idmap_unix_to_sid): the slices in
+        use, then the helper slices computed when the domain was added (a RID above
+        range_size whose slice is not taken yet: taking it maps the same way)."""
+        for d in self._domains:
+            for r in (d.primary, *d.spawned, *d.helpers.values()):
+                if r.min_id <= posix_id <= r.max_id:
+                    sid = f"{d.sid}-{r.first_rid + posix_id - r.min_id}"
+                    if self.sid_to_id(sid) == posix_id:
+                        return sid
+        raise IdMapError(f"{posix_id} is in no ID-mapping slice")
+
 
 def _rid(sid: str, dom_sid: str) -> int | None:
     """The RID of ``sid`` when it belongs to ``dom_sid`` (is_sid_from_dom, parse_rid)."""

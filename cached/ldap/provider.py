@@ -178,6 +178,8 @@ class _GroupEntry:
 
 
 class LdapProvider:
+    member_batch = MEMBER_BATCH  # member look-ups per search
+
     def __init__(
         self,
         cfg: DomainConfig,
@@ -246,6 +248,31 @@ class LdapProvider:
                 log.error("%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
 
+    # -- ids and filters (the AD provider, cached/ldap/ad.py, maps SIDs instead) ----
+
+    def _user_ids(self, e: Entry) -> tuple[int | None, int | None]:
+        s = self.schema
+        return _int(e.get(s.user_uid)), _int(e.get(s.user_gid))
+
+    def _group_gid(self, e: Entry) -> int | None:
+        return _int(e.get(self.schema.group_gid))
+
+    def _user_by_uid_filter(self, uid: int) -> str:
+        return self.schema.user_by_uid(uid)
+
+    def _group_by_gid_filter(self, gid: int) -> str:
+        return self.schema.group_by_gid(gid)
+
+    @staticmethod
+    def _member_assertion(dn: str) -> str | None:
+        """The assertion a member look-up batches by: the DN's RDN value (a hint,
+        never the answer: entries are matched back by DN); None for a value that is
+        not a DN."""
+        avas = rdn_avas(dn)
+        if not avas or not avas[0][0]:
+            return None
+        return f"({avas[0][0]}={escape(avas[0][1])})"
+
     # -- users ---------------------------------------------------------------------
 
     def _to_user(self, e: Entry) -> User | None:
@@ -259,7 +286,7 @@ class LdapProvider:
         # A multi-valued name attribute: the value the RDN spells, whatever was asked
         # (SSSD's primary name, docs/compatibility.md §9.5).
         name = self._primary_name(e, s.user_name, names)
-        uid, gid = _int(e.get(s.user_uid)), _int(e.get(s.user_gid))
+        uid, gid = self._user_ids(e)
         if uid is None or gid is None:
             log.warning("%s: no numeric %s/%s; not a POSIX user", e.dn, s.user_uid, s.user_gid)
             return None
@@ -313,7 +340,7 @@ class LdapProvider:
             s = self._prepare()
             if not self.cfg.id_in_range(uid):
                 return Result(Outcome.NOT_FOUND)
-            entries = self._search(s.user_bases, s.user_by_uid(uid), s.user_attrs)
+            entries = self._search(s.user_bases, self._user_by_uid_filter(uid), s.user_attrs)
             with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:
                 if self._store_users(batch, entries) is None:
                     old = self.cache.user_by_uid(uid).value
@@ -331,7 +358,7 @@ class LdapProvider:
         non-POSIX group is walked through by nesting, never answered: item 8)."""
         s = self.schema
         names = _names(e.get(s.group_name))
-        gid = _int(e.get(s.group_gid))
+        gid = self._group_gid(e)
         if names is None:
             log.warning("%s: %s is not UTF-8 text; group ignored", e.dn, s.group_name)
             return None
@@ -481,7 +508,7 @@ class LdapProvider:
         walked = {normalize_dn(dn) for dn in up}
         level = 0
         lookup = self._unknown(found, budget, known)
-        extra = s.group_by_gid(primary_gid) if primary_gid is not None else ""
+        extra = self._group_by_gid_filter(primary_gid) if primary_gid is not None else ""
         while up or lookup or extra:
             up_keys = {normalize_dn(dn) for dn in up}
             up_next: list[str] = []
@@ -564,10 +591,9 @@ class LdapProvider:
         rdn: list[str] = []
         seen: set[str] = set()
         for dn, _ in lookup.values():
-            avas = rdn_avas(dn)
-            if not avas or not avas[0][0]:
+            a = self._member_assertion(dn)
+            if a is None:
                 continue  # not a DN: names nothing
-            a = f"({avas[0][0]}={escape(avas[0][1])})"
             if a not in seen:
                 seen.add(a)
                 rdn.append(a)
@@ -578,7 +604,7 @@ class LdapProvider:
         if s.fold and members:
             # Users and groups under one base: one search finds both (docs/compatibility.md §9.5:
             # names at no extra round trip).
-            n = max(-(-len(ups) // BATCH), -(-len(rdn) // MEMBER_BATCH), 1 if extra else 0)
+            n = max(-(-len(ups) // BATCH), -(-len(rdn) // self.member_batch), 1 if extra else 0)
             for i in range(n):
                 part_up, part_rdn = ups[i::n], rdn[i::n]
                 items = [("u", a) for a in part_up] + [("m", a) for a in part_rdn]
@@ -600,7 +626,9 @@ class LdapProvider:
             for e in self._split_search(s.group_bases, items, self._round_filter, attrs, specs):
                 out.append((e, True, only_up and not members))
         uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
-        for chunk in _chunks(rdn, MEMBER_BATCH):
+        if s.ad:
+            uattrs += [s.user_sid, s.user_primary_group]  # ID mapping names users by SID
+        for chunk in _chunks(rdn, self.member_batch):
             for e in self._split_search(s.group_bases, [("g", a) for a in chunk],
                                         self._round_filter, attrs):  # fmt: skip
                 out.append((e, True, False))
@@ -859,10 +887,10 @@ class LdapProvider:
 
     def group_by_gid(self, gid: int) -> Result:
         def run() -> Result:
-            s = self._prepare()
+            self._prepare()
             if not self.cfg.id_in_range(gid):
                 return Result(Outcome.NOT_FOUND)
-            return self._group(s.group_by_gid(gid), None, gid)
+            return self._group(self._group_by_gid_filter(gid), None, gid)
 
         return self._run(REQ_GROUP, "group", str(gid), run)
 
@@ -899,7 +927,7 @@ class LdapProvider:
                 found[normalize_dn(g.entry.dn)] = g
             mine = set(found)
             if primary is not None and not any(g.gid == primary for g in found.values()):
-                for g in self._search_groups(s.group_by_gid(primary))[:1]:
+                for g in self._search_groups(self._group_by_gid_filter(primary))[:1]:
                     found[normalize_dn(g.entry.dn)] = g
 
         gone = self._vanished(name, found)

@@ -63,11 +63,19 @@ class SchemaMap:
     user_bases: tuple[SearchBase, ...]  # SSSD's base?scope?filter list (§6.1)
     group_bases: tuple[SearchBase, ...]
     nesting_level: int
+    # ldap_schema = ad: objectSid and primaryGroupID are read; with id_mapping the ids
+    # come from objectSid, never from uidNumber/gidNumber (docs/compatibility.md §6.5).
+    ad: bool = False
+    id_mapping: bool = False
+    user_sid: str = "objectSid"
+    user_primary_group: str = "primaryGroupID"
+    group_sid: str = "objectSid"
 
     @classmethod
     def from_config(cls, d: DomainConfig) -> SchemaMap:
         return cls(
-            bis=d.ldap_schema == "rfc2307bis",
+            # AD groups list member DNs and nest, as rfc2307bis ones.
+            bis=d.ldap_schema in ("rfc2307bis", "ad"),
             user_oc=d.ldap_user_object_class,
             user_name=d.ldap_user_name,
             user_uid=d.ldap_user_uid_number,
@@ -86,7 +94,12 @@ class SchemaMap:
             user_bases=parse_search_bases(d.ldap_user_search_base),
             group_bases=parse_search_bases(d.ldap_group_search_base),
             # rfc2307 cannot nest (§6.1: the level is ignored there).
-            nesting_level=d.ldap_group_nesting_level if d.ldap_schema == "rfc2307bis" else 0,
+            nesting_level=d.ldap_group_nesting_level if d.ldap_schema != "rfc2307" else 0,
+            ad=d.ldap_schema == "ad",
+            id_mapping=d.ldap_id_mapping,
+            user_sid=d.ldap_user_objectsid,
+            user_primary_group=d.ldap_user_primary_group,
+            group_sid=d.ldap_group_objectsid,
         )
 
     def with_default_base(self, base: str) -> SchemaMap:
@@ -131,6 +144,8 @@ class SchemaMap:
         ]
         if self.user_usn:
             attrs.append(self.user_usn)
+        if self.ad:
+            attrs += [self.user_sid, self.user_primary_group]
         return attrs
 
     def group_attrs(self, members: bool = True) -> list[str]:
@@ -139,6 +154,8 @@ class SchemaMap:
         attrs = [self.group_name, self.group_gid, self.group_modstamp, "objectClass"]
         if self.group_usn:
             attrs.append(self.group_usn)
+        if self.ad:
+            attrs.append(self.group_sid)
         if members:
             attrs.append(self.group_member)
         return attrs
@@ -149,16 +166,19 @@ class SchemaMap:
         gecos, home or shell: a member is named, not stored (less to decode for the
         thousands of users of a big initgroups)."""
         user = {self.user_name, self.user_uid, self.user_gid}
+        if self.ad:
+            user |= {self.user_sid, self.user_primary_group}
         return sorted(user | set(self.group_attrs(members)))
 
     @property
     def deref_attrs(self) -> list[str]:
         """What the deref control returns per member: enough to name and type it,
         and to drop users without ids (SSSD, docs/compatibility.md §9.5)."""
-        return sorted(
-            {"objectClass", self.user_name, self.user_uid, self.user_gid, self.group_name,
-             self.group_gid}
-        )  # fmt: skip
+        attrs = {"objectClass", self.user_name, self.user_uid, self.user_gid, self.group_name,
+                 self.group_gid}  # fmt: skip
+        if self.ad:
+            attrs |= {self.user_sid, self.user_primary_group, self.group_sid}
+        return sorted(attrs)
 
     # -- filters -----------------------------------------------------------------
 
@@ -170,6 +190,13 @@ class SchemaMap:
 
     def group_filter(self, assertion: str) -> str:
         # (name=*) and a non-zero gid, as SSSD (§6.3): non-POSIX groups are skipped.
+        # With ID mapping every group with a SID has a gid (BUILTIN ones are dropped
+        # when mapped).
+        if self.id_mapping:
+            return (
+                f"(&(objectClass={self.group_oc}){assertion}({self.group_name}=*)"
+                f"({self.group_sid}=*))"
+            )
         return (
             f"(&(objectClass={self.group_oc}){assertion}({self.group_name}=*)"
             f"(&({self.group_gid}=*)(!({self.group_gid}=0))))"

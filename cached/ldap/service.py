@@ -34,6 +34,7 @@ from cached import aiorpc, rpc
 from cached.cache import Role, StoreWriteError, open_domain_cache
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, format_profile
+from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.provider import LdapProvider, Outcome, Result
 
@@ -117,7 +118,8 @@ class BackendService:
         if self.cache.ts_rebuilt_reason:
             log.warning("timestamp store rebuilt: %s", self.cache.ts_rebuilt_reason)
         self.client = LdapClient(domain)
-        self.provider = LdapProvider(domain, self.client, self.cache)
+        provider = AdProvider if domain.ldap_schema == "ad" else LdapProvider
+        self.provider = provider(domain, self.client, self.cache)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"ldap-{domain.name}")
         self.inflight: dict[tuple[str, Any], _Job] = {}
         self.queue: FairQueue | None = None

@@ -1,0 +1,252 @@
+"""bigroupuser on a Samba AD DC: cached (``ldap_schema = ad``) beside SSSD 2.8.2.
+
+The bigroupuser directory of perf/gendir.py mapped to Active Directory: 5,001 users
+``CN=<full name>,OU=people,…`` with ``sAMAccountName`` and rfc2307 attributes, 2,999
+groups ``CN=<name>,OU=groups,…`` with ``gidNumber`` and ``member`` DNs (the nesting
+tree, three groups of 5,000 members, fillers); the primary group is Domain Users with
+``gidNumber`` 10000 (``primaryGroupID`` 513). Loading takes about a minute, so the
+loaded, stopped DC is kept in ``<workdir>/dc`` and reused by later runs.
+
+Measured per daemon, each from an empty cache: cold ``id bigroupuser`` (wall time,
+LDAP searches), cold ``getent initgroups bigroupuser``, cold ``getent group large01``,
+then ``id`` again from the warm cache through the socket. cached's searches are its
+own counters (each a logical search, ranged reads included); SSSD's are the
+``ldap_search_ext`` calls its domain log shows (``debug_level = 0x0400``). The gids
+of every ``id`` are checked against the directory's expected answer (tokenGroups give
+the whole transitive closure, so the deepest level).
+
+    python -m perf.adbig [--workdir DIR] [--no-sssd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import ldap3
+
+from cached.counters import LDAP_SEARCH
+from perf import addc, gendir
+from perf.addir import DOMAIN_USERS, GROUPS, PEOPLE, _rdn_value
+from perf.daemon import CachedDaemon
+
+SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}
+BIG = "bigroupuser"
+
+
+def ad_entries(d: gendir.Directory) -> tuple[list[addc.ADEntry], list[addc.ADEntry]]:
+    """The directory as AD objects (children before the groups that list them: Samba
+    checks that a ``member`` DN exists when it is added)."""
+    entries = [
+        addc.ADEntry(PEOPLE, {"objectClass": "organizationalUnit"}),
+        addc.ADEntry(GROUPS, {"objectClass": "organizationalUnit"}),
+    ]
+    user_dn: dict[str, str] = {}
+    for u in d.users:
+        dn = user_dn[u.name] = f"CN={_rdn_value(u.gecos)},{PEOPLE}"
+        entries.append(addc.ADEntry(dn, {
+            "objectClass": "user", "sAMAccountName": u.name, "uidNumber": str(u.uid),
+            "gidNumber": str(u.gid), "unixHomeDirectory": u.home, "loginShell": u.shell,
+            "gecos": u.gecos,
+        }))  # fmt: skip
+    group_dn = {g.name: f"CN={g.name},{GROUPS}" for g in d.groups}
+    for g in d.groups:
+        if g.name == gendir.PRIMARY_GROUP:
+            continue  # Domain Users, by primaryGroupID
+        attrs: dict[str, str | list[str]] = {
+            "objectClass": "group", "sAMAccountName": g.name, "gidNumber": str(g.gid)}  # fmt: skip
+        members = [group_dn[c] for c in g.member_groups] + [user_dn[m] for m in g.members]
+        if members:
+            attrs["member"] = members
+        entries.append(addc.ADEntry(group_dn[g.name], attrs))
+    modify = [addc.ADEntry(DOMAIN_USERS, {"gidNumber": str(gendir.PRIMARY_GID)})]
+    return entries, modify
+
+
+def prepared_dc(workdir: Path) -> tuple[addc.SambaDC, float]:
+    """The loaded DC in ``workdir/dc`` (provisioned and loaded on first use); returns
+    it with the load time (0 when reused)."""
+    dc = addc.SambaDC(workdir / "dc")
+    marker = workdir / "dc.loaded"
+    if marker.exists():
+        return dc, 0.0
+    d = gendir.build(gendir.BIGROUPUSER)
+    entries, modify = ad_entries(d)
+    dc.provision()
+    t0 = time.monotonic()
+    dc.load(entries, modify=modify)
+    took = time.monotonic() - t0
+    marker.write_text(f"{took:.1f}\n")
+    return dc, took
+
+
+def _gids(out: str) -> set[int]:
+    return {int(x.split("(")[0]) for x in out.strip().split("groups=", 1)[1].split(",")}
+
+
+def _timed(run: Any, argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.monotonic()
+    r = run(argv, env=SOCKET_ONLY)
+    return time.monotonic() - t0, r
+
+
+STEPS = (
+    ("cold id", ["id", BIG]),
+    ("cold initgroups", ["getent", "initgroups", BIG]),
+    ("cold group large01", ["getent", "group", "large01"]),
+)
+Row = tuple[str, float, int, bool]
+
+
+def _measure(start: Any, want: set[int], large01: set[str]) -> list[Row]:
+    """The steps, each from an empty cache: ``start(i)`` enters a fresh daemon and
+    returns (daemon, searches-so-far function)."""
+    rows: list[Row] = []
+    for i, (step, argv) in enumerate(STEPS):
+        with start(i) as (d, searches):
+            n0 = searches()
+            wall, r = _timed(d.run_nss, argv)
+            if step == "cold id":
+                ok = r.returncode == 0 and _gids(r.stdout) == want
+            elif step == "cold initgroups":
+                ok = r.returncode == 0 and {int(g) for g in r.stdout.split()[1:]} == want
+            else:
+                fields = r.stdout.rstrip("\n").split(":")
+                ok = len(fields) == 4 and set(fields[3].split(",")) == large01
+            rows.append((step, wall, searches() - n0, ok))
+            if i == 0:
+                n0 = searches()
+                wall, r = _timed(d.run_nss, ["id", BIG])
+                ok = r.returncode == 0 and _gids(r.stdout) == want
+                rows.append(("warm id (socket)", wall, searches() - n0, ok))
+    return rows
+
+
+def measure_cached(dc: addc.SambaDC, work: Path, want: set[int], large01: set[str]) -> list[Row]:
+    opts: dict[str, Any] = {"ldap_schema": "ad", "ldap_default_bind_dn": dc.admin_dn,
+            "ldap_default_authtok": dc.admin_pw}  # fmt: skip
+
+    @contextlib.contextmanager
+    def start(i: int) -> Iterator[tuple[CachedDaemon, Callable[[], int]]]:
+        with CachedDaemon(work / f"cached{i}", [dc.ldapi_uri], dc.base_dn, log_level="info",
+                          **opts) as d:  # fmt: skip
+            yield d, lambda: int(d.counters().get(LDAP_SEARCH, [0])[0])
+
+    return _measure(start, want, large01)
+
+
+_SSSD_SEARCH = re.compile(rb"calling ldap_search_ext with")
+
+
+def measure_sssd(uri: str, base: str, work: Path, want: set[int], large01: set[str]
+                 ) -> list[Row]:  # fmt: skip
+    from perf.sssd import SssdDaemon
+
+    opts: dict[str, Any] = {"ldap_schema": "ad", "ldap_default_bind_dn": addc.ADMIN_DN,
+            "ldap_default_authtok": addc.ADMIN_PW, "ldap_use_tokengroups": "true",
+            "ldap_id_mapping": "false", "ldap_referrals": "false",
+            "debug_level": "0x0400"}  # fmt: skip
+
+    @contextlib.contextmanager
+    def start(i: int) -> Iterator[tuple[SssdDaemon, Callable[[], int]]]:
+        s = SssdDaemon(work / f"sssd{i}", uri, base, **opts)
+
+        def searches() -> int:
+            files = [s.stderr_path, *s.log_dir.glob("*.log")]
+            return sum(len(_SSSD_SEARCH.findall(f.read_bytes())) for f in files if f.exists())
+
+        with s:
+            yield s, searches
+
+    return _measure(start, want, large01)
+
+
+def sssd_in_dc_netns(dc: addc.SambaDC, work: Path) -> list[Row]:
+    """SSSD 2.8.2 given the DC's ldapi:// socket goes offline at once (0 searches;
+    apparently its failover resolves the socket path as a host name), so it runs in
+    the DC's network namespace and reaches it over TCP, ldap://127.0.0.1."""
+    if dc.pid is None:
+        raise addc.SambaError("the DC is not running")
+    cmd = ["nsenter", f"--net=/proc/{dc.pid}/ns/net", "--", sys.executable, "-m",
+           "perf.adbig", "--inner-sssd", "--workdir", str(work)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False,
+                       cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"SSSD measurement failed:\n{r.stderr[-3000:]}")
+    return [tuple(row) for row in json.loads(r.stdout.splitlines()[-1])]
+
+
+def _warm(dc: addc.SambaDC) -> None:
+    """Read every object once, so the measurements meet a DC whose database is in the
+    page cache, as a DC in service is (measured: the first searches after a start
+    were 3-10x slower than the same searches later)."""
+    conn = dc.connect()
+    try:
+        conn.extend.standard.paged_search(
+            dc.base_dn, "(|(objectClass=user)(objectClass=group))", ldap3.SUBTREE,
+            attributes=["sAMAccountName", "member", "objectSid"], paged_size=1000,
+            generator=False,
+        )  # fmt: skip
+    finally:
+        conn.unbind()
+
+
+def _print(results: dict[str, list[Row]], gids: int) -> None:
+    print(f"bigroupuser on a Samba AD DC ({gids} gids expected)\n")
+    print("| daemon | step | wall (s) | LDAP searches | exact |")
+    print("|---|---|---|---|---|")
+    for who, rows in results.items():
+        for step, wall, n, ok in rows:
+            print(f"| {who} | {step} | {wall:.2f} | {n} | {'yes' if ok else 'NO'} |")
+    print(flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="keeps the loaded DC between runs (short path: ldapi socket)")  # fmt: skip
+    ap.add_argument("--no-sssd", action="store_true", help="measure cached only")
+    ap.add_argument("--inner-sssd", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.inner_sssd:  # in the DC's network namespace (sssd_in_dc_netns)
+        d = gendir.build(gendir.BIGROUPUSER)
+        exp = gendir.Expected(gendir.expected_data(d))
+        rows = measure_sssd("ldap://127.0.0.1", addc.BASE_DN, args.workdir / "run",
+                            exp.initgroups(BIG, exp.depth), exp.members("large01", exp.depth))
+        print(json.dumps(rows))
+        return 0
+    missing = addc.available()
+    if missing:
+        print(f"cannot run a Samba DC: {missing}", file=sys.stderr)
+        return 2
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="adbig", dir="/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    dc, load = prepared_dc(work)
+    if load:
+        print(f"loaded bigroupuser into Samba in {load:.1f} s")
+    d = gendir.build(gendir.BIGROUPUSER)
+    exp = gendir.Expected(gendir.expected_data(d))
+    want = exp.initgroups(BIG, exp.depth)
+    large01 = exp.members("large01", exp.depth)
+    results: dict[str, list[Row]] = {}
+    with dc:
+        _warm(dc)
+        results["cached"] = measure_cached(dc, work / "run", want, large01)
+        _print(results, len(want))
+        if not args.no_sssd:
+            results["SSSD 2.8.2"] = sssd_in_dc_netns(dc, work)
+            _print(results, len(want))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
