@@ -101,6 +101,48 @@ def test_deref_decode_round_trip_and_garbage():
     assert req == bytes.fromhex("3015301304066d656d626572300904037569640402636e")
 
 
+def _tlv(tag: int, body: bytes) -> bytes:
+    n = len(body)
+    head = bytes([n]) if n < 0x80 else bytes([0x82, n >> 8, n & 0xFF])
+    return bytes([tag]) + head + body
+
+
+def test_search_entry_decoder_agrees_with_ldap3():
+    from ldap3.operation.search import raw_attributes_to_dict_fast
+    from ldap3.utils.asn1 import decode_message_fast
+
+    long_value = b"x" * 300  # long-form lengths inside the value loop
+    attrs = _tlv(
+        0x30,
+        _tlv(0x30, _tlv(0x04, b"cn") + _tlv(0x31, _tlv(0x04, b"g1")))
+        + _tlv(
+            0x30,
+            _tlv(0x04, b"member")
+            + _tlv(0x31, b"".join(_tlv(0x04, v) for v in (b"uid=a,o=x", long_value, b""))),
+        ),
+    )
+    ctrl_value = _deref_value([("member", "uid=a,o=x", {"uid": [b"a"]})])
+    control = _tlv(0x30, _tlv(0x04, deref.DEREF_OID.encode()) + _tlv(0x04, ctrl_value))
+    op = _tlv(0x64, _tlv(0x04, "cn=g1,o=é".encode()) + attrs)
+    msg = _tlv(0x30, _tlv(0x02, b"\x07") + op + _tlv(0xA0, control))
+
+    got = deref.decode_search_entry(msg)
+    theirs = decode_message_fast(msg)
+    assert got is not None and got.message_id == theirs["messageID"] == 7
+    assert got.dn == theirs["payload"][0][3]
+    want = raw_attributes_to_dict_fast(theirs["payload"][1][3])
+    assert {k.decode(): v for k, v in got.attrs.items()} == want
+    assert got.attrs[b"member"][1] == long_value
+    assert got.controls == [(deref.DEREF_OID.encode(), False, ctrl_value)]
+    # Any other protocolOp is left to ldap3 (searchResDone here).
+    done = _tlv(0x30, _tlv(0x02, b"\x07") + _tlv(0x65, b"\x0a\x01\x00\x04\x00\x04\x00"))
+    assert deref.decode_search_entry(done) is None
+    # Truncated or mislabelled input is refused, never read past its end.
+    for bad in (msg[:-1], msg[:40], msg[: -len(control) - 2] + b"\xa0\x05", b"\x30\x00"):
+        with pytest.raises(deref.BerError):
+            deref.decode_search_entry(bad)
+
+
 # -- exact answers -----------------------------------------------------------------
 
 

@@ -1,0 +1,80 @@
+"""Cold initgroups of bigroupuser (rfc2307bis, uid people) through the backend alone:
+wall, our CPU and slapd's CPU per round, and optionally a cProfile of one more round.
+
+    python -m perf.readpath OUTDIR [--rounds 9] [--profile FILE]
+
+Built to compare two checkouts on a machine shared with other engineers: run it
+alternately from each (``cd checkout && PYTHONPATH=. python -m perf.readpath ...``)
+and compare the CPU figures (``time.process_time`` for this process, /proc for slapd),
+which the load of others' tests moves far less than wall time; the minimum is the
+least disturbed round. The cProfile's total call count does not depend on load at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+from cached.counters import Counters
+from cached.ldap.provider import Outcome
+from perf.gendir import BIGROUPUSER, generate
+from perf.procstat import proc_info
+from perf.slapd import Slapd
+from tests.util import make_backend, make_domain
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("outdir", type=Path, help="a new directory for the data, slapd and caches")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--profile", type=Path, help="write a cProfile of one extra round here")
+    args = ap.parse_args()
+    args.outdir.mkdir(parents=True)
+    gen = generate(BIGROUPUSER.with_schema("rfc2307bis"), args.outdir / "gen")
+    exp = gen.expected()
+    walls: list[float] = []
+    cpus: list[float] = []
+    slapd_cpus: list[float] = []
+    with Slapd(args.outdir / "slapd", gen.ldif, exp.base_dn) as s:
+        cfg = make_domain([s.uri], s.base_dn)
+        assert s.pid is not None
+        for i in range(args.rounds + 1 + bool(args.profile)):
+            counters = Counters()
+            p, cache, _ = make_backend(args.outdir / f"round{i}", cfg, counters)
+            p.client.connect()
+            prof = cProfile.Profile() if args.profile and i == args.rounds + 1 else None
+            before = proc_info(s.pid)
+            t0, c0 = time.perf_counter(), time.process_time()
+            if prof:
+                prof.enable()
+            outcome = p.initgroups("bigroupuser").outcome
+            if prof:
+                prof.disable()
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            after = proc_info(s.pid)
+            assert outcome is Outcome.FOUND, outcome
+            if 0 < i <= args.rounds:  # round 0 warms slapd's caches
+                walls.append(wall)
+                cpus.append(cpu)
+                if before and after:
+                    slapd_cpus.append(after.cpu - before.cpu)
+            p.client.close()
+            cache.close()
+    print(
+        f"rounds {len(walls)}  median: wall {statistics.median(walls):.3f} s, "
+        f"cpu {statistics.median(cpus):.3f} s, slapd cpu {statistics.median(slapd_cpus):.2f} s"
+        f"  min: wall {min(walls):.3f} s, cpu {min(cpus):.3f} s"
+    )
+    if prof and args.profile:
+        prof.dump_stats(args.profile)
+        st = pstats.Stats(str(args.profile))
+        print(f"profiled round: {st.total_calls} function calls")  # type: ignore[attr-defined]
+        st.sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
