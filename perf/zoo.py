@@ -437,7 +437,7 @@ _STD_GROUPS = (
 )  # fmt: skip
 _STD_USERS = (
     "alice", "bob", "jdoe", "müller", "jsmith", "mvx", "sstone", "mvuser", "CaseUser",
-    "orphan", "deepuser", "temp", "nester", "joiner", "bulk600", "caseuser",
+    "orphan", "deepuser", "temp", "nester", "joiner", "bulk600", "caseuser", "mvalias",
 )  # fmt: skip
 
 

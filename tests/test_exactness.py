@@ -241,6 +241,16 @@ def test_multi_valued_names_answer_under_the_rdn_value(tmp_path, zoo):
         assert got is not None and got.name == "eng", name
 
 
+def test_initgroups_by_another_name_value(tmp_path, zoo):
+    # SSSD answers initgroups under any value of a multi-valued uid (its nameAlias);
+    # the groups are stored under the RDN value and read back by either name.
+    p, cache = backend(tmp_path, zoo)
+    assert p.initgroups("maxv").outcome is Outcome.FOUND
+    assert gids(cache, "maxv") == gids(cache, "mvx")
+    assert cache.initgroups("maxv").value.user.name == "mvx"
+    assert cache.initgroups("maxv").state is State.VALID
+
+
 def test_search_base_with_filter_and_scope(tmp_path, zoo):
     p, cache = backend(
         tmp_path, zoo,

@@ -427,12 +427,18 @@ class DomainCache:
         with self.counters.timer(CACHE_READ):
             key = self.key(name)
             with self._reader() as txn:
-                data = txn.get(key, db=self.entries.tables["users"])
-                if data is None:
-                    target = txn.get(b"u" + key, db=self.entries.tables["alias"])
-                    if target is not None:
-                        key, data = bytes(target), txn.get(target, db=self.entries.tables["users"])
+                key, data = self._user_entry(txn, key)
             return self._user_lookup(key, data)
+
+    def _user_entry(self, txn: lmdb.Transaction, key: bytes) -> tuple[bytes, rec.Data | None]:
+        """The user stored under ``key``, or under the entry an alias key points to."""
+        data = txn.get(key, db=self.entries.tables["users"])
+        if data is None:
+            target = txn.get(b"u" + key, db=self.entries.tables["alias"])
+            if target is not None:
+                key = bytes(target)
+                data = txn.get(key, db=self.entries.tables["users"])
+        return key, data
 
     def user_by_uid(self, uid: int) -> Lookup[User]:
         with self.counters.timer(CACHE_READ):
@@ -551,7 +557,7 @@ class DomainCache:
         with self.counters.timer(CACHE_READ):
             key = self.key(name)
             with self._reader() as txn:
-                udata = txn.get(key, db=self.entries.tables["users"])
+                key, udata = self._user_entry(txn, key)
                 idata = None if udata is None else txn.get(key, db=self.entries.tables["initgr"])
             if udata is None:
                 return Lookup(State.MISSING)

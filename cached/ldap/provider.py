@@ -909,8 +909,19 @@ class LdapProvider:
         if user is not None and user.dn:
             return user, []
         entries = self._search(s.user_bases, s.user_by_name(name), s.user_attrs)
-        user = next((u for e in entries if (u := self._to_user(e))), None)
-        if user is None or self.cache.key(user.name) != self.cache.key(name):
+        key = self.cache.key(name)
+        # Any value of a multi-valued name finds the user (SSSD's nameAlias); the
+        # groups are stored under its primary name (docs/compatibility.md §9.5).
+        user = next(
+            (
+                u
+                for e in entries
+                if key in {self.cache.key(n) for n in _entry_names(e, s.user_name)}
+                and (u := self._to_user(e))
+            ),
+            None,
+        )
+        if user is None:
             with self.cache.write() as batch:
                 self.cache.delete_user(batch, name)
             return None, []
