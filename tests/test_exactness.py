@@ -295,6 +295,15 @@ def test_size_limit_is_split_or_refused(tmp_path):
         assert "size limit" in r.message and "limits" in r.message
         got = cache.initgroups("u1")
         assert got.value is None or got.state is not State.VALID
+        assert p.limit_error.startswith("initgroups u1: ")
+        # Another lookup leaves the error shown; the same lookup succeeding clears it
+        # (here the directory shrank below the limit: u1 keeps 8 groups).
+        assert p.initgroups("u0").outcome is Outcome.FOUND and p.limit_error
+        s.ldap_modify("".join(f"dn: cn=x-{i},ou=groups,{BASE}\nchangetype: delete\n\n"
+                              for i in range(5)))  # fmt: skip
+        assert p.initgroups("u1").outcome is Outcome.FOUND
+        assert gids(cache, "u1") == {5000, 9000} | {9101 + i for i in range(5, 12)}
+        assert p.limit_error == ""
 
 
 def test_status_shows_a_lookup_cut_by_the_size_limit(tmp_path):

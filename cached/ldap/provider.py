@@ -193,8 +193,10 @@ class LdapProvider:
         self.counters = counters
         self.schema = SchemaMap.from_config(cfg)
         self._bases_known = bool(self.schema.user_bases and self.schema.group_bases)
-        # The last lookup a server limit cut beyond splitting (shown by `cached status`).
+        # The last lookup a server limit cut beyond splitting (shown by `cached status`
+        # until the same lookup succeeds: the limit was raised or the data shrank).
         self.limit_error = ""
+        self._limit_lookup: tuple[str, str] | None = None
         # DNs dereferenced in this request: later copies are not decoded again.
         self._deref_seen: set[str] = set()
         self.limit_time = 0.0
@@ -229,7 +231,10 @@ class LdapProvider:
             return Result(Outcome.NOT_FOUND, "name is not valid UTF-8")
         with self.counters.timer(stat):
             try:
-                return fn()
+                result = fn()
+                if self._limit_lookup == (kind, key):
+                    self.limit_error, self._limit_lookup = "", None
+                return result
             except LdapOffline as e:
                 return Result(Outcome.OFFLINE, str(e))
             except StoreWriteError as e:
@@ -241,6 +246,7 @@ class LdapProvider:
                 # A truncated answer is never stored: the request fails, loudly, and
                 # `cached status` shows the last such failure (docs/compatibility.md §9.5).
                 self.limit_error = f"{kind} {key}: {e}"
+                self._limit_lookup = (kind, key)
                 self.limit_time = time.time()
                 log.error("%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
