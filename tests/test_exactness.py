@@ -306,6 +306,35 @@ def test_size_limit_is_split_or_refused(tmp_path):
         assert p.limit_error == ""
 
 
+def test_a_group_left_is_stored_complete(tmp_path):
+    # initgroups re-reads a group the user was in and is no longer (§7): its members
+    # are named like any fetched group's, so it is stored valid and exact, not
+    # expired with the members it had no name for yet.
+    ldif = (
+        f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: zoo\no: zoo\n\n"
+        + "".join(_ou(ou) for ou in ("people", "groups"))
+        + _user("uid=u0", "u0", 8000)
+        + "".join(_user(f"cn=Person {i}", f"p{i}", 8001 + i) for i in range(3))
+        + _group("team", 9000, [f"uid=u0,{P}"] + [f"cn=Person {i},{P}" for i in range(3)])
+        + _group("stay", 9001, [f"uid=u0,{P}"])
+    )
+    (tmp_path / "l.ldif").write_text(ldif)
+    with Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE) as s:
+        # entryCSN tells a change in the same second as the first fetch apart.
+        p, cache = backend(tmp_path / "db", s, ldap_group_entry_usn="entryCSN")
+        assert p.initgroups("u0").outcome is Outcome.FOUND
+        assert gids(cache, "u0") == {5000, 9000, 9001}
+        s.ldap_modify(
+            f"dn: cn=team,ou=groups,{BASE}\nchangetype: modify\n"
+            f"delete: member\nmember: uid=u0,{P}\n\n"
+        )
+        assert p.initgroups("u0").outcome is Outcome.FOUND
+        assert gids(cache, "u0") == {5000, 9001}
+        team = cache.group_by_name("team")
+        assert team.state is State.VALID
+        assert members(cache, "team") == {"p0", "p1", "p2"}
+
+
 def test_status_shows_a_lookup_cut_by_the_size_limit(tmp_path):
     from perf.daemon import CachedDaemon
 

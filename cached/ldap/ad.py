@@ -277,7 +277,7 @@ class AdProvider(LdapProvider):
                 # named, not fetched; their parents are stored expired, §6.3 step 4).
                 self._closure(found, {k: 0 for k in found}, known, [])
 
-        gone = self._vanished(name, found)
+        gone = self._vanished(name, found, known)
         with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:
             if entries:
                 self._store_users(batch, entries)

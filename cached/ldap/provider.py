@@ -839,7 +839,15 @@ class LdapProvider:
             for k, g in posix.items():
                 t = stored.get(g.name)
                 ok = k in complete
-                if g.modstamp and ok and t is not None and t.modstamp == g.modstamp:
+                # The USN/CSN, when configured, must match too: modifyTimestamp has
+                # one-second resolution, so a change in the second of the last
+                # fetch keeps it.
+                if (
+                    g.modstamp
+                    and ok
+                    and t is not None
+                    and (t.modstamp, t.usn) == (g.modstamp, g.usn)
+                ):
                     self.cache.touch_group(batch, g.name, g.modstamp, g.usn)
                     continue
                 users, groups = self._members(g, found, known)
@@ -955,7 +963,7 @@ class LdapProvider:
                 for g in self._search_groups(self._group_by_gid_filter(primary))[:1]:
                     found[normalize_dn(g.entry.dn)] = g
 
-        gone = self._vanished(name, found)
+        gone = self._vanished(name, found, known)
         with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:
             if entries:
                 self._store_users(batch, entries)
@@ -966,10 +974,13 @@ class LdapProvider:
             self.cache.put_initgroups(batch, user.name, gids, [found[k].name for k in mine])
         return Result(Outcome.FOUND)
 
-    def _vanished(self, name: str, found: dict[str, _GroupEntry]) -> list[str]:
+    def _vanished(
+        self, name: str, found: dict[str, _GroupEntry], known: dict[str, Member]
+    ) -> list[str]:
         """Groups the user was in at the last refresh but not now: the membership was
-        removed or the group deleted. Re-read them into ``found`` so the change is
-        stored; return the names of those that no longer exist (§7, PR #543)."""
+        removed or the group deleted. Re-read them into ``found``, their members
+        named like any fetched group's, so the change is stored valid and exact;
+        return the names of those that no longer exist (§7, PR #543)."""
         old = self.cache.initgroups(name).value
         if old is None or not old.groups:
             return []
@@ -977,8 +988,15 @@ class LdapProvider:
         vanished = [g for g in old.groups if self.cache.key(g) not in now]
         present = set()
         s = self.schema
+        reread: dict[str, int] = {}
         for chunk in _chunks(vanished, BATCH):
             for g in self._search_groups(s.group_filter(s.any_of(s.group_name, chunk))):
-                found.setdefault(normalize_dn(g.entry.dn), g)
+                k = normalize_dn(g.entry.dn)
+                if k not in found:
+                    found[k] = g
+                    reread[k] = s.nesting_level
                 present.add(self.cache.key(g.name))
+        if reread and s.bis and not self.cfg.ignore_group_members:
+            with self.counters.timer(NESTED_RESOLVE):
+                self._closure(found, reread, known, [])
         return [g for g in vanished if self.cache.key(g) not in present]
