@@ -43,10 +43,6 @@ from cached.ldap.schema import BATCH, SchemaMap, escape
 log = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "S-1-5-32-"
-# The user sweep of AdProvider._sweep_users: worth one search only in place of at least
-# four batched look-ups; it gives up past twice the users wanted.
-SWEEP_MIN = 4 * 250
-SWEEP_FACTOR = 2
 
 
 def sid_to_str(raw: bytes) -> str:
@@ -93,6 +89,10 @@ class AdProvider(LdapProvider):
     # (an OR of 5,000 fails with operationsError); (distinguishedName=…) ORs of 250:
     # 3.9 s. 250 keeps the per-name cost at its floor with few round trips.
     member_batch = 250
+    # The user sweep (_sweep_users): worth one search only in place of at least four
+    # batched look-ups; it gives up past twice the users wanted.
+    sweep_min = 4 * member_batch
+    sweep_factor = 2
 
     def __init__(
         self,
@@ -283,8 +283,8 @@ class AdProvider(LdapProvider):
     ) -> None:
         """Name thousands of unknown members with one paged search of the user bases
         for every user, when that search is bounded by the answer: it runs only for
-        at least ``SWEEP_MIN`` unknown members and stops (:class:`LdapTooMany`) once
-        it passes ``SWEEP_FACTOR`` times their number, leaving them to the batches.
+        at least ``sweep_min`` unknown members and stops (:class:`LdapTooMany`) once
+        it passes ``sweep_factor`` times their number, leaving them to the batches.
         A directory of 500,000 users thus costs at most twice the names wanted, never
         the whole directory. Measured on bigroupuser, whose 2,086 groups have at most
         25 members each, so ASQ per group does not pay: naming its 4,998 member users
@@ -293,12 +293,12 @@ class AdProvider(LdapProvider):
         not return (groups, users outside the bases, deleted entries) are left to the
         batches, which apply the naming rules of docs/compatibility.md §9.5."""
         lookup = self._unknown(found, budget, known)
-        if len(lookup) < SWEEP_MIN:
+        if len(lookup) < self.sweep_min:
             return
         s = self.schema
         attrs = [s.user_name, s.user_uid, s.user_gid, "objectClass", s.user_sid,
                  s.user_primary_group]  # fmt: skip
-        cap = SWEEP_FACTOR * len(lookup)
+        cap = self.sweep_factor * len(lookup)
         entries: list[Entry] = []
         try:
             for b in s.user_bases:
