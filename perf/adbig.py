@@ -127,11 +127,17 @@ def _measure(start: Any, want: set[int], large01: set[str], repeat: int = 1) -> 
                     fields = r.stdout.rstrip("\n").split(":")
                     ok = len(fields) == 4 and set(fields[3].split(",")) == large01
                 got.setdefault(step, []).append((wall, searches() - n0, ok))
+                if not ok:  # what was wrong goes to stderr (the report says "NO")
+                    print(f"{step}: rc {r.returncode}, stdout {r.stdout[:300]!r}, "
+                          f"stderr {r.stderr[-300:]!r}", file=sys.stderr)  # fmt: skip
                 if i == 0:
                     n0 = searches()
                     wall, r = _timed(d.run_nss, ["id", BIG])
                     ok = r.returncode == 0 and _gids(r.stdout) == want
                     got.setdefault("warm id (socket)", []).append((wall, searches() - n0, ok))
+                    if not ok:
+                        print(f"warm id: rc {r.returncode}, stdout {r.stdout[:300]!r}, "
+                              f"stderr {r.stderr[-300:]!r}", file=sys.stderr)  # fmt: skip
     return [
         (step, statistics.median(w for w, _, _ in runs), max(n for _, n, _ in runs),
          all(ok for _, _, ok in runs), [w for w, _, _ in runs])
@@ -192,6 +198,9 @@ def sssd_in_dc_netns(dc: addc.SambaDC, work: Path) -> list[Row]:
                        cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
     if r.returncode != 0:
         raise RuntimeError(f"SSSD measurement failed:\n{r.stderr[-3000:]}")
+    for line in r.stderr.splitlines():
+        if line.startswith(("cold ", "warm ")):
+            print(f"SSSD {line}", file=sys.stderr)
     return [tuple(row) for row in json.loads(r.stdout.splitlines()[-1])]
 
 
