@@ -86,8 +86,8 @@ class AdProvider(LdapProvider):
     # Samba evaluates an OR of equality assertions in time growing faster than its
     # length. Naming bigroupuser's 4,998 member users (Samba's CPU seconds, median of
     # 3, perf/results/2026-11-30-adbig): (name=…) ORs of 250: 1.3 s, of 1,000: 2.3 s
-    # (an OR of 5,000 fails with operationsError); (distinguishedName=…) ORs of 250:
-    # 3.9 s. 250 keeps the per-name cost at its floor with few round trips.
+    # (an OR of 5,000 cn values fails: operationsError); (distinguishedName=…) ORs of 250:
+    # 3.2-3.9 s. 250 keeps the per-name cost at its floor with few round trips.
     member_batch = 250
     # The user sweep (_sweep_users): worth one search only in place of at least four
     # batched look-ups; it gives up past twice the users wanted.
@@ -186,7 +186,7 @@ class AdProvider(LdapProvider):
     def _member_assertion(dn: str) -> str | None:
         # ``name`` holds the RDN value of every AD object, whatever its RDN attribute,
         # and is indexed (Samba's @INDEXLIST, Windows' schema). A hint to batch by:
-        # entries are matched back by DN. Measured 3x less DC time than
+        # entries are matched back by DN. Measured 2.5-3.4x less DC time than
         # distinguishedName, which Samba resolves slowly in an OR (class comment).
         avas = rdn_avas(dn)
         if not avas:
@@ -302,9 +302,12 @@ class AdProvider(LdapProvider):
         entries: list[Entry] = []
         try:
             for b in s.user_bases:
+                left = cap - len(entries)  # > 0: max_entries=0 would mean no bound
+                if left <= 0:
+                    raise LdapTooMany(f"the user bases passed {cap} entries")
                 entries += self.client.search(
                     b.dn, s.with_base(f"(objectClass={s.user_oc})", b), attrs, scope=b.scope,
-                    max_entries=cap - len(entries),
+                    max_entries=left,
                 )  # fmt: skip
         except LdapTooMany as too_many:
             log.debug("%s: member users left to batched look-ups", too_many)
