@@ -338,6 +338,11 @@ def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(
         assert ig is not None and set(ig.groups) == want_groups
         assert _members(p, "big") == want
         assert spy.sweeps() == 1 and spy.batches() >= len(want) // p.member_batch, spy.calls
+    with _provider(dc, tmp_path / "u", asq=False, ldap_page_size="0") as (p, spy):
+        # Unpaged, nothing could stop the sweep at its bound: batches only.
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert spy.sweeps() == 0 and spy.batches() >= len(want) // p.member_batch, spy.calls
     with _provider(dc, tmp_path / "c") as (p, spy):
         # With ASQ the big group's members come from it, before any sweep.
         assert p.initgroups("m0001").outcome is Outcome.FOUND

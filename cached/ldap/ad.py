@@ -35,7 +35,14 @@ from cached.cache import DomainCache
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, LDAP_DECODE, NESTED_RESOLVE, Counters
 from cached.dn import normalize_dn, rdn_avas
-from cached.ldap.client import ASQ_OID, Entry, LdapClient, LdapError, LdapTooMany
+from cached.ldap.client import (
+    ASQ_OID,
+    PAGED_RESULTS_OID,
+    Entry,
+    LdapClient,
+    LdapError,
+    LdapTooMany,
+)
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import WALK, LdapProvider, Member, Outcome, Result, _GroupEntry
 from cached.ldap.schema import BATCH, SchemaMap, escape
@@ -293,7 +300,14 @@ class AdProvider(LdapProvider):
         not return (groups, users outside the bases, deleted entries) are left to the
         batches, which apply the naming rules of docs/compatibility.md §9.5."""
         lookup = self._unknown(found, budget, known)
-        if len(lookup) < self.sweep_min:
+        info = self.client.info
+        if (
+            len(lookup) < self.sweep_min
+            # Unpaged, the whole answer arrives before the bound can stop it.
+            or self.cfg.ldap_page_size <= 0
+            or info is None
+            or PAGED_RESULTS_OID not in info.controls
+        ):
             return
         s = self.schema
         attrs = [s.user_name, s.user_uid, s.user_gid, "objectClass", s.user_sid,
