@@ -138,6 +138,18 @@ def _measure(start: Any, want: set[int], large01: set[str], repeat: int = 1) -> 
                     if not ok:
                         print(f"warm id: rc {r.returncode}, stdout {r.stdout[:300]!r}, "
                               f"stderr {r.stderr[-300:]!r}", file=sys.stderr)  # fmt: skip
+                    # The primary group after the user is cached: exact = its `member`
+                    # values, none (SSSD adds the cached users of its gid,
+                    # docs/compatibility.md §9.5).
+                    n0 = searches()
+                    wall, r = _timed(d.run_nss, ["getent", "group", "Domain Users"])
+                    fields = r.stdout.rstrip("\n").split(":")
+                    ok = r.returncode == 0 and len(fields) == 4 and fields[3] == ""
+                    step = "group Domain Users after id"
+                    got.setdefault(step, []).append((wall, searches() - n0, ok))
+                    if not ok:
+                        print(f"{step}: rc {r.returncode}, stdout {r.stdout[:300]!r}",
+                              file=sys.stderr)  # fmt: skip
     return [
         (step, statistics.median(w for w, _, _ in runs), max(n for _, n, _ in runs),
          all(ok for _, _, ok in runs), [w for w, _, _ in runs])
@@ -199,7 +211,7 @@ def sssd_in_dc_netns(dc: addc.SambaDC, work: Path) -> list[Row]:
     if r.returncode != 0:
         raise RuntimeError(f"SSSD measurement failed:\n{r.stderr[-3000:]}")
     for line in r.stderr.splitlines():
-        if line.startswith(("cold ", "warm ")):
+        if line.startswith(("cold ", "warm ", "group ")):
             print(f"SSSD {line}", file=sys.stderr)
     return [tuple(row) for row in json.loads(r.stdout.splitlines()[-1])]
 

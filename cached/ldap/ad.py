@@ -91,10 +91,11 @@ def _domain_of(sid: str) -> str:
 
 class AdProvider(LdapProvider):
     # Samba evaluates an OR of equality assertions in time growing faster than its
-    # length. Naming bigroupuser's 4,998 member users (Samba's CPU seconds, median of
-    # 3, perf/results/2026-11-30-adbig): (name=…) ORs of 250: 1.3 s, of 1,000: 2.3 s
-    # (an OR of 5,000 cn values fails: operationsError); (distinguishedName=…) ORs of 250:
-    # 3.2-3.9 s. 250 keeps the per-name cost at its floor with few round trips.
+    # length. Naming bigroupuser's 4,998 member users (Samba's CPU seconds, medians of
+    # 3 in two runs, perf/results/2026-11-30-adbig): (name=…) ORs of 250: 1.3 s, of
+    # 1,000: 2.2-2.7 s (an OR of 5,000 cn values fails: operationsError);
+    # (distinguishedName=…) ORs of 250: 3.2-3.7 s. 250 keeps the per-name cost at its
+    # floor with few round trips.
     member_batch = 250
     # The user sweep (_sweep_users): worth one search only in place of at least four
     # batched look-ups; it gives up past twice the users wanted.
@@ -193,7 +194,7 @@ class AdProvider(LdapProvider):
     def _member_assertion(dn: str) -> str | None:
         # ``name`` holds the RDN value of every AD object, whatever its RDN attribute,
         # and is indexed (Samba's @INDEXLIST, Windows' schema). A hint to batch by:
-        # entries are matched back by DN. Measured 2.5-3.4x less DC time than
+        # entries are matched back by DN. Measured 2.5-2.8x less DC time than
         # distinguishedName, which Samba resolves slowly in an OR (class comment).
         avas = rdn_avas(dn)
         if not avas:
@@ -262,11 +263,10 @@ class AdProvider(LdapProvider):
         base search each, biggest first: a group qualifies while at least
         ``member_batch`` of its members (one batched search's worth) and half of them
         are still unknown, since ASQ returns every member, known or not. Measured on
-        bigroupuser (Samba's CPU seconds, median of 3): ASQ over large01 named its
-        5,000 members in 0.47 s, against 1.3 s for 20 batches of (name=…) and 0.69 s
-        for a paged search of every user of the domain (a cost that grows with the
-        directory, not with the answer, so not used). bigroupuser's three groups of
-        5,000 share their members: one ASQ names them all."""
+        bigroupuser (Samba's CPU seconds, medians of 3 in two runs): ASQ over large01
+        named its 5,000 members in 0.49-0.57 s, against 1.3 s for 20 batches of
+        (name=…) and 0.68-0.81 s for a paged search of every user of the domain (whose
+        cost grows with the directory: :meth:`_sweep_users` bounds it)."""
         lookup = self._unknown(found, budget, known)
         if len(lookup) < self.member_batch:
             return
@@ -295,8 +295,8 @@ class AdProvider(LdapProvider):
         A directory of 500,000 users thus costs at most twice the names wanted, never
         the whole directory. Measured on bigroupuser, whose 2,086 groups have at most
         25 members each, so ASQ per group does not pay: naming its 4,998 member users
-        took Samba 0.69 s of CPU in one search against 1.3 s in 20 batches of
-        (name=…) (median of 3, perf/results/2026-11-30-adbig). Members the sweep does
+        took Samba 0.68-0.81 s of CPU in one search against 1.3 s in 20 batches of
+        (name=…) (medians of 3 in two runs, perf/results/2026-11-30-adbig). Members the sweep does
         not return (groups, users outside the bases, deleted entries) are left to the
         batches, which apply the naming rules of docs/compatibility.md §9.5."""
         lookup = self._unknown(found, budget, known)
