@@ -9,16 +9,21 @@ domain SID (tests/test_idmap.py ties IdMapper to SSSD's libsss_idmap).
 
 from __future__ import annotations
 
+import array
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cached.cache import Role, open_domain_cache
 from cached.config import parse_config
-from cached.ldap.ad import sid_assertion, sid_to_bytes, sid_to_str
-from cached.ldap.client import LdapClient, LdapError, encode_asq, merge_ranges
+from cached.counters import Counters
+from cached.ldap.ad import AdProvider, sid_assertion, sid_to_bytes, sid_to_str
+from cached.ldap.client import ASQ_OID, LdapClient, LdapError, encode_asq, merge_ranges
 from cached.ldap.idmap import IdMapError, IdMapper
+from cached.ldap.provider import Outcome
 from perf import addc, addir
 from perf.daemon import CachedDaemon, config_text
 from perf.nsenv import requires_nss
@@ -155,9 +160,10 @@ def test_groups_nested_and_ranged(
         assert _group_line(posix, name) == (name, gid, set(members))
         assert _group_line(posix, str(gid)) == (name, gid, set(members))
     assert len(data.groups["big"][1]) > addir.MAX_VAL_RANGE
-    # The primary group: its gid, no members listed (as SSSD: `member` is empty).
-    name, gid, _ = _group_line(posix, "Domain Users")
-    assert (name, gid) == ("Domain Users", addir.DOMAIN_USERS_GID)
+    # The primary group: its gid and its `member` values (none), even with users of
+    # that primary gid cached; SSSD 2.8.2 adds the cached ones (docs/compatibility.md §9.5).
+    assert _nss(posix, "getent", "passwd", "alice")[0] == 0
+    assert _group_line(posix, "Domain Users") == ("Domain Users", addir.DOMAIN_USERS_GID, set())
     # A group without gidNumber is walked through (staff lists carol), never answered.
     assert _nss(posix, "getent", "group", "nonposix")[0] == 2
 
@@ -235,3 +241,135 @@ def test_ranged_values_read_from_the_dc(ad: tuple[addc.SambaDC, addir.ADDirector
         assert len(e.get("member")) == len(data.groups["big"][1]) - 1000
     finally:
         client.close()
+
+
+# -- member naming paths, in-process against the DC ----------------------------------
+
+
+class _Spy:
+    """The provider's real LdapClient, with every search it makes recorded as
+    (filter, keyword arguments): which path named the members."""
+
+    def __init__(self, client: LdapClient) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.attrs: list[str] = []
+        self._search = client.search
+        client.search = self  # type: ignore[method-assign]
+
+    def __call__(self, base: str, filt: str, attrs: list[str], **kw: Any) -> Any:
+        self.calls.append((filt, kw))
+        self.attrs += attrs
+        return self._search(base, filt, attrs, **kw)
+
+    def asq(self) -> int:
+        return sum(1 for _, kw in self.calls if kw.get("asq"))
+
+    def sweeps(self) -> int:
+        return sum(1 for _, kw in self.calls if kw.get("max_entries"))
+
+    def batches(self) -> int:
+        return sum(1 for f, _ in self.calls if "(name=" in f)
+
+
+@contextlib.contextmanager
+def _provider(
+    dc: addc.SambaDC, tmp: Path, *, asq: bool = True, **extra: str
+) -> Iterator[tuple[AdProvider, _Spy]]:
+    """An AdProvider with its own cache on the real DC; ``asq=False``: the root DSE
+    read at connect loses the ASQ control, as on a server that does not list it."""
+    text = config_text([dc.ldapi_uri], dc.base_dn, tmp, **_opts(dc, **extra))
+    domain = parse_config(text).domains[0]
+    (tmp / "db").mkdir(parents=True)
+    client = LdapClient(domain)
+    cache = open_domain_cache(str(tmp / "db"), domain, Role.BACKEND, counters=Counters())
+    p = AdProvider(domain, client, cache, Counters())
+    try:
+        client.connect()
+        assert client.info is not None and ASQ_OID in client.info.controls  # Samba has it
+        if not asq:
+            client.info.controls.discard(ASQ_OID)
+        yield p, _Spy(client)
+    finally:
+        client.close()
+
+
+def _members(p: AdProvider, group: str) -> set[str]:
+    view = p.cache.group_by_name(group).value
+    assert view is not None, group
+    return set(view.members.decode().split("\0")) - {""}
+
+
+def test_group_members_by_asq_only_when_the_root_dse_lists_it(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    dc, data = ad
+    want = set(data.groups["big"][1])
+    with _provider(dc, tmp_path / "a") as (p, spy):
+        assert p.group_by_name("big").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert (spy.asq(), spy.batches()) == (1, 0), spy.calls
+    with _provider(dc, tmp_path / "b", asq=False) as (p, spy):
+        assert p.group_by_name("big").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert spy.asq() == 0
+        # 1,600 members in batches of member_batch (name=…) look-ups.
+        assert spy.batches() == -(-len(want) // p.member_batch), spy.calls
+
+
+def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """m0001 is in big (1,600 members): without ASQ the unknown members are named by
+    one paged search of the user base, bounded by twice their number; with the bound
+    below the domain's users it gives up and the batches name them, as exactly."""
+    dc, data = ad
+    want_groups = set(data.initgroups["m0001"])
+    want = set(data.groups["big"][1])
+    with _provider(dc, tmp_path / "a", asq=False) as (p, spy):
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        ig = p.cache.initgroups("m0001").value
+        assert ig is not None and set(ig.groups) == want_groups
+        assert _members(p, "big") == want
+        assert (spy.asq(), spy.sweeps(), spy.batches()) == (0, 1, 0), spy.calls
+    with _provider(dc, tmp_path / "b", asq=False) as (p, spy):
+        p.sweep_factor = 1  # the bound: as many users as unknown members, fewer than exist
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        ig = p.cache.initgroups("m0001").value
+        assert ig is not None and set(ig.groups) == want_groups
+        assert _members(p, "big") == want
+        assert spy.sweeps() == 1 and spy.batches() >= len(want) // p.member_batch, spy.calls
+    with _provider(dc, tmp_path / "u", asq=False, ldap_page_size="0") as (p, spy):
+        # Unpaged, nothing could stop the sweep at its bound: batches only.
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert spy.sweeps() == 0 and spy.batches() >= len(want) // p.member_batch, spy.calls
+    with _provider(dc, tmp_path / "c") as (p, spy):
+        # With ASQ the big group's members come from it, before any sweep.
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert (spy.asq(), spy.sweeps()) == (1, 0), spy.calls
+
+
+@requires_nss
+def test_initgroups_without_token_groups(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """``ldap_use_tokengroups = false``: the rfc2307bis walk up by (member=<DN>), the
+    same answers (SSSD 2.8.2 answers only the primary group there, §6.6)."""
+    dc, data = ad
+    with CachedDaemon(tmp_path / "d", [dc.ldapi_uri], dc.base_dn,
+                      **_opts(dc, ldap_use_tokengroups="false")) as d:  # fmt: skip
+        for login in ("alice", "bob", "carol", "m0001"):
+            want = {data.groups[g][0] for g in data.initgroups[login]}
+            rc, out = _nss(d, "id", login)
+            assert rc == 0, d.log_tail()
+            assert {int(x.split("(")[0]) for x in out.split("groups=", 1)[1].split(",")} == want
+    with _provider(dc, tmp_path / "p", ldap_use_tokengroups="false") as (p, spy):
+        assert p.initgroups("alice").outcome is Outcome.FOUND
+        ig = p.cache.initgroups("alice").value
+        assert ig is not None
+        # The primary gid is in the gids, though alice is no explicit member (§9.5).
+        gids = {data.groups[g][0] for g in data.initgroups["alice"]}
+        assert set(array.array("I", ig.gids)) == gids
+        assert set(ig.groups) == set(data.initgroups["alice"]) - {"Domain Users"}
+        assert "tokenGroups" not in spy.attrs and spy.calls

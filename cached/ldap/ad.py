@@ -10,11 +10,13 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   those groups with their members. The primary group, which ``member`` never lists,
   is the domain SID + ``primaryGroupID``. BUILTIN SIDs (S-1-5-32-*) have no POSIX id
   and are skipped, as SSSD skips them; so are groups without a gid.
-* **members by DN**: AD's ``(member=<DN>)`` filters are unindexed on Samba (0.4-1.2 s
-  each, measured), and an RDN value (``CN=Full Name``) is no login name;
-  member DNs are looked up with batched ``(distinguishedName=…)`` searches, which AD
-  indexes. No deref control (AD has none; a critical control the root DSE does not
-  list is never sent, cached/ldap/client.py).
+* **members named from their entries, never by ``(member=<DN>)``**: those filters are
+  unindexed on Samba (0.4-1.2 s each, measured), and an RDN value (``CN=Full Name``)
+  is no login name. A group with many unknown members is read with one ASQ base
+  search over ``member`` (AD's stand-in for the deref control, which it lacks; sent
+  only when the root DSE lists it, cached/ldap/client.py); the rest are looked up in
+  batches of ``(name=<RDN value>)`` — ``name`` is every AD object's RDN value,
+  indexed by Samba and Windows — and matched back by DN.
 * **ID mapping** (``ldap_id_mapping = true``): uid and gid computed from objectSid by
   :class:`cached.ldap.idmap.IdMapper`, SSSD's algorithm and defaults, so a machine
   moving from SSSD keeps every owner; the primary gid is the mapped SID of the
@@ -33,7 +35,14 @@ from cached.cache import DomainCache
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, LDAP_DECODE, NESTED_RESOLVE, Counters
 from cached.dn import normalize_dn, rdn_avas
-from cached.ldap.client import ASQ_OID, Entry, LdapClient, LdapError
+from cached.ldap.client import (
+    ASQ_OID,
+    PAGED_RESULTS_OID,
+    Entry,
+    LdapClient,
+    LdapError,
+    LdapTooMany,
+)
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import WALK, LdapProvider, Member, Outcome, Result, _GroupEntry
 from cached.ldap.schema import BATCH, SchemaMap, escape
@@ -81,11 +90,17 @@ def _domain_of(sid: str) -> str:
 
 
 class AdProvider(LdapProvider):
-    # Samba evaluates an OR of distinguishedName assertions in time growing faster than
-    # its length: measured on bigroupuser, 1,000 DNs 2.4-3.9 s (3.9 ms each), 250 DNs
-    # 0.39-0.47 s (1.6 ms each), 50 DNs 0.05-0.08 s. 250 keeps the per-DN cost at its
-    # floor with 4x fewer round trips than 50.
+    # Samba evaluates an OR of equality assertions in time growing faster than its
+    # length. Naming bigroupuser's 4,998 member users (Samba's CPU seconds, medians of
+    # 3 in two runs, perf/results/2026-11-30-adbig): (name=…) ORs of 250: 1.3 s, of
+    # 1,000: 2.2-2.7 s (an OR of 5,000 cn values fails: operationsError);
+    # (distinguishedName=…) ORs of 250: 3.2-3.7 s. 250 keeps the per-name cost at its
+    # floor with few round trips.
     member_batch = 250
+    # The user sweep (_sweep_users): worth one search only in place of at least four
+    # batched look-ups; it gives up past twice the users wanted.
+    sweep_min = 4 * member_batch
+    sweep_factor = 2
 
     def __init__(
         self,
@@ -177,12 +192,31 @@ class AdProvider(LdapProvider):
 
     @staticmethod
     def _member_assertion(dn: str) -> str | None:
-        # distinguishedName is indexed in AD; (member=…) and RDN values are not the way.
-        if not rdn_avas(dn):
+        # ``name`` holds the RDN value of every AD object, whatever its RDN attribute,
+        # and is indexed (Samba's @INDEXLIST, Windows' schema). A hint to batch by:
+        # entries are matched back by DN. Measured 2.5-2.8x less DC time than
+        # distinguishedName, which Samba resolves slowly in an OR (class comment).
+        avas = rdn_avas(dn)
+        if not avas:
             return None
-        return f"(distinguishedName={escape(dn)})"
+        return f"(name={escape(avas[0][1])})"
 
     # -- group members ---------------------------------------------------------------
+
+    def _asq_usable(self, unknown: int) -> bool:
+        """ASQ for a group with ``unknown`` members to name: when the root DSE lists
+        it (never sent critical otherwise), past ``ldap_deref_threshold`` (0 turns it
+        off, as SSSD), and no base has a filter (an entry ASQ returns could not be
+        checked against it, as on the deref path)."""
+        s = self.schema
+        info = self.client.info
+        threshold = self.cfg.ldap_deref_threshold
+        return (
+            0 < threshold < unknown
+            and info is not None
+            and ASQ_OID in info.controls
+            and not any(b.filter for b in s.user_bases + s.group_bases)
+        )
 
     def _by_deref(
         self,
@@ -192,19 +226,11 @@ class AdProvider(LdapProvider):
     ) -> None:
         """AD has no deref control but ASQ: one base search on a big group returns the
         entries its ``member`` values name (SSSD uses it the same way, past
-        ``ldap_deref_threshold``). Measured on Samba, large01 (5,000 members): one
-        ASQ search 2.7 s, against 20 batched distinguishedName searches, 8 s. Member
-        groups to expand are left to the look-ups, which fetch their members too."""
+        ``ldap_deref_threshold``; measured in :meth:`_asq_big_groups`). Member groups
+        to expand are left to the look-ups, which fetch their members too. ``lookup``
+        holds members of ``g`` only: what ASQ does not return does not exist."""
         s = self.schema
-        info = self.client.info
-        threshold = self.cfg.ldap_deref_threshold
-        if (
-            threshold <= 0
-            or len(lookup) <= threshold
-            or info is None
-            or ASQ_OID not in info.controls
-            or any(b.filter for b in s.user_bases + s.group_bases)  # as the deref path
-        ):
+        if not self._asq_usable(len(lookup)):
             return
         entries = self.client.search(
             g.entry.dn, "(objectClass=*)", s.deref_attrs, scope="base", asq=s.group_member
@@ -229,6 +255,81 @@ class AdProvider(LdapProvider):
         for k in [k for k in lookup if k not in returned]:
             known[k] = None  # ASQ returns every entry that exists: this one does not
             del lookup[k]
+
+    def _asq_big_groups(
+        self, found: dict[str, _GroupEntry], budget: dict[str, int], known: dict[str, Member]
+    ) -> None:
+        """Name the members of the groups with the most unknown members by ASQ, one
+        base search each, biggest first: a group qualifies while at least
+        ``member_batch`` of its members (one batched search's worth) and half of them
+        are still unknown, since ASQ returns every member, known or not. Measured on
+        bigroupuser (Samba's CPU seconds, medians of 3 in two runs): ASQ over large01
+        named its 5,000 members in 0.49-0.57 s, against 1.3 s for 20 batches of
+        (name=…) and 0.68-0.81 s for a paged search of every user of the domain (whose
+        cost grows with the directory: :meth:`_sweep_users` bounds it)."""
+        lookup = self._unknown(found, budget, known)
+        if len(lookup) < self.member_batch:
+            return
+        unknown = {k: [mk for mk in g.member_keys if mk in lookup] for k, g in found.items()}
+        for k in sorted(unknown, key=lambda k: len(unknown[k]), reverse=True):
+            g = found[k]
+            mine = {mk: lookup[mk] for mk in unknown[k] if mk in lookup}
+            if len(mine) < self.member_batch:
+                break  # sorted: no later group qualifies either
+            if 2 * len(mine) < len(g.member_keys):
+                continue
+            if not self._asq_usable(len(mine)):
+                return
+            self._by_deref(g, mine, known)
+            for mk in unknown[k]:
+                if mk in known:
+                    lookup.pop(mk, None)
+
+    def _sweep_users(
+        self, found: dict[str, _GroupEntry], budget: dict[str, int], known: dict[str, Member]
+    ) -> None:
+        """Name thousands of unknown members with one paged search of the user bases
+        for every user, when that search is bounded by the answer: it runs only for
+        at least ``sweep_min`` unknown members and stops (:class:`LdapTooMany`) once
+        it passes ``sweep_factor`` times their number, leaving them to the batches.
+        A directory of 500,000 users thus costs at most twice the names wanted, never
+        the whole directory. Measured on bigroupuser, whose 2,086 groups have at most
+        25 members each, so ASQ per group does not pay: naming its 4,998 member users
+        took Samba 0.68-0.81 s of CPU in one search against 1.3 s in 20 batches of
+        (name=…) (medians of 3 in two runs, perf/results/2026-11-30-adbig). Members the sweep does
+        not return (groups, users outside the bases, deleted entries) are left to the
+        batches, which apply the naming rules of docs/compatibility.md §9.5."""
+        lookup = self._unknown(found, budget, known)
+        info = self.client.info
+        if (
+            len(lookup) < self.sweep_min
+            # Unpaged, the whole answer arrives before the bound can stop it.
+            or self.cfg.ldap_page_size <= 0
+            or info is None
+            or PAGED_RESULTS_OID not in info.controls
+        ):
+            return
+        s = self.schema
+        attrs = [s.user_name, s.user_uid, s.user_gid, "objectClass", s.user_sid,
+                 s.user_primary_group]  # fmt: skip
+        cap = self.sweep_factor * len(lookup)
+        entries: list[Entry] = []
+        try:
+            for b in s.user_bases:
+                left = cap - len(entries)  # > 0: max_entries=0 would mean no bound
+                if left <= 0:
+                    raise LdapTooMany(f"the user bases passed {cap} entries")
+                entries += self.client.search(
+                    b.dn, s.with_base(f"(objectClass={s.user_oc})", b), attrs, scope=b.scope,
+                    max_entries=left,
+                )  # fmt: skip
+        except LdapTooMany as too_many:
+            log.debug("%s: member users left to batched look-ups", too_many)
+            return
+        for e in entries:
+            k = normalize_dn(e.dn)
+            if k in lookup:
+                known[k] = self._user_member(e, k, False)
 
     # -- initgroups ------------------------------------------------------------------
 
@@ -274,8 +375,12 @@ class AdProvider(LdapProvider):
             mine = {k for k, g in found.items() if g.posix}
             if not self.cfg.ignore_group_members:
                 # Name every member (budget 0: member groups outside the token are
-                # named, not fetched; their parents are stored expired, §6.3 step 4).
-                self._closure(found, {k: 0 for k in found}, known, [])
+                # named, not fetched; their parents are stored expired, §6.3 step 4):
+                # the big groups' by ASQ, the rest in batches.
+                budget = {k: 0 for k in found}
+                self._asq_big_groups(found, budget, known)
+                self._sweep_users(found, budget, known)
+                self._closure(found, budget, known, [])
 
         gone = self._vanished(name, found, known)
         with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:

@@ -296,6 +296,11 @@ class LdapLimitExceeded(LdapError):
         self.partial = partial  # entries received before the cut
 
 
+class LdapTooMany(LdapError):
+    """A search stopped by its caller's ``max_entries``: the answer is bigger than the
+    caller chose to pay for (it falls back to narrower searches)."""
+
+
 @dataclass(slots=True)
 class Entry:
     dn: str
@@ -582,11 +587,14 @@ class LdapClient:
         deref_specs: list[tuple[str, list[str]]] | None = None,
         deref_seen: set[str] | None = None,
         asq: str = "",
+        max_entries: int = 0,
     ) -> list[Entry]:
         """One logical search (all pages), counted once (reference §5.1), within one
         ``ldap_search_timeout`` on each server it is tried on. ``deref_seen``: DNs whose
         dereferenced values are not decoded again. ``asq``: an attribute for the ASQ
-        control (base searches; the caller checks that the root DSE lists it)."""
+        control (base searches; the caller checks that the root DSE lists it).
+        ``max_entries``: raise :class:`LdapTooMany` once a page takes the answer past
+        it (no further page is asked for)."""
         start = time.perf_counter()
         entries: list[Entry] = []
         resets = 0
@@ -597,8 +605,9 @@ class LdapClient:
                 try:
                     with _deadline(conn, self.cfg.ldap_search_timeout):
                         entries = self._search_pages(
-                            conn, base, filt, attrs, scope, deref_specs, deref_seen, asq
-                        )
+                            conn, base, filt, attrs, scope, deref_specs, deref_seen, asq,
+                            max_entries,
+                        )  # fmt: skip
                         for e in entries:
                             self._fill_ranges(conn, e)
                     return entries
@@ -633,6 +642,7 @@ class LdapClient:
         deref_specs: list[tuple[str, list[str]]] | None,
         deref_seen: set[str] | None = None,
         asq: str = "",
+        max_entries: int = 0,
     ) -> list[Entry]:
         controls = None
         if deref_specs:
@@ -692,6 +702,10 @@ class LdapClient:
             code = (conn.result or {}).get("result", 0)
             if code in (3, 4):  # timeLimitExceeded, sizeLimitExceeded (RFC 4511 §4.1.9)
                 raise self._limit(base, filt, code, len(out))
+            if max_entries and len(out) > max_entries:
+                # The server keeps the abandoned page state until the connection ends
+                # or newer paged searches evict it (Samba and Windows keep a few).
+                raise LdapTooMany(f"search of {base!r} passed {max_entries} entries")
             if not paged:
                 return out
             ctrls = (conn.result or {}).get("controls") or {}
