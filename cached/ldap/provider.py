@@ -198,7 +198,7 @@ class LdapProvider:
         self.limit_error = ""
         self._limit_lookup: tuple[str, str] | None = None
         # DNs dereferenced in this request: later copies are not decoded again.
-        self._deref_seen: set[str] = set()
+        self._deref_seen: set[bytes] = set()
         self.limit_time = 0.0
 
     # -- plumbing ------------------------------------------------------------------
@@ -564,25 +564,33 @@ class LdapProvider:
         """Name the members of a group entry from the deref control's answer: users
         by their entry (in a user base, with ids), groups of the class by name (a
         group to expand is still looked up with its members); a member value the
-        server did not dereference names no entry."""
+        server did not dereference names no entry. Each DN comes once per walk (the
+        first copy the client read, whichever entry it came in: see
+        deref.decode_counted), so naming does not depend on the order of entries."""
         s = self.schema
-        returned = set()
         group_oc = s.group_oc.lower().encode()
+        user_oc = s.user_oc.lower().encode()
         for r in e.deref or ():
             k = normalize_dn(r.dn)
-            returned.add(k)
-            if k in known or r.repeat:
-                continue  # named at its first copy (else left to the look-ups)
+            if k in known:
+                continue
             ocs = {v.lower() for v in r.values.get("objectclass", [])}
             entry = Entry(r.dn, r.values)
-            if s.user_oc.lower().encode() in ocs:
+            if user_oc in ocs:
                 known[k] = self._user_member(entry, k, True)
             elif group_oc in ocs and self._in_bases(k, s.group_bases):
                 g = self._group_entry(entry, WALK)
                 known[k] = None if g is None else ("group" if g.posix else WALK, g.name)
             else:
                 known[k] = None
-        for dn in _names_each(e.get(s.group_member)):
+        members = e.get(s.group_member)
+        if e.deref_total >= len(members) or e.deref_raw is None:
+            return  # every value was dereferenced (the common case: no dangling DN)
+        # Some member names no entry the server could dereference: read this
+        # entry's results again, copies included, to find which (rare: dangling or
+        # unreadable members).
+        returned = {normalize_dn(r.dn) for r in deref.decode_response(e.deref_raw)}
+        for dn in _names_each(members):
             k = normalize_dn(dn)
             if k not in returned:
                 known.setdefault(k, None)
