@@ -162,6 +162,11 @@ RECV_SIZE = 1 << 20
 # (the buffer, the copy and the decoded values: about 4x the message).
 MAX_MESSAGE = 64 << 20
 _DEADLINE_ATTR = "_cached_deadline"  # monotonic time an operation must finish by
+# Searches outstanding at once on the connection (LdapClient.search_many): enough for
+# the server to work on the next while the client decodes the last (two cores here;
+# the walk of bigroupuser has at most 2 per level), few enough to bound what a level
+# of many batches makes the server hold at once.
+OUTSTANDING = 4
 _receiving = ldap3.strategy.sync.SyncStrategy.receiving
 
 
@@ -293,7 +298,10 @@ class Search:
 class _Request:
     """A search on the wire: its encoded filter and controls, its pages so far."""
 
-    __slots__ = ("added", "controls", "cookie", "entries", "error", "filt", "page", "seen", "spec")
+    __slots__ = (
+        "added", "alone", "controls", "cookie", "deadline", "entries", "error", "filt", "page",
+        "seen", "shared", "spec",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -308,6 +316,9 @@ class _Request:
         self.entries: list[Entry] = []
         self.error: LdapError | None = None
         self.added: list[bytes] = []  # DNs this search put into ``seen``
+        self.deadline = 0.0  # monotonic time its last page must have come by
+        self.shared = False  # another paged request was outstanding with its last page
+        self.alone = False  # the only paged search outstanding (see _exchange)
 
     def reset(self) -> None:
         """Start again (a new connection): what the last try saw is forgotten."""
@@ -647,9 +658,12 @@ class LdapClient:
                 try:
                     with _deadline(conn, self.cfg.ldap_search_timeout):
                         self._exchange(conn, reqs)
+                    for r in reqs:
+                        if r.error is not None and not isinstance(r.error, LdapLimitExceeded):
+                            raise r.error
+                    # Ranged values (AD): base searches of their own, in one more deadline.
+                    with _deadline(conn, self.cfg.ldap_search_timeout):
                         for r in reqs:
-                            if r.error is not None and not isinstance(r.error, LdapLimitExceeded):
-                                raise r.error
                             if r.error is None:
                                 for e in r.entries:
                                     self._fill_ranges(conn, e)
@@ -701,17 +715,54 @@ class LdapClient:
         return _Request(spec, filt, controls, page if paged else 0, deref_seen)
 
     def _exchange(self, conn: ldap3.Connection, reqs: list[_Request]) -> None:
-        """Send every request, then read until each has its last page: entries by
-        deref.decode_search_entry, results by wire.decode_response. Paged searches
-        send their next page as soon as a page is done."""
+        """Send the requests, at most OUTSTANDING at a time, and read until each has
+        its last page: entries by deref.decode_search_entry, results by
+        wire.decode_response. A paged search sends its next page as soon as a page is
+        done. Each search has its own ``ldap_search_timeout`` from its first page
+        (all its pages, as one search alone has), so a level of fifty batches is not
+        held to the time of one; a server that answers none fails at the first.
+
+        slapd keeps one paged-results state per connection: a paged request sent
+        after another's page makes that one's cookie "invalid or old"
+        (unwillingToPerform). Most searches of a walk end in their first page, so
+        first pages go out together; a search that needs a next page after another
+        paged request was outstanding with it is started again, alone among the
+        paged ones."""
         strategy = conn.strategy
+        timeout = self.cfg.ldap_search_timeout
+        queue = list(reversed(reqs))
         pending: dict[int, _Request] = {}
-        for r in reqs:
+
+        def can_start(r: _Request) -> bool:
+            if not r.page:
+                return True
+            paged = [x for x in pending.values() if x.page]
+            return not paged or (not r.alone and not any(x.alone for x in paged))
+
+        def start() -> None:
+            r = queue.pop()
+            r.deadline = time.monotonic() + timeout
+            send(r)
+
+        def send(r: _Request) -> None:
+            setattr(conn, _DEADLINE_ATTR, min(x.deadline for x in (r, *pending.values())))
+            if r.page:
+                r.shared = False
+                for x in pending.values():
+                    if x.page:  # slapd may run them in any order: both may be stale
+                        x.shared = r.shared = True
             self._send(conn, r, pending)
+
+        def fill() -> None:
+            while queue and len(pending) < OUTSTANDING and can_start(queue[-1]):
+                start()
+
+        fill()
         ber = 0.0
         t_start = time.perf_counter()
         try:
             while pending:
+                setattr(conn, _DEADLINE_ATTR, min(r.deadline for r in pending.values()))
                 messages = _receiving_linear(strategy)
                 if not messages:
                     _close_quietly(strategy)
@@ -739,7 +790,13 @@ class LdapClient:
                         continue  # continuation references, intermediate responses
                     del pending[res.message_id]
                     if self._done(req, res):
-                        self._send(conn, req, pending)  # the next page
+                        if not req.shared:
+                            send(req)  # the next page: no other paged request meanwhile
+                        else:
+                            req.reset()  # its cookie is stale on slapd: again, alone
+                            req.alone = True
+                            queue.append(req)
+                    fill()
                 ber += time.perf_counter() - t0
         finally:
             # Reading our own BER (entries, deref values) apart from the rest: the
