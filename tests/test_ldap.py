@@ -249,8 +249,9 @@ def test_searches_sent_together_give_what_each_gives_alone(slapd_small):
 
 
 def test_small_directory_exact_with_tiny_pages(tmp_path, slapd_small):
-    """Every level of the walk with pages of 2 entries: searches of one round that
-    need further pages are re-run alone (slapd's paged state) and still exact."""
+    """Every level of the walk with pages of 2 entries: the searches of one round go
+    out through search_many, one paged search at a time on the connection (slapd
+    keeps one paged state per connection), and every answer is exact."""
     s, exp = slapd_small.slapd, slapd_small.expected
     p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn, ldap_page_size=2))
     for name in exp.user_names():
