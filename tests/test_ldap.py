@@ -12,7 +12,7 @@ from cached.cache import State
 from cached.cache.records import split_members
 from cached.counters import LDAP_CONNECT, LDAP_SEARCH, Counters
 from cached.ldap import deref
-from cached.ldap.client import LdapClient, LdapOffline
+from cached.ldap.client import LdapClient, LdapOffline, Search
 from cached.ldap.provider import Outcome
 from cached.ldap.schema import escape
 from tests.util import make_backend as _make_backend
@@ -228,6 +228,38 @@ def test_the_deref_control_names_members(tmp_path, slapd_small):
     assert members(cache, big) == exp.members(big, 2)
     bases = [op.base for op in s.searches(offset)]
     assert exp.group(big).dn in bases  # the base search that carried the deref control
+
+
+def test_searches_sent_together_give_what_each_gives_alone(slapd_small):
+    """client.search_many: several searches outstanding on the one connection, paged
+    (3 entries a page) so slapd's one paged state per connection is in play: each
+    gets exactly the entries it gets alone, an empty one and a noSuchObject base
+    included."""
+    s = slapd_small.slapd
+    client = LdapClient(make_domain([s.uri], s.base_dn, ldap_page_size=3))
+    _clients.append(client)
+    filters = ["(objectClass=posixGroup)", "(uid=user0000*)", "(objectClass=posixAccount)",
+               "(uid=nobody-at-all)", "(cn=*)"]  # fmt: skip
+    specs = [Search(s.base_dn, f, ["cn", "uid"]) for f in filters]
+    specs.append(Search(f"ou=nowhere,{s.base_dn}", "(objectClass=*)", ["cn"]))
+    alone = [sorted(e.dn for e in client.search(x.base, x.filt, x.attrs)) for x in specs]
+    together = client.search_many(specs)
+    assert [sorted(e.dn for e in got) for got in together] == alone  # type: ignore[union-attr]
+    assert len(alone[0]) > 3 and alone[3] == [] and alone[-1] == []
+
+
+def test_small_directory_exact_with_tiny_pages(tmp_path, slapd_small):
+    """Every level of the walk with pages of 2 entries: the searches of one round go
+    out through search_many, one paged search at a time on the connection (slapd
+    keeps one paged state per connection), and every answer is exact."""
+    s, exp = slapd_small.slapd, slapd_small.expected
+    p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn, ldap_page_size=2))
+    for name in exp.user_names():
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert gids(cache, name) == exp.initgroups(name, 2), name
+    for name in exp.group_names():
+        assert p.group_by_name(name).outcome is Outcome.FOUND
+        assert members(cache, name) == exp.members(name, 2), name
 
 
 # -- changes on the server -------------------------------------------------------

@@ -34,10 +34,11 @@ import ldap3.strategy.base
 import ldap3.strategy.sync
 import ldap3.utils.conv
 from ldap3.core import exceptions as lexc
+from ldap3.core.results import RESULT_CODES
 
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, LDAP_BER, LDAP_CONNECT, LDAP_SEARCH, LDAP_WAIT, Counters
-from cached.ldap import deref
+from cached.ldap import deref, wire
 
 log = logging.getLogger(__name__)
 
@@ -128,38 +129,6 @@ def _no_decoded_attributes(_attributes: Any) -> dict[str, Any]:
 # nothing.
 ldap3.operation.search.attributes_to_dict_fast = _no_decoded_attributes
 
-# ldap3 parses and compiles the filter string into pyasn1 objects again for every page
-# of a paged search. The batched searches of §9.5 carry filters of a few thousand
-# assertions (~0.2 s to compile each time, measured); compile each once per search.
-_parse_filter = ldap3.operation.search.parse_filter
-_compile_filter = ldap3.operation.search.compile_filter
-_FILTERS: dict[str, Any] = {}  # filter text -> parsed tree (the roots we compiled)
-_COMPILED: dict[int, Any] = {}  # id(parsed root) -> compiled filter
-
-
-def _parse_filter_once(text: str, *args: Any) -> Any:
-    node = _FILTERS.get(text)
-    if node is None:
-        if len(_FILTERS) >= 4:
-            _FILTERS.clear()
-            _COMPILED.clear()
-        node = _FILTERS[text] = _parse_filter(text, *args)
-    return node
-
-
-def _compile_filter_once(node: Any) -> Any:
-    key = id(node)
-    got = _COMPILED.get(key)
-    if got is None:
-        got = _compile_filter(node)
-        if any(n.elements and id(n.elements[0]) == key for n in _FILTERS.values()):
-            _COMPILED[key] = got
-    return got
-
-
-ldap3.operation.search.parse_filter = _parse_filter_once
-ldap3.operation.search.compile_filter = _compile_filter_once
-
 _open_socket = ldap3.strategy.base.BaseStrategy._open_socket
 
 
@@ -193,6 +162,11 @@ RECV_SIZE = 1 << 20
 # (the buffer, the copy and the decoded values: about 4x the message).
 MAX_MESSAGE = 64 << 20
 _DEADLINE_ATTR = "_cached_deadline"  # monotonic time an operation must finish by
+# Searches outstanding at once on the connection (LdapClient.search_many): enough for
+# the server to work on the next while the client decodes the last (two cores here;
+# the walk of bigroupuser has at most 2 per level), few enough to bound what a level
+# of many batches makes the server hold at once.
+OUTSTANDING = 4
 _receiving = ldap3.strategy.sync.SyncStrategy.receiving
 
 
@@ -296,19 +270,86 @@ class LdapLimitExceeded(LdapError):
         self.partial = partial  # entries received before the cut
 
 
+@dataclass(slots=True)
+class Entry:
+    dn: str
+    attrs: dict[str, list[bytes]]  # lower-cased attribute name -> raw values
+    # The deref control's results: with a ``deref_seen`` set, only the DNs new to it.
+    deref: list[deref.DerefResult] | None = None
+    deref_total: int = 0  # results in the control, repeats included
+    deref_raw: bytes | None = None  # the control value, to read again in full
+
+    def get(self, name: str) -> list[bytes]:
+        return self.attrs.get(name.lower(), [])
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """One search for :meth:`LdapClient.search_many`."""
+
+    base: str
+    filt: str
+    attrs: list[str]
+    scope: str = "sub"  # "sub" | "one" | "base"
+    deref_specs: list[tuple[str, list[str]]] | None = None
+    asq: str = ""
+    max_entries: int = 0  # stop (LdapTooMany) once a page takes the answer past it
+
+
 class LdapTooMany(LdapError):
     """A search stopped by its caller's ``max_entries``: the answer is bigger than the
     caller chose to pay for (it falls back to narrower searches)."""
 
 
-@dataclass(slots=True)
-class Entry:
-    dn: str
-    attrs: dict[str, list[bytes]]  # lower-cased attribute name -> raw values
-    deref: list[deref.DerefResult] | None = None
+class _Request:
+    """A search on the wire: its encoded filter and controls, its pages so far."""
 
-    def get(self, name: str) -> list[bytes]:
-        return self.attrs.get(name.lower(), [])
+    __slots__ = (
+        "added", "controls", "cookie", "deadline", "entries", "error", "filt", "page", "seen",
+        "spec",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        spec: Search,
+        filt: bytes,
+        controls: list[wire.Control],
+        page: int,
+        seen: set[bytes] | None,
+    ) -> None:
+        self.spec, self.filt, self.controls, self.page, self.seen = spec, filt, controls, page, seen
+        self.cookie: bytes | None = None
+        self.entries: list[Entry] = []
+        self.error: LdapError | None = None
+        self.added: list[bytes] = []  # DNs this search put into ``seen``
+        self.deadline = 0.0  # monotonic time its last page must have come by
+
+    def reset(self) -> None:
+        """Start again (a new connection): what the last try saw is forgotten."""
+        if self.seen is not None and self.added:
+            self.seen.difference_update(self.added)
+        self.cookie, self.entries, self.error, self.added = None, [], None, []
+
+    def entry(self, e: deref.SearchEntry) -> None:
+        dn = _server_text(e.dn)
+        results = None
+        total = 0
+        raw = None
+        for oid, _crit, value in e.controls:
+            if oid == _DEREF_OID and value:
+                try:
+                    results, total = deref.decode_counted(value, self.seen, self.added)
+                except (deref.BerError, UnicodeDecodeError) as ex:
+                    # Recorded, not raised: the other answers on the connection are
+                    # still read, so the stream stays in step.
+                    self.error = self.error or LdapError(f"{dn}: bad deref control value: {ex}")
+                    return
+                raw = value
+        attrs = {_server_text(k).lower(): v for k, v in e.attrs.items()}
+        self.entries.append(Entry(dn, attrs, results, total, raw))
+
+
+_DEREF_OID = deref.DEREF_OID.encode()
 
 
 @dataclass
@@ -585,42 +626,67 @@ class LdapClient:
         *,
         scope: str = "sub",
         deref_specs: list[tuple[str, list[str]]] | None = None,
-        deref_seen: set[str] | None = None,
+        deref_seen: set[bytes] | None = None,
         asq: str = "",
         max_entries: int = 0,
     ) -> list[Entry]:
         """One logical search (all pages), counted once (reference §5.1), within one
-        ``ldap_search_timeout`` on each server it is tried on. ``deref_seen``: DNs whose
-        dereferenced values are not decoded again. ``asq``: an attribute for the ASQ
-        control (base searches; the caller checks that the root DSE lists it).
-        ``max_entries``: raise :class:`LdapTooMany` once a page takes the answer past
-        it (no further page is asked for)."""
+        ``ldap_search_timeout`` on each server it is tried on. ``deref_seen``: DNs
+        (raw derefVal bytes) already dereferenced, whose copies give no result.
+        ``asq``: an attribute for the ASQ control (base searches; the caller checks
+        that the root DSE lists it). ``max_entries``: raise :class:`LdapTooMany` once
+        a page takes the answer past it (no further page is asked for)."""
+        spec = Search(base, filt, attrs, scope, deref_specs, asq, max_entries)
+        (got,) = self.search_many([spec], deref_seen)
+        if isinstance(got, LdapError):
+            raise got
+        return got
+
+    def search_many(
+        self, specs: list[Search], deref_seen: set[bytes] | None = None
+    ) -> list[list[Entry] | LdapLimitExceeded]:
+        """Several independent searches on the one connection, sent together where
+        the server allows it (several message ids outstanding, RFC 4511 §4.1.1.1;
+        paged searches one at a time, see _exchange), the next sent the moment the
+        last is done. Each is counted as one search; all share one
+        ``ldap_search_timeout``. A search cut by a server limit gives its
+        LdapLimitExceeded in its place (the caller splits it); any other failure
+        fails them all, after the reconnect-once and failover rules of ``search``."""
         start = time.perf_counter()
-        entries: list[Entry] = []
+        reqs = [self._request(s, deref_seen) for s in specs]
         resets = 0
         try:
             while True:
                 conn = self.connect()  # LdapOffline when no server is left
                 uri = self.info.uri if self.info else "?"
+                for r in reqs:
+                    r.reset()
                 try:
                     with _deadline(conn, self.cfg.ldap_search_timeout):
-                        entries = self._search_pages(
-                            conn, base, filt, attrs, scope, deref_specs, deref_seen, asq,
-                            max_entries,
-                        )  # fmt: skip
-                        for e in entries:
-                            self._fill_ranges(conn, e)
-                    return entries
+                        self._exchange(conn, reqs)
+                    for r in reqs:
+                        if r.error is not None and not isinstance(r.error, LdapLimitExceeded):
+                            raise r.error
+                    # Ranged values (AD): base searches of their own, in one more deadline.
+                    with _deadline(conn, self.cfg.ldap_search_timeout):
+                        for r in reqs:
+                            if r.error is None:
+                                for e in r.entries:
+                                    self._fill_ranges(conn, e)
+                    return [r.error if isinstance(r.error, LdapLimitExceeded) else r.entries
+                            for r in reqs]  # fmt: skip
                 except LdapMessageTooLarge as e:
                     # The data, not the server: this request fails, the stream is lost.
                     self.close()
-                    raise LdapError(f"search of {base!r}: {e}") from None
+                    raise LdapError(f"search of {reqs[0].spec.base!r}: {e}") from None
                 except LdapTimeout:
                     # A hung or trickling server: never wait on it twice.
                     self._server_failed(
                         uri, f"{uri}: search timed out after {self.cfg.ldap_search_timeout} s"
                     )
                 except (ValueError, IndexError, TypeError) as e:
+                    # deref.BerError included: bytes that are not the LDAP they claim.
+                    self.close()
                     self._server_failed(uri, f"{uri}: undecodable answer ({_describe(e)})")
                 except _NETWORK_ERRORS as e:
                     # The connection died (server restarted, idle timeout): reconnect
@@ -630,88 +696,164 @@ class LdapClient:
                         self._server_failed(uri, f"{uri}: {_describe(e)}")
                     resets += 1
         finally:
-            self.counters.add(LDAP_SEARCH, 1, time.perf_counter() - start, len(entries))
+            took = (time.perf_counter() - start) / max(len(reqs), 1)
+            for r in reqs:
+                self.counters.add(LDAP_SEARCH, 1, took, len(r.entries))
 
-    def _search_pages(
-        self,
-        conn: ldap3.Connection,
-        base: str,
-        filt: str,
-        attrs: list[str],
-        scope: str,
-        deref_specs: list[tuple[str, list[str]]] | None,
-        deref_seen: set[str] | None = None,
-        asq: str = "",
-        max_entries: int = 0,
-    ) -> list[Entry]:
-        controls = None
-        if deref_specs:
+    def _request(self, spec: Search, deref_seen: set[bytes] | None) -> _Request:
+        controls: list[wire.Control] = []
+        if spec.deref_specs:
             # Critical, as SSSD sends it (§6.2): a server that cannot honour it must
             # say so rather than silently return entries without the values.
-            controls = [(deref.DEREF_OID, True, deref.encode_request(deref_specs))]
+            controls.append((deref.DEREF_OID, True, deref.encode_request(spec.deref_specs)))
         info = self.info
         page = self.cfg.ldap_page_size
         paged = page > 0 and info is not None and PAGED_RESULTS_OID in info.controls
-        if asq:
+        if spec.asq:
             # Critical, as SSSD sends it; not paged (one base entry's values: Samba
             # returned 5,000 members in one answer, 2.7 s).
-            controls = [*(controls or []), (ASQ_OID, True, encode_asq(asq))]
+            controls.append((ASQ_OID, True, encode_asq(spec.asq)))
             paged = False
-        cookie: bytes | None = None
-        out: list[Entry] = []
-        ldap_scope = {"sub": ldap3.SUBTREE, "base": ldap3.BASE, "one": ldap3.LEVEL}[scope]
-        while True:
-            t0 = time.perf_counter()
-            try:
-                conn.search(
-                    base,
-                    filt,
-                    ldap_scope,
-                    attributes=attrs,
-                    time_limit=self.cfg.ldap_search_timeout,
-                    controls=controls,
-                    paged_size=page if paged else None,
-                    paged_cookie=cookie,
-                    # Never follow aliases, as SSSD (ldap_deref unset): an alias under
-                    # the base must not make an entry from elsewhere visible (item 10).
-                    dereference_aliases=ldap3.DEREF_NEVER,
-                )
-            except lexc.LDAPNoSuchObjectResult:
-                return out
-            except (lexc.LDAPSizeLimitExceededResult, lexc.LDAPTimeLimitExceededResult) as e:
-                raise self._limit(base, filt, e.result, len(out)) from None
-            except lexc.LDAPOperationResult as e:
-                raise LdapError(
-                    f"search of {base!r} for {filt[:200]!r} failed: {_describe(e)}"
-                ) from None
-            finally:
-                self.counters.add(LDAP_WAIT, 0, time.perf_counter() - t0)
-            for item in conn.response or []:
-                if item.get("type") != "searchResEntry":
-                    continue
-                raw = item["raw_attributes"]
-                attrs_out = {k.lower(): v for k, v in raw.items()}
-                results = None
-                ctrl = (item.get("controls") or {}).get(deref.DEREF_OID)
-                if ctrl is not None and ctrl.get("value"):
-                    try:
-                        results = deref.decode_response(ctrl["value"], deref_seen)
-                    except (deref.BerError, UnicodeDecodeError) as e:
-                        raise LdapError(f"{item['dn']}: bad deref control value: {e}") from None
-                out.append(Entry(item["dn"], attrs_out, results))
-            code = (conn.result or {}).get("result", 0)
-            if code in (3, 4):  # timeLimitExceeded, sizeLimitExceeded (RFC 4511 §4.1.9)
-                raise self._limit(base, filt, code, len(out))
-            if max_entries and len(out) > max_entries:
-                # The server keeps the abandoned page state until the connection ends
-                # or newer paged searches evict it (Samba and Windows keep a few).
-                raise LdapTooMany(f"search of {base!r} passed {max_entries} entries")
-            if not paged:
-                return out
-            ctrls = (conn.result or {}).get("controls") or {}
-            cookie = ctrls.get(PAGED_RESULTS_OID, {}).get("value", {}).get("cookie")
-            if not cookie:
-                return out
+        try:
+            filt = wire.encode_filter(spec.filt)
+        except wire.FilterError as e:
+            raise LdapError(f"search of {spec.base!r}: {e}") from None
+        return _Request(spec, filt, controls, page if paged else 0, deref_seen)
+
+    def _exchange(self, conn: ldap3.Connection, reqs: list[_Request]) -> None:
+        """Send the requests, at most OUTSTANDING at a time, and read until each has
+        its last page: entries by deref.decode_search_entry, results by
+        wire.decode_response. A paged search sends its next page as soon as a page is
+        done. Each search has its own ``ldap_search_timeout`` from its first page
+        (all its pages, as one search alone has), so a level of fifty batches is not
+        held to the time of one; a server that answers none fails at the first.
+
+        slapd keeps one paged-results state per connection: a paged request sent
+        while another's pages go on makes that one's cookie "invalid or old"
+        (unwillingToPerform, measured). So one paged search is outstanding at a
+        time; unpaged ones (no paging on the server, ASQ) go out together. Running
+        the first pages together and re-running alone those that needed a next page
+        cost 4 more searches of 9 on bigroupuser without the deref control (batches
+        of 1,000 look-ups end exactly at a page boundary), so it is not done."""
+        strategy = conn.strategy
+        timeout = self.cfg.ldap_search_timeout
+        queue = list(reversed(reqs))
+        pending: dict[int, _Request] = {}
+
+        def can_start(r: _Request) -> bool:
+            return not r.page or not any(x.page for x in pending.values())
+
+        def start() -> None:
+            r = queue.pop()
+            r.deadline = time.monotonic() + timeout
+            send(r)
+
+        def send(r: _Request) -> None:
+            setattr(conn, _DEADLINE_ATTR, min(x.deadline for x in (r, *pending.values())))
+            self._send(conn, r, pending)
+
+        def fill() -> None:
+            while queue and len(pending) < OUTSTANDING and can_start(queue[-1]):
+                start()
+
+        fill()
+        ber = 0.0
+        t_start = time.perf_counter()
+        try:
+            while pending:
+                setattr(conn, _DEADLINE_ATTR, min(r.deadline for r in pending.values()))
+                messages = _receiving_linear(strategy)
+                if not messages:
+                    _close_quietly(strategy)
+                    raise lexc.LDAPSessionTerminatedByServerError("session terminated by server")
+                t0 = time.perf_counter()
+                for m in messages:
+                    e = deref.decode_search_entry(m)
+                    if e is not None:
+                        got = pending.get(e.message_id)
+                        if got is None:
+                            raise lexc.LDAPSocketReceiveError("invalid messageId received")
+                        got.entry(e)
+                        continue
+                    res = wire.decode_response(m)
+                    req = pending.get(res.message_id)
+                    if req is None:
+                        if res.message_id == 0:  # unsolicited (RFC 4511 §4.4)
+                            _close_quietly(strategy)
+                            raise lexc.LDAPSessionTerminatedByServerError(
+                                "session terminated by server"
+                                f" ({res.message.decode('utf-8', 'replace')[:200]})"
+                            )
+                        raise lexc.LDAPSocketReceiveError("invalid messageId received")
+                    if res.op != wire.SEARCH_RESULT_DONE:
+                        continue  # continuation references, intermediate responses
+                    del pending[res.message_id]
+                    if self._done(req, res):
+                        send(req)  # the next page
+                    fill()
+                ber += time.perf_counter() - t0
+        finally:
+            # Reading our own BER (entries, deref values) apart from the rest: the
+            # server, the network and the receive loop (`cached perf`, reference §5.4).
+            self.counters.add(LDAP_BER, 0, ber)
+            self.counters.add(LDAP_WAIT, 0, time.perf_counter() - t_start - ber)
+
+    def _send(self, conn: ldap3.Connection, r: _Request, pending: dict[int, _Request]) -> None:
+        sock = conn.socket
+        if sock is None or conn.closed:
+            raise lexc.LDAPSocketOpenError("unable to send message, socket is not open")
+        msgid = conn.server.next_message_id()
+        controls = r.controls
+        if r.page:
+            controls = [*controls, wire.paged_control(r.page, r.cookie)]
+        data = wire.encode_search(
+            msgid, r.spec.base, wire.SCOPES[r.spec.scope], r.filt, r.spec.attrs,
+            time_limit=self.cfg.ldap_search_timeout, controls=controls,
+            # Never follow aliases, as SSSD (ldap_deref unset): an alias under the
+            # base must not make an entry from elsewhere visible (item 10).
+            deref_aliases=0,
+        )  # fmt: skip
+        deadline: float | None = getattr(conn, _DEADLINE_ATTR, None)
+        try:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("deadline passed")
+                sock.settimeout(left)
+            sock.sendall(data)
+        except TimeoutError:
+            _close_quietly(conn.strategy)
+            raise LdapTimeout(f"{conn.server.name}: timed out sending a request") from None
+        except OSError as e:
+            _close_quietly(conn.strategy)
+            raise lexc.LDAPSocketSendError(f"error sending data: {e}") from None
+        pending[msgid] = r
+
+    def _done(self, r: _Request, res: wire.Response) -> bool:
+        """Take a searchResDone; True when another page is to be asked for."""
+        code = res.code
+        spec = r.spec
+        if code in (3, 4):  # timeLimitExceeded, sizeLimitExceeded (RFC 4511 §4.1.9)
+            r.error = self._limit(spec.base, spec.filt, code, len(r.entries))
+            return False
+        if code == 32:  # noSuchObject: the base is not there, nothing under it
+            return False
+        if code not in (0, 10):  # success; referral (never chased, as before)
+            r.error = LdapError(
+                f"search of {spec.base!r} for {spec.filt[:200]!r} failed: "
+                f"{RESULT_CODES.get(code, 'result')} ({code})"
+                + (f": {res.message.decode('utf-8', 'replace')[:300]}" if res.message else "")
+            )
+            return False
+        if spec.max_entries and len(r.entries) > spec.max_entries:
+            # The server keeps the abandoned page state until the connection ends or
+            # newer paged searches evict it (Samba and Windows keep a few).
+            r.error = LdapTooMany(f"search of {spec.base!r} passed {spec.max_entries} entries")
+            return False
+        if not r.page:
+            return False
+        r.cookie = wire.paged_cookie(res.controls.get(PAGED_RESULTS_OID.encode()))
+        return bool(r.cookie)
 
     def _fill_ranges(self, conn: ldap3.Connection, e: Entry) -> None:
         """Complete the ranged values of ``e`` (``member;range=0-1499``: a Windows DC

@@ -78,20 +78,31 @@ class DerefResult:
     attr: str  # the dereferenced attribute, e.g. "member"
     dn: str  # the member DN
     values: dict[str, list[bytes]]  # lower-cased attribute name -> values
-    repeat: bool = False  # the DN was in ``seen``: its values were not decoded again
 
 
-def decode_response(buf: bytes, seen: set[str] | None = None) -> list[DerefResult]:
-    """Decode a DerefResponse control value. With ``seen``, the values of a DN
-    already in it are skipped (``repeat``) and every new DN is added: a member of 20
-    groups is dereferenced 20 times, and decoding each copy cost most of a cold
-    initgroups (measured: 44,000 results for 5,000 distinct members)."""
+def decode_response(buf: bytes) -> list[DerefResult]:
+    """Decode a DerefResponse control value: every result with its values."""
+    return decode_counted(buf, None)[0]
+
+
+def decode_counted(
+    buf: bytes, seen: set[bytes] | None, added: list[bytes] | None = None
+) -> tuple[list[DerefResult], int]:
+    """Decode a DerefResponse control value; return (results, number of results in
+    the value). With ``seen`` (raw derefVal bytes), a DN already in it gives no
+    result at all and every new DN is added (and appended to ``added``): a member
+    of 20 groups comes back 20 times, and building a result per copy was most of
+    the deref work of a cold initgroups of a user in 2,000 groups (44,000 results
+    for 5,000 distinct members, perf/results/2026-11-30-readpath). The count tells
+    the caller whether every member value was dereferenced."""
     tag, pos, end = _header(buf, 0, len(buf))
     if tag != _SEQUENCE:
         raise BerError(f"DerefResponse: expected SEQUENCE, got tag {tag:#x}")
     out: list[DerefResult] = []
+    total = 0
     attrs: dict[bytes, str] = {}  # the few derefAttr values, decoded once
     while pos < end:
+        total += 1
         first = buf[pos + 1] if pos + 3 <= end and buf[pos] == _SEQUENCE else 0xFF
         if first < 0x80:
             rpos = pos + 2
@@ -109,8 +120,7 @@ def decode_response(buf: bytes, seen: set[str] | None = None) -> list[DerefResul
                 raise BerError(f"DerefRes: expected SEQUENCE, got tag {tag:#x}")
         pos = rend
         # derefAttr and derefVal: short-form lengths read inline (a call per header
-        # was half of this function's time: 44,000 results per cold initgroups of
-        # a user in 2,000 groups); long forms go through _header.
+        # was half of this function's time); long forms go through _header.
         if rpos + 2 <= rend and buf[rpos] == _OCTET_STRING and buf[rpos + 1] < 0x80:
             a = rpos + 2
             b = a + buf[rpos + 1]
@@ -121,9 +131,6 @@ def decode_response(buf: bytes, seen: set[str] | None = None) -> list[DerefResul
             if tag != _OCTET_STRING:
                 raise BerError("derefAttr is not an OCTET STRING")
         raw_attr = buf[a:b]
-        attr = attrs.get(raw_attr)
-        if attr is None:
-            attr = attrs[raw_attr] = raw_attr.decode("utf-8")
         if b + 2 <= rend and buf[b] == _OCTET_STRING and buf[b + 1] < 0x80:
             a = b + 2
             rpos = a + buf[b + 1]
@@ -133,13 +140,18 @@ def decode_response(buf: bytes, seen: set[str] | None = None) -> list[DerefResul
             tag, a, rpos = _header(buf, b, rend)
             if tag != _OCTET_STRING:
                 raise BerError("derefVal is not an OCTET STRING")
-        dn = buf[a:rpos].decode("utf-8")
-        values: dict[str, list[bytes]] = {}
+        raw_dn = buf[a:rpos]
         if seen is not None:
-            if dn in seen:
-                out.append(DerefResult(attr, dn, values, True))
+            if raw_dn in seen:
                 continue
-            seen.add(dn)
+            seen.add(raw_dn)
+            if added is not None:
+                added.append(raw_dn)
+        attr = attrs.get(raw_attr)
+        if attr is None:
+            attr = attrs[raw_attr] = raw_attr.decode("utf-8")
+        dn = raw_dn.decode("utf-8")
+        values: dict[str, list[bytes]] = {}
         if rpos < rend:
             tag, apos, aend = _header(buf, rpos, rend)
             if tag != _CONTEXT_0:
@@ -170,7 +182,7 @@ def decode_response(buf: bytes, seen: set[str] | None = None) -> list[DerefResul
                     vals.append(buf[a:b])
                     vpos = b
         out.append(DerefResult(attr, dn, values))
-    return out
+    return out, total
 
 
 _SEARCH_RESULT_ENTRY = 0x64  # [APPLICATION 4] SEQUENCE (RFC 4511 §4.5.2)

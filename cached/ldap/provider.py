@@ -55,7 +55,14 @@ from cached.counters import (
 )
 from cached.dn import in_scope, normalize_dn, rdn_avas
 from cached.ldap import deref
-from cached.ldap.client import Entry, LdapClient, LdapError, LdapLimitExceeded, LdapOffline
+from cached.ldap.client import (
+    Entry,
+    LdapClient,
+    LdapError,
+    LdapLimitExceeded,
+    LdapOffline,
+    Search,
+)
 from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, escape, first
 from cached.model import Group, User
 
@@ -161,6 +168,9 @@ def _int(values: list[bytes]) -> int | None:
 Member = tuple[str, str] | None
 WALK = "walk"  # a non-POSIX group: nesting walks through it, it is never answered
 _UNSEEN: Member = ("", "")  # sentinel: not looked up yet
+# One batched search of a round: (bases, assertions, attributes, deref specs).
+_DerefSpecs = list[tuple[str, list[str]]]
+_Job = tuple[tuple[SearchBase, ...], list[tuple[str, str]], list[str], _DerefSpecs | None]
 
 
 @dataclass
@@ -198,7 +208,7 @@ class LdapProvider:
         self.limit_error = ""
         self._limit_lookup: tuple[str, str] | None = None
         # DNs dereferenced in this request: later copies are not decoded again.
-        self._deref_seen: set[str] = set()
+        self._deref_seen: set[bytes] = set()
         self.limit_time = 0.0
 
     # -- plumbing ------------------------------------------------------------------
@@ -564,25 +574,33 @@ class LdapProvider:
         """Name the members of a group entry from the deref control's answer: users
         by their entry (in a user base, with ids), groups of the class by name (a
         group to expand is still looked up with its members); a member value the
-        server did not dereference names no entry."""
+        server did not dereference names no entry. Each DN comes once per walk (the
+        first copy the client read, whichever entry it came in: see
+        deref.decode_counted), so naming does not depend on the order of entries."""
         s = self.schema
-        returned = set()
         group_oc = s.group_oc.lower().encode()
+        user_oc = s.user_oc.lower().encode()
         for r in e.deref or ():
             k = normalize_dn(r.dn)
-            returned.add(k)
-            if k in known or r.repeat:
-                continue  # named at its first copy (else left to the look-ups)
+            if k in known:
+                continue
             ocs = {v.lower() for v in r.values.get("objectclass", [])}
             entry = Entry(r.dn, r.values)
-            if s.user_oc.lower().encode() in ocs:
+            if user_oc in ocs:
                 known[k] = self._user_member(entry, k, True)
             elif group_oc in ocs and self._in_bases(k, s.group_bases):
                 g = self._group_entry(entry, WALK)
                 known[k] = None if g is None else ("group" if g.posix else WALK, g.name)
             else:
                 known[k] = None
-        for dn in _names_each(e.get(s.group_member)):
+        members = e.get(s.group_member)
+        if e.deref_total >= len(members) or e.deref_raw is None:
+            return  # every value was dereferenced (the common case: no dangling DN)
+        # Some member names no entry the server could dereference: read this
+        # entry's results again, copies included, to find which (rare: dangling or
+        # unreadable members).
+        returned = {normalize_dn(r.dn) for r in deref.decode_response(e.deref_raw)}
+        for dn in _names_each(members):
             k = normalize_dn(dn)
             if k not in returned:
                 known.setdefault(k, None)
@@ -607,6 +625,10 @@ class LdapProvider:
         members = not self.cfg.ignore_group_members
         out: list[tuple[Entry, bool, bool]] = []
         specs = self._deref_walk() if ups else None
+        # The searches of one round are independent: sent together (several message
+        # ids outstanding), so a round costs one round trip, not one per search.
+        jobs: list[_Job] = []
+        tags: list[tuple[bool, bool]] = []  # per job: (under the group bases, only up)
         if s.fold and members:
             # Users and groups under one base: one search finds both (docs/compatibility.md §9.5:
             # names at no extra round trip).
@@ -617,30 +639,31 @@ class LdapProvider:
                 if i == 0 and extra:
                     items.append(("x", extra))
                 with_specs = specs if part_up else None
-                for e in self._split_search(s.group_bases, items, self._round_filter,
-                                            s.member_attrs(), with_specs):  # fmt: skip
-                    out.append((e, True, False))
-            return out
-        # Users and groups apart: member look-ups under each kind's bases. Without
-        # member lists (ignore_group_members) a group is a parent because the search
-        # that found it asked only for parents.
-        attrs = s.group_attrs(members)
-        batches = [([("u", a) for a in chunk], True) for chunk in _chunks(ups, BATCH)]
-        if extra:
-            batches.append(([("x", extra)], False))
-        for items, only_up in batches:
-            for e in self._split_search(s.group_bases, items, self._round_filter, attrs, specs):
-                out.append((e, True, only_up and not members))
-        uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
-        if s.ad:
-            uattrs += [s.user_sid, s.user_primary_group]  # ID mapping names users by SID
-        for chunk in _chunks(rdn, self.member_batch):
-            for e in self._split_search(s.group_bases, [("g", a) for a in chunk],
-                                        self._round_filter, attrs):  # fmt: skip
-                out.append((e, True, False))
-            for e in self._split_search(s.user_bases, [("s", a) for a in chunk],
-                                        self._round_filter, uattrs):  # fmt: skip
-                out.append((e, False, False))
+                jobs.append((s.group_bases, items, s.member_attrs(), with_specs))
+                tags.append((True, False))
+        else:
+            # Users and groups apart: member look-ups under each kind's bases. Without
+            # member lists (ignore_group_members) a group is a parent because the search
+            # that found it asked only for parents.
+            attrs = s.group_attrs(members)
+            batches = [([("u", a) for a in chunk], True) for chunk in _chunks(ups, BATCH)]
+            if extra:
+                batches.append(([("x", extra)], False))
+            for items, only_up in batches:
+                jobs.append((s.group_bases, items, attrs, specs))
+                tags.append((True, only_up and not members))
+            uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
+            if s.ad:
+                uattrs += [s.user_sid, s.user_primary_group]  # ID mapping names users by SID
+            for chunk in _chunks(rdn, self.member_batch):
+                jobs.append((s.group_bases, [("g", a) for a in chunk], attrs, None))
+                tags.append((True, False))
+                jobs.append((s.user_bases, [("s", a) for a in chunk], uattrs, None))
+                tags.append((False, False))
+        for (from_groups, only_up), entries in zip(
+            tags, self._split_search_many(jobs, self._round_filter), strict=True
+        ):
+            out += [(e, from_groups, only_up) for e in entries]
         return out
 
     def _round_filter(self, items: list[tuple[str, str]]) -> str:
@@ -666,44 +689,60 @@ class LdapProvider:
         branches += parts["x"]
         return any_of(branches)
 
-    def _split_search(
-        self,
-        bases: tuple[SearchBase, ...],
-        items: list[tuple[str, str]],
-        build: Callable[[list[tuple[str, str]]], str],
-        attrs: list[str],
-        deref_specs: list[tuple[str, list[str]]] | None = None,
-    ) -> list[Entry]:
-        """Search with the OR of ``items``; when the server's size limit cuts the
-        answer, split the batch in two and search again (docs/compatibility.md §9.5). A single
-        assertion still cut (a user in more groups than the limit) is split by name:
-        entries whose name starts with one half of the letters and digits, then the
-        other half and the rest, refining the prefix as needed. Only a part that
-        cannot be split further fails the request: a cut answer is never stored."""
-        out: list[Entry] = []
-        if not items:
-            return out
-        attr = self.schema.group_name if bases == self.schema.group_bases else self.schema.user_name
-        stack: list[tuple[list[tuple[str, str]], _NamePart | None]] = [(items, None)]
-        while stack:
-            chunk, part = stack.pop()
-            filt = build(chunk)
-            if part is not None:
-                filt = f"(&{filt}{part.filter(attr)})"
-            try:
-                out += self._search(bases, filt, attrs, deref_specs)
-            except LdapLimitExceeded as e:
+    def _split_search_many(
+        self, jobs: list[_Job], build: Callable[[list[tuple[str, str]]], str]
+    ) -> list[list[Entry]]:
+        """Search with the OR of each job's items, all jobs at once; when the server's
+        size limit cuts an answer, split that batch in two and search again
+        (docs/compatibility.md §9.5). A single assertion still cut (a user in more
+        groups than the limit) is split by name: entries whose name starts with one
+        half of the letters and digits, then the other half and the rest, refining
+        the prefix as needed. Only a part that cannot be split further fails the
+        request: a cut answer is never stored. Returns each job's entries."""
+        out: list[list[Entry]] = [[] for _ in jobs]
+        wave: list[tuple[int, list[tuple[str, str]], _NamePart | None]] = [
+            (j, items, None) for j, (_b, items, _a, _d) in enumerate(jobs) if items
+        ]
+        while wave:
+            searches: list[Search] = []
+            spans: list[int] = []
+            for j, chunk, part in wave:
+                bases, _items, attrs, specs = jobs[j]
+                filt = build(chunk)
+                if part is not None:
+                    filt = f"(&{filt}{part.filter(self._name_attr(bases))})"
+                for b in bases:
+                    searches.append(Search(b.dn, self.schema.with_base(filt, b), attrs,
+                                           b.scope, specs))  # fmt: skip
+                spans.append(len(bases))
+            got = self.client.search_many(searches, self._deref_seen)
+            nxt: list[tuple[int, list[tuple[str, str]], _NamePart | None]] = []
+            pos = 0
+            for (j, chunk, part), span in zip(wave, spans, strict=True):
+                answers = got[pos : pos + span]
+                pos += span
+                cut = next((a for a in answers if isinstance(a, LdapLimitExceeded)), None)
+                if cut is None:
+                    for a in answers:
+                        if not isinstance(a, LdapLimitExceeded):
+                            out[j] += a
+                    continue
                 if len(chunk) > 1:
-                    log.info("%s; splitting a batch of %d assertions", e.code, len(chunk))
+                    log.info("%s; splitting a batch of %d assertions", cut.code, len(chunk))
                     half = len(chunk) // 2
-                    stack += [(chunk[:half], None), (chunk[half:], None)]
+                    nxt += [(j, chunk[:half], None), (j, chunk[half:], None)]
                     continue
                 parts = (part or _NamePart("", _ALNUM, True)).split()
                 if not parts:
-                    raise
-                log.info("%s; splitting by %s prefix", e.code, attr)
-                stack += [(chunk, p) for p in parts]
+                    raise cut
+                log.info("%s; splitting by %s prefix", cut.code, self._name_attr(jobs[j][0]))
+                nxt += [(j, chunk, p) for p in parts]
+            wave = nxt
         return out
+
+    def _name_attr(self, bases: tuple[SearchBase, ...]) -> str:
+        s = self.schema
+        return s.group_name if bases == s.group_bases else s.user_name
 
     def _by_deref(
         self,

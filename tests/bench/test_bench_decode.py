@@ -41,14 +41,14 @@ def _cached(msg: bytes) -> tuple[list[bytes], int]:
     assert e is not None
     ((_oid, _crit, value),) = e.controls
     assert value is not None
-    return e.attrs[b"member"], len(deref.decode_response(value, set()))
+    return e.attrs[b"member"], len(deref.decode_counted(value, set())[0])
 
 
 def _ldap3(msg: bytes) -> tuple[list[bytes], int]:
     m: dict[str, Any] = decode_message_fast(msg)
     raw = raw_attributes_to_dict_fast(m["payload"][1][3])
     value = m["controls"][0][3][1][3]
-    return raw["member"], len(deref.decode_response(value, set()))
+    return raw["member"], len(deref.decode_counted(value, set())[0])
 
 
 def test_decode_group_entry_cached_reader(benchmark):
@@ -59,3 +59,23 @@ def test_decode_group_entry_cached_reader(benchmark):
 def test_decode_group_entry_ldap3_reader(benchmark):
     members, derefs = benchmark(_ldap3, MESSAGE)
     assert (members, derefs) == (MEMBERS, len(MEMBERS))
+
+
+def test_deref_control_all_members_already_named(benchmark):
+    """The common case of a walk: every member of this group was dereferenced in an
+    earlier group (a member of 20 groups comes back 20 times): no result is built."""
+    seen = set(MEMBERS)
+
+    def run() -> tuple[int, int]:
+        results, total = deref.decode_counted(_CTRL, seen)
+        return len(results), total
+
+    assert benchmark(run) == (0, len(MEMBERS))
+
+
+def test_deref_control_all_members_new(benchmark):
+    def run() -> tuple[int, int]:
+        results, total = deref.decode_counted(_CTRL, set())
+        return len(results), total
+
+    assert benchmark(run) == (len(MEMBERS), len(MEMBERS))

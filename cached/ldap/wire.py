@@ -1,0 +1,327 @@
+"""Search requests encoded and search results read here, without pyasn1 (sans-IO).
+
+ldap3 stays the connection library (connect, StartTLS, bind, SASL, the root DSE);
+the searches of the nesting walk send the bytes built here on its socket and read
+the answers with cached's own reader. Why: ldap3 parses each filter into a tree,
+compiles it into pyasn1 objects, BER-encodes those and decodes the request back
+into a dict for its records; for the batched filters of a walk (a few thousand
+assertions each) that was a quarter of the client's profiled time of a cold
+initgroups of bigroupuser (perf/results/2026-11-30-readpath). The bytes are the
+ones ldap3 2.9.1 sends for the same arguments (tests/test_ldap_wire.py compares
+them for every filter shape and control the client uses).
+
+    SearchRequest ::= [APPLICATION 3] SEQUENCE { baseObject LDAPDN,
+        scope ENUMERATED, derefAliases ENUMERATED, sizeLimit INTEGER,
+        timeLimit INTEGER, typesOnly BOOLEAN, filter Filter,
+        attributes AttributeSelection }                       (RFC 4511 §4.5.1)
+    Filter: and [0], or [1], not [2], equalityMatch [3], substrings [4],
+        greaterOrEqual [5], lessOrEqual [6], present [7], approxMatch [8],
+        extensibleMatch [9]                                   (RFC 4511 §4.5.1.7)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cached.ldap.deref import BerError, _header
+
+_SEQUENCE = 0x30
+_OCTET_STRING = 0x04
+_INTEGER = 0x02
+_ENUMERATED = 0x0A
+_BOOLEAN = 0x01
+SEARCH_REQUEST = 0x63
+SEARCH_RESULT_ENTRY = 0x64
+SEARCH_RESULT_DONE = 0x65
+SEARCH_RESULT_REFERENCE = 0x73
+EXTENDED_RESPONSE = 0x78
+INTERMEDIATE_RESPONSE = 0x79
+_CONTROLS = 0xA0
+_REFERRAL = 0xA3
+NOTICE_OF_DISCONNECTION = b"1.3.6.1.4.1.1466.20036"  # RFC 4511 §4.4.1
+PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
+
+SCOPES = {"base": 0, "one": 1, "sub": 2}
+# BOOLEAN TRUE as ldap3 2.9.1 (pyasn1's BER encoder) sends it, so the bytes on the
+# wire do not change with this module. RFC 4511 §5.1 asks for 0xFF; a server that
+# reads only 0xFF as TRUE would see critical controls as non-critical (as it always
+# has with ldap3): switching is one byte here, with its own test against servers.
+TRUE = b"\x01"
+
+
+class FilterError(ValueError):
+    """A filter string that is not RFC 4515."""
+
+
+def _length(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes((0x80 | len(body),)) + body
+
+
+def tlv(tag: int, body: bytes) -> bytes:
+    n = len(body)
+    if n < 0x80:
+        return bytes((tag, n)) + body
+    return bytes((tag,)) + _length(n) + body
+
+
+def _integer(tag: int, n: int) -> bytes:
+    return tlv(tag, n.to_bytes(max(1, (n.bit_length() + 8) // 8), "big", signed=True))
+
+
+# -- filters (RFC 4515 text -> RFC 4511 BER) -----------------------------------------
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _value(text: str) -> bytes:
+    """An assertion value: UTF-8 with ``\\XX`` escapes turned into bytes. A backslash
+    not followed by two hex digits is sent as itself, as ldap3 does."""
+    raw = text.encode("utf-8")
+    if b"\\" not in raw:
+        return raw
+    out = bytearray()
+    i, n = 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if c == 0x5C and i + 2 < n and raw[i + 1] in _HEX and raw[i + 2] in _HEX:
+            out.append(int(raw[i + 1 : i + 3], 16))
+            i += 3
+            continue
+        out.append(c)
+        i += 1
+    return bytes(out)
+
+
+def _item(text: str) -> bytes:
+    """One simple item ``attr<op>value`` (without its parentheses)."""
+    left, eq, right = text.strip().partition("=")
+    if not eq:
+        raise FilterError(f"not an assertion: {text!r}")
+    if left.endswith("~"):
+        return tlv(0xA8, tlv(4, left[:-1].strip().encode()) + tlv(4, _value(right.strip())))
+    if left.endswith(">"):
+        return tlv(0xA5, tlv(4, left[:-1].strip().encode()) + tlv(4, _value(right.strip())))
+    if left.endswith("<"):
+        return tlv(0xA6, tlv(4, left[:-1].strip().encode()) + tlv(4, _value(right.strip())))
+    if left.endswith(":"):
+        return _extensible(left[:-1].strip(), right.strip())
+    if right == "*":
+        return tlv(0x87, left.strip().encode())
+    attr = left.strip().encode()
+    right = right.strip()
+    if "*" in right:
+        parts = right.split("*")
+        subs = b""
+        if parts[0]:
+            subs += tlv(0x80, _value(parts[0]))
+        for p in parts[1:-1]:
+            if p:
+                subs += tlv(0x81, _value(p))
+        if parts[-1]:
+            subs += tlv(0x82, _value(parts[-1]))
+        return tlv(0xA4, tlv(4, attr) + tlv(_SEQUENCE, subs))
+    return tlv(0xA3, tlv(4, attr) + tlv(4, _value(right)))
+
+
+def _extensible(left: str, value: str) -> bytes:
+    """``attr[:dn][:rule]:=value`` or ``[:dn]:rule:=value``."""
+    parts = left.split(":")
+    attr = rule = ""
+    dn = False
+    if parts[0] == "":
+        if len(parts) == 2 and parts[1].strip().lower() != "dn":
+            rule = parts[1]
+        elif len(parts) == 3 and parts[1].strip().lower() == "dn":
+            dn, rule = True, parts[2]
+        else:
+            raise FilterError(f"invalid extensible filter {left!r}")
+    elif len(parts) == 1:
+        attr = parts[0]
+    elif len(parts) == 2:
+        attr = parts[0]
+        if parts[1].strip().lower() == "dn":
+            dn = True
+        else:
+            rule = parts[1]
+    elif len(parts) == 3 and parts[1].strip().lower() == "dn":
+        attr, dn, rule = parts[0], True, parts[2]
+    else:
+        raise FilterError(f"invalid extensible filter {left!r}")
+    body = b""
+    if rule.strip():
+        body += tlv(0x81, rule.strip().encode())
+    if attr.strip():
+        body += tlv(0x82, attr.strip().encode())
+    body += tlv(0x83, _value(value))
+    if dn:  # dnAttributes BOOLEAN DEFAULT FALSE: sent only when true
+        body += b"\x84\x01" + TRUE
+    return tlv(0xA9, body)
+
+
+def encode_filter(text: str) -> bytes:
+    """The BER of an RFC 4515 filter string; FilterError naming the filter when it
+    is not one. Whitespace between parentheses is skipped, as ldap3 does."""
+    s = text.strip()
+    if not s.startswith("(") or not s.endswith(")") or s.count("(") != s.count(")"):
+        raise FilterError(f"invalid filter {text[:200]!r}")
+    # A stack of (tag, [encoded children]); parentheses inside values are escaped
+    # (RFC 4515 §3), so they delimit.
+    stack: list[tuple[int, list[bytes]]] = [(0, [])]
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c in " \t\n\r":
+            i += 1
+            continue
+        if c != "(":
+            if c == ")" and len(stack) > 1:
+                tag, children = stack.pop()
+                if tag == 0xA2 and len(children) != 1:
+                    raise FilterError(f"(! ...) takes one filter: {text[:200]!r}")
+                stack[-1][1].append(tlv(tag, b"".join(children)))
+                i += 1
+                continue
+            raise FilterError(f"malformed filter {text[:200]!r}")
+        i += 1
+        while i < n and s[i] in " \t\n\r":
+            i += 1
+        op = s[i] if i < n else ""
+        if op in "&|!":
+            stack.append(({"&": 0xA0, "|": 0xA1, "!": 0xA2}[op], []))
+            i += 1
+            continue
+        j = s.find(")", i)
+        if j < 0 or "(" in s[i:j]:
+            raise FilterError(f"malformed filter {text[:200]!r}")
+        stack[-1][1].append(_item(s[i:j]))
+        i = j + 1
+    if len(stack) != 1 or len(stack[0][1]) != 1:
+        raise FilterError(f"malformed filter {text[:200]!r}")
+    return stack[0][1][0]
+
+
+# -- requests ------------------------------------------------------------------------
+
+Control = tuple[str, bool, bytes | None]  # (OID, criticality, value)
+
+
+def paged_control(size: int, cookie: bytes | None) -> Control:
+    """RFC 2696's control, not critical (ldap3's default)."""
+    value = tlv(_SEQUENCE, _integer(_INTEGER, size) + tlv(4, cookie or b""))
+    return (PAGED_RESULTS_OID, False, value)
+
+
+def encode_search(
+    message_id: int,
+    base: str,
+    scope: int,
+    filt: bytes,
+    attrs: list[str],
+    *,
+    time_limit: int = 0,
+    size_limit: int = 0,
+    deref_aliases: int = 0,
+    controls: list[Control] | None = None,
+) -> bytes:
+    """One LDAPMessage with a SearchRequest; ``filt`` from :func:`encode_filter`.
+    No attributes asks for none (``1.1``, RFC 4511 §4.5.1.8), as ldap3 does."""
+    body = (
+        tlv(4, base.encode("utf-8"))
+        + _integer(_ENUMERATED, scope)
+        + _integer(_ENUMERATED, deref_aliases)
+        + _integer(_INTEGER, size_limit)
+        + _integer(_INTEGER, time_limit)
+        + b"\x01\x01\x00"  # typesOnly FALSE
+        + filt
+        + tlv(_SEQUENCE, b"".join(tlv(4, a.encode("utf-8")) for a in (attrs or ["1.1"])))
+    )
+    msg = _integer(_INTEGER, message_id) + tlv(SEARCH_REQUEST, body)
+    if controls:
+        items = []
+        for oid, critical, value in controls:
+            c = tlv(4, oid.encode())
+            if critical:
+                c += b"\x01\x01" + TRUE
+            if value is not None:
+                c += tlv(4, value)
+            items.append(tlv(_SEQUENCE, c))
+        msg += tlv(_CONTROLS, b"".join(items))
+    return tlv(_SEQUENCE, msg)
+
+
+# -- responses other than SearchResultEntry (deref.decode_search_entry reads those) --
+
+
+@dataclass(slots=True)
+class Response:
+    """An LDAPMessage that is not a SearchResultEntry: its id and protocolOp tag;
+    for a result (searchResDone, extendedResp) its code, message and controls."""
+
+    message_id: int
+    op: int
+    code: int = 0
+    matched_dn: bytes = b""
+    message: bytes = b""
+    name: bytes = b""  # extendedResp's responseName
+    controls: dict[bytes, bytes | None] = field(default_factory=dict)
+
+
+def decode_response(buf: bytes) -> Response:
+    """Read the envelope of one LDAPMessage and, for an LDAPResult, its fields."""
+    tag, pos, end = _header(buf, 0, len(buf))
+    if tag != _SEQUENCE:
+        raise BerError(f"LDAPMessage: expected SEQUENCE, got tag {tag:#x}")
+    tag, a, pos = _header(buf, pos, end)
+    if tag != _INTEGER or a == pos:
+        raise BerError("messageID is not an INTEGER")
+    out = Response(int.from_bytes(buf[a:pos], "big", signed=True), buf[pos] if pos < end else 0)
+    if pos >= end:
+        raise BerError("LDAPMessage without a protocolOp")
+    tag, opos, oend = _header(buf, pos, end)
+    if tag in (SEARCH_RESULT_DONE, EXTENDED_RESPONSE):
+        tag, a, b = _header(buf, opos, oend)
+        if tag != _ENUMERATED:
+            raise BerError("resultCode is not an ENUMERATED")
+        out.code = int.from_bytes(buf[a:b], "big", signed=True)
+        tag, a, b2 = _header(buf, b, oend)
+        out.matched_dn = buf[a:b2]
+        tag, a, b = _header(buf, b2, oend)
+        out.message = buf[a:b]
+        while b < oend:  # referral [3], responseName [10], responseValue [11]
+            tag, a, b = _header(buf, b, oend)
+            if tag == 0x8A:
+                out.name = buf[a:b]
+    if oend < end:
+        tag, cpos, cend = _header(buf, oend, end)
+        if tag != _CONTROLS:
+            raise BerError(f"controls: expected [0], got tag {tag:#x}")
+        while cpos < cend:
+            tag, ipos, iend = _header(buf, cpos, cend)
+            cpos = iend
+            tag, a, ipos = _header(buf, ipos, iend)
+            if tag != _OCTET_STRING:
+                raise BerError("controlType is not an OCTET STRING")
+            oid, value = buf[a:ipos], None
+            while ipos < iend:
+                tag, a, ipos = _header(buf, ipos, iend)
+                if tag == _OCTET_STRING:
+                    value = buf[a:ipos]
+            out.controls[oid] = value
+    return out
+
+
+def paged_cookie(value: bytes | None) -> bytes:
+    """The cookie of a paged results response control (empty: the last page)."""
+    if not value:
+        return b""
+    tag, pos, end = _header(value, 0, len(value))
+    if tag != _SEQUENCE:
+        raise BerError("paged results value is not a SEQUENCE")
+    tag, a, pos = _header(value, pos, end)
+    tag, a, b = _header(value, pos, end)
+    if tag != _OCTET_STRING:
+        raise BerError("paged results cookie is not an OCTET STRING")
+    return value[a:b]

@@ -1,0 +1,70 @@
+"""Cold ``id bigroupuser`` end to end, with and without slapd's deref overlay: glibc +
+the real libnss_sss, a fresh ``cached serve`` and an empty cache per repetition, socket
+only. Prints, per repetition, ``id``'s own wall time (perf.timecmd: the namespace set-up
+is not counted), the CPU of cached's processes + slapd, the logical searches in slapd's
+log (root DSE reads left out) and whether the answer is exact.
+
+    python -m perf.coldid [--reps 3]
+
+Built to compare checkouts on a shared machine: run it alternately from each
+(``cd checkout && PYTHONPATH=. python -m perf.coldid``) and compare medians; the CPU
+figures move far less with other people's load than the wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from perf import gendir, nsenv, procstat
+from perf.cnpeople import DATA_DIR, SOCKET_ONLY, _gids, _searches
+from perf.daemon import CachedDaemon
+from perf.slapd import Slapd
+from perf.targets import TIMECMD
+from perf.timecmd import parse
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perf.coldid", description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args(argv)
+    reason = nsenv.skip_reason()
+    if reason:
+        print(f"perf.coldid: {reason}", file=sys.stderr)
+        return 2
+    sc = gendir.BIGROUPUSER
+    gen = gendir.generate(sc, DATA_DIR, reuse=True)
+    exp = gen.expected()
+    want = exp.initgroups(exp.big_user, 2)
+    with tempfile.TemporaryDirectory(prefix="coldid-", dir="/tmp") as tmp:
+        for deref in (True, False):
+            with Slapd(Path(tmp) / f"slapd-{deref}", gen.ldif, sc.base_dn, deref=deref) as server:
+                for i in range(args.reps):
+                    work = Path(tmp) / f"cached-{deref}-{i}"
+                    with CachedDaemon(work, [server.uri], server.base_dn) as d:
+                        pids = {"cached": d.pid, "slapd": server.pid or 0}
+
+                        def cpu(d: CachedDaemon = d, pids: dict[str, int] = pids) -> float:
+                            kids = {f"{x.comm}.{x.pid}": x.pid for x in procstat.children(d.pid)}
+                            return sum(procstat.cpu_seconds({**pids, **kids}).values())
+
+                        d.run_nss(["true"], env=SOCKET_ONLY, timeout=600)  # namespace warm
+                        offset, cpu0 = server.log_offset(), cpu()
+                        start = time.perf_counter()
+                        r = d.run_nss([*TIMECMD, "id", exp.big_user], env=SOCKET_ONLY, timeout=1800)
+                        wall = time.perf_counter() - start
+                        timing = parse(r.stderr)[0]
+                        print(
+                            f"deref={deref} rep={i} id_wall={timing.wall if timing else wall:.3f}"
+                            f" cpu={cpu() - cpu0:.3f} searches={_searches(server, offset)}"
+                            f" exact={_gids(r.stdout) == want}",
+                            flush=True,
+                        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

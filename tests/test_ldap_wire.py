@@ -1,0 +1,162 @@
+"""cached/ldap/wire.py: search requests encoded without pyasn1 are the bytes ldap3
+2.9.1 sends for the same arguments (filters of every shape the client builds, the
+controls it sends); its result reader against ldap3's encoder. Pure logic."""
+
+from __future__ import annotations
+
+import pytest
+from ldap3.operation.search import search_operation
+from ldap3.protocol.convert import build_controls_list
+from ldap3.protocol.rfc2696 import paged_search_control
+from ldap3.protocol.rfc4511 import LDAPMessage, MessageID, ProtocolOp
+from pyasn1.codec.ber.encoder import encode  # type: ignore[import-untyped]
+
+from cached.ldap import client, deref, wire
+from cached.ldap.provider import _NamePart
+from cached.ldap.schema import escape
+
+_OR = "(|" + "".join(f"(member=uid=user{i:05d},ou=people,dc=example,dc=test)" for i in range(2000))
+FILTERS = [
+    "(uid=alice)",
+    "(objectClass=*)",
+    "(uid=al*)",
+    "(uid=*ce)",
+    "(uid=a*l*i*ce)",
+    "(uid=*l*)",
+    "(uidNumber>=1000)",
+    "(uidNumber<=2000)",
+    "(cn~=smith)",
+    "(cn=)",
+    f"(member={escape('cn=Smith, John (ext) *,ou=people,dc=x')})",
+    f"(uid={escape('müller')})",
+    f"(cn={escape('nul' + chr(0) + 'byte')})",
+    r"(cn=back\slash)",  # not an escape: sent as a backslash, as ldap3 does
+    r"(cn=a\5C\2a)",
+    "(memberOf:1.2.840.113556.1.4.1941:=cn=g,dc=x)",
+    "(userAccountControl:1.2.840.113556.1.4.803:=2)",
+    "(cn:dn:=x)",
+    "(:dn:2.4.6.8.10:=Dino)",
+    "(:caseExactMatch:=Fred)",
+    "(cn:dn:caseExactMatch:=Fred)",
+    "(!(uid=bob))",
+    "(&(objectClass=posixGroup)(|(cn=a)(cn=b))(!(gidNumber=0)))",
+    "(&(objectClass=posixAccount)(uid=*))",
+    _OR + ")",
+    f"(&(objectClass=groupOfNames){_OR}(gidNumber=5)))",
+    f"(&(|(cn=a)(cn=b)){_NamePart('ab', 'xyz', True).filter('cn')})",
+    f"(&(uid=x){_NamePart('', '0123456789abcdefghijklmnopqrstuvwxyz', True).filter('uid')})",
+]
+
+
+def ldap3_bytes(
+    msgid: int,
+    base: str,
+    scope: str,
+    filt: str,
+    attrs: list[str],
+    time_limit: int,
+    controls: list[wire.Control] | None,
+    paged: tuple[int, bytes | None] | None,
+) -> bytes:
+    """What ldap3's Connection.search and SyncStrategy.send put on the wire."""
+    ctrls = list(controls or [])
+    if paged is not None:
+        ctrls.append(paged_search_control(False, paged[0], paged[1]))
+    request = search_operation(
+        base, filt, {"base": 0, "one": 1, "sub": 2}[scope], 0, attrs or ["1.1"],
+        0, time_limit, False, True, True,
+    )  # fmt: skip
+    msg = LDAPMessage()
+    msg["messageID"] = MessageID(msgid)
+    msg["protocolOp"] = ProtocolOp().setComponentByName("searchRequest", request)
+    built = build_controls_list(ctrls)
+    if built is not None:
+        msg["controls"] = built
+    return bytes(encode(msg))
+
+
+def ours(msgid, base, scope, filt, attrs, time_limit, controls, paged) -> bytes:
+    ctrls = list(controls or [])
+    if paged is not None:
+        ctrls.append(wire.paged_control(*paged))
+    return wire.encode_search(
+        msgid, base, wire.SCOPES[scope], wire.encode_filter(filt), attrs,
+        time_limit=time_limit, controls=ctrls,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("filt", FILTERS, ids=range(len(FILTERS)))
+def test_filters_encode_as_ldap3_does(filt):
+    args = (7, "ou=groups,dc=example,dc=test", "sub", filt, ["cn", "gidNumber"], 30, None, None)
+    assert ours(*args) == ldap3_bytes(*args)
+
+
+DEREF = (deref.DEREF_OID, True, deref.encode_request([("member", ["uid", "cn", "objectClass"])]))
+ASQ = (client.ASQ_OID, True, client.encode_asq("member"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (1, "", "base", "(objectClass=*)", [], 0, None, None),
+        (127, "dc=x", "one", "(uid=a)", ["uid"], 5, None, (1000, None)),
+        (128, "dc=x", "sub", "(uid=a)", ["uid"], 5, [DEREF], (1000, b"\x00\x01cookie" * 30)),
+        (70000, "cn=g,dc=x", "base", "(objectClass=*)", ["cn"], 3600, [DEREF, ASQ], None),
+        (
+            2**31 - 1,
+            "dc=ü",
+            "sub",
+            _OR + ")",
+            ["member", "cn", "gidNumber", "objectClass"],
+            8,
+            [DEREF],
+            (500, b"c"),
+        ),
+        (9, "dc=x", "sub", "(uid=a)", ["uid"], 0, [("1.2.3", False, None)], (0, None)),
+    ],
+    ids=["root-dse", "paged", "deref+paged-cookie", "deref+asq", "big", "no-value"],
+)
+def test_requests_with_controls_encode_as_ldap3_does(args):
+    assert ours(*args) == ldap3_bytes(*args)
+
+
+@pytest.mark.parametrize(
+    "bad", ["uid=a", "(uid=a", "(uid=a))", "((uid=a)", "(&(uid=a)", "(!(a=1)(b=2))", "(uida)", ""]
+)
+def test_malformed_filters_are_refused_with_the_filter_named(bad):
+    with pytest.raises(wire.FilterError):
+        wire.encode_filter(bad)
+
+
+def _done(msgid: int, code: int, message: bytes, controls: bytes = b"") -> bytes:
+    t = wire.tlv
+    op = t(0x65, t(0x0A, bytes([code])) + t(4, b"dc=m") + t(4, message))
+    ctrls = t(0xA0, controls) if controls else b""
+    return t(0x30, t(0x02, msgid.to_bytes(2, "big")) + op + ctrls)
+
+
+def test_search_done_with_a_paged_cookie_is_read():
+    t = wire.tlv
+    value = t(0x30, t(0x02, b"\x00") + t(4, b"next-page"))
+    ctrl = t(0x30, t(4, wire.PAGED_RESULTS_OID.encode()) + t(4, value))
+    r = wire.decode_response(_done(300, 4, b"size limit", ctrl))
+    assert (r.message_id, r.op, r.code, r.matched_dn, r.message) == (
+        300, wire.SEARCH_RESULT_DONE, 4, b"dc=m", b"size limit")  # fmt: skip
+    assert wire.paged_cookie(r.controls[wire.PAGED_RESULTS_OID.encode()]) == b"next-page"
+    assert wire.paged_cookie(t(0x30, t(0x02, b"\x00") + t(4, b""))) == b""
+
+
+def test_notice_of_disconnection_is_read():
+    t = wire.tlv
+    name = t(0x8A, wire.NOTICE_OF_DISCONNECTION)
+    op = t(0x78, t(0x0A, b"\x34") + t(4, b"") + t(4, b"bye") + name)
+    r = wire.decode_response(t(0x30, t(0x02, b"\x00") + op))
+    assert (r.message_id, r.op, r.code, r.name) == (
+        0, wire.EXTENDED_RESPONSE, 52, wire.NOTICE_OF_DISCONNECTION)  # fmt: skip
+
+
+@pytest.mark.parametrize("cut", [1, 3, 8, 15])
+def test_truncated_results_are_refused(cut):
+    msg = _done(5, 0, b"")
+    with pytest.raises(deref.BerError):
+        wire.decode_response(msg[:-cut] if cut < len(msg) else msg[:1])
