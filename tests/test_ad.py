@@ -21,7 +21,7 @@ from cached.cache import Role, open_domain_cache
 from cached.config import parse_config
 from cached.counters import Counters
 from cached.ldap.ad import AdProvider, sid_assertion, sid_to_bytes, sid_to_str
-from cached.ldap.client import ASQ_OID, LdapClient, LdapError, encode_asq, merge_ranges
+from cached.ldap.client import ASQ_OID, LdapClient, LdapError, encode_asq, merge_ranges, Search
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import Outcome
 from perf import addc, addir
@@ -248,18 +248,21 @@ def test_ranged_values_read_from_the_dc(ad: tuple[addc.SambaDC, addir.ADDirector
 
 class _Spy:
     """The provider's real LdapClient, with every search it makes recorded as
-    (filter, keyword arguments): which path named the members."""
+    (filter, its options): which path named the members. ``search`` sends through
+    ``search_many``, so that is where every search passes."""
 
     def __init__(self, client: LdapClient) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.attrs: list[str] = []
-        self._search = client.search
-        client.search = self  # type: ignore[method-assign]
+        self._search_many = client.search_many
+        client.search_many = self  # type: ignore[method-assign]
 
-    def __call__(self, base: str, filt: str, attrs: list[str], **kw: Any) -> Any:
-        self.calls.append((filt, kw))
-        self.attrs += attrs
-        return self._search(base, filt, attrs, **kw)
+    def __call__(self, specs: list[Search], *args: Any, **kw: Any) -> Any:
+        for sp in specs:
+            opts = {"scope": sp.scope, "asq": sp.asq, "max_entries": sp.max_entries}
+            self.calls.append((sp.filt, opts))
+            self.attrs += sp.attrs
+        return self._search_many(specs, *args, **kw)
 
     def asq(self) -> int:
         return sum(1 for _, kw in self.calls if kw.get("asq"))
