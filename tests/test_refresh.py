@@ -15,6 +15,7 @@ from cached.ldap.provider import Outcome
 from cached.ldap.service import BackendService
 from cached.ldap.validate import STAMP_MARGIN, trusted_stamp
 from perf.nsenv import requires_nss
+from perf.slapd import SearchOp, Slapd
 from tests.util import config_text, make_backend, make_domain
 
 
@@ -105,7 +106,7 @@ def _oracle(tmp_path: Path, cfg, user: str):
         cache.close()
 
 
-def _member_searches(s, offset: int, attr: str = "member") -> list:
+def _member_searches(s: Slapd, offset: int, attr: str = "member") -> list[SearchOp]:
     return [op for op in s.searches(offset) if attr.lower() in {a.lower() for a in op.attrs}]
 
 
@@ -175,8 +176,9 @@ def test_every_kind_of_change_is_seen_after_invalidation(tmp_path, slapd_small_f
         gids, got = _state(cache, user)
         assert (gids, got) == _oracle(tmp_path, cfg, user)
         assert other in got[changed][1]
-        assert left not in got and cache.group_by_name(left).state is State.VALID
-        assert user not in split_members(cache.group_by_name(left).value.members)
+        view = cache.group_by_name(left)
+        assert left not in got and view.state is State.VALID and view.value is not None
+        assert user not in split_members(view.value.members)
         assert joined in got
         assert deleted not in got and cache.group_by_name(deleted).value is None
         assert renamed not in got and cache.group_by_name(renamed).value is None
@@ -262,3 +264,58 @@ def test_stamp_trust_rule():
     assert trusted_stamp(recent, "20261130120000.000001Z#000000#000#000000", now) == recent
     assert trusted_stamp("garbage", "", now) == ""
     assert trusted_stamp("", "csn", now) == ""
+
+
+@requires_nss
+def test_id_after_cache_E_validates_and_sees_changes(daemon_factory, slapd_small_fresh):
+    # The whole path: `id` through glibc and libnss_sss, `cached cache -E`, `id` again.
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    sc = exp.scenario
+    user = exp.big_user
+    d = daemon_factory(slapd_small_fresh)
+    env = {"SSS_NSS_USE_MEMCACHE": "NO"}
+
+    def groups() -> set[str]:
+        r = d.run_nss(["id", "-Gn", user], env=env)
+        assert r.returncode == 0, r.stderr + d.log_tail()
+        return set(r.stdout.split())
+
+    first = groups()
+    assert d.cli("cache", "-E").returncode == 0
+    before = d.counters()
+    assert groups() == first
+    after = d.counters()
+    checked = after["be.validate"][2] - before.get("be.validate", [0, 0, 0])[2]
+    fetched = after.get("be.validate.fetched", [0, 0, 0])[2]
+    fetched -= before.get("be.validate.fetched", [0, 0, 0])[2]
+    assert checked > 0 and fetched == 0
+
+    # A direct group the user does not also reach through another one.
+    direct = exp.direct_groups(user)
+    left = next(g for g in sorted(direct)
+                if not any(g in _parents(exp, o) for o in direct - {g}))  # fmt: skip
+    joined = next(g for g in sorted(exp.group_names()) if g not in first)
+    s.ldap_modify(
+        f"dn: {sc.group_dn(left)}\nchangetype: modify\ndelete: member\n"
+        f"member: {sc.user_dn(user)}\n\n"
+        f"dn: {sc.group_dn(joined)}\nchangetype: modify\nadd: member\n"
+        f"member: {sc.user_dn(user)}\n\n"
+    )
+    assert d.cli("cache", "-E").returncode == 0
+    now = groups()
+    assert joined in now and left not in now
+    r = d.run_nss(["getent", "group", joined], env=env)
+    assert r.returncode == 0 and user in r.stdout.strip().split(":")[3].split(",")
+
+
+def _parents(exp, name: str) -> set[str]:
+    """Every group ``name`` nests into, per the generated directory."""
+    out: set[str] = set()
+    todo = [name]
+    while todo:
+        cur = todo.pop()
+        for g in exp.group_names():
+            if cur in exp.group(g).member_groups and g not in out:
+                out.add(g)
+                todo.append(g)
+    return out
