@@ -84,6 +84,12 @@ def unchanged(g: _GroupEntry, stored: Times | None, ident: tuple[int, str] | Non
     )
 
 
+def stamp_attrs(p: LdapProvider) -> list[str]:
+    """What a stamp search asks for: name, gid, modifyTimestamp, CSN/USN. No
+    objectClass: every filter asks for the group class already."""
+    return [a for a in p.schema.group_attrs(members=False) if a.lower() != "objectclass"]
+
+
 def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], set[str]]:
     """The groups above ``user`` (rfc2307bis: level by level to the nesting level, as
     the full walk; rfc2307: the ``memberUid`` search), stamps only. Returns
@@ -91,8 +97,7 @@ def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], se
     from cached.ldap.provider import WALK
 
     s = p.schema
-    # No objectClass: the filters ask for the group class already.
-    attrs = [a for a in s.group_attrs(members=False) if a.lower() != "objectclass"]
+    attrs = stamp_attrs(p)
     found: dict[str, _GroupEntry] = {}
     if not s.bis:
         for e in p._search(s.group_bases, s.groups_with_members([user.name]), attrs):
