@@ -319,3 +319,39 @@ def _parents(exp, name: str) -> set[str]:
                 out.add(g)
                 todo.append(g)
     return out
+
+
+def test_rfc2307_refresh_validates_by_the_memberuid_search(tmp_path, tmp_path_factory, small_2307):
+    # rfc2307: the memberUid=<name> search still runs, returning stamps only; a group
+    # whose memberUid list changed is fetched whole, the others are not.
+    exp = small_2307.expected
+    sc = exp.scenario
+    user = exp.big_user
+    with Slapd(tmp_path_factory.mktemp("s2307"), small_2307.ldif, exp.base_dn) as s:
+        cfg = make_domain([s.uri], s.base_dn, ldap_schema="rfc2307")
+        p, cache, counters = make_backend(tmp_path / "db", cfg)
+        try:
+            assert p.user_by_name(user).outcome is Outcome.FOUND
+            assert p.initgroups(user).outcome is Outcome.FOUND
+            _, groups = _state(cache, user)
+            offset = s.log_offset()
+            _refresh(p, cache, user)
+            assert _member_searches(s, offset, "memberUid") == []
+            assert counters.get(VALIDATE_FETCHED).amount == 0
+            assert _state(cache, user)[1] == groups
+
+            target = sorted(exp.direct_groups(user))[0]
+            other = next(u for u in exp.user_names() if u not in exp.members(target, 0))
+            s.ldap_modify(
+                f"dn: {sc.group_dn(target)}\nchangetype: modify\nadd: memberUid\n"
+                f"memberUid: {other}\n\n"
+            )
+            offset = s.log_offset()
+            _refresh(p, cache, user)
+            assert counters.get(VALIDATE_FETCHED).amount == 1
+            fetched = [op for op in _member_searches(s, offset, "memberUid") if op.nentries]
+            assert len(fetched) == 1 and f"(cn={target})" in fetched[0].filter
+            assert _state(cache, user) == _oracle(tmp_path, cfg, user)
+            assert other in _state(cache, user)[1][target][1]
+        finally:
+            p.client.close()
