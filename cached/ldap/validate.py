@@ -90,6 +90,15 @@ def stamp_attrs(p: LdapProvider) -> list[str]:
     return [a for a in p.schema.group_attrs(members=False) if a.lower() != "objectclass"]
 
 
+def _level(p: LdapProvider, items: list[tuple[str, str]], attrs: list[str]) -> list[Entry]:
+    """One level's searches under the group bases: ORs of up to BATCH walk-up
+    assertions, split when a server limit cuts an answer (as the cold walk's)."""
+    out: list[Entry] = []
+    for i in range(0, len(items), BATCH):
+        out += p._split_search(p.schema.group_bases, items[i : i + BATCH], p._round_filter, attrs)
+    return out
+
+
 def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], set[str]]:
     """The groups above ``user`` (rfc2307bis: level by level to the nesting level, as
     the full walk; rfc2307: the ``memberUid`` search), stamps only. Returns
@@ -113,20 +122,17 @@ def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], se
         while up:
             nxt: list[str] = []
             items = [("u", f"({s.group_member}={escape(dn)})") for dn in up]
-            for i in range(0, len(items), BATCH):
-                for e in p._split_search(
-                    s.group_bases, items[i : i + BATCH], p._round_filter, attrs
-                ):
-                    k = normalize_dn(e.dn)
-                    g = p._group_entry(e, WALK)
-                    if g is None:
-                        continue
-                    found.setdefault(k, g)
-                    if g.posix:
-                        mine.add(k)
-                    if k not in walked:
-                        walked.add(k)
-                        nxt.append(e.dn)
+            for e in _level(p, items, attrs):
+                k = normalize_dn(e.dn)
+                g = p._group_entry(e, WALK)
+                if g is None:
+                    continue
+                found.setdefault(k, g)
+                if g.posix:
+                    mine.add(k)
+                if k not in walked:
+                    walked.add(k)
+                    nxt.append(e.dn)
             p.counters.add(NESTED_LEVELS, 1, 0.0, 1)
             level += 1
             up = nxt if level <= s.nesting_level else []
