@@ -267,6 +267,7 @@ def test_stamp_trust_rule():
     assert trusted_stamp(recent, "20261130120000.000001Z#000000#000#000000", now) == recent
     assert trusted_stamp("garbage", "", now) == ""
     assert trusted_stamp("", "csn", now) == ""
+    assert trusted_stamp(old + "\0x", "", now) == trusted_stamp(old, "csn\0", now) == ""
 
 
 @requires_nss

@@ -66,7 +66,9 @@ def _epoch(stamp: str) -> float | None:
 def trusted_stamp(modstamp: str, usn: str, fetched: float) -> str:
     """The modstamp to store for a group fetched at ``fetched`` (our clock), or ""
     when the stamp cannot vouch for the content (the rule in the module doc)."""
-    if not modstamp or usn:
+    if not modstamp or "\0" in modstamp + usn:
+        return ""  # a NUL would split the stored record's "modstamp\0usn" tail
+    if usn:
         return modstamp
     t = _epoch(modstamp)
     return modstamp if t is not None and t < fetched - STAMP_MARGIN else ""
