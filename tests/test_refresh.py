@@ -162,10 +162,15 @@ def test_every_kind_of_change_is_seen_after_invalidation(tmp_path, slapd_small_f
         changed, left, deleted, renamed = direct[:4]
         joined = next(g for g in sorted(exp.group_names()) if g not in groups)
         other = next(u for u in exp.user_names() if u not in exp.members(changed, 0))
+        # A group the user is in through nesting only: its own member list changes.
+        nested = next(g for g in sorted(groups) if g not in direct)
+        other2 = next(u for u in exp.user_names() if u not in exp.members(nested, 9))
         # Within the second of the fetch: entryCSN tells these changes apart.
         s.ldap_modify(
             f"dn: {sc.group_dn(changed)}\nchangetype: modify\nadd: member\n"
             f"member: {sc.user_dn(other)}\n\n"
+            f"dn: {sc.group_dn(nested)}\nchangetype: modify\nadd: member\n"
+            f"member: {sc.user_dn(other2)}\n\n"
             f"dn: {sc.group_dn(left)}\nchangetype: modify\ndelete: member\n"
             f"member: {sc.user_dn(user)}\n\n"
             f"dn: {sc.group_dn(joined)}\nchangetype: modify\nadd: member\n"
@@ -179,6 +184,7 @@ def test_every_kind_of_change_is_seen_after_invalidation(tmp_path, slapd_small_f
         gids, got = _state(cache, user)
         assert (gids, got) == _oracle(tmp_path, cfg, user)
         assert other in got[changed][1]
+        assert other2 in got[nested][1]
         view = cache.group_by_name(left)
         assert left not in got and view.state is State.VALID and view.value is not None
         assert user not in split_members(view.value.members)
