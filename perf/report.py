@@ -508,6 +508,7 @@ def breakdown_table(results: Results, scen: str) -> str:
         "wall",
         *[BREAKDOWN_LABELS[c] for c in BREAKDOWN],
         "searches / entries",
+        "bytes from LDAP",
         "entry txns / records / bytes",
         "ts writes / records",
     ]
@@ -530,6 +531,7 @@ def breakdown_table(results: Results, scen: str) -> str:
                 fmt_s(s.wall),
                 *[fmt_s(b.get(k, 0.0)) for k in BREAKDOWN],
                 f"{g('ldap.search', 0):,.0f} / {g('ldap.search', 2):,.0f}",
+                fmt_bytes(g("ldap.bytes", 2)),
                 f"{g('cache.entry.txn', 0):,.0f} / {g('cache.entry.records', 2):,.0f} /"
                 f" {fmt_bytes(g('cache.entry.bytes', 2))}",
                 f"{g('cache.ts.write', 0):,.0f} / {g('cache.ts.records', 2):,.0f}",

@@ -21,7 +21,7 @@ from cached.cache import Role, open_domain_cache
 from cached.config import parse_config
 from cached.counters import Counters
 from cached.ldap.ad import AdProvider, sid_assertion, sid_to_bytes, sid_to_str
-from cached.ldap.client import ASQ_OID, LdapClient, LdapError, encode_asq, merge_ranges, Search
+from cached.ldap.client import ASQ_OID, LdapClient, LdapError, Search, encode_asq, merge_ranges
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import Outcome
 from perf import addc, addir

@@ -72,7 +72,7 @@ def test_records_round_trip_and_are_canonical():
     t = rec.Times(1.5, 2.5, 3.5, "20260101000000Z", "csn#1")
     assert rec.decode_times(rec.encode_times(t)) == t
     inv = rec.decode_times(rec.invalidated_times(rec.encode_times(t)))
-    assert inv == rec.Times(1.5, rec.EXPIRED, rec.EXPIRED, "", "")
+    assert inv == rec.Times(1.5, rec.EXPIRED, rec.EXPIRED, "20260101000000Z", "csn#1")
     with pytest.raises(rec.RecordError):
         rec.decode_user(b"\x93\x02\x01\x02")
     with pytest.raises(rec.RecordError):
@@ -186,8 +186,6 @@ def test_invalidate_all_then_same_refresh_leaves_entry_store_unchanged(tmp_path)
     assert c.invalidate_all() == 10000
     assert all(c.user_by_name(u.name).state is State.EXPIRED for u in users)
     assert all(c.group_by_gid(g.gid).state is State.EXPIRED for g in groups)
-    # Invalidation resets the stored modifyTimestamp (SSSD #5596).
-    assert c.times("group", ["group00001"])["group00001"].modstamp == ""
 
     with c.write() as b:
         for u in users:
@@ -218,8 +216,12 @@ def test_touch_group_writes_timestamps_only(tmp_path):
     counters = Counters()
     c = backend(tmp_path, counters=counters)
     with c.write() as b:
-        c.put_group(b, group(1), modstamp="20260101000000Z")
+        c.put_group(b, group(1), modstamp="20260101000000Z", usn="csn#1")
     c.invalidate_group("group00001")
+    # Invalidation keeps the stamps the refresh validates by (docs/ARCHITECTURE.md §5).
+    t = c.times("group", ["group00001"])["group00001"]
+    assert (t.data_expire, t.modstamp, t.usn) == (rec.EXPIRED, "20260101000000Z", "csn#1")
+    assert c.group_by_name("group00001").state is State.EXPIRED
     txns = counters.get(ENTRY_TXN).count
     with c.write() as b:
         c.touch_group(b, "group00001", modstamp="20260101000000Z")

@@ -644,6 +644,18 @@ class DomainCache:
                         out[name] = rec.decode_times(data)
         return out
 
+    def group_idents(self, names: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """(gid, DN) of stored groups, members not expanded (refresh validation)."""
+        out: dict[str, tuple[int, str]] = {}
+        with self._reader() as txn:
+            table = self.entries.tables["groups"]
+            for name in names:
+                data = txn.get(self.key(name), db=table)
+                if data is not None:
+                    with suppress(RecordError):
+                        out[name] = self._ident("groups", data)
+        return out
+
     def counts(self) -> dict[str, int]:
         with self._reader() as txn:
             return {

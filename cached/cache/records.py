@@ -128,9 +128,10 @@ def decode_initgr(data: Data) -> tuple[bytes, list[str]]:
 # then "modifyTimestamp\0entryUSN-or-CSN" as UTF-8.
 _TS = struct.Struct("<Bddd")
 TS_VERSION = 1
-# Reference §3.7: sss_cache writes dataExpireTimestamp=1 and initgrExpireTimestamp=1
-# and resets the stored modstamp/USN so the "unchanged modifyTimestamp" shortcut
-# cannot skip the next refresh (SSSD bug #5596).
+# Reference §3.7: sss_cache writes dataExpireTimestamp=1 and initgrExpireTimestamp=1.
+# SSSD also resets the stored modstamp/USN (bug #5596); cached keeps them: the refresh
+# after `cached cache -E` validates by them (docs/ARCHITECTURE.md §5, compatibility.md
+# §9.2), and only stamps stored under the trust rule of cached/ldap/validate.py exist.
 EXPIRED = 1.0
 
 
@@ -162,15 +163,16 @@ def decode_times(data: Data) -> Times:
     return Times(lu, de, ie, modstamp, usn)
 
 
-_INVALIDATED_TAIL = struct.pack("<dd", EXPIRED, EXPIRED) + b"\0"
+_INVALIDATED = struct.pack("<dd", EXPIRED, EXPIRED)
 _LAST_UPDATE_END = 1 + 8  # version byte + lastUpdate
 
 
 def invalidated_times(data: Data) -> bytes:
-    """The invalidated form of a stored timestamp record: keeps lastUpdate only.
+    """The invalidated form of a stored timestamp record: both expiries set to
+    EXPIRED; lastUpdate and the modstamp/USN kept.
 
-    A slice and a concatenation, no unpacking: invalidating 10,000 entries is a loop
+    Slices and a concatenation, no unpacking: invalidating 10,000 entries is a loop
     over this (budget: 50 ms; tests/bench/test_bench_cache.py)."""
     if len(data) < _TS.size + 1 or data[0] != TS_VERSION:
         raise RecordError("timestamp record is damaged")
-    return bytes(data[:_LAST_UPDATE_END]) + _INVALIDATED_TAIL
+    return bytes(data[:_LAST_UPDATE_END]) + _INVALIDATED + bytes(data[_TS.size :])

@@ -37,7 +37,15 @@ from ldap3.core import exceptions as lexc
 from ldap3.core.results import RESULT_CODES
 
 from cached.config import DomainConfig
-from cached.counters import COUNTERS, LDAP_BER, LDAP_CONNECT, LDAP_SEARCH, LDAP_WAIT, Counters
+from cached.counters import (
+    COUNTERS,
+    LDAP_BER,
+    LDAP_BYTES,
+    LDAP_CONNECT,
+    LDAP_SEARCH,
+    LDAP_WAIT,
+    Counters,
+)
 from cached.ldap import deref, wire
 
 log = logging.getLogger(__name__)
@@ -219,6 +227,7 @@ def _receiving_linear(self: Any) -> list[bytes]:
             raise lexc.LDAPSocketReceiveError(f"error receiving data: {e}") from None
         if not data:
             return messages  # EOF; ldap3 reports "session terminated" when empty
+        COUNTERS.add(LDAP_BYTES, 0, 0.0, len(data))
         buf += data
         while True:
             if need < 0:

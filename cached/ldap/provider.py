@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from cached.cache import DomainCache, State, StoreWriteError, WriteBatch
+from cached.cache.records import EXPIRED
 from cached.config import DomainConfig, SearchBase
 from cached.counters import (
     COUNTERS,
@@ -54,7 +55,7 @@ from cached.counters import (
     Counters,
 )
 from cached.dn import in_scope, normalize_dn, rdn_avas
-from cached.ldap import deref
+from cached.ldap import deref, validate
 from cached.ldap.client import (
     Entry,
     LdapClient,
@@ -210,6 +211,7 @@ class LdapProvider:
         # DNs dereferenced in this request: later copies are not decoded again.
         self._deref_seen: set[bytes] = set()
         self.limit_time = 0.0
+        self.request_started = 0.0
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -240,6 +242,9 @@ class LdapProvider:
             # bytes; this guards other callers).
             return Result(Outcome.NOT_FOUND, "name is not valid UTF-8")
         with self.counters.timer(stat):
+            # Every entry this request stores was read after this moment (the stamp
+            # trust rule, cached/ldap/validate.py).
+            self.request_started = time.time()
             try:
                 result = fn()
                 if self._limit_lookup == (kind, key):
@@ -878,26 +883,44 @@ class LdapProvider:
             for k, g in posix.items():
                 t = stored.get(g.name)
                 ok = k in complete
-                # The USN/CSN, when configured, must match too: modifyTimestamp has
-                # one-second resolution, so a change in the second of the last
-                # fetch keeps it.
+                # Only a stamp stored under the trust rule matches (validate.py); and
+                # not for a group `cached cache -E` expired: its members are here
+                # anyway, so they are named again (what SSSD's reset of the stamp
+                # does, #5596).
                 if (
                     g.modstamp
                     and ok
                     and t is not None
+                    and t.data_expire != EXPIRED
                     and (t.modstamp, t.usn) == (g.modstamp, g.usn)
                 ):
                     self.cache.touch_group(batch, g.name, g.modstamp, g.usn)
                     continue
                 users, groups = self._members(g, found, known)
+                stamp = ""
+                if ok and not self._walks_through(g, found, known):
+                    stamp = validate.trusted_stamp(g.modstamp, g.usn, self.request_started)
                 self.cache.put_group(
                     batch,
                     Group(g.name, g.gid, g.entry.dn, tuple(users), tuple(groups)),
-                    g.modstamp if ok else "",
+                    stamp,
                     g.usn,
                     complete=ok,
                     aliases=_entry_names(g.entry, self.schema.group_name),
                 )
+
+    def _walks_through(
+        self, g: _GroupEntry, found: dict[str, _GroupEntry], known: dict[str, Member]
+    ) -> bool:
+        """Has ``g`` a non-POSIX member group, whose members count as its own (item
+        8)? Then its stamp does not cover its member list (validate.py)."""
+        for mk in g.member_keys:
+            m = found.get(mk)
+            if m is not None and not m.posix:
+                return True
+            if m is None and (known.get(mk) or ("",))[0] == WALK:
+                return True
+        return False
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()
@@ -991,6 +1014,11 @@ class LdapProvider:
         # The primary group, when the cache does not hold it (§6.3 step 5): asked in
         # the first search of the walk, not in a search of its own.
         primary = user.gid if self.cache.group_by_gid(user.gid).state is State.MISSING else None
+        stored = self.cache.initgroups(user.name).value
+        if not s.ad and not self.cfg.ignore_group_members and stored and stored.fetched:
+            # A refresh: stamps first, whole entries only for what changed (validate.py).
+            validate.refresh_initgroups(self, user, entries, primary)
+            return Result(Outcome.FOUND)
         if s.bis:
             with self.counters.timer(NESTED_RESOLVE):
                 mine = self._closure(found, {}, known, [user.dn], primary)

@@ -90,7 +90,10 @@ class SchemaMap:
             group_gid=d.ldap_group_gid_number,
             group_member=d.ldap_group_member,
             group_modstamp=d.ldap_group_modify_timestamp,
-            group_usn=d.ldap_group_entry_usn,
+            # Unset: entryCSN, which OpenLDAP keeps on every entry, unique per change
+            # (microseconds and a counter); a server without it returns nothing and the
+            # modifyTimestamp rule of cached/ldap/validate.py applies alone.
+            group_usn=d.ldap_group_entry_usn or ("" if d.ldap_schema == "ad" else "entryCSN"),
             user_bases=parse_search_bases(d.ldap_user_search_base),
             group_bases=parse_search_bases(d.ldap_group_search_base),
             # rfc2307 cannot nest (§6.1: the level is ignored there).

@@ -1,0 +1,200 @@
+"""Validation before transfer: the refresh of an expired initgroups asks for stamps first.
+
+A refresh of a user's groups that the cache already holds (the next ``id`` after
+``cached cache -E``, or the expiry of the entries) walks the same batched searches as a
+cold initgroups (docs/ARCHITECTURE.md §4) but asks for no member values and no deref
+control: each group comes with its name, gid, object class, ``modifyTimestamp`` and
+``entryCSN`` (or the configured USN) only. The memberships found that way are exact —
+the walk up from the user *is* the answer of initgroups — and only the groups whose
+stamp differs from the stored one, or that the cache does not hold, are fetched again
+with their members (by name, matched back by DN) and their member groups below them;
+the others get fresh timestamps only. Groups the user left are re-read as on the full
+path (``LdapProvider._vanished``): removed memberships, deleted and renamed groups.
+
+The stamp-trust rule (what makes a stored stamp worth believing, docs/ARCHITECTURE.md §5):
+
+* A stamp is a group's (``modifyTimestamp``, CSN/USN) as fetched *with* the member
+  values it describes; a group stored incomplete (§6.3 step 4) stores none.
+* With a CSN or USN the pair is trusted: both change with every write of the entry.
+* ``modifyTimestamp`` alone has one-second resolution, so a change in the same second
+  as the fetch would keep it: such a stamp is stored only when it is older than the
+  fetch by ``STAMP_MARGIN`` (which also covers the server's clock running behind
+  ours), else the group stores no stamp and is fetched whole next time.
+* A group whose members were expanded through a non-POSIX group (walked through,
+  never stored) stores no stamp: that group's own entry may change without the
+  parent's stamp changing.
+* ``cached cache -E`` keeps the stamps (it expires, it does not distrust); a full
+  fetch of a group invalidated that way never takes the unchanged-stamp shortcut.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import TYPE_CHECKING
+
+from cached.cache import Times
+from cached.counters import (
+    LDAP_DECODE,
+    NESTED_LEVELS,
+    NESTED_RESOLVE,
+    VALIDATE,
+    VALIDATE_FETCHED,
+)
+from cached.dn import normalize_dn
+from cached.ldap.schema import BATCH, escape
+
+if TYPE_CHECKING:
+    from cached.ldap.client import Entry
+    from cached.ldap.provider import LdapProvider, Member, _GroupEntry, _Job
+    from cached.model import User
+
+# Seconds a modifyTimestamp-only stamp must lie before the fetch to be stored. Kerberos'
+# default allowed clock skew: directories in a realm keep within it. A group changed
+# less than this before a fetch is simply fetched whole at its next refresh.
+STAMP_MARGIN = 300.0
+
+
+def _epoch(stamp: str) -> float | None:
+    """A GeneralizedTime's seconds (``YYYYmmddHHMMSS``, UTC as servers send it)."""
+    try:
+        return float(calendar.timegm(time.strptime(stamp[:14], "%Y%m%d%H%M%S")))
+    except ValueError:
+        return None
+
+
+def trusted_stamp(modstamp: str, usn: str, fetched: float) -> str:
+    """The modstamp to store for a group fetched at ``fetched`` (our clock), or ""
+    when the stamp cannot vouch for the content (the rule in the module doc)."""
+    if not modstamp or "\0" in modstamp + usn:
+        return ""  # a NUL would split the stored record's "modstamp\0usn" tail
+    if usn:
+        return modstamp
+    t = _epoch(modstamp)
+    return modstamp if t is not None and t < fetched - STAMP_MARGIN else ""
+
+
+def unchanged(g: _GroupEntry, stored: Times | None, ident: tuple[int, str] | None) -> bool:
+    """Does the stored group still describe ``g``? Same stamp, gid and DN."""
+    return (
+        stored is not None
+        and ident is not None
+        and bool(stored.modstamp)
+        and (stored.modstamp, stored.usn) == (g.modstamp, g.usn)
+        and ident[0] == g.gid
+        and normalize_dn(ident[1]) == normalize_dn(g.entry.dn)
+    )
+
+
+def stamp_attrs(p: LdapProvider) -> list[str]:
+    """What a stamp search asks for: name, gid, modifyTimestamp, CSN/USN. No
+    objectClass: every filter asks for the group class already."""
+    return [a for a in p.schema.group_attrs(members=False) if a.lower() != "objectclass"]
+
+
+def _level(p: LdapProvider, items: list[tuple[str, str]], attrs: list[str]) -> list[Entry]:
+    """One level's searches under the group bases: ORs of up to BATCH walk-up
+    assertions, split when a server limit cuts an answer (as the cold walk's)."""
+    jobs: list[_Job] = [
+        (p.schema.group_bases, items[i : i + BATCH], attrs, None)
+        for i in range(0, len(items), BATCH)
+    ]
+    return [e for got in p._split_search_many(jobs, p._round_filter) for e in got]
+
+
+def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], set[str]]:
+    """The groups above ``user`` (rfc2307bis: level by level to the nesting level, as
+    the full walk; rfc2307: the ``memberUid`` search), stamps only. Returns
+    ({DN key: group, POSIX or walked through}, keys of the POSIX ones)."""
+    from cached.ldap.provider import WALK
+
+    s = p.schema
+    attrs = stamp_attrs(p)
+    found: dict[str, _GroupEntry] = {}
+    if not s.bis:
+        for e in p._search(s.group_bases, s.groups_with_members([user.name]), attrs):
+            g = p._group_entry(e)
+            if g is not None:
+                found.setdefault(normalize_dn(e.dn), g)
+        return found, set(found)
+    mine: set[str] = set()
+    walked = {normalize_dn(user.dn)}
+    up = [user.dn]
+    level = 0
+    with p.counters.timer(NESTED_RESOLVE):
+        while up:
+            nxt: list[str] = []
+            items = [("u", f"({s.group_member}={escape(dn)})") for dn in up]
+            for e in _level(p, items, attrs):
+                k = normalize_dn(e.dn)
+                g = p._group_entry(e, WALK)
+                if g is None:
+                    continue
+                found.setdefault(k, g)
+                if g.posix:
+                    mine.add(k)
+                if k not in walked:
+                    walked.add(k)
+                    nxt.append(e.dn)
+            p.counters.add(NESTED_LEVELS, 1, 0.0, 1)
+            level += 1
+            up = nxt if level <= s.nesting_level else []
+    return found, mine
+
+
+def refresh_initgroups(
+    p: LdapProvider, user: User, entries: list[Entry], primary: int | None
+) -> None:
+    """initgroups of ``user`` whose groups the cache holds: validate, then fetch only
+    what changed (module doc). Stores like the full path, in one write."""
+    s = p.schema
+    walk, mine = walk_stamps(p, user)
+    posix = {k: g for k, g in walk.items() if g.posix}
+    names = [g.name for g in posix.values()]
+    stored = p.cache.times("group", names)
+    idents = p.cache.group_idents(names)
+    stale = {k for k, g in posix.items()
+             if not unchanged(g, stored.get(g.name), idents.get(g.name))}  # fmt: skip
+
+    p.counters.add(VALIDATE, 1, 0.0, len(posix))
+    # The changed and new groups, whole, by name (a hint, matched back by DN), with
+    # their member groups below them as a group lookup fetches them (§6.2).
+    full: dict[str, _GroupEntry] = {}
+    known: dict[str, Member] = {}
+    want = sorted({posix[k].name for k in stale})
+    for i in range(0, len(want), BATCH):
+        for g in p._search_groups(s.group_filter(s.any_of(s.group_name, want[i : i + BATCH]))):
+            k = normalize_dn(g.entry.dn)
+            if k in stale:
+                full.setdefault(k, g)
+    if primary is not None:
+        for g in p._search_groups(p._group_by_gid_filter(primary))[:1]:
+            full.setdefault(normalize_dn(g.entry.dn), g)
+    if full and s.bis and not p.cfg.ignore_group_members:
+        with p.counters.timer(NESTED_RESOLVE):
+            p._closure(full, dict.fromkeys(full, s.nesting_level), known, [])
+    # Groups fetched with their members: the changed and new ones and the member
+    # groups below them.
+    p.counters.add(VALIDATE_FETCHED, 0, 0.0, len(full))
+    found = dict(full)
+    stamp_only: set[str] = set()
+    for k, g in posix.items():
+        if k not in stale and k not in found:
+            found[k] = g
+            stamp_only.add(k)
+    # A stale group the by-name search did not find again (renamed or deleted since the
+    # walk): still one of the user's groups, but nothing of it is stored.
+    skip = stamp_only | {k for k in stale if k not in full}
+    found.update((k, posix[k]) for k in stale if k not in full)
+    gone = p._vanished(user.name, found, known)
+    with p.counters.timer(LDAP_DECODE), p.cache.write() as batch:
+        if entries:
+            p._store_users(batch, entries)
+        p._store_groups(batch, {k: g for k, g in found.items() if k not in skip}, known)
+        for k in stamp_only:
+            g = found[k]
+            p.cache.touch_group(batch, g.name, g.modstamp, g.usn)
+        for g_name in gone:
+            p.cache.delete_group(batch, g_name)
+        gids = {user.gid} | {walk[k].gid for k in mine}
+        p.cache.put_initgroups(batch, user.name, gids, [walk[k].name for k in mine])
