@@ -6,7 +6,17 @@ the NSS responder and the memory-cache writer encode them for clients.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+
+
+class Kind(enum.Enum):
+    """The kinds of object NSS serves. The value names the kind's memory-cache file
+    (reference §2.1), the name is how profile lines and ``cached perf`` say it (§5.2)."""
+
+    USER = "passwd"
+    GROUP = "group"
+    INITGR = "initgroups"
 
 
 @dataclass(frozen=True, slots=True)

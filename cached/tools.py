@@ -18,9 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cached import rpc
 from cached.config import Config
 from cached.counters import diff, format_idperf, idperf_breakdown, merge
+from cached.ipc import framing as rpc
+from cached.ipc.ops import Op
 
 NO_MATCH = "No cache object matched the specified search"
 MC_FILES = ("passwd", "group", "initgroups")
@@ -131,7 +132,7 @@ def notify_invalidated(config: Config) -> str:
     """Tell a running daemon to drop its negative and memory caches; '' on success,
     else a warning for the administrator."""
     try:
-        rpc.call_sync(rpc.control_socket(config.daemon.pipes_dir), "invalidated", timeout=10)
+        rpc.call_sync(rpc.control_socket(config.daemon.pipes_dir), Op.INVALIDATED, timeout=10)
         return ""
     except rpc.RpcError:
         pass
@@ -194,7 +195,7 @@ def memcache_stats(mc_dir: str) -> dict[str, Any]:
 def status(config: Config) -> tuple[dict[str, Any], bool]:
     """The daemon's status (or what can be read without it) and whether it runs."""
     try:
-        reply = rpc.call_sync(rpc.control_socket(config.daemon.pipes_dir), "status", timeout=10)
+        reply = rpc.call_sync(rpc.control_socket(config.daemon.pipes_dir), Op.STATUS, timeout=10)
         running = True
     except rpc.RpcError as e:
         reply = {"error": str(e)}
@@ -299,7 +300,7 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
 
 def _snapshot(config: Config) -> dict[str, list[float]]:
     try:
-        reply = rpc.call_sync(rpc.control_socket(config.daemon.pipes_dir), "counters", timeout=30)
+        reply = rpc.call_sync(rpc.control_socket(config.daemon.pipes_dir), Op.COUNTERS, timeout=30)
     except rpc.RpcError as e:
         raise ToolError(f"cached is not running or not reachable: {e}", 3) from None
     return merge(list(reply["processes"].values()))

@@ -418,7 +418,7 @@ class Dispatcher:
         return [min(matched, 2**32 - 1)]
 
     async def _ifp_Counters(self, target: Target) -> list[Any]:
-        return [json.dumps(self.admin.counters(), sort_keys=True, default=str)]
+        return [json.dumps(self.admin.counters().fields(), sort_keys=True, default=str)]
 
     async def _ifp_Status(self, target: Target) -> list[Any]:
         status = dict(self.admin.status())

@@ -15,6 +15,7 @@ from typing import Any
 
 from cached.cache import GroupView
 from cached.counters import COUNTERS
+from cached.ipc.ops import CountersReply
 from cached.model import User
 from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Lookups
 
@@ -91,8 +92,8 @@ class Admin:
         self.lookups.clear_negative()
         self._on_invalidate()
 
-    def counters(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "counters": COUNTERS.snapshot()}
+    def counters(self) -> CountersReply:
+        return CountersReply(os.getpid(), COUNTERS.snapshot())
 
     def status(self) -> dict[str, Any]:
         return self._status()

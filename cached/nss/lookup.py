@@ -18,10 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cached import aiorpc, rpc
 from cached.cache import DomainCache, GroupView, Initgroups, Lookup, State
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE
+from cached.ipc import aio, framing
+from cached.ipc.ops import BadMessage, DomainStateNote, LookupReply, LookupRequest, Op, Outcome
 from cached.model import User
 
 log = logging.getLogger(__name__)
@@ -40,18 +41,18 @@ class Plugin:
     name: str  # for logs: getpwnam, getgrgid, ...
     kind: Kind
     read: Callable[[DomainCache, Any], Lookup[Any]]
-    backend_op: str  # the backend request that refreshes it
+    backend_op: Op  # the backend request that refreshes it
     by_name: bool
 
     def negative_key(self, key: Any) -> tuple[str, str, Any]:
         return (self.kind.value, "name" if self.by_name else "id", key)
 
 
-GETPWNAM = Plugin("getpwnam", Kind.USER, DomainCache.user_by_name, "user_by_name", True)
-GETPWUID = Plugin("getpwuid", Kind.USER, DomainCache.user_by_uid, "user_by_uid", False)
-GETGRNAM = Plugin("getgrnam", Kind.GROUP, DomainCache.group_by_name, "group_by_name", True)
-GETGRGID = Plugin("getgrgid", Kind.GROUP, DomainCache.group_by_gid, "group_by_gid", False)
-INITGR = Plugin("initgroups", Kind.INITGR, DomainCache.initgroups, "initgroups", True)
+GETPWNAM = Plugin("getpwnam", Kind.USER, DomainCache.user_by_name, Op.USER_BY_NAME, True)
+GETPWUID = Plugin("getpwuid", Kind.USER, DomainCache.user_by_uid, Op.USER_BY_UID, False)
+GETGRNAM = Plugin("getgrnam", Kind.GROUP, DomainCache.group_by_name, Op.GROUP_BY_NAME, True)
+GETGRGID = Plugin("getgrgid", Kind.GROUP, DomainCache.group_by_gid, Op.GROUP_BY_GID, False)
+INITGR = Plugin("initgroups", Kind.INITGR, DomainCache.initgroups, Op.INITGROUPS, True)
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ class Lookups:
         self,
         config: Config,
         caches: dict[str, DomainCache],
-        backends: dict[str, aiorpc.RpcClient],
+        backends: dict[str, aio.RpcClient],
         backend_timeout: float = 60.0,
     ) -> None:
         self.config = config
@@ -221,9 +222,9 @@ class Lookups:
         self.backends = backends
         self.backend_timeout = backend_timeout
         self.negative = NegativeCache(config.nss.entry_negative_timeout)
-        self.inflight: dict[tuple[str, str, Any], asyncio.Future[str]] = {}
-        self._waiting_uids: dict[tuple[str, str, Any], set[int | None]] = {}
-        self._extra: set[asyncio.Future[str]] = set()  # referenced until done
+        self.inflight: dict[tuple[str, Op, Any], asyncio.Future[Outcome]] = {}
+        self._waiting_uids: dict[tuple[str, Op, Any], set[int | None]] = {}
+        self._extra: set[asyncio.Future[Outcome]] = set()  # referenced until done
         self.policy = ServePolicy(config)
         self.states = {d.name: DomainState() for d in config.domains}
         self.first_wait = float(config.nss.cache_first_wait)
@@ -231,8 +232,9 @@ class Lookups:
 
     # -- the backend -----------------------------------------------------------------
 
-    def domain_state(self, domain: str, online: bool, retry_in: float, reason: str = "") -> None:
-        """Record the backend's view of ``domain`` (from an answer or an announcement)."""
+    def domain_state(self, note: DomainStateNote) -> None:
+        """Record the backend's view of a domain (from an answer or an announcement)."""
+        domain, online, retry_in, reason = note.domain, note.online, note.retry_in, note.reason
         st = self.states.get(domain)
         if st is None:
             return
@@ -249,32 +251,27 @@ class Lookups:
             st.offline_until = self.clock() + max(retry_in, 1.0)
             st.reason = reason
 
-    async def _call_backend(self, domain: str, op: str, key: Any) -> str:
+    async def _call_backend(self, domain: str, op: Op, key: Any) -> Outcome:
         start = time.perf_counter()
         try:
-            reply = await self.backends[domain].call(
-                op, timeout=self.backend_timeout, key=key, uid=CLIENT_UID.get()
+            raw = await self.backends[domain].call(
+                op, timeout=self.backend_timeout, **LookupRequest(key, CLIENT_UID.get()).args()
             )
-        except rpc.RpcError as e:
+            reply = LookupReply.parse(raw)
+        except (framing.RpcError, BadMessage) as e:
             # A dead or restarting backend is like an offline server: serve the cache.
             log.warning("backend %s unavailable for %s %r: %s", domain, op, key, e)
             st = self.states.get(domain)
             if st is not None:
                 st.stalled = False
-            return "unavailable"
+            return Outcome.UNAVAILABLE
         finally:
             COUNTERS.add(NSS_BACKEND, 1, time.perf_counter() - start)
-        outcome = str(reply.get("outcome"))
-        if "online" in reply:
-            self.domain_state(
-                domain,
-                bool(reply["online"]) and outcome != "offline",
-                float(reply.get("retry_in") or 0.0),
-                str(reply.get("message") or ""),
-            )
-        return outcome
+        online = reply.online and reply.outcome is not Outcome.OFFLINE
+        self.domain_state(DomainStateNote(domain, online, reply.retry_in, reply.message))
+        return reply.outcome
 
-    def refresh(self, domain: str, op: str, key: Any) -> asyncio.Future[str]:
+    def refresh(self, domain: str, op: Op, key: Any) -> asyncio.Future[Outcome]:
         """Ask the backend to refresh; concurrent lookups of one object share it."""
         ikey = (domain, op, key)
         fut = self.inflight.get(ikey)
@@ -294,7 +291,7 @@ class Lookups:
             extra.add_done_callback(self._extra.discard)
         return fut
 
-    def _forget(self, ikey: tuple[str, str, Any]) -> None:
+    def _forget(self, ikey: tuple[str, Op, Any]) -> None:
         self.inflight.pop(ikey, None)
         self._waiting_uids.pop(ikey, None)
 
@@ -404,7 +401,7 @@ class Lookups:
             # Even still expired: after a failed or offline refresh, stale data is the
             # answer (invariant 4).
             return Found(domain, cache, again.value, again.state)
-        if outcome == "not-found":
+        if outcome is Outcome.NOT_FOUND:
             # Only a successful backend answer of "no such entry" is remembered;
             # offline misses are not (reference §6.4).
             self.negative.add(domain.name, nkey)

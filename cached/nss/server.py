@@ -36,11 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cached import aiorpc, rpc
 from cached.cache import DomainCache, GroupView, Initgroups, Role, State, open_domain_cache
 from cached.cache.records import join_members, split_members
 from cached.config import Config
 from cached.counters import COUNTERS, NSS_REQUEST
+from cached.ipc import aio, framing
+from cached.ipc.ops import DomainStateNote, Op
 from cached.model import User
 from cached.nss import protocol as p
 from cached.nss.admin import Admin
@@ -333,7 +334,7 @@ class NssResponder:
 
     async def on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            uid = aiorpc.peer_uid(writer)
+            uid = aio.peer_uid(writer)
         except OSError:
             uid = None
         why = self._admit(uid)
@@ -472,7 +473,7 @@ async def _open_caches(config: Config) -> dict[str, DomainCache]:
 async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     caches = await _open_caches(config)
     backends = {
-        d.name: aiorpc.RpcClient(rpc.backend_socket(config.daemon.pipes_dir, d.name))
+        d.name: aio.RpcClient(framing.backend_socket(config.daemon.pipes_dir, d.name))
         for d in config.domains
     }
     lookups = Lookups(config, caches, backends)
@@ -480,7 +481,7 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     responder = NssResponder(config, lookups, feed)
 
     path = os.path.join(config.daemon.pipes_dir, "nss")
-    rpc.prepare_socket_path(path)
+    framing.prepare_socket_path(path)
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     server = await asyncio.start_unix_server(
         responder.on_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
@@ -495,31 +496,20 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
 
         ifp = await start_ifp(config, admin)
 
-    async def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
-        if op == "counters":
-            return admin.counters()
-        if op == "status":
+    async def handle(op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        if op is Op.COUNTERS:
+            return admin.counters().fields()
+        if op is Op.STATUS:
             return {"status": admin.status()}
-        if op == "clear_negative":
-            return {"cleared": lookups.clear_negative()}
-        if op == "domain_state":  # a backend's announcement
-            lookups.domain_state(
-                str(args.get("domain")),
-                bool(args.get("online")),
-                float(args.get("retry_in") or 0.0),
-                str(args.get("reason", "")),
-            )
+        if op is Op.DOMAIN_STATE:  # a backend's announcement
+            lookups.domain_state(DomainStateNote.parse(args))
             return {}
-        if op == "invalidate":
-            n = admin.invalidate(str(args.get("kind")), str(args.get("name", "")),
-                                 str(args.get("domain", "")))  # fmt: skip
-            return {"matched": n}
-        if op == "invalidated":
+        if op is Op.INVALIDATED:
             admin.invalidated()
             return {}
-        raise ValueError(f"unknown op {op!r}")
+        raise ValueError(f"the responder does not answer {op}")
 
-    control = await aiorpc.serve(rpc.responder_socket(config.daemon.pipes_dir), handle)
+    control = await aio.serve(framing.responder_socket(config.daemon.pipes_dir), handle)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
