@@ -76,7 +76,7 @@ def cmd_responder(args: argparse.Namespace) -> int:
     import asyncio
 
     from cached.monitor import report_ready
-    from cached.nss.server import run_responder
+    from cached.responder.main import run_responder
 
     asyncio.run(run_responder(_load(args.config), report_ready))
     return 0

@@ -679,7 +679,8 @@ def test_fair_queue_takes_one_job_per_uid_in_turn():
 
 
 def test_serve_policy_ids_filters_and_domains():
-    from cached.nss.lookup import Kind, ServePolicy
+    from cached.model import Kind
+    from cached.responder.policy import ServePolicy
 
     text = config_text(["ldap://127.0.0.1:1"], BASE, Path("/nonexistent"), min_id=0,
                        case_sensitive="false",

@@ -72,23 +72,31 @@ class MemcacheFeed:
     def groups_enabled(self) -> bool:
         return self.mc is not None and self.mc.group is not None and not self.mc.group.closed
 
-    def forget_user(self, key: str | int) -> None:
+    def _open(self) -> MemoryCache | None:
         if self.mc is None or any(w.closed for w in self.mc.writers()):
-            return
-        if self.mc.passwd is not None:
-            if isinstance(key, int):
-                self.mc.passwd.invalidate_uid(key)
-            else:
-                self.mc.passwd.invalidate_name(key)
-        if self.mc.initgroups is not None and isinstance(key, str):
-            self.mc.initgroups.invalidate_name(key)
+            return None
+        return self.mc
 
-    def forget_group(self, key: str | int) -> None:
+    # A name or id found missing drops its records (reference §2.6): a user's name drops
+    # its passwd and initgroups records, a uid its passwd record.
+    def forget_user_name(self, name: str) -> None:
+        if (mc := self._open()) is not None:
+            if mc.passwd is not None:
+                mc.passwd.invalidate_name(name)
+            if mc.initgroups is not None:
+                mc.initgroups.invalidate_name(name)
+
+    def forget_uid(self, uid: int) -> None:
+        if (mc := self._open()) is not None and mc.passwd is not None:
+            mc.passwd.invalidate_uid(uid)
+
+    def forget_group_name(self, name: str) -> None:
         if self.mc is not None and self.mc.group is not None and not self.mc.group.closed:
-            if isinstance(key, int):
-                self.mc.group.invalidate_gid(key)
-            else:
-                self.mc.group.invalidate_name(key)
+            self.mc.group.invalidate_name(name)
+
+    def forget_gid(self, gid: int) -> None:
+        if self.mc is not None and self.mc.group is not None and not self.mc.group.closed:
+            self.mc.group.invalidate_gid(gid)
 
     def retire(self) -> None:
         """Mark every file RECYCLED and unlink it: from their next lookup, clients use
