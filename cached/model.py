@@ -47,3 +47,40 @@ class Group:
     dn: str = ""
     members: tuple[str, ...] = ()
     member_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PasswdEntry:
+    """A passwd record as a client reads it (from the NSS socket or the memory cache),
+    with the ``passwd`` field that :class:`User` lacks."""
+
+    name: str
+    passwd: str
+    uid: int
+    gid: int
+    gecos: str
+    home: str
+    shell: str
+
+    def to_user(self) -> User:
+        return User(
+            name=self.name,
+            uid=self.uid,
+            gid=self.gid,
+            gecos=self.gecos,
+            home=self.home,
+            shell=self.shell,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEntry:
+    """A group record as a client reads it: the direct and nested members, flat."""
+
+    name: str
+    passwd: str
+    gid: int
+    members: tuple[str, ...]
+
+    def to_group(self) -> Group:
+        return Group(name=self.name, gid=self.gid, members=self.members)
