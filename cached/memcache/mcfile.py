@@ -703,6 +703,10 @@ class GroupWriter(McWriter):
     def invalidate_gid(self, gid: int) -> bool:
         return self._invalidate_key(self._by2, id_key(gid))
 
+    def holds_gid(self, gid: int) -> bool:
+        """Whether the file holds a record of ``gid`` (the writer's own index)."""
+        return id_key(gid) in self._by2
+
 
 class InitgroupsWriter(McWriter):
     """``mc/initgroups``: hash1 = the raw name as the client asked, hash2 = canonical name.

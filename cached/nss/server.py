@@ -95,12 +95,13 @@ class _Enum:
 class _Share:
     """What one client uid holds: its connections and its replies not yet read."""
 
-    __slots__ = ("conns", "room", "slots", "unread")
+    __slots__ = ("conns", "room", "slots", "unread", "waiting")
 
     def __init__(self, uid: int | None) -> None:
         self.conns = 0
         self.unread = 0
         self.room = asyncio.Condition()
+        self.waiting = 0  # tasks waiting in _room: only then is there anyone to notify
         # Root is not limited: its logins must not wait behind one of its stuck clients.
         self.slots = None if uid == 0 else asyncio.Semaphore(ANSWERS_PER_UID)
 
@@ -117,13 +118,72 @@ class _Record:
     fed: float = -1e9  # when it was last stored in the memory cache (monotonic)
 
 
+class _Watchdog:
+    """Closes a connection whose client is idle (``client_idle_timeout`` since its last
+    complete request, or the connect) or too slow to send a request (``REQUEST_TIMEOUT``
+    from its first byte), counted only while the connection waits for the client.
+
+    One timer per connection, moved when it fires or when a partial request brings the
+    deadline closer, instead of a timeout around each read: that cost a task and a timer
+    per request, a good part of the responder's time per getgrgid (perf/warmsocket.py).
+    """
+
+    __slots__ = ("conn", "handle", "idle", "last_request", "loop", "reading", "started",
+                 "transport")  # fmt: skip
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        idle: float,
+        transport: asyncio.WriteTransport,
+        conn: p.ServerConnection,
+    ) -> None:
+        self.loop = loop
+        self.idle = idle
+        self.transport = transport
+        self.conn = conn
+        self.last_request = loop.time()  # the last complete request (or the connect)
+        self.started = 0.0  # when the first byte of the request being received came
+        self.reading = False
+        self.handle = loop.call_at(self.deadline(), self._fire)
+
+    def deadline(self) -> float:
+        deadline = self.last_request + self.idle
+        if self.conn.buffered_bytes:
+            deadline = min(deadline, self.started + REQUEST_TIMEOUT)
+        return deadline
+
+    def _fire(self) -> None:
+        now = self.loop.time()
+        if not self.reading:
+            # A request is being answered: the idle time counts from its end.
+            self.handle = self.loop.call_at(now + self.idle, self._fire)
+            return
+        deadline = self.deadline()
+        if now >= deadline:
+            # The read in _serve returns EOF and the connection is closed there.
+            self.transport.abort()
+            return
+        self.handle = self.loop.call_at(deadline, self._fire)
+
+    def partial(self) -> None:
+        """A request has begun and is not complete: its deadline may come sooner."""
+        deadline = self.deadline()
+        if deadline < self.handle.when():
+            self.handle.cancel()
+            self.handle = self.loop.call_at(deadline, self._fire)
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
 class NssResponder:
     def __init__(self, config: Config, lookups: Lookups, feed: MemcacheFeed) -> None:
         self.config = config
         self.lookups = lookups
         self.feed = feed
         self._prefilled: dict[tuple[str, str], tuple[bytes, float]] = {}
-        self._prefill_every = max(config.nss.memcache_timeout / 2, 1.0)
+        self._prefill_every = feed.refeed_every
         self.pwfield = config.nss.pwfield
         self.active = 0
         self.refused = 0
@@ -335,10 +395,14 @@ class NssResponder:
         """Wait until this uid's unread replies leave room for one more."""
         if share.unread < self.reply_budget:
             return
-        async with share.room:
-            await asyncio.wait_for(
-                share.room.wait_for(lambda: share.unread < self.reply_budget), WRITE_TIMEOUT
-            )
+        share.waiting += 1
+        try:
+            async with share.room:
+                await asyncio.wait_for(
+                    share.room.wait_for(lambda: share.unread < self.reply_budget), WRITE_TIMEOUT
+                )
+        finally:
+            share.waiting -= 1
 
     async def _send(self, writer: asyncio.StreamWriter, share: _Share, reply: bytes) -> None:
         # Counted from now: a reply waiting for its uid's turn to be written is memory
@@ -347,11 +411,16 @@ class NssResponder:
         try:
             async with share.slots or contextlib.nullcontext():
                 writer.write(reply)
-                await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+                # Most replies leave at once (the transport writes before buffering): then
+                # there is nothing to wait for, and a timed drain would cost a task and a
+                # timer per request (perf/warmsocket.py).
+                if writer.transport.get_write_buffer_size():
+                    await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
         finally:
             share.unread -= len(reply)
-            async with share.room:
-                share.room.notify_all()
+            if share.waiting:
+                async with share.room:
+                    share.room.notify_all()
 
     async def _answer(
         self, req: p.Request, state: _Enum, writer: asyncio.StreamWriter, share: _Share
@@ -376,33 +445,31 @@ class NssResponder:
     ) -> None:
         conn = p.ServerConnection()
         state = _Enum()
-        idle = self.config.nss.client_idle_timeout
         loop = asyncio.get_running_loop()
-        last_request = loop.time()  # the last complete request (or the connect)
-        started = 0.0  # when the first byte of the request being received came
+        watch = _Watchdog(loop, self.config.nss.client_idle_timeout, writer.transport, conn)
         try:
             while True:
-                deadline = last_request + idle
-                if conn.buffered_bytes:
-                    deadline = min(deadline, started + REQUEST_TIMEOUT)
-                try:
-                    data = await asyncio.wait_for(
-                        reader.read(READ_CHUNK), max(0.0, deadline - loop.time())
-                    )
-                except TimeoutError:
-                    break  # idle or too slow: the client reconnects transparently (§1.8)
+                watch.reading = True
+                data = await reader.read(READ_CHUNK)
+                watch.reading = False
+                # Nothing (EOF), or the watchdog closed an idle or too slow client: it
+                # reconnects transparently (§1.8).
                 if not data:
                     break
                 if not conn.buffered_bytes:
-                    started = loop.time()
+                    watch.started = loop.time()
                 conn.receive_data(data)
                 while not isinstance(req := conn.next_request(), p.NeedData):
                     await self._answer(req, state, writer, share)
-                    last_request = started = loop.time()
+                    watch.last_request = watch.started = loop.time()
+                if conn.buffered_bytes:
+                    watch.partial()
         except p.ProtocolError as e:
             log.debug("closing NSS client: %s", e)
         except (ConnectionError, TimeoutError):
             pass
+        finally:
+            watch.cancel()
 
     def status(self) -> dict[str, Any]:
         return {
