@@ -75,6 +75,11 @@ REQUEST_TIMEOUT = 10.0
 # the reply 0.2 ms (docs/threat-model.md: one event loop answers every client).
 MEMO_MEMBERS = 1000
 MEMO_GROUPS = 64
+# Smaller groups' answers are kept too (as long as the cache hands out an equal
+# GroupView): the getgrgid calls of a warm `id` then skip the member filter and the
+# encoding, a sixth of the responder's time per request (perf/warmsocket.py). A few
+# hundred bytes each; the table is dropped when full, so no client can grow it.
+MEMO_SMALL_GROUPS = 20_000
 # Replies of one non-root uid being written at once (writing and draining): the event
 # loop's time goes round the uids, so 64 connections of one uid asking for a huge group
 # cost another user what 4 of them cost, not 64. Not held while a lookup waits for the
@@ -108,7 +113,7 @@ class _Share:
 
 @dataclass
 class _Record:
-    """A big group's answer, kept while the cache hands out the same GroupView."""
+    """A group's answer, kept while the cache hands out an equal GroupView."""
 
     view: GroupView
     name: str
@@ -195,6 +200,7 @@ class NssResponder:
         self.reserved = min(nss.root_reserved_clients, nss.max_clients // 2)
         self.reply_budget = nss.max_reply_buffer_per_uid << 20
         self._records: dict[tuple[str, str], _Record] = {}  # (domain, group name)
+        self._small: dict[tuple[str, str], _Record] = {}  # the same, smaller groups
 
     # -- encoding ---------------------------------------------------------------------
 
@@ -207,29 +213,20 @@ class NssResponder:
         rec = p.encode_passwd_record(u.uid, u.gid, name, self.pwfield, u.gecos, u.home, u.shell)
         return name, rec
 
-    def _group_record(self, domain: DomainConfig, g: GroupView) -> tuple[str, int, bytes, bytes]:
-        """(output name, member count, member blob, group record) of a group."""
-        r = self._big_record(domain, g)
-        if r is not None:
-            return r.name, r.count, r.blob, r.rec
-        name = self._output_name(domain, g.name)
-        count, blob = self.lookups.policy.members(domain, g)
-        return name, count, blob, p.encode_group_record(g.gid, name, self.pwfield, count, blob)
-
-    def _big_record(self, domain: DomainConfig, g: GroupView) -> _Record | None:
-        """The kept answer of a big group (made now if needed); None for small ones."""
-        if g.member_count < MEMO_MEMBERS:
-            return None
+    def _group_record(self, domain: DomainConfig, g: GroupView) -> _Record:
+        """The answer of a group: kept while the cache hands out an equal GroupView (for
+        a big group the very same object, while its snapshot is unchanged)."""
+        big = g.member_count >= MEMO_MEMBERS
+        memo = self._records if big else self._small
         key = (domain.name, g.name)
-        r = self._records.get(key)
-        # The cache hands out the same GroupView object while its snapshot is unchanged.
-        if r is None or r.view is not g:
+        r = memo.get(key)
+        if r is None or (r.view is not g and r.view != g):
             name = self._output_name(domain, g.name)
             count, blob = self.lookups.policy.members(domain, g)
             rec = p.encode_group_record(g.gid, name, self.pwfield, count, blob)
-            if len(self._records) >= MEMO_GROUPS:
-                self._records.clear()
-            r = self._records[key] = _Record(g, name, count, blob, rec)
+            if len(memo) >= (MEMO_GROUPS if big else MEMO_SMALL_GROUPS):
+                memo.clear()
+            r = memo[key] = _Record(g, name, count, blob, rec)
         return r
 
     # -- fill functions: a found value to its reply, stored in the memory cache ----------
@@ -241,11 +238,11 @@ class NssResponder:
 
     def fill_group(self, cmd: int, _key: str | int, found: Found[GroupView]) -> bytes:
         g = found.value
-        r = self._big_record(found.domain, g)
-        if r is None:
-            name, count, blob, rec = self._group_record(found.domain, g)
-            self.feed.group(name, g.gid, count, blob, self.pwfield)
-            return p.group_reply(cmd, [rec])
+        r = self._group_record(found.domain, g)
+        if g.member_count < MEMO_MEMBERS:
+            # The feed skips a record it stored moments ago with the same content.
+            self.feed.group(r.name, g.gid, r.count, r.blob, self.pwfield)
+            return p.group_reply(cmd, [r.rec])
         now = time.monotonic()
         if now - r.fed >= self._prefill_every:
             self.feed.group(r.name, r.view.gid, r.count, r.blob, self.pwfield)
@@ -275,8 +272,8 @@ class NssResponder:
         for g in found.cache.groups_by_name(ig.groups):
             if not policy.group_view_ok(domain, g):
                 continue
-            count, blob = policy.members(domain, g)
-            self.feed.group(self._output_name(domain, g.name), g.gid, count, blob, self.pwfield)
+            r = self._group_record(domain, g)
+            self.feed.group(r.name, g.gid, r.count, r.blob, self.pwfield)
         if len(self._prefilled) > 10_000:
             self._prefilled.clear()
         self._prefilled[key] = (gids, now)
@@ -287,6 +284,7 @@ class NssResponder:
         self.feed.retire()
         self._prefilled.clear()
         self._records.clear()
+        self._small.clear()
         asyncio.get_running_loop().call_soon(self.feed.reopen)
 
     # -- answering ---------------------------------------------------------------------
@@ -330,7 +328,7 @@ class NssResponder:
             else:
                 gok = GETGRGID.served
                 records = [
-                    self._group_record(domain, g)[3]
+                    self._group_record(domain, g).rec
                     for g in cache.iter_groups()
                     if gok(self.lookups.policy, domain, g)
                 ]
