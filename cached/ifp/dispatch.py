@@ -33,7 +33,6 @@ from typing import Any
 from dbus_next.signature import Variant
 
 from cached.cache import DomainCache, GroupView
-from cached.cache.records import split_members
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, IFP_DENIED, IFP_REQUEST
 from cached.ifp import interfaces as i
@@ -52,7 +51,7 @@ from cached.ifp.paths import (
     unescape,
     user_path,
 )
-from cached.model import Kind, User
+from cached.model import User
 from cached.responder.admin import INVALIDATE_KINDS, Admin
 from cached.responder.flow import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found
 from cached.responder.policy import ServePolicy
@@ -332,9 +331,7 @@ class Dispatcher:
         # too (unresolved "ghost" members appear after UpdateMemberList).
         paths = []
         if not dom.ignore_group_members:
-            for name in split_members(group.members):
-                if self.policy.name_filtered(dom, Kind.USER, name):
-                    continue
+            for name in self.policy.member_names(dom, group):
                 user = cache.user_by_name(name).value
                 if user is not None:
                     paths.append(user_path(dom.name, user.uid))
@@ -457,10 +454,7 @@ class Dispatcher:
         await self.lookups.refresh(dom.name, GETGRGID.backend_op, target.number)
         group = self._cached_group(dom, cache, target.number)
         missing = [
-            n
-            for n in split_members(group.members)
-            if not self.policy.name_filtered(dom, Kind.USER, n)
-            and cache.user_by_name(n).value is None
+            n for n in self.policy.member_names(dom, group) if cache.user_by_name(n).value is None
         ]
         gate = asyncio.Semaphore(MEMBER_LOOKUP_CONCURRENCY)
 

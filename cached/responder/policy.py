@@ -87,6 +87,10 @@ class ServePolicy:
     def initgroups_ok(self, domain: DomainConfig, ig: Initgroups) -> bool:
         return self.user_ok(domain, ig.user)
 
+    def member_names(self, domain: DomainConfig, g: GroupView) -> list[str]:
+        """A group's member names without the filtered users, as stored."""
+        return [n for n in split_members(g.members) if not self.name_filtered(domain, Kind.USER, n)]
+
     def members(self, domain: DomainConfig, g: GroupView) -> tuple[int, bytes]:
         """A group's (member count, NUL-joined member blob) as answered: without the
         filtered users, in the output case; empty with ``ignore_group_members``."""
