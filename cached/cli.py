@@ -76,7 +76,7 @@ def cmd_responder(args: argparse.Namespace) -> int:
     import asyncio
 
     from cached.monitor import report_ready
-    from cached.nss.server import run_responder
+    from cached.responder.main import run_responder
 
     asyncio.run(run_responder(_load(args.config), report_ready))
     return 0
@@ -229,7 +229,8 @@ def _getent_line(c: NssClient, database: str, key: str, n: int | None) -> str | 
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from cached.tools import NO_MATCH, Invalidation, ToolError, invalidate, notify_invalidated
+    from cached.tools import ToolError
+    from cached.tools.cache import NO_MATCH, Invalidation, invalidate, notify_invalidated
 
     what = Invalidation(
         everything=args.everything, users=args.users, groups=args.groups,
@@ -259,7 +260,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from cached.tools import format_status, status
+    from cached.tools.status import format_status, status
 
     config = _load(args.config)
     st, running = status(config)
@@ -275,7 +276,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
-    from cached.tools import ToolError, perf
+    from cached.tools import ToolError
+    from cached.tools.perf import perf
 
     argv = list(args.argv)
     if argv and argv[0] == "--":

@@ -3,8 +3,8 @@
 Each process (responder, each backend) has one module-level registry, ``COUNTERS``.
 A *stat* has three numbers: how many times it happened, the seconds it took, and an
 amount (bytes written, entries returned, ...). ``snapshot()`` gives a plain dict
-that crosses process boundaries (msgpack) so ``cached perf`` can subtract two
-snapshots and print reference §5.2's id_perf breakdown from the difference.
+that crosses process boundaries (msgpack) so ``cached perf`` (``tools/perf.py``) can
+subtract two snapshots and print reference §5.2's id_perf breakdown from the difference.
 
 Two things SSSD's probes do that a flat counter cannot, and which this module does:
 
@@ -24,7 +24,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 # Stat names shared by the writers (cache, ldap, nss) and the readers (perf, status).
 # Entry store ("sysdb" in SSSD's words), outermost write transactions only.
@@ -206,91 +205,3 @@ def format_profile(scope: Scope, outcome: str) -> str:
         f"bytes={g(ENTRY_BYTES).amount}, ts_writes={g(TS_WRITE).count}, "
         f"ts_records={g(TS_RECORDS).amount}"
     )
-
-
-def idperf_breakdown(d: dict[str, Stat], total: float) -> dict[str, Any]:
-    """Reference §5.2's id_perf figures, from the difference of two snapshots taken
-    around a command that ran for ``total`` seconds, plus what SSSD's probes miss."""
-
-    def get(name: str) -> Stat:
-        return d.get(name) or Stat()
-
-    def ms(name: str) -> float:
-        return round(get(name).seconds * 1000, 3)
-
-    txn_ms, search_ms = ms(ENTRY_TXN), ms(LDAP_SEARCH)
-    return {
-        "total_ms": round(total * 1000, 3),
-        "level0_transactions": get(ENTRY_TXN).count,
-        "level0_transactions_ms": txn_ms,
-        "writing_ms": ms(ENTRY_COMMIT),
-        "ldap_searches": get(LDAP_SEARCH).count,
-        "ldap_entries": get(LDAP_SEARCH).amount,
-        "ldap_wait_ms": search_ms,
-        "requests": {
-            kind: {"count": get(stat).count, "ms": ms(stat)}
-            for kind, stat in (("user", REQ_USER), ("group", REQ_GROUP), ("initgroups", REQ_INITGR))
-        },
-        # §5.2 item 8: what is neither in a level-0 transaction nor waiting for LDAP.
-        "unaccounted_ms": round(total * 1000 - txn_ms - search_ms, 3),
-        "timestamp_writes": get(TS_WRITE).count,
-        "timestamp_writes_ms": ms(TS_WRITE),
-        "timestamp_records": get(TS_RECORDS).amount,
-        "entry_store_bytes": get(ENTRY_BYTES).amount,
-        "entry_store_records": get(ENTRY_RECORDS).amount,
-        "timestamp_store_bytes": get(TS_BYTES).amount,
-        "nested": {
-            "levels": get(NESTED_LEVELS).count,
-            "server_and_network_ms": ms(LDAP_WAIT),
-            "ber_decode_ms": ms(LDAP_BER),
-            "member_resolution_ms": ms(NESTED_RESOLVE),
-            "compare_ms": ms(NESTED_COMPARE),
-            "decode_and_store_ms": ms(LDAP_DECODE),
-        },
-        "responder": {
-            "requests": get(NSS_REQUEST).count,
-            "requests_ms": ms(NSS_REQUEST),
-            "cache_reads": get(CACHE_READ).count,
-            "cache_reads_ms": ms(CACHE_READ),
-        },
-    }
-
-
-def format_idperf(b: dict[str, Any], command: str) -> str:
-    """The layout of SSSD's contrib/systemtap/id_perf.stp (§5.2), then cached's own lines."""
-    r = b["requests"]
-    n = b["nested"]
-    lines = [
-        f"Total run time of {command} was: {b['total_ms']:.0f} ms",
-        f"Number of zero-level cache transactions: {b['level0_transactions']}",
-        f" --> Time spent in level-0 sysdb transactions: {b['level0_transactions_ms']:.0f} ms",
-        f" --> Time spent writing to LDB: {b['writing_ms']:.0f} ms",
-        f"Number of LDAP searches: {b['ldap_searches']}",
-        f"Time spent waiting for LDAP: {b['ldap_wait_ms']:.0f} ms",
-        "LDAP searches breakdown:",
-    ]
-    for kind in ("user", "group", "initgroups"):
-        lines += [
-            f"  Number of {kind} requests: {r[kind]['count']}",
-            f"  Time spent in {kind} requests: {r[kind]['ms']:.0f} ms",
-        ]
-    lines += [
-        f"Unaccounted time: {b['unaccounted_ms']:.0f} ms",
-        "",
-        "What SSSD's probes do not show:",
-        f"  Timestamp-only writes: {b['timestamp_writes']} transactions, "
-        f"{b['timestamp_records']} records, {b['timestamp_writes_ms']:.0f} ms",
-        f"  Bytes written: entry store {b['entry_store_bytes']} "
-        f"({b['entry_store_records']} records), timestamp store {b['timestamp_store_bytes']}",
-        "  Nested groups (reference §5.3):",
-        f"    levels walked: {n['levels']}",
-        f"    server and network: {n['server_and_network_ms']:.0f} ms "
-        f"(of which BER decoding {n['ber_decode_ms']:.0f} ms)",
-        f"    member DN resolution: {n['member_resolution_ms']:.0f} ms",
-        f"    comparing with the cache: {n['compare_ms']:.0f} ms",
-        f"    results processing (decode, compare, store): {n['decode_and_store_ms']:.0f} ms",
-        f"  Responder: {b['responder']['requests']} NSS requests "
-        f"({b['responder']['requests_ms']:.0f} ms), {b['responder']['cache_reads']} cache reads "
-        f"({b['responder']['cache_reads_ms']:.0f} ms)",
-    ]
-    return "\n".join(lines)

@@ -6,7 +6,17 @@ the NSS responder and the memory-cache writer encode them for clients.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+
+
+class Kind(enum.Enum):
+    """The kinds of object NSS serves. The value names the kind's memory-cache file
+    (reference §2.1), the name is how profile lines and ``cached perf`` say it (§5.2)."""
+
+    USER = "passwd"
+    GROUP = "group"
+    INITGR = "initgroups"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +47,40 @@ class Group:
     dn: str = ""
     members: tuple[str, ...] = ()
     member_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PasswdEntry:
+    """A passwd record as a client reads it (from the NSS socket or the memory cache),
+    with the ``passwd`` field that :class:`User` lacks."""
+
+    name: str
+    passwd: str
+    uid: int
+    gid: int
+    gecos: str
+    home: str
+    shell: str
+
+    def to_user(self) -> User:
+        return User(
+            name=self.name,
+            uid=self.uid,
+            gid=self.gid,
+            gecos=self.gecos,
+            home=self.home,
+            shell=self.shell,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEntry:
+    """A group record as a client reads it: the direct and nested members, flat."""
+
+    name: str
+    passwd: str
+    gid: int
+    members: tuple[str, ...]
+
+    def to_group(self) -> Group:
+        return Group(name=self.name, gid=self.gid, members=self.members)

@@ -27,8 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cached import aiorpc, rpc
 from cached.config import Config
+from cached.ipc import aio, framing
+from cached.ipc.ops import Op
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,12 @@ class Monitor:
             Child(
                 f"backend {d.name}",
                 [*base, "_backend", "-c", config_path, "--domain", d.name],
-                rpc.backend_socket(pipes, d.name),
+                framing.backend_socket(pipes, d.name),
             )
             for d in config.domains
         ]
         self.responder = Child(
-            "responder", [*base, "_responder", "-c", config_path], rpc.responder_socket(pipes)
+            "responder", [*base, "_responder", "-c", config_path], framing.responder_socket(pipes)
         )
         self.children = [*self.backends, self.responder]
         self._watchers: list[asyncio.Task[None]] = []
@@ -198,26 +199,26 @@ class Monitor:
 
     # -- control socket ------------------------------------------------------------------
 
-    async def _ask(self, child: Child, op: str, **args: Any) -> dict[str, Any]:
-        client = aiorpc.RpcClient(child.rpc_path)
+    async def _ask(self, child: Child, op: Op, **args: Any) -> dict[str, Any]:
+        client = aio.RpcClient(child.rpc_path)
         try:
             return await client.call(op, timeout=10.0, **args)
-        except rpc.RpcError as e:
+        except framing.RpcError as e:
             return {"ok": False, "error": str(e)}
         finally:
             await client.close()
 
-    async def control(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        if op == "counters":
-            replies = await asyncio.gather(*(self._ask(c, "counters") for c in self.children))
+    async def control(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        if op is Op.COUNTERS:
+            replies = await asyncio.gather(*(self._ask(c, Op.COUNTERS) for c in self.children))
             return {
                 "processes": {
                     c.name: r.get("counters", {})
                     for c, r in zip(self.children, replies, strict=True)
                 }
             }
-        if op == "status":
-            replies = await asyncio.gather(*(self._ask(c, "status") for c in self.children))
+        if op is Op.STATUS:
+            replies = await asyncio.gather(*(self._ask(c, Op.STATUS) for c in self.children))
             children = []
             for c, r in zip(self.children, replies, strict=True):
                 children.append(
@@ -238,16 +239,12 @@ class Monitor:
                             "config": self.config_path},
                 "children": children,
             }  # fmt: skip
-        if op in ("clear_negative", "invalidated"):
+        if op is Op.INVALIDATED:
             reply = await self._ask(self.responder, op)
             if not reply.get("ok", True):
                 raise RuntimeError(reply.get("error"))
             return reply
-        if op == "reset_offline":
-            return {
-                "domains": [await self._ask(c, "reset_offline") for c in self.backends],
-            }
-        raise ValueError(f"unknown op {op!r}")
+        raise ValueError(f"the control socket does not answer {op}")
 
 
 def _running_cached(pid: int) -> bool:
@@ -334,7 +331,7 @@ async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
     d = config.daemon
     for path, mode in ((d.db_dir, 0o700), (d.pipes_dir, 0o755), (d.mc_dir, 0o755)):
         os.makedirs(path, mode=mode, exist_ok=True)
-    os.makedirs(rpc.private_dir(d.pipes_dir), mode=0o700, exist_ok=True)
+    os.makedirs(framing.private_dir(d.pipes_dir), mode=0o700, exist_ok=True)
     try:
         _write_pid_file(d.pid_file)
     except (RuntimeError, OSError) as e:
@@ -353,7 +350,7 @@ async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
         except RuntimeError as e:
             log.error("%s", e)
             return 1
-        control = await aiorpc.serve(rpc.control_socket(d.pipes_dir), monitor.control, mode=0o600)
+        control = await aio.serve(framing.control_socket(d.pipes_dir), monitor.control, mode=0o600)
         sd_notify("READY=1\nSTATUS=serving")
         log.info("cached serving %d domain(s): %s", len(config.domains),
                  ", ".join(x.name for x in config.domains))  # fmt: skip
@@ -366,6 +363,6 @@ async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
             control.close()
         await monitor.stop()
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(rpc.control_socket(d.pipes_dir))
+            os.unlink(framing.control_socket(d.pipes_dir))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(d.pid_file)

@@ -19,7 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from cached import rpc
+from cached.ipc import framing as rpc
+from cached.ipc.ops import Op
 from perf import nsenv, procstat
 
 START_TIMEOUT = 60.0
@@ -147,7 +148,8 @@ class CachedDaemon:
     # -- talking to it ---------------------------------------------------------------
 
     def control(self, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
-        return rpc.call_sync(rpc.control_socket(str(self.pipes_dir)), op, timeout=timeout, **args)
+        path = rpc.control_socket(str(self.pipes_dir))
+        return rpc.call_sync(path, Op(op), timeout=timeout, **args)
 
     def child_pid(self, name: str) -> int:
         """The pid of a ready child: ``"responder"`` or ``"backend LDAP"``."""

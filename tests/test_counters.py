@@ -10,11 +10,10 @@ from cached.counters import (
     Counters,
     Stat,
     diff,
-    format_idperf,
     format_profile,
-    idperf_breakdown,
     merge,
 )
+from cached.tools.perf import format_idperf, idperf_breakdown
 
 
 def test_only_the_outermost_transaction_is_counted():

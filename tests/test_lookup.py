@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cached.nss.lookup import NegativeCache
+from cached.responder.flow import NegativeCache
 
 
 def test_negative_cache_is_swept_and_bounded():

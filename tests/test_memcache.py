@@ -26,15 +26,15 @@ from cached.memcache import (
     Kind,
     McBusyError,
     McError,
+    McPasswdEntry,
     McReader,
     MemoryCache,
     PackedMembers,
-    PasswdEntry,
     PasswdWriter,
     Status,
     murmurhash3,
 )
-from cached.memcache.layout import HEADER, REC_HEADER, SLOT_SIZE, valid_barrier
+from cached.memcache.layout import HEADER, REC_HEADER, SLOT_SIZE, default_mb, valid_barrier
 from cached.model import Group, User
 
 NOW = 1_700_000_000
@@ -146,7 +146,7 @@ def test_passwd_record_layout_and_lookup(tmp_path: Path) -> None:
     assert raw[off + length : off + 80] == b"\xff" * (80 - length)  # rest of last slot
     with McReader(tmp_path / "passwd") as r:
         e = r.passwd("alice")
-        assert e == PasswdEntry(
+        assert e == McPasswdEntry(
             "alice", "*", 10001, 20001, "Alice A", "/home/alice", "/bin/bash", NOW + 300, 0
         )
         assert r.passwd(10001) == e
@@ -644,4 +644,4 @@ def test_random_operations_with_eviction(
 
 def test_kind_names() -> None:
     assert [k.value for k in Kind] == ["passwd", "group", "initgroups"]
-    assert [k.default_mb for k in Kind] == [8, 6, 10]
+    assert [default_mb(k) for k in Kind] == [8, 6, 10]

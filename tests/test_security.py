@@ -123,8 +123,10 @@ def hostile_ldif() -> str:
 
 def _wide_user(dn: str, name: str, uid: int) -> str:
     # The fewest attributes a POSIX user needs: slapadd loads 50,000 of them quickly.
-    return (f"dn: {dn}\nobjectClass: account\nobjectClass: posixAccount\nuid: {name}\n"
-            f"cn: {name}\nuidNumber: {uid}\ngidNumber: 10000\nhomeDirectory: /h\n")
+    return (
+        f"dn: {dn}\nobjectClass: account\nobjectClass: posixAccount\nuid: {name}\n"
+        f"cn: {name}\nuidNumber: {uid}\ngidNumber: 10000\nhomeDirectory: /h\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -655,14 +657,15 @@ def test_rate_limited_log_one_line_per_kind_per_interval(caplog):
 def test_fair_queue_takes_one_job_per_uid_in_turn():
     import asyncio
 
+    from cached.ipc.ops import Op
     from cached.ldap.service import FairQueue, _Job
 
-    async def run() -> list[str]:
+    async def run() -> list[str | int]:
         loop = asyncio.get_running_loop()
         q = FairQueue()
         jobs = {}
         for name, uid in [("a1", 1), ("a2", 1), ("a3", 1), ("b1", 2), ("c1", 3), ("a4", 1)]:
-            jobs[name] = _Job("user_by_name", name, loop.create_future())
+            jobs[name] = _Job(Op.USER_BY_NAME, name, loop.create_future())
             q.put(uid, jobs[name])
         q.put(2, jobs["a3"])  # uid 2 waits for a3 too: it runs at uid 2's turn
         order = []
@@ -676,7 +679,8 @@ def test_fair_queue_takes_one_job_per_uid_in_turn():
 
 
 def test_serve_policy_ids_filters_and_domains():
-    from cached.nss.lookup import Kind, ServePolicy
+    from cached.model import Kind
+    from cached.responder.policy import ServePolicy
 
     text = config_text(["ldap://127.0.0.1:1"], BASE, Path("/nonexistent"), min_id=0,
                        case_sensitive="false",

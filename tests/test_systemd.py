@@ -42,8 +42,9 @@ from typing import Final
 
 import pytest
 
-from cached import rpc
 from cached.config import DAEMON_OPTIONS, NSS_OPTIONS
+from cached.ipc import framing as rpc
+from cached.ipc.ops import Op
 from cached.nss.client import NssClient
 from perf.daemon import config_text
 from perf.slapd import LiveDirectory
@@ -387,7 +388,7 @@ class Served:
 
     def children(self) -> list[int]:
         """PIDs of the children, each of which has just answered the monitor over its RPC."""
-        status = rpc.call_sync(rpc.control_socket(str(self.pipes)), "status", timeout=30)
+        status = rpc.call_sync(rpc.control_socket(str(self.pipes)), Op.STATUS, timeout=30)
         for c in status["children"]:
             assert c["running"] and not c["error"], c
         return [int(c["pid"]) for c in status["children"]]

@@ -114,8 +114,8 @@ def test_control_socket_refuses_other_users(daemon_factory, slapd_small):
     open_the_way(ctl)
     ctl.chmod(0o666)
     code = (
-        "from cached import rpc\n"
-        f"try:\n    rpc.call_sync({str(ctl)!r}, 'status', timeout=5)\n"
+        "from cached.ipc import framing as rpc\nfrom cached.ipc.ops import Op\n"
+        f"try:\n    rpc.call_sync({str(ctl)!r}, Op.STATUS, timeout=5)\n"
         "except rpc.RpcError as e:\n    print('refused', e)\n"
     )
     r = run_python(["-c", code])

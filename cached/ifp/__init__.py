@@ -1,6 +1,6 @@
 """The D-Bus interface of the responder: SSSD's InfoPipe names, plus cached's admin calls.
 
-``start_ifp(config, admin)`` (called by ``cached.nss.server.run_responder``) connects to
+``start_ifp(config, admin)`` (called by ``cached.responder.main.run_responder``) connects to
 ``[cached] dbus_address`` and owns ``org.freedesktop.sssd.infopipe``; ``close()`` on the
 handle it returns ends it. The API (names, signatures, paths, errors) is in
 ``interfaces.py``; the calls themselves in ``dispatch.py``; the bus glue in

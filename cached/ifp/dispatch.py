@@ -26,7 +26,6 @@ import asyncio
 import json
 import logging
 import time
-from array import array
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,6 @@ from typing import Any
 from dbus_next.signature import Variant
 
 from cached.cache import DomainCache, GroupView
-from cached.cache.records import split_members
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, IFP_DENIED, IFP_REQUEST
 from cached.ifp import interfaces as i
@@ -54,8 +52,9 @@ from cached.ifp.paths import (
     user_path,
 )
 from cached.model import User
-from cached.nss.admin import INVALIDATE_KINDS, Admin
-from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found, Kind
+from cached.responder.admin import INVALIDATE_KINDS, Admin
+from cached.responder.flow import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found
+from cached.responder.policy import ServePolicy
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +111,10 @@ class Dispatcher:
         self.domains = {d.name: d for d in self.config.domains}
         self.stats = Stats()
         self.extra_status: Callable[[], dict[str, Any]] = dict
+
+    @property
+    def policy(self) -> ServePolicy:
+        return self.lookups.policy
 
     # -- objects -----------------------------------------------------------------------
 
@@ -286,26 +289,21 @@ class Dispatcher:
 
     def _cached_user(self, dom: DomainConfig, cache: DomainCache, uid: int) -> User:
         user = cache.user_by_uid(uid).value if dom.id_in_range(uid) else None
-        if user is None or self.lookups.filtered(GETPWUID, user, dom):
+        if user is None or not self.lookups.servable(GETPWUID, dom, user):
             raise _not_found("User")
         return user
 
     def _cached_group(self, dom: DomainConfig, cache: DomainCache, gid: int) -> GroupView:
         group = cache.group_by_gid(gid).value if dom.id_in_range(gid) else None
-        if group is None or self.lookups.filtered(GETGRGID, group, dom):
+        if group is None or not self.lookups.servable(GETGRGID, dom, group):
             raise _not_found("Group")
         return group
-
-    @staticmethod
-    def _output_name(dom: DomainConfig, name: str) -> str:
-        # As the NSS responder answers names (case_sensitive = false: lower case).
-        return name.lower() if dom.case_sensitive == "false" else name
 
     async def _user_property(self, dom: DomainConfig, user: User, prop: str) -> Variant:
         if prop == "groups":
             return Variant("ao", await self._user_group_paths(dom, user))
         values: dict[str, str | int] = {
-            "name": self._output_name(dom, user.name),
+            "name": self.policy.output_name(dom, user.name),
             "uidNumber": user.uid,
             "gidNumber": user.gid,
             "gecos": user.gecos,
@@ -316,36 +314,24 @@ class Dispatcher:
         return Variant(i.INTERFACES[i.IFACE_USER].properties[prop], values[prop])
 
     async def _user_group_paths(self, dom: DomainConfig, user: User) -> list[str]:
-        """The user's groups (primary first), as ``id`` gets them: the initgroups flow."""
-        found = await self.lookups.lookup(INITGR, user.name)
-        gids = [user.gid]
-        if found is not None:
-            gids += list(array("I", self.lookups.initgroups_gids(found)))
-        drop = self._filtered_gids(dom, self.lookups.caches[dom.name])
-        return [group_path(dom.name, g) for g in dict.fromkeys(gids) if g not in drop]
-
-    def _filtered_gids(self, dom: DomainConfig, cache: DomainCache) -> set[int]:
-        out = set()
-        for name in self.lookups.policy.filter_names(dom, Kind.GROUP):
-            g = cache.group_by_name(name).value
-            if g is not None:
-                out.add(g.gid)
-        return out
+        """The user's groups (primary first), as ``id`` gets them: the initgroups flow,
+        without a filtered primary group."""
+        drop = self.policy.filtered_gids(dom, self.lookups.caches[dom.name])
+        gids = await self.admin.user_gids(user)
+        return [group_path(dom.name, g) for g in gids if g not in drop]
 
     def _group_property(
         self, dom: DomainConfig, cache: DomainCache, group: GroupView, prop: str
     ) -> Variant:
         if prop == "name":
-            return Variant("s", self._output_name(dom, group.name))
+            return Variant("s", self.policy.output_name(dom, group.name))
         if prop == "gidNumber":
             return Variant("u", group.gid)
         # users: the members the cache knows as users. SSSD lists resolved members only
         # too (unresolved "ghost" members appear after UpdateMemberList).
         paths = []
         if not dom.ignore_group_members:
-            for name in split_members(group.members):
-                if self.lookups.policy.name_filtered(dom, Kind.USER, name):
-                    continue
+            for name in self.policy.member_names(dom, group):
                 user = cache.user_by_name(name).value
                 if user is not None:
                     paths.append(user_path(dom.name, user.uid))
@@ -359,9 +345,8 @@ class Dispatcher:
             raise BadArgument("Ping() only accepts ping as a param")
         return ["PONG"]
 
-    async def _find_user(self, key: str | int) -> Found:
-        plugin = GETPWUID if isinstance(key, int) else GETPWNAM
-        found = await self.lookups.lookup(plugin, key)
+    @staticmethod
+    def _user_found(found: Found[User] | None) -> Found[User]:
         if found is None:
             raise _not_found("User")
         return found
@@ -369,10 +354,10 @@ class Dispatcher:
     async def _ifp_GetUserAttr(self, target: Target, user: str, attrs: list[str]) -> list[Any]:
         name = check_name(user, "user")
         wanted = check_attrs(attrs)
-        found = await self._find_user(name)
-        u: User = found.value
+        found = self._user_found(await self.lookups.lookup(GETPWNAM, name))
+        u = found.value
         values = {
-            "name": self._output_name(found.domain, u.name),
+            "name": self.policy.output_name(found.domain, u.name),
             "uidNumber": str(u.uid),
             "gidNumber": str(u.gid),
             "gecos": u.gecos,
@@ -391,10 +376,8 @@ class Dispatcher:
         return [out]
 
     async def _ifp_GetUserGroups(self, target: Target, user: str) -> list[Any]:
-        names = await self.admin.user_groups(check_name(user, "user"))
-        if names is None:
-            raise _not_found("User")
-        return [names]
+        found = self._user_found(await self.lookups.lookup(GETPWNAM, check_name(user, "user")))
+        return [await self.admin.user_groups(found.value)]
 
     # -- io.cached.Admin ---------------------------------------------------------------
 
@@ -418,7 +401,7 @@ class Dispatcher:
         return [min(matched, 2**32 - 1)]
 
     async def _ifp_Counters(self, target: Target) -> list[Any]:
-        return [json.dumps(self.admin.counters(), sort_keys=True, default=str)]
+        return [json.dumps(self.admin.counters().fields(), sort_keys=True, default=str)]
 
     async def _ifp_Status(self, target: Target) -> list[Any]:
         status = dict(self.admin.status())
@@ -434,26 +417,25 @@ class Dispatcher:
     # -- org.freedesktop.sssd.infopipe.Users / .Groups ---------------------------------
 
     async def _users_FindByName(self, target: Target, name: str) -> list[Any]:
-        found = await self._find_user(check_name(name))
+        found = self._user_found(await self.lookups.lookup(GETPWNAM, check_name(name)))
         return [user_path(found.domain.name, found.value.uid)]
 
     async def _users_FindByID(self, target: Target, uid: int) -> list[Any]:
-        found = await self._find_user(check_id(uid, "id"))
+        found = self._user_found(await self.lookups.lookup(GETPWUID, check_id(uid, "id")))
         return [user_path(found.domain.name, found.value.uid)]
 
-    async def _find_group(self, key: str | int) -> Found:
-        plugin = GETGRGID if isinstance(key, int) else GETGRNAM
-        found = await self.lookups.lookup(plugin, key)
+    @staticmethod
+    def _group_found(found: Found[GroupView] | None) -> Found[GroupView]:
         if found is None:
             raise _not_found("Group")
         return found
 
     async def _groups_FindByName(self, target: Target, name: str) -> list[Any]:
-        found = await self._find_group(check_name(name))
+        found = self._group_found(await self.lookups.lookup(GETGRNAM, check_name(name)))
         return [group_path(found.domain.name, found.value.gid)]
 
     async def _groups_FindByID(self, target: Target, gid: int) -> list[Any]:
-        found = await self._find_group(check_id(gid, "id"))
+        found = self._group_found(await self.lookups.lookup(GETGRGID, check_id(gid, "id")))
         return [group_path(found.domain.name, found.value.gid)]
 
     # -- objects' methods --------------------------------------------------------------
@@ -472,10 +454,7 @@ class Dispatcher:
         await self.lookups.refresh(dom.name, GETGRGID.backend_op, target.number)
         group = self._cached_group(dom, cache, target.number)
         missing = [
-            n
-            for n in split_members(group.members)
-            if not self.lookups.policy.name_filtered(dom, Kind.USER, n)
-            and cache.user_by_name(n).value is None
+            n for n in self.policy.member_names(dom, group) if cache.user_by_name(n).value is None
         ]
         gate = asyncio.Semaphore(MEMBER_LOOKUP_CONCURRENCY)
 

@@ -40,7 +40,7 @@ from cached.config import Config
 from cached.ifp import interfaces as i
 from cached.ifp.dispatch import Dispatcher, IfpError
 from cached.ifp.paths import BUS_NAME, IFP_PATH
-from cached.nss.admin import Admin
+from cached.responder.admin import Admin
 
 log = logging.getLogger(__name__)
 

@@ -416,12 +416,6 @@ class LdapClient:
         _discard(self.conn)
         self.conn = None
 
-    def reset_offline(self) -> None:
-        """Forget the offline state: the next request tries the servers at once."""
-        self.retry_at = 0.0
-        self.backoff = 0.0
-        self.failed.clear()
-
     def _go_offline(self, reason: str) -> LdapOffline:
         # Reference §6.4: retry after offline_timeout, doubling up to the max, plus a
         # random 0..offset so many clients do not reconnect in step.

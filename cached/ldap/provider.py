@@ -34,7 +34,6 @@ rfc2307 has no nesting: one search answers initgroups (``memberUid=<name>``).
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -55,6 +54,7 @@ from cached.counters import (
     Counters,
 )
 from cached.dn import in_scope, normalize_dn, rdn_avas
+from cached.ipc.ops import Outcome as Outcome  # re-exported: the provider returns it
 from cached.ldap import deref, validate
 from cached.ldap.client import (
     Entry,
@@ -68,13 +68,6 @@ from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, escape, first
 from cached.model import Group, User
 
 log = logging.getLogger(__name__)
-
-
-class Outcome(enum.Enum):
-    FOUND = "found"
-    NOT_FOUND = "not-found"  # the server says it does not exist (cache entry deleted)
-    OFFLINE = "offline"  # no server reachable: serve what is cached
-    ERROR = "error"  # the server refused the request: serve what is cached
 
 
 @dataclass(frozen=True)

@@ -30,39 +30,30 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from cached import aiorpc, rpc
 from cached.cache import Role, StoreWriteError, open_domain_cache
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, format_profile
+from cached.ipc import aio, framing
+from cached.ipc.ops import (
+    LOOKUPS,
+    CountersReply,
+    DomainStateNote,
+    LookupReply,
+    LookupRequest,
+    Op,
+    Outcome,
+)
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
-from cached.ldap.provider import LdapProvider, Outcome, Result
+from cached.ldap.provider import LdapProvider, Result
 
 log = logging.getLogger(__name__)
-
-# op -> (provider method name, key type)
-REQUESTS: dict[str, tuple[str, type]] = {
-    "user_by_name": ("user_by_name", str),
-    "user_by_uid": ("user_by_uid", int),
-    "group_by_name": ("group_by_name", str),
-    "group_by_gid": ("group_by_gid", int),
-    "initgroups": ("initgroups", str),
-}
-
-# Request kinds as the profile lines and `cached perf` name them (reference §5.2).
-PROFILE_KIND = {
-    "user_by_name": "USER",
-    "user_by_uid": "USER",
-    "group_by_name": "GROUP",
-    "group_by_gid": "GROUP",
-    "initgroups": "INITGR",
-}
 
 
 @dataclass(eq=False)
 class _Job:
-    op: str
-    key: Any
+    op: Op
+    key: str | int
     fut: asyncio.Future[Result]
     started: bool = False
     queued_for: set[Hashable] = field(default_factory=set)
@@ -121,7 +112,7 @@ class BackendService:
         provider = AdProvider if domain.ldap_schema == "ad" else LdapProvider
         self.provider = provider(domain, self.client, self.cache)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"ldap-{domain.name}")
-        self.inflight: dict[tuple[str, Any], _Job] = {}
+        self.inflight: dict[tuple[Op, str | int], _Job] = {}
         self.queue: FairQueue | None = None
         self._worker: asyncio.Task[None] | None = None
         self.started = time.time()
@@ -130,15 +121,17 @@ class BackendService:
         # The online state the responder was last told of (it learns the
         # state from answers and from these announcements, never per object).
         self.announced_online = True
-        self.responder = aiorpc.RpcClient(rpc.responder_socket(config.daemon.pipes_dir))
+        self.responder = aio.RpcClient(framing.responder_socket(config.daemon.pipes_dir))
         self._announcing: asyncio.Task[None] | None = None
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
 
-    def _do(self, op: str, key: Any) -> Result:
-        method = getattr(self.provider, REQUESTS[op][0])
-        with COUNTERS.request(PROFILE_KIND[op], str(key)) as scope:
+    def _do(self, op: Op, key: str | int) -> Result:
+        # The provider has a method of each lookup op's name.
+        method = getattr(self.provider, op.value)
+        # Profile lines and `cached perf` name the request kind (reference §5.2).
+        with COUNTERS.request(LOOKUPS[op].kind.name, str(key)) as scope:
             result: Result = method(key)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", format_profile(scope, result.outcome.value))
@@ -158,7 +151,7 @@ class BackendService:
                 if not job.fut.done():
                     job.fut.set_result(result)
 
-    async def request(self, op: str, key: Any, uid: Hashable = "refresh") -> Result:
+    async def request(self, op: Op, key: str | int, uid: Hashable = "refresh") -> Result:
         """Run one backend request for client ``uid`` (None: unknown; ``"refresh"``:
         the background refresh, a queue of its own)."""
         if self.queue is None:
@@ -169,7 +162,7 @@ class BackendService:
             job = _Job(op, key, asyncio.get_running_loop().create_future())
             self.inflight[(op, key)] = job
 
-            def done(_f: asyncio.Future[Result], k: tuple[str, Any] = (op, key)) -> None:
+            def done(_f: asyncio.Future[Result], k: tuple[Op, str | int] = (op, key)) -> None:
                 if self.inflight.get(k) is job:
                     del self.inflight[k]
 
@@ -198,44 +191,30 @@ class BackendService:
         while sent != self.announced_online:
             sent = self.announced_online
             try:
-                await self.responder.call(
-                    "domain_state",
-                    timeout=10.0,
-                    domain=self.domain.name,
-                    online=sent,
-                    retry_in=self.client.retry_in,
-                    reason=self.client.last_error,
+                note = DomainStateNote(
+                    self.domain.name, sent, self.client.retry_in, self.client.last_error
                 )
-            except rpc.RpcError as e:
+                await self.responder.call(Op.DOMAIN_STATE, timeout=10.0, **note.args())
+            except framing.RpcError as e:
                 # The responder is not up yet or restarting: it learns the state from
                 # the next answer instead.
                 log.debug("announcing domain state to the responder: %s", e)
                 return
 
-    async def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        if op in REQUESTS:
-            key = args.get("key")
-            if not isinstance(key, REQUESTS[op][1]) or isinstance(key, bool):
-                raise ValueError(f"{op}: bad key {key!r}")
-            uid = args.get("uid")
-            if not isinstance(uid, int) or isinstance(uid, bool):
-                uid = None  # D-Bus, tools: one shared queue
-            result = await self.request(op, key, uid)
-            return {
-                "outcome": result.outcome.value,
-                "message": result.message,
-                "online": self.client.online,
-                "retry_in": self.client.retry_in,
-            }
-        if op == "counters":
-            return {"counters": COUNTERS.snapshot(), "pid": os.getpid()}
-        if op == "status":
+    async def handle(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        if op in LOOKUPS:
+            # uid None (D-Bus, tools): one shared queue.
+            req = LookupRequest.parse(op, args)
+            result = await self.request(op, req.key, req.uid)
+            reply = LookupReply(
+                result.outcome, result.message, self.client.online, self.client.retry_in
+            )
+            return reply.fields()
+        if op is Op.COUNTERS:
+            return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
+        if op is Op.STATUS:
             return {"status": self.status()}
-        if op == "reset_offline":
-            await self._in_worker(self.client.reset_offline)
-            self.announce()
-            return {}
-        raise ValueError(f"unknown op {op!r}")
+        raise ValueError(f"a backend does not answer {op}")
 
     def status(self) -> dict[str, Any]:
         client = self.client
@@ -299,9 +278,12 @@ class BackendService:
                 horizon = time.time() + interval
                 users, groups, initgr = self.cache.expiring(horizon)
                 for name in initgr:
-                    await self.request("initgroups", name)
-                for op, names in (("user_by_name", users), ("group_by_name", groups)):
-                    due = self.cache.times("user" if op == "user_by_name" else "group", names)
+                    await self.request(Op.INITGROUPS, name)
+                for op, what, names in (
+                    (Op.USER_BY_NAME, "user", users),
+                    (Op.GROUP_BY_NAME, "group", groups),
+                ):
+                    due = self.cache.times(what, names)
                     for name in names:
                         t = due.get(name)
                         if t is None or t.data_expire <= horizon:
@@ -315,8 +297,8 @@ class BackendService:
             await asyncio.sleep(interval + rng.uniform(0, offset))
 
     async def run(self, ready: Callable[[], None]) -> None:
-        path = rpc.backend_socket(self.config.daemon.pipes_dir, self.domain.name)
-        server = await aiorpc.serve(path, self.handle)
+        path = framing.backend_socket(self.config.daemon.pipes_dir, self.domain.name)
+        server = await aio.serve(path, self.handle)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

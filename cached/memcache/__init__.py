@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
 
-from .layout import Geometry, Kind, PackedMembers, Status
+from .layout import Geometry, Kind, PackedMembers, Status, default_mb
 from .mcfile import (
     DEFAULT_MODE,
     DEFAULT_TIMEOUT,
@@ -32,20 +32,19 @@ from .mcfile import (
 )
 from .murmur import murmurhash3
 from .reader import (
-    GroupEntry,
     InitgroupsEntry,
     McFormatError,
+    McGroupEntry,
     McHeader,
+    McPasswdEntry,
     McReader,
     McStats,
-    PasswdEntry,
 )
 
 __all__ = [
     "DEFAULT_MODE",
     "DEFAULT_TIMEOUT",
     "Geometry",
-    "GroupEntry",
     "GroupWriter",
     "InitgroupsEntry",
     "InitgroupsWriter",
@@ -53,13 +52,14 @@ __all__ = [
     "McBusyError",
     "McError",
     "McFormatError",
+    "McGroupEntry",
     "McHeader",
+    "McPasswdEntry",
     "McReader",
     "McStats",
     "McWriter",
     "MemoryCache",
     "PackedMembers",
-    "PasswdEntry",
     "PasswdWriter",
     "Status",
     "StoreResult",
@@ -82,9 +82,9 @@ class MemoryCache:
         cls,
         mc_dir: str | os.PathLike[str],
         *,
-        passwd_mb: int = Kind.PASSWD.default_mb,
-        group_mb: int = Kind.GROUP.default_mb,
-        initgroups_mb: int = Kind.INITGROUPS.default_mb,
+        passwd_mb: int = default_mb(Kind.USER),
+        group_mb: int = default_mb(Kind.GROUP),
+        initgroups_mb: int = default_mb(Kind.INITGR),
         timeout: int = DEFAULT_TIMEOUT,
         mode: int = DEFAULT_MODE,
     ) -> MemoryCache:

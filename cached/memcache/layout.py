@@ -11,9 +11,10 @@ import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import IntEnum
 from typing import Final
 
+from ..model import Kind
 from .murmur import murmurhash3
 
 __all__ = [
@@ -80,20 +81,15 @@ class Status(IntEnum):
     RECYCLED = 2
 
 
-class Kind(Enum):
-    """The three files libnss_sss reads; the value is the file name under ``mc/``."""
-
-    PASSWD = "passwd"
-    GROUP = "group"
-    INITGROUPS = "initgroups"
-
-    @property
-    def default_mb(self) -> int:
-        """Default ``memcache_size_<kind>`` in MiB (§2.1)."""
-        return _DEFAULT_MB[self]
+# The three files libnss_sss reads, one per kind of object (``model.Kind``: its value is
+# the file name under ``mc/``), and each one's default ``memcache_size_<kind>`` in MiB
+# (§2.1).
+_DEFAULT_MB: Final = {Kind.USER: 8, Kind.GROUP: 6, Kind.INITGR: 10}
 
 
-_DEFAULT_MB: Final = {Kind.PASSWD: 8, Kind.GROUP: 6, Kind.INITGROUPS: 10}
+def default_mb(kind: Kind) -> int:
+    """Default ``memcache_size_<kind>`` in MiB (§2.1)."""
+    return _DEFAULT_MB[kind]
 
 
 def valid_barrier(value: int) -> bool:

@@ -63,6 +63,7 @@ from .layout import (
     PackedMembers,
     Status,
     bucket,
+    default_mb,
     encode_group,
     encode_initgroups,
     encode_passwd,
@@ -176,7 +177,7 @@ class McWriter:
         if slots is not None:
             geo = Geometry.from_slots(slots, hash_elems)
         else:
-            geo = Geometry.from_mb(self.KIND.default_mb if size_mb is None else size_mb)
+            geo = Geometry.from_mb(default_mb(self.KIND) if size_mb is None else size_mb)
             if hash_elems is not None:
                 geo = Geometry.from_slots(geo.slots, hash_elems)
         if timeout <= 0:
@@ -632,7 +633,7 @@ def _barrier_store(u32: memoryview, first: int, values: Sequence[int]) -> None:
 class PasswdWriter(McWriter):
     """``mc/passwd``: hash1 = user name, hash2 = decimal uid (§2.2)."""
 
-    KIND = Kind.PASSWD
+    KIND = Kind.USER
 
     def store(
         self,
@@ -702,6 +703,10 @@ class GroupWriter(McWriter):
     def invalidate_gid(self, gid: int) -> bool:
         return self._invalidate_key(self._by2, id_key(gid))
 
+    def holds_gid(self, gid: int) -> bool:
+        """Whether the file holds a record of ``gid`` (the writer's own index)."""
+        return id_key(gid) in self._by2
+
 
 class InitgroupsWriter(McWriter):
     """``mc/initgroups``: hash1 = the raw name as the client asked, hash2 = canonical name.
@@ -711,7 +716,7 @@ class InitgroupsWriter(McWriter):
     spellings of the user would otherwise keep serving the previous group list.
     """
 
-    KIND = Kind.INITGROUPS
+    KIND = Kind.INITGR
 
     def store(self, name: str, unique_name: str, gids: Sequence[int]) -> StoreResult:
         payload = encode_initgroups(name, unique_name, gids)

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
+from ..model import GroupEntry, PasswdEntry
 from .layout import (
     HEADER,
     HEADER_SIZE,
@@ -40,13 +41,13 @@ from .layout import (
 )
 
 __all__ = [
-    "GroupEntry",
     "InitgroupsEntry",
     "McFormatError",
+    "McGroupEntry",
     "McHeader",
+    "McPasswdEntry",
     "McReader",
     "McStats",
-    "PasswdEntry",
     "RawRecord",
 ]
 
@@ -107,24 +108,17 @@ class RawRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class PasswdEntry:
-    name: str
-    passwd: str
-    uid: int
-    gid: int
-    gecos: str
-    home: str
-    shell: str
+class McPasswdEntry(PasswdEntry):
+    """A passwd record of the memory cache: the entry, its expiry and its first slot."""
+
     expire: int
     slot: int
 
 
 @dataclass(frozen=True, slots=True)
-class GroupEntry:
-    name: str
-    passwd: str
-    gid: int
-    members: tuple[str, ...]
+class McGroupEntry(GroupEntry):
+    """A group record of the memory cache: the entry, its expiry and its first slot."""
+
     expire: int
     slot: int
 
@@ -138,7 +132,7 @@ class InitgroupsEntry:
     slot: int
 
 
-Entry = PasswdEntry | GroupEntry | InitgroupsEntry
+Entry = McPasswdEntry | McGroupEntry | InitgroupsEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +274,7 @@ class McReader:
     def decode(self, rec: RawRecord) -> Entry:
         d = rec.data
         where = f"{self.path}: slot {rec.slot}"
-        if self.kind is Kind.INITGROUPS:
+        if self.kind is Kind.INITGR:
             if len(d) < INITGR_PREFIX.size:
                 raise McFormatError(f"{where}: short initgroups record")
             uniq_off, name_off, strs_off, strs_len, data_len, num = INITGR_PREFIX.unpack_from(d)
@@ -309,11 +303,11 @@ class McReader:
         ):
             raise McFormatError(f"{where}: string offsets inconsistent")
         strs = d[strs_off : strs_off + strs_len]
-        if self.kind is Kind.PASSWD:
+        if self.kind is Kind.USER:
             name, pw, gecos, home, shell = _strings(strs, 5, where)
-            return PasswdEntry(name, pw, a, b, gecos, home, shell, rec.expire, rec.slot)
+            return McPasswdEntry(name, pw, a, b, gecos, home, shell, rec.expire, rec.slot)
         name, pw, *members = _strings(strs, b + 2, where)
-        return GroupEntry(name, pw, a, tuple(members), rec.expire, rec.slot)
+        return McGroupEntry(name, pw, a, tuple(members), rec.expire, rec.slot)
 
     def keys(self, entry: Entry) -> tuple[bytes, bytes]:
         """The (hash1, hash2) keys the writer must have hashed for this entry."""
@@ -346,18 +340,18 @@ class McReader:
 
     def by_id(self, ident: int, now: float | None = None) -> Entry | None:
         """Lookup by uid (passwd) or gid (group), as getpwuid/getgrgid do."""
-        if self.kind is Kind.INITGROUPS:
+        if self.kind is Kind.INITGR:
             raise ValueError("initgroups records have no id key")
         return self._lookup(id_key(ident), False, ident, now)
 
-    def passwd(self, key: str | int, now: float | None = None) -> PasswdEntry | None:
+    def passwd(self, key: str | int, now: float | None = None) -> McPasswdEntry | None:
         e = self.by_name(key, now) if isinstance(key, str) else self.by_id(key, now)
-        assert e is None or isinstance(e, PasswdEntry)
+        assert e is None or isinstance(e, McPasswdEntry)
         return e
 
-    def group(self, key: str | int, now: float | None = None) -> GroupEntry | None:
+    def group(self, key: str | int, now: float | None = None) -> McGroupEntry | None:
         e = self.by_name(key, now) if isinstance(key, str) else self.by_id(key, now)
-        assert e is None or isinstance(e, GroupEntry)
+        assert e is None or isinstance(e, McGroupEntry)
         return e
 
     def initgroups(self, name: str, now: float | None = None) -> InitgroupsEntry | None:

@@ -11,6 +11,7 @@ works, the error is logged once.
 from __future__ import annotations
 
 import logging
+import time
 from array import array
 from collections.abc import Sequence
 
@@ -25,6 +26,14 @@ class MemcacheFeed:
     def __init__(self, mc_dir: str, nss: NssConfig) -> None:
         self.mc: MemoryCache | None = None
         self._warned = False
+        # A record stored again within half its lifetime would only be renewed: the
+        # group records a user's initgroups answer has just stored (so that `id` finds
+        # them in the memory cache) are skipped when the getgrgid answers of a client
+        # that does not read the memory cache come next. Encoding a record to compare it
+        # cost more than a third of the responder's time per getgrgid
+        # (perf/warmsocket.py). gid -> (name, member blob, when stored, monotonic).
+        self.refeed_every = max(nss.memcache_timeout / 2, 1.0)
+        self._groups_fed: dict[int, tuple[str, bytes, float]] = {}
         try:
             self.mc = MemoryCache.open(
                 mc_dir,
@@ -52,12 +61,27 @@ class MemcacheFeed:
             self._failed(f"user {name!r}", e)
 
     def group(self, name: str, gid: int, count: int, blob: bytes, pwfield: str) -> None:
-        if self.mc is None or self.mc.group is None or self.mc.group.closed:
+        writer = None if self.mc is None else self.mc.group
+        if writer is None or writer.closed:
+            return
+        now = time.monotonic()
+        last = self._groups_fed.get(gid)
+        if (
+            last is not None
+            and now - last[2] < self.refeed_every
+            and last[0] == name
+            and last[1] == blob
+            and writer.holds_gid(gid)  # not evicted for another record meanwhile
+        ):
             return
         try:
-            self.mc.group.store(name, gid, PackedMembers(blob, count), passwd=pwfield)
+            writer.store(name, gid, PackedMembers(blob, count), passwd=pwfield)
         except (McError, ValueError, OSError) as e:
             self._failed(f"group {name!r}", e)
+            return
+        if len(self._groups_fed) >= 100_000:
+            self._groups_fed.clear()
+        self._groups_fed[gid] = (name, blob, now)
 
     def initgroups(self, raw_name: str, name: str, gids: bytes | Sequence[int]) -> None:
         if self.mc is None or self.mc.initgroups is None or self.mc.initgroups.closed:
@@ -72,27 +96,38 @@ class MemcacheFeed:
     def groups_enabled(self) -> bool:
         return self.mc is not None and self.mc.group is not None and not self.mc.group.closed
 
-    def forget_user(self, key: str | int) -> None:
+    def _open(self) -> MemoryCache | None:
         if self.mc is None or any(w.closed for w in self.mc.writers()):
-            return
-        if self.mc.passwd is not None:
-            if isinstance(key, int):
-                self.mc.passwd.invalidate_uid(key)
-            else:
-                self.mc.passwd.invalidate_name(key)
-        if self.mc.initgroups is not None and isinstance(key, str):
-            self.mc.initgroups.invalidate_name(key)
+            return None
+        return self.mc
 
-    def forget_group(self, key: str | int) -> None:
+    # A name or id found missing drops its records (reference §2.6): a user's name drops
+    # its passwd and initgroups records, a uid its passwd record.
+    def forget_user_name(self, name: str) -> None:
+        if (mc := self._open()) is not None:
+            if mc.passwd is not None:
+                mc.passwd.invalidate_name(name)
+            if mc.initgroups is not None:
+                mc.initgroups.invalidate_name(name)
+
+    def forget_uid(self, uid: int) -> None:
+        if (mc := self._open()) is not None and mc.passwd is not None:
+            mc.passwd.invalidate_uid(uid)
+
+    def forget_group_name(self, name: str) -> None:
         if self.mc is not None and self.mc.group is not None and not self.mc.group.closed:
-            if isinstance(key, int):
-                self.mc.group.invalidate_gid(key)
-            else:
-                self.mc.group.invalidate_name(key)
+            self.mc.group.invalidate_name(name)
+            self._groups_fed.clear()  # by name: rare (a miss), not worth an index
+
+    def forget_gid(self, gid: int) -> None:
+        if self.mc is not None and self.mc.group is not None and not self.mc.group.closed:
+            self.mc.group.invalidate_gid(gid)
+            self._groups_fed.pop(gid, None)
 
     def retire(self) -> None:
         """Mark every file RECYCLED and unlink it: from their next lookup, clients use
         the socket (§2.6). ``reopen`` publishes new files."""
+        self._groups_fed.clear()
         if self.mc is None:
             return
         for w in self.mc.writers():

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import ClassVar, Final, Literal, NoReturn, TypeAlias
 
-from cached.model import Group, User
+from cached.model import GroupEntry, PasswdEntry, User
 
 __all__ = [
     "DEFAULT_MAX_REPLY_SIZE",
@@ -799,42 +799,6 @@ class ClientConnection:
 
 
 # ---------------------------------------------------------------------- decoders
-
-
-@dataclass(frozen=True, slots=True)
-class PasswdEntry:
-    """A decoded passwd record, with the ``passwd`` field that :class:`User` lacks."""
-
-    name: str
-    passwd: str
-    uid: int
-    gid: int
-    gecos: str
-    home: str
-    shell: str
-
-    def to_user(self) -> User:
-        return User(
-            name=self.name,
-            uid=self.uid,
-            gid=self.gid,
-            gecos=self.gecos,
-            home=self.home,
-            shell=self.shell,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class GroupEntry:
-    """A decoded group record."""
-
-    name: str
-    passwd: str
-    gid: int
-    members: tuple[str, ...]
-
-    def to_group(self) -> Group:
-        return Group(name=self.name, gid=self.gid, members=self.members)
 
 
 def _prefix(body: bytes, what: str) -> int:

@@ -1,9 +1,10 @@
-"""The NSS responder process: SSSD's socket in ``pipes_dir``, answered from the cache.
+"""The NSS interface of the responder: SSSD's socket in ``pipes_dir``, answered from the cache.
 
 The unchanged ``libnss_sss.so.2`` connects to ``<pipes_dir>/nss`` (reference §1.1),
 keeps one connection per thread, and sends one request at a time. Each connection
 here is a task running the sans-IO codec of ``protocol.py``; lookups go through the
-one flow of ``lookup.py``.
+one flow of ``cached.responder.flow``; each lookup command is a row of ``COMMANDS``
+(plugin, fill function, memory-cache forget), as in SSSD's ``get_nss_cmds()``.
 
 The socket is open to every local user (reference §1.9), so each connection is
 charged to its peer's uid (SO_PEERCRED) and no uid can take what the others need
@@ -30,21 +31,20 @@ import contextlib
 import errno
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic
 
-from cached import aiorpc, rpc
-from cached.cache import DomainCache, GroupView, Initgroups, Role, State, open_domain_cache
-from cached.cache.records import join_members, split_members
-from cached.config import Config
+from cached.cache import GroupView, Initgroups
+from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, NSS_REQUEST
+from cached.ipc import aio, framing
 from cached.model import User
 from cached.nss import protocol as p
-from cached.nss.admin import Admin
-from cached.nss.lookup import (
+from cached.nss.mcfeed import MemcacheFeed
+from cached.ratelimit import RateLimitedLog
+from cached.responder.flow import (
     CLIENT_UID,
     GETGRGID,
     GETGRNAM,
@@ -52,11 +52,11 @@ from cached.nss.lookup import (
     GETPWUID,
     INITGR,
     Found,
-    Kind,
+    K,
     Lookups,
+    Plugin,
+    V,
 )
-from cached.nss.mcfeed import MemcacheFeed
-from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
@@ -75,6 +75,11 @@ REQUEST_TIMEOUT = 10.0
 # the reply 0.2 ms (docs/threat-model.md: one event loop answers every client).
 MEMO_MEMBERS = 1000
 MEMO_GROUPS = 64
+# Smaller groups' answers are kept too (as long as the cache hands out an equal
+# GroupView): the getgrgid calls of a warm `id` then skip the member filter and the
+# encoding, a sixth of the responder's time per request (perf/warmsocket.py). A few
+# hundred bytes each; the table is dropped when full, so no client can grow it.
+MEMO_SMALL_GROUPS = 20_000
 # Replies of one non-root uid being written at once (writing and draining): the event
 # loop's time goes round the uids, so 64 connections of one uid asking for a huge group
 # cost another user what 4 of them cost, not 64. Not held while a lookup waits for the
@@ -83,9 +88,6 @@ ANSWERS_PER_UID = 4
 READ_CHUNK = 4096
 # SSSD's listen backlog (reference §1.8).
 BACKLOG = 128
-
-BY_NAME = {p.Command.GETPWNAM: GETPWNAM, p.Command.GETGRNAM: GETGRNAM, p.Command.INITGR: INITGR}
-BY_ID = {p.Command.GETPWUID: GETPWUID, p.Command.GETGRGID: GETGRGID}
 
 
 class _Enum:
@@ -98,19 +100,20 @@ class _Enum:
 class _Share:
     """What one client uid holds: its connections and its replies not yet read."""
 
-    __slots__ = ("conns", "room", "slots", "unread")
+    __slots__ = ("conns", "room", "slots", "unread", "waiting")
 
     def __init__(self, uid: int | None) -> None:
         self.conns = 0
         self.unread = 0
         self.room = asyncio.Condition()
+        self.waiting = 0  # tasks waiting in _room: only then is there anyone to notify
         # Root is not limited: its logins must not wait behind one of its stuck clients.
         self.slots = None if uid == 0 else asyncio.Semaphore(ANSWERS_PER_UID)
 
 
 @dataclass
 class _Record:
-    """A big group's answer, kept while the cache hands out the same GroupView."""
+    """A group's answer, kept while the cache hands out an equal GroupView."""
 
     view: GroupView
     name: str
@@ -120,13 +123,72 @@ class _Record:
     fed: float = -1e9  # when it was last stored in the memory cache (monotonic)
 
 
+class _Watchdog:
+    """Closes a connection whose client is idle (``client_idle_timeout`` since its last
+    complete request, or the connect) or too slow to send a request (``REQUEST_TIMEOUT``
+    from its first byte), counted only while the connection waits for the client.
+
+    One timer per connection, moved when it fires or when a partial request brings the
+    deadline closer, instead of a timeout around each read: that cost a task and a timer
+    per request, a good part of the responder's time per getgrgid (perf/warmsocket.py).
+    """
+
+    __slots__ = ("conn", "handle", "idle", "last_request", "loop", "reading", "started",
+                 "transport")  # fmt: skip
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        idle: float,
+        transport: asyncio.WriteTransport,
+        conn: p.ServerConnection,
+    ) -> None:
+        self.loop = loop
+        self.idle = idle
+        self.transport = transport
+        self.conn = conn
+        self.last_request = loop.time()  # the last complete request (or the connect)
+        self.started = 0.0  # when the first byte of the request being received came
+        self.reading = False
+        self.handle = loop.call_at(self.deadline(), self._fire)
+
+    def deadline(self) -> float:
+        deadline = self.last_request + self.idle
+        if self.conn.buffered_bytes:
+            deadline = min(deadline, self.started + REQUEST_TIMEOUT)
+        return deadline
+
+    def _fire(self) -> None:
+        now = self.loop.time()
+        if not self.reading:
+            # A request is being answered: the idle time counts from its end.
+            self.handle = self.loop.call_at(now + self.idle, self._fire)
+            return
+        deadline = self.deadline()
+        if now >= deadline:
+            # The read in _serve returns EOF and the connection is closed there.
+            self.transport.abort()
+            return
+        self.handle = self.loop.call_at(deadline, self._fire)
+
+    def partial(self) -> None:
+        """A request has begun and is not complete: its deadline may come sooner."""
+        deadline = self.deadline()
+        if deadline < self.handle.when():
+            self.handle.cancel()
+            self.handle = self.loop.call_at(deadline, self._fire)
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
 class NssResponder:
     def __init__(self, config: Config, lookups: Lookups, feed: MemcacheFeed) -> None:
         self.config = config
         self.lookups = lookups
         self.feed = feed
         self._prefilled: dict[tuple[str, str], tuple[bytes, float]] = {}
-        self._prefill_every = max(config.nss.memcache_timeout / 2, 1.0)
+        self._prefill_every = feed.refeed_every
         self.pwfield = config.nss.pwfield
         self.active = 0
         self.refused = 0
@@ -138,103 +200,80 @@ class NssResponder:
         self.reserved = min(nss.root_reserved_clients, nss.max_clients // 2)
         self.reply_budget = nss.max_reply_buffer_per_uid << 20
         self._records: dict[tuple[str, str], _Record] = {}  # (domain, group name)
+        self._small: dict[tuple[str, str], _Record] = {}  # the same, smaller groups
 
-    # -- encoding ----------------------------------------------------------------------
+    # -- encoding ---------------------------------------------------------------------
 
-    def _passwd_record(self, found: Found) -> tuple[str, bytes]:
-        """(output name, passwd record) of a found user."""
-        u: User = found.value
-        name = found.output_name(u.name)
+    def _output_name(self, domain: DomainConfig, name: str) -> str:
+        return self.lookups.policy.output_name(domain, name)
+
+    def _passwd_record(self, domain: DomainConfig, u: User) -> tuple[str, bytes]:
+        """(output name, passwd record) of a user."""
+        name = self._output_name(domain, u.name)
         rec = p.encode_passwd_record(u.uid, u.gid, name, self.pwfield, u.gecos, u.home, u.shell)
         return name, rec
 
-    def _passwd(self, cmd: int, found: Found) -> bytes:
-        name, rec = self._passwd_record(found)
+    def _group_record(self, domain: DomainConfig, g: GroupView) -> _Record:
+        """The answer of a group: kept while the cache hands out an equal GroupView (for
+        a big group the very same object, while its snapshot is unchanged)."""
+        big = g.member_count >= MEMO_MEMBERS
+        memo = self._records if big else self._small
+        key = (domain.name, g.name)
+        r = memo.get(key)
+        if r is None or (r.view is not g and r.view != g):
+            name = self._output_name(domain, g.name)
+            count, blob = self.lookups.policy.members(domain, g)
+            rec = p.encode_group_record(g.gid, name, self.pwfield, count, blob)
+            if len(memo) >= (MEMO_GROUPS if big else MEMO_SMALL_GROUPS):
+                memo.clear()
+            r = memo[key] = _Record(g, name, count, blob, rec)
+        return r
+
+    # -- fill functions: a found value to its reply, stored in the memory cache ----------
+
+    def fill_passwd(self, cmd: int, _key: str | int, found: Found[User]) -> bytes:
+        name, rec = self._passwd_record(found.domain, found.value)
         self.feed.user(name, found.value, self.pwfield)
         return p.passwd_reply(cmd, [rec])
 
-    def _members(self, found: Found, g: GroupView) -> tuple[int, bytes]:
-        dom = found.domain
-        if dom.ignore_group_members:
-            return 0, b""
-        blob, count = g.members, g.member_count
-        lower = dom.case_sensitive == "false"
-        # Users filtered out of group member lists (SSSD's filter_users_in_groups),
-        # case-folded in a case-insensitive domain as every other name comparison.
-        drop = self.lookups.policy.filter_names(dom, Kind.USER)
-        fold = dom.case_insensitive
-        hay = b"\0" + (blob.lower() if fold else blob)
-        filtered = any(not n.isascii() or ("\0" + n + "\0").encode() in hay for n in drop)
-        if filtered or lower:
-            names = [n for n in split_members(blob) if (n.lower() if fold else n) not in drop]
-            blob = join_members([n.lower() for n in names] if lower else names)
-            count = blob.count(b"\0")
-        return count, blob
-
-    def _group_record(self, found: Found) -> tuple[str, int, bytes, bytes]:
-        """(output name, member count, member blob, group record) of a found group."""
-        r = self._big_record(found)
-        if r is not None:
-            return r.name, r.count, r.blob, r.rec
-        g: GroupView = found.value
-        name = found.output_name(g.name)
-        count, blob = self._members(found, g)
-        return name, count, blob, p.encode_group_record(g.gid, name, self.pwfield, count, blob)
-
-    def _big_record(self, found: Found) -> _Record | None:
-        """The kept answer of a big group (made now if needed); None for small ones."""
-        g: GroupView = found.value
+    def fill_group(self, cmd: int, _key: str | int, found: Found[GroupView]) -> bytes:
+        g = found.value
+        r = self._group_record(found.domain, g)
         if g.member_count < MEMO_MEMBERS:
-            return None
-        key = (found.domain.name, g.name)
-        r = self._records.get(key)
-        # The cache hands out the same GroupView object while its snapshot is unchanged.
-        if r is None or r.view is not g:
-            name = found.output_name(g.name)
-            count, blob = self._members(found, g)
-            rec = p.encode_group_record(g.gid, name, self.pwfield, count, blob)
-            if len(self._records) >= MEMO_GROUPS:
-                self._records.clear()
-            r = self._records[key] = _Record(g, name, count, blob, rec)
-        return r
-
-    def _group(self, cmd: int, found: Found) -> bytes:
-        r = self._big_record(found)
-        if r is None:
-            name, count, blob, rec = self._group_record(found)
-            self.feed.group(name, found.value.gid, count, blob, self.pwfield)
-            return p.group_reply(cmd, [rec])
+            # The feed skips a record it stored moments ago with the same content.
+            self.feed.group(r.name, g.gid, r.count, r.blob, self.pwfield)
+            return p.group_reply(cmd, [r.rec])
         now = time.monotonic()
         if now - r.fed >= self._prefill_every:
             self.feed.group(r.name, r.view.gid, r.count, r.blob, self.pwfield)
             r.fed = now
         return p.group_reply(cmd, [r.rec])
 
-    def _initgr(self, raw_name: str, found: Found) -> bytes:
-        ig: Initgroups = found.value
-        gids = self.lookups.initgroups_gids(found)
-        self.feed.initgroups(raw_name, found.output_name(ig.user.name), gids)
-        self._prefill_groups(found, ig, gids)
+    def fill_initgr(self, _cmd: int, raw_name: str, found: Found[Initgroups]) -> bytes:
+        ig = found.value
+        gids = self.lookups.policy.initgroups_gids(found.domain, found.cache, ig)
+        self.feed.initgroups(raw_name, self._output_name(found.domain, ig.user.name), gids)
+        self._prefill_groups(found, gids)
         return p.initgr_reply(gids)
 
-    def _prefill_groups(self, found: Found, ig: Initgroups, gids: bytes) -> None:
+    def _prefill_groups(self, found: Found[Initgroups], gids: bytes) -> None:
         """Store every group of the user in the memory cache before the INITGR reply
         leaves, so the getgrgid calls `id` makes next never reach the socket. Done
         again only when the group list changed or half the record lifetime passed."""
         if not self.feed.groups_enabled:
             return
-        key = (found.domain.name, ig.user.name)
+        ig, domain = found.value, found.domain
+        key = (domain.name, ig.user.name)
         now = time.monotonic()
         last = self._prefilled.get(key)
         if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
             return
         policy = self.lookups.policy
         for g in found.cache.groups_by_name(ig.groups):
-            if not policy.group_ok(found.domain, g.name, g.gid):
+            if not policy.group_view_ok(domain, g):
                 continue
-            gfound = Found(found.domain, found.cache, g, found.state)
-            count, blob = self._members(gfound, g)
-            self.feed.group(gfound.output_name(g.name), g.gid, count, blob, self.pwfield)
+            r = self._group_record(domain, g)
+            self.feed.group(r.name, g.gid, r.count, r.blob, self.pwfield)
         if len(self._prefilled) > 10_000:
             self._prefilled.clear()
         self._prefilled[key] = (gids, now)
@@ -245,43 +284,26 @@ class NssResponder:
         self.feed.retire()
         self._prefilled.clear()
         self._records.clear()
+        self._small.clear()
         asyncio.get_running_loop().call_soon(self.feed.reopen)
 
     # -- answering ---------------------------------------------------------------------
 
     async def answer(self, req: p.Request, state: _Enum) -> bytes:
+        if isinstance(req, p.ByName | p.ById):
+            key = req.name if isinstance(req, p.ByName) else req.id
+            return await COMMANDS[req.cmd].run(self, req.cmd, key)
         if isinstance(req, p.GetVersion):
             return p.version_reply()
         if isinstance(req, p.BadRequest):
             log.debug("bad request %s: %s", p.command_name(req.cmd), req.reason)
             return p.error_reply(req.cmd, req.errno)
-        if isinstance(req, p.ByName):
-            plugin = BY_NAME[req.cmd]
-            found = await self.lookups.lookup(plugin, req.name)
-        elif isinstance(req, p.ById):
-            plugin = BY_ID[req.cmd]
-            found = await self.lookups.lookup(plugin, req.id)
-        elif isinstance(req, p.SetEnt | p.EndEnt):
+        if isinstance(req, p.SetEnt | p.EndEnt):
             state.sent.clear()
             return p.empty_reply(req.cmd)
-        elif isinstance(req, p.GetEnt):
+        if isinstance(req, p.GetEnt):
             return self._getent(req, state)
-        else:  # pragma: no cover - the codec returns nothing else
-            raise AssertionError(req)
-        if found is None:
-            # An object found missing drops its memory-cache record (reference §2.6).
-            key = req.name if isinstance(req, p.ByName) else req.id
-            if plugin.kind.value == "group":
-                self.feed.forget_group(key)
-            else:
-                self.feed.forget_user(key)
-            return p.not_found_reply(req.cmd)
-        if plugin is INITGR:
-            assert isinstance(req, p.ByName)
-            return self._initgr(req.name, found)
-        if plugin in (GETPWNAM, GETPWUID):
-            return self._passwd(req.cmd, found)
-        return self._group(req.cmd, found)
+        raise AssertionError(req)  # pragma: no cover - the codec returns nothing else
 
     def _getent(self, req: p.GetEnt, state: _Enum) -> bytes:
         """Enumeration: the whole cache of each domain in one batch, then empty, as
@@ -293,23 +315,25 @@ class NssResponder:
                 continue
             state.sent.add(i)
             cache = self.lookups.caches[domain.name]
-            served = self.lookups.policy.served
             # Never fed to the memory cache during enumeration (reference §2.1).
             if req.cmd == p.Command.GETPWENT:
+                ok = GETPWUID.served
                 records = [
-                    self._passwd_record(Found(domain, cache, u, State.VALID))[1]
+                    self._passwd_record(domain, u)[1]
                     for u in cache.iter_users()
-                    if served(domain, u)
+                    if ok(self.lookups.policy, domain, u)
                 ]
+                if records:
+                    return p.passwd_reply(req.cmd, records)
             else:
+                gok = GETGRGID.served
                 records = [
-                    self._group_record(Found(domain, cache, g, State.VALID))[3]
+                    self._group_record(domain, g).rec
                     for g in cache.iter_groups()
-                    if served(domain, g)
+                    if gok(self.lookups.policy, domain, g)
                 ]
-            if records:
-                body = p.passwd_reply if req.cmd == p.Command.GETPWENT else p.group_reply
-                return body(req.cmd, records)
+                if records:
+                    return p.group_reply(req.cmd, records)
         return p.not_found_reply(req.cmd)
 
     # -- connections -------------------------------------------------------------------
@@ -333,7 +357,7 @@ class NssResponder:
 
     async def on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            uid = aiorpc.peer_uid(writer)
+            uid = aio.peer_uid(writer)
         except OSError:
             uid = None
         why = self._admit(uid)
@@ -369,10 +393,14 @@ class NssResponder:
         """Wait until this uid's unread replies leave room for one more."""
         if share.unread < self.reply_budget:
             return
-        async with share.room:
-            await asyncio.wait_for(
-                share.room.wait_for(lambda: share.unread < self.reply_budget), WRITE_TIMEOUT
-            )
+        share.waiting += 1
+        try:
+            async with share.room:
+                await asyncio.wait_for(
+                    share.room.wait_for(lambda: share.unread < self.reply_budget), WRITE_TIMEOUT
+                )
+        finally:
+            share.waiting -= 1
 
     async def _send(self, writer: asyncio.StreamWriter, share: _Share, reply: bytes) -> None:
         # Counted from now: a reply waiting for its uid's turn to be written is memory
@@ -381,11 +409,16 @@ class NssResponder:
         try:
             async with share.slots or contextlib.nullcontext():
                 writer.write(reply)
-                await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+                # Most replies leave at once (the transport writes before buffering): then
+                # there is nothing to wait for, and a timed drain would cost a task and a
+                # timer per request (perf/warmsocket.py).
+                if writer.transport.get_write_buffer_size():
+                    await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
         finally:
             share.unread -= len(reply)
-            async with share.room:
-                share.room.notify_all()
+            if share.waiting:
+                async with share.room:
+                    share.room.notify_all()
 
     async def _answer(
         self, req: p.Request, state: _Enum, writer: asyncio.StreamWriter, share: _Share
@@ -410,33 +443,31 @@ class NssResponder:
     ) -> None:
         conn = p.ServerConnection()
         state = _Enum()
-        idle = self.config.nss.client_idle_timeout
         loop = asyncio.get_running_loop()
-        last_request = loop.time()  # the last complete request (or the connect)
-        started = 0.0  # when the first byte of the request being received came
+        watch = _Watchdog(loop, self.config.nss.client_idle_timeout, writer.transport, conn)
         try:
             while True:
-                deadline = last_request + idle
-                if conn.buffered_bytes:
-                    deadline = min(deadline, started + REQUEST_TIMEOUT)
-                try:
-                    data = await asyncio.wait_for(
-                        reader.read(READ_CHUNK), max(0.0, deadline - loop.time())
-                    )
-                except TimeoutError:
-                    break  # idle or too slow: the client reconnects transparently (§1.8)
+                watch.reading = True
+                data = await reader.read(READ_CHUNK)
+                watch.reading = False
+                # Nothing (EOF), or the watchdog closed an idle or too slow client: it
+                # reconnects transparently (§1.8).
                 if not data:
                     break
                 if not conn.buffered_bytes:
-                    started = loop.time()
+                    watch.started = loop.time()
                 conn.receive_data(data)
                 while not isinstance(req := conn.next_request(), p.NeedData):
                     await self._answer(req, state, writer, share)
-                    last_request = started = loop.time()
+                    watch.last_request = watch.started = loop.time()
+                if conn.buffered_bytes:
+                    watch.partial()
         except p.ProtocolError as e:
             log.debug("closing NSS client: %s", e)
         except (ConnectionError, TimeoutError):
             pass
+        finally:
+            watch.cancel()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -451,92 +482,48 @@ class NssResponder:
         }
 
 
-async def _open_caches(config: Config) -> dict[str, DomainCache]:
-    """Open every domain's cache read-only; the backends create the files first."""
-    caches = {}
-    for d in config.domains:
-        for _ in range(100):
-            try:
-                caches[d.name] = open_domain_cache(
-                    config.daemon.db_dir, d, Role.RESPONDER,
-                    nowait_percentage=config.nss.entry_cache_nowait_percentage,
-                )  # fmt: skip
-                break
-            except FileNotFoundError:
-                await asyncio.sleep(0.05)
-        else:
-            raise RuntimeError(f"domain {d.name}: no cache in {config.daemon.db_dir}")
-    return caches
+@dataclass(frozen=True)
+class NssCommand(Generic[K, V]):
+    """One lookup command of the NSS socket (SSSD: a row of ``get_nss_cmds()``): the
+    lookup plugin, the fill function that answers a found value (and stores it in the
+    memory cache), and what a miss drops from the memory cache (reference §2.6)."""
+
+    plugin: Plugin[K, V]
+    fill: Callable[[NssResponder, int, K, Found[V]], bytes]
+    forget: Callable[[MemcacheFeed, K], None]
+
+    async def run(self, responder: NssResponder, cmd: int, key: str | int) -> bytes:
+        if not isinstance(key, self.plugin.key):  # pragma: no cover - the codec's job
+            raise AssertionError(f"{self.plugin.name}: key {key!r}")
+        found = await responder.lookups.lookup(self.plugin, key)
+        if found is None:
+            self.forget(responder.feed, key)
+            return p.not_found_reply(cmd)
+        return self.fill(responder, cmd, key, found)
 
 
-async def run_responder(config: Config, ready: Callable[[], None]) -> None:
-    caches = await _open_caches(config)
-    backends = {
-        d.name: aiorpc.RpcClient(rpc.backend_socket(config.daemon.pipes_dir, d.name))
-        for d in config.domains
-    }
-    lookups = Lookups(config, caches, backends)
-    feed = MemcacheFeed(config.daemon.mc_dir, config.nss)
-    responder = NssResponder(config, lookups, feed)
+C = p.Command
+COMMANDS: dict[int, NssCommand[Any, Any]] = {
+    C.GETPWNAM: NssCommand(GETPWNAM, NssResponder.fill_passwd, MemcacheFeed.forget_user_name),
+    C.GETPWUID: NssCommand(GETPWUID, NssResponder.fill_passwd, MemcacheFeed.forget_uid),
+    C.GETGRNAM: NssCommand(GETGRNAM, NssResponder.fill_group, MemcacheFeed.forget_group_name),
+    C.GETGRGID: NssCommand(GETGRGID, NssResponder.fill_group, MemcacheFeed.forget_gid),
+    C.INITGR: NssCommand(INITGR, NssResponder.fill_initgr, MemcacheFeed.forget_user_name),
+}
 
-    path = os.path.join(config.daemon.pipes_dir, "nss")
-    rpc.prepare_socket_path(path)
+
+async def serve_nss(config: Config, responder: NssResponder) -> asyncio.Server:
+    """Listen on ``<pipes_dir>/nss``, open to every local user as SSSD's (§1.9)."""
+    path = nss_socket(config)
+    framing.prepare_socket_path(path)
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     server = await asyncio.start_unix_server(
         responder.on_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
     )
     # Public, as SSSD's: NSS data is public and the client checks nothing (§1.9).
     os.chmod(path, 0o666)
+    return server
 
-    admin = Admin(lookups, responder.status, on_invalidate=responder.reset_memcache)
-    ifp = None
-    if config.daemon.dbus_address != "none":
-        from cached.ifp import start_ifp
 
-        ifp = await start_ifp(config, admin)
-
-    async def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
-        if op == "counters":
-            return admin.counters()
-        if op == "status":
-            return {"status": admin.status()}
-        if op == "clear_negative":
-            return {"cleared": lookups.clear_negative()}
-        if op == "domain_state":  # a backend's announcement
-            lookups.domain_state(
-                str(args.get("domain")),
-                bool(args.get("online")),
-                float(args.get("retry_in") or 0.0),
-                str(args.get("reason", "")),
-            )
-            return {}
-        if op == "invalidate":
-            n = admin.invalidate(str(args.get("kind")), str(args.get("name", "")),
-                                 str(args.get("domain", "")))  # fmt: skip
-            return {"matched": n}
-        if op == "invalidated":
-            admin.invalidated()
-            return {}
-        raise ValueError(f"unknown op {op!r}")
-
-    control = await aiorpc.serve(rpc.responder_socket(config.daemon.pipes_dir), handle)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    # SIGHUP (from the monitor): drop the negative cache, as SSSD's NSS responder does.
-    loop.add_signal_handler(signal.SIGHUP, lookups.clear_negative)
-    log.info("NSS responder ready on %s", path)
-    ready()
-    await stop.wait()
-    if ifp is not None:
-        await ifp.close()
-    server.close()
-    control.close()
-    for client in backends.values():
-        await client.close()
-    for cache in caches.values():
-        cache.close()
-    feed.close()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+def nss_socket(config: Config) -> str:
+    return os.path.join(config.daemon.pipes_dir, "nss")

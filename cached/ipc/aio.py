@@ -1,5 +1,6 @@
-"""The asyncio side of the private RPC (``rpc.py`` has the framing): the server each
-daemon process runs, and the multiplexing client the responder keeps to each backend.
+"""The asyncio side of the private RPC (``framing.py`` has the frames, ``ops.py`` the
+ops): the server each daemon process runs, and the multiplexing client the responder
+keeps to each backend.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from cached.rpc import FrameDecoder, Message, RpcError, encode_frame, prepare_socket_path
+from cached.ipc.framing import FrameDecoder, Message, RpcError, encode_frame, prepare_socket_path
+from cached.ipc.ops import Op
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+Handler = Callable[[Op, dict[str, Any]], Awaitable[dict[str, Any]]]
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (socket(7) SO_PEERCRED)
 
 
@@ -52,10 +54,14 @@ async def serve(
         async def answer(msg: Message) -> None:
             rid = msg.get("id")
             try:
-                op = msg["op"]
+                name = msg["op"]
                 args = msg.get("args") or {}
-                if not isinstance(op, str) or not isinstance(args, dict):
+                if not isinstance(name, str) or not isinstance(args, dict):
                     raise RpcError("malformed request")
+                try:
+                    op = Op(name)
+                except ValueError:
+                    raise RpcError(f"unknown op {name!r}") from None
                 result = await handler(op, args)
                 reply: Message = {"id": rid, "ok": True, **result}
             except Exception as e:
@@ -125,13 +131,13 @@ class RpcClient:
                     fut.set_exception(RpcError(f"{self.path}: {reason}"))
                 self._pending.pop(rid, None)
 
-    async def call(self, op: str, timeout: float = 30.0, **args: Any) -> Message:
+    async def call(self, op: Op, timeout: float = 30.0, **args: Any) -> Message:
         writer = await self._connect()
         rid = next(self._ids)
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
-            writer.write(encode_frame({"id": rid, "op": op, "args": args}))
+            writer.write(encode_frame({"id": rid, "op": op.value, "args": args}))
             await writer.drain()
             reply = await asyncio.wait_for(fut, timeout)
         except TimeoutError:

@@ -1,4 +1,6 @@
-"""The private RPC between cached's processes (responder, backends, monitor, tools).
+"""The private RPC between cached's processes (responder, backends, monitor, tools):
+the frames, the socket paths, and the tools' blocking client (``ops.py`` names what
+the frames carry).
 
 Frames are a 4-byte big-endian length and a msgpack map. A request is
 ``{"id": n, "op": str, "args": {...}}``; its reply ``{"id": n, "ok": bool, ...}``.
@@ -9,7 +11,7 @@ The sockets live in ``<pipes_dir>/private`` (mode 0700, root only), like SSSD's
 ``pipes/private``. The framing is sans-IO (``FrameDecoder``). This module also has the
 blocking one-shot client the command-line tools use (``call_sync``): a tool such as
 ``cached cache -E`` must start fast, and asyncio alone costs more to import than the
-whole invalidation (``aiorpc`` holds the daemon's asyncio server and client).
+whole invalidation (``aio.py`` holds the daemon's asyncio server and client).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import struct
 from typing import Any
 
 import msgpack
+
+from cached.ipc.ops import Op
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +99,13 @@ def prepare_socket_path(path: str) -> None:
         os.unlink(path)
 
 
-def call_sync(path: str, op: str, timeout: float = 30.0, **args: Any) -> Message:
+def call_sync(path: str, op: Op, timeout: float = 30.0, **args: Any) -> Message:
     """One request from a synchronous program (the CLI tools)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(path)
-            sock.sendall(encode_frame({"id": 1, "op": op, "args": args}))
+            sock.sendall(encode_frame({"id": 1, "op": op.value, "args": args}))
             decoder = FrameDecoder()
             while True:
                 data = sock.recv(65536)

@@ -1,73 +1,103 @@
-"""One lookup flow for every kind of NSS lookup, in the shape of SSSD's cache_req.
+"""One lookup flow for every kind of lookup, NSS and D-Bus alike, in the shape of
+SSSD's cache_req.
 
 negative cache -> cache read -> expiry classification -> (backend refresh) -> cache
-re-read -> answer (reference §6.4). What differs per kind — how to read the cache,
-which backend request refreshes it, which filter applies — is a row of ``PLUGINS``;
-adding a lookup is adding a row, not copying the flow.
+re-read -> answer (reference §6.4). What differs per kind — the key type, how to read
+the cache, which backend request refreshes it, which filter applies, whether a stale
+value is worth answering — is a typed row, :class:`Plugin`; adding a lookup is adding a
+row, not copying the flow. How a found value is answered (the NSS reply, the memory
+cache, a D-Bus property) is the caller's: ``nss/server.py`` binds each command to a
+plugin and its fill function, as SSSD's ``get_nss_cmds()`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import enum
 import logging
 import time
-from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from cached import aiorpc, rpc
 from cached.cache import DomainCache, GroupView, Initgroups, Lookup, State
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE
-from cached.model import User
+from cached.ipc import framing
+from cached.ipc.ops import BadMessage, DomainStateNote, LookupReply, LookupRequest, Op, Outcome
+from cached.model import Kind, User
+from cached.responder.policy import ServePolicy
 
 log = logging.getLogger(__name__)
 
-
-class Kind(enum.Enum):
-    USER = "user"
-    GROUP = "group"
-    INITGR = "initgr"
+K = TypeVar("K", str, int)
+V = TypeVar("V", User, GroupView, Initgroups)
 
 
 @dataclass(frozen=True)
-class Plugin:
+class Plugin(Generic[K, V]):
     """What one kind of lookup needs (SSSD: ``struct cache_req_plugin``)."""
 
     name: str  # for logs: getpwnam, getgrgid, ...
     kind: Kind
-    read: Callable[[DomainCache, Any], Lookup[Any]]
-    backend_op: str  # the backend request that refreshes it
-    by_name: bool
+    key: type[K]
+    # Called on the domain's cache object (not DomainCache's function), so the flow's
+    # unit tests can hand it a fake cache.
+    read: Callable[[DomainCache, K], Lookup[V]]
+    backend_op: Op  # the backend request that refreshes it
+    # Whether the policy lets a domain answer the key at all (a filtered name, an id
+    # out of range: no cache read, no backend request), and a found value.
+    admits: Callable[[ServePolicy, DomainConfig, K], bool]
+    served: Callable[[ServePolicy, DomainConfig, V], bool]
+    # Whether an expired value may be answered without the backend (offline, stalled,
+    # within cache_first_wait): not a user's groups that were never fetched.
+    stale_ok: Callable[[V], bool] = lambda _v: True
 
-    def negative_key(self, key: Any) -> tuple[str, str, Any]:
-        return (self.kind.value, "name" if self.by_name else "id", key)
+    def negative_key(self, key: K) -> NegKey:
+        return (self.name, key)
 
 
-GETPWNAM = Plugin("getpwnam", Kind.USER, DomainCache.user_by_name, "user_by_name", True)
-GETPWUID = Plugin("getpwuid", Kind.USER, DomainCache.user_by_uid, "user_by_uid", False)
-GETGRNAM = Plugin("getgrnam", Kind.GROUP, DomainCache.group_by_name, "group_by_name", True)
-GETGRGID = Plugin("getgrgid", Kind.GROUP, DomainCache.group_by_gid, "group_by_gid", False)
-INITGR = Plugin("initgroups", Kind.INITGR, DomainCache.initgroups, "initgroups", True)
+NegKey = tuple[Hashable, ...]  # (plugin name, key)
+
+
+def _name_admitted(kind: Kind) -> Callable[[ServePolicy, DomainConfig, str], bool]:
+    return lambda policy, domain, name: not policy.name_filtered(domain, kind, name)
+
+
+def _id_admitted(_policy: ServePolicy, domain: DomainConfig, key: int) -> bool:
+    return domain.id_in_range(key)
+
+
+GETPWNAM: Plugin[str, User] = Plugin(
+    "getpwnam", Kind.USER, str, lambda c, k: c.user_by_name(k), Op.USER_BY_NAME,
+    _name_admitted(Kind.USER), ServePolicy.user_ok,
+)  # fmt: skip
+GETPWUID: Plugin[int, User] = Plugin(
+    "getpwuid", Kind.USER, int, lambda c, k: c.user_by_uid(k), Op.USER_BY_UID,
+    _id_admitted, ServePolicy.user_ok,
+)  # fmt: skip
+GETGRNAM: Plugin[str, GroupView] = Plugin(
+    "getgrnam", Kind.GROUP, str, lambda c, k: c.group_by_name(k), Op.GROUP_BY_NAME,
+    _name_admitted(Kind.GROUP), ServePolicy.group_view_ok,
+)  # fmt: skip
+GETGRGID: Plugin[int, GroupView] = Plugin(
+    "getgrgid", Kind.GROUP, int, lambda c, k: c.group_by_gid(k), Op.GROUP_BY_GID,
+    _id_admitted, ServePolicy.group_view_ok,
+)  # fmt: skip
+INITGR: Plugin[str, Initgroups] = Plugin(
+    "initgroups", Kind.INITGR, str, lambda c, k: c.initgroups(k), Op.INITGROUPS,
+    _name_admitted(Kind.INITGR), ServePolicy.initgroups_ok,
+    stale_ok=lambda ig: ig.fetched,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
-class Found:
+class Found(Generic[V]):
     domain: DomainConfig
     cache: DomainCache
-    value: Any  # User | GroupView | Initgroups
+    value: V
     state: State
 
-    def output_name(self, name: str) -> str:
-        # case_sensitive = false answers lower-case names, `preserving` the stored case
-        # (sssd.conf(5)).
-        return name.lower() if self.domain.case_sensitive == "false" else name
-
-
-NegKey = tuple[str, tuple[str, str, Any]]  # (domain, plugin.negative_key(key))
 
 # The uid of the NSS client whose request is being answered (SO_PEERCRED, set by the
 # responder for each connection's task); it travels to the backend so that one uid's
@@ -77,71 +107,10 @@ CLIENT_UID: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 
-class ServePolicy:
-    """What may be *served*, checked every time an entry is answered, whatever the
-    cache holds: a cache written by an older version or under an older configuration
-    (``min_id = 0``, a shorter ``filter_users``) must not answer what the current one
-    refuses, online or offline (docs/threat-model.md).
+class Backend(Protocol):
+    """What the flow needs of a backend connection (``ipc.aio.RpcClient``)."""
 
-    * ids: ``DomainConfig.id_in_range`` (SSSD's OUT_OF_ID_RANGE: id 0 and (uid_t)-1
-      never); a user whose primary gid is out of range is not served at all (SSSD:
-      "filtered out! (primary gid out of range)"), and out-of-range gids are left out
-      of initgroups answers;
-    * names: ``filter_users``/``filter_groups``; an entry ``name@domain`` applies to
-      that domain only (SSSD parses the domain), and in a case-insensitive domain the
-      comparison is case-folded, as the domain compares every other name.
-    """
-
-    def __init__(self, config: Config) -> None:
-        self.domains = {d.name.lower(): d for d in config.domains}
-        self._filters: dict[tuple[str, Kind], frozenset[str]] = {}
-        for d in config.domains:
-            for kind, names in ((Kind.USER, config.nss.filter_users),
-                                (Kind.GROUP, config.nss.filter_groups)):  # fmt: skip
-                self._filters[(d.name, kind)] = frozenset(
-                    self._fold(d, n) for n in self._names_for(d, names)
-                )
-
-    def _names_for(self, domain: DomainConfig, entries: list[str]) -> list[str]:
-        out = []
-        for entry in entries:
-            name, sep, dom = entry.rpartition("@")
-            if sep and name and dom.lower() in self.domains:
-                if dom.lower() == domain.name.lower():
-                    out.append(name)
-            else:
-                out.append(entry)  # no (known) domain: every domain
-        return out
-
-    @staticmethod
-    def _fold(domain: DomainConfig, name: str) -> str:
-        return name.lower() if domain.case_insensitive else name
-
-    def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
-        """The filtered names of ``kind`` (USER or GROUP) in ``domain``, folded."""
-        return self._filters[(domain.name, Kind.USER if kind is Kind.INITGR else kind)]
-
-    def name_filtered(self, domain: DomainConfig, kind: Kind, name: str) -> bool:
-        return self._fold(domain, name) in self.filter_names(domain, kind)
-
-    def user_ok(self, domain: DomainConfig, u: User) -> bool:
-        return (
-            domain.id_in_range(u.uid)
-            and domain.id_in_range(u.gid)
-            and not self.name_filtered(domain, Kind.USER, u.name)
-        )
-
-    def group_ok(self, domain: DomainConfig, name: str, gid: int) -> bool:
-        return domain.id_in_range(gid) and not self.name_filtered(domain, Kind.GROUP, name)
-
-    def served(self, domain: DomainConfig, value: Any) -> bool:
-        if isinstance(value, User):
-            return self.user_ok(domain, value)
-        if isinstance(value, GroupView):
-            return self.group_ok(domain, value.name, value.gid)
-        if isinstance(value, Initgroups):
-            return self.user_ok(domain, value.user)
-        return False
+    async def call(self, op: Op, timeout: float = 30.0, **args: Any) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -178,10 +147,10 @@ class NegativeCache:
     def __init__(self, timeout: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = timeout
         self.clock = clock
-        self._until: dict[NegKey, float] = {}
+        self._until: dict[tuple[str, NegKey], float] = {}
         self._next_sweep = 0.0
 
-    def hit(self, domain: str, key: tuple[str, str, Any]) -> bool:
+    def hit(self, domain: str, key: NegKey) -> bool:
         until = self._until.get((domain, key))
         if until is None:
             return False
@@ -190,7 +159,7 @@ class NegativeCache:
             return False
         return True
 
-    def add(self, domain: str, key: tuple[str, str, Any]) -> None:
+    def add(self, domain: str, key: NegKey) -> None:
         if self.timeout <= 0:
             return
         now = self.clock()
@@ -208,12 +177,15 @@ class NegativeCache:
         return len(self._until)
 
 
+RefreshKey = tuple[str, Op, str | int]  # (domain, backend op, key)
+
+
 class Lookups:
     def __init__(
         self,
         config: Config,
         caches: dict[str, DomainCache],
-        backends: dict[str, aiorpc.RpcClient],
+        backends: dict[str, Backend],
         backend_timeout: float = 60.0,
     ) -> None:
         self.config = config
@@ -221,9 +193,9 @@ class Lookups:
         self.backends = backends
         self.backend_timeout = backend_timeout
         self.negative = NegativeCache(config.nss.entry_negative_timeout)
-        self.inflight: dict[tuple[str, str, Any], asyncio.Future[str]] = {}
-        self._waiting_uids: dict[tuple[str, str, Any], set[int | None]] = {}
-        self._extra: set[asyncio.Future[str]] = set()  # referenced until done
+        self.inflight: dict[RefreshKey, asyncio.Future[Outcome]] = {}
+        self._waiting_uids: dict[RefreshKey, set[int | None]] = {}
+        self._extra: set[asyncio.Future[Outcome]] = set()  # referenced until done
         self.policy = ServePolicy(config)
         self.states = {d.name: DomainState() for d in config.domains}
         self.first_wait = float(config.nss.cache_first_wait)
@@ -231,8 +203,9 @@ class Lookups:
 
     # -- the backend -----------------------------------------------------------------
 
-    def domain_state(self, domain: str, online: bool, retry_in: float, reason: str = "") -> None:
-        """Record the backend's view of ``domain`` (from an answer or an announcement)."""
+    def domain_state(self, note: DomainStateNote) -> None:
+        """Record the backend's view of a domain (from an answer or an announcement)."""
+        domain, online, retry_in, reason = note.domain, note.online, note.retry_in, note.reason
         st = self.states.get(domain)
         if st is None:
             return
@@ -249,32 +222,27 @@ class Lookups:
             st.offline_until = self.clock() + max(retry_in, 1.0)
             st.reason = reason
 
-    async def _call_backend(self, domain: str, op: str, key: Any) -> str:
+    async def _call_backend(self, domain: str, op: Op, key: str | int) -> Outcome:
         start = time.perf_counter()
         try:
-            reply = await self.backends[domain].call(
-                op, timeout=self.backend_timeout, key=key, uid=CLIENT_UID.get()
+            raw = await self.backends[domain].call(
+                op, timeout=self.backend_timeout, **LookupRequest(key, CLIENT_UID.get()).args()
             )
-        except rpc.RpcError as e:
+            reply = LookupReply.parse(raw)
+        except (framing.RpcError, BadMessage) as e:
             # A dead or restarting backend is like an offline server: serve the cache.
             log.warning("backend %s unavailable for %s %r: %s", domain, op, key, e)
             st = self.states.get(domain)
             if st is not None:
                 st.stalled = False
-            return "unavailable"
+            return Outcome.UNAVAILABLE
         finally:
             COUNTERS.add(NSS_BACKEND, 1, time.perf_counter() - start)
-        outcome = str(reply.get("outcome"))
-        if "online" in reply:
-            self.domain_state(
-                domain,
-                bool(reply["online"]) and outcome != "offline",
-                float(reply.get("retry_in") or 0.0),
-                str(reply.get("message") or ""),
-            )
-        return outcome
+        online = reply.online and reply.outcome is not Outcome.OFFLINE
+        self.domain_state(DomainStateNote(domain, online, reply.retry_in, reply.message))
+        return reply.outcome
 
-    def refresh(self, domain: str, op: str, key: Any) -> asyncio.Future[str]:
+    def refresh(self, domain: str, op: Op, key: str | int) -> asyncio.Future[Outcome]:
         """Ask the backend to refresh; concurrent lookups of one object share it."""
         ikey = (domain, op, key)
         fut = self.inflight.get(ikey)
@@ -294,69 +262,41 @@ class Lookups:
             extra.add_done_callback(self._extra.discard)
         return fut
 
-    def _forget(self, ikey: tuple[str, str, Any]) -> None:
+    def _forget(self, ikey: RefreshKey) -> None:
         self.inflight.pop(ikey, None)
         self._waiting_uids.pop(ikey, None)
 
-    # -- filters (ServePolicy) -------------------------------------------------------
-
-    def filtered(self, plugin: Plugin, value: Any, domain: DomainConfig) -> bool:
-        """True when ``value`` of ``domain`` must not be served (ids, filters)."""
-        return not self.policy.served(domain, value)
-
-    def initgroups_gids(self, found: Found) -> bytes:
-        """An INITGR answer's gids without out-of-range gids and without the groups of
-        ``filter_groups`` (reference §1.6: SSSD omits filtered groups)."""
-        gids: bytes = found.value.gids
-        dom = found.domain
-        drop = set()
-        # SSSD lists the groups the user is a member of: the primary gid only when the
-        # user is also an explicit member of that group (glibc adds it for `id`;
-        # docs/compatibility.md §9.5). The cache keeps it in the list for offline answers.
-        ig = found.value
-        primary = found.cache.group_by_gid(ig.user.gid).value
-        member_of = {found.cache.key(n) for n in ig.groups}
-        if primary is None or found.cache.key(primary.name) not in member_of:
-            drop.add(ig.user.gid)
-        for name in self.policy.filter_names(dom, Kind.GROUP):
-            g = found.cache.group_by_name(name).value
-            if g is not None:
-                drop.add(g.gid)
-        ids = array("I", gids)
-        if not drop and all(dom.id_in_range(g) for g in ids):
-            return gids
-        return array("I", [g for g in ids if g not in drop and dom.id_in_range(g)]).tobytes()
-
     # -- the flow ----------------------------------------------------------------------
 
-    async def lookup(self, plugin: Plugin, key: Any) -> Found | None:
+    def servable(self, plugin: Plugin[K, V], domain: DomainConfig, value: V) -> bool:
+        """Whether ``value`` of ``domain`` may be answered (ids, filters)."""
+        return plugin.served(self.policy, domain, value)
+
+    async def lookup(self, plugin: Plugin[K, V], key: K) -> Found[V] | None:
         """The cached answer of ``plugin`` for ``key`` in the first domain that has it."""
         nkey = plugin.negative_key(key)
         for domain in self.config.domains:
-            if plugin.by_name:
-                if self.policy.name_filtered(domain, plugin.kind, key):
-                    continue
-            elif not domain.id_in_range(key):
+            if not plugin.admits(self.policy, domain, key):
                 continue
             if self.negative.hit(domain.name, nkey):
                 continue
             found = await self._lookup_domain(plugin, domain, key, nkey)
             if found is not None:
-                if self.filtered(plugin, found.value, domain):
+                if not self.servable(plugin, domain, found.value):
                     return None
                 return found
         return None
 
     async def _lookup_domain(
-        self, plugin: Plugin, domain: DomainConfig, key: Any, nkey: tuple[str, str, Any]
-    ) -> Found | None:
+        self, plugin: Plugin[K, V], domain: DomainConfig, key: K, nkey: NegKey
+    ) -> Found[V] | None:
         cache = self.caches[domain.name]
         got = plugin.read(cache, key)
-        if got.state is State.VALID:
+        if got.state is State.VALID and got.value is not None:
             return Found(domain, cache, got.value, got.state)
         st = self.states[domain.name]
         offline = st.offline(self.clock())
-        if got.state is State.MIDPOINT:
+        if got.state is State.MIDPOINT and got.value is not None:
             # Answer now, refresh out of band (reference §6.4); offline, the refresh
             # would fail at once ("MIDPOINT refreshes fail quietly"), and a stalled
             # backend gets no more work piled on.
@@ -373,14 +313,12 @@ class Lookups:
             return None
         # A stored answer worth giving without the backend: not a user's groups that
         # were never fetched (that is a missing entry, it waits).
-        stale = got.value
-        if isinstance(stale, Initgroups) and not stale.fetched:
-            stale = None
+        stale = got.value if got.value is not None and plugin.stale_ok(got.value) else None
         if stale is not None and st.stalled:
             # Another lookup's bounded wait ran out and the backend has not answered
             # since: do not wait again, nor pile refreshes onto a stuck backend.
             COUNTERS.add(NSS_STALE)
-            return Found(domain, cache, got.value, got.state)
+            return Found(domain, cache, stale, got.state)
         fut = self.refresh(domain.name, plugin.backend_op, key)
         if stale is not None and self.first_wait > 0:
             # Bounded wait (cache_first_wait, a deliberate difference from SSSD): the
@@ -396,7 +334,7 @@ class Lookups:
                         domain.name, plugin.name, key, self.first_wait,
                     )  # fmt: skip
                 COUNTERS.add(NSS_STALE)
-                return Found(domain, cache, got.value, got.state)
+                return Found(domain, cache, stale, got.state)
         else:
             outcome = await fut
         again = plugin.read(cache, key)
@@ -404,7 +342,7 @@ class Lookups:
             # Even still expired: after a failed or offline refresh, stale data is the
             # answer (invariant 4).
             return Found(domain, cache, again.value, again.state)
-        if outcome == "not-found":
+        if outcome is Outcome.NOT_FOUND:
             # Only a successful backend answer of "no such entry" is remembered;
             # offline misses are not (reference §6.4).
             self.negative.add(domain.name, nkey)

@@ -1,7 +1,7 @@
 """What the responder offers to interfaces other than the NSS socket: the D-Bus
 InfoPipe (``cached.ifp``) and the monitor's control socket.
 
-Lookups go through the same flow as NSS requests (``Lookups``), so a D-Bus caller
+Lookups go through the same flow as NSS requests (``flow.Lookups``), so a D-Bus caller
 sees exactly what ``getent`` sees; invalidation writes only the timestamp store
 (reference §3.7) and drops the responder's negative and memory caches.
 """
@@ -13,10 +13,10 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from cached.cache import GroupView
 from cached.counters import COUNTERS
+from cached.ipc.ops import CountersReply
 from cached.model import User
-from cached.nss.lookup import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Lookups
+from cached.responder.flow import GETGRGID, INITGR, Lookups
 
 INVALIDATE_KINDS = ("user", "group", "users", "groups", "all")
 
@@ -34,30 +34,23 @@ class Admin:
 
     # -- lookups (public, like NSS) ----------------------------------------------------
 
-    async def user(self, key: str | int) -> User | None:
-        plugin = GETPWUID if isinstance(key, int) else GETPWNAM
-        found = await self.lookups.lookup(plugin, key)
-        return None if found is None else found.value
-
-    async def group(self, key: str | int) -> GroupView | None:
-        plugin = GETGRGID if isinstance(key, int) else GETGRNAM
-        found = await self.lookups.lookup(plugin, key)
-        return None if found is None else found.value
-
-    async def user_groups(self, name: str) -> list[str] | None:
-        """Names of the user's groups, primary first, as ``id -Gn`` prints them."""
-        user = await self.user(name)
-        if user is None:
-            return None
+    async def user_gids(self, user: User) -> list[int]:
+        """The user's gids as ``id`` gets them: the primary gid first, then the groups of
+        the initgroups flow (filtered by the policy), each once."""
         found = await self.lookups.lookup(INITGR, user.name)
         gids = [user.gid]
         if found is not None:
-            gids += [g for g in array("I", self.lookups.initgroups_gids(found)) if g != user.gid]
+            packed = self.lookups.policy.initgroups_gids(found.domain, found.cache, found.value)
+            gids += array("I", packed)
+        return list(dict.fromkeys(gids))
+
+    async def user_groups(self, user: User) -> list[str]:
+        """Names of the user's groups, primary first, as ``id -Gn`` prints them."""
         names = []
-        for gid in dict.fromkeys(gids):
+        for gid in await self.user_gids(user):
             hit = await self.lookups.lookup(GETGRGID, gid)
             if hit is not None:
-                names.append(hit.output_name(hit.value.name))
+                names.append(self.lookups.policy.output_name(hit.domain, hit.value.name))
             elif gid == user.gid:
                 names.append(str(gid))  # as `id -Gn` when the primary group has no entry
         return names
@@ -91,8 +84,8 @@ class Admin:
         self.lookups.clear_negative()
         self._on_invalidate()
 
-    def counters(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "counters": COUNTERS.snapshot()}
+    def counters(self) -> CountersReply:
+        return CountersReply(os.getpid(), COUNTERS.snapshot())
 
     def status(self) -> dict[str, Any]:
         return self._status()

@@ -1,0 +1,175 @@
+"""The inter-process contract: every op each private socket answers, and its messages.
+
+The frames (``framing.py``) carry msgpack maps; this module names what is inside them,
+so no handler or caller spells an op or a reply key as a string of its own.
+
+=================  ==========================  =====================================
+socket             op                          request -> reply
+=================  ==========================  =====================================
+``be_<domain>``    user_by_name, user_by_uid,  :class:`LookupRequest` ->
+                   group_by_name,              :class:`LookupReply`
+                   group_by_gid, initgroups
+``be_<domain>``    counters                    -> :class:`CountersReply`
+``be_<domain>``    status                      -> ``{"status": {...}}``
+``responder``      counters                    -> :class:`CountersReply`
+``responder``      status                      -> ``{"status": {...}}``
+``responder``      domain_state                :class:`DomainStateNote` -> ``{}``
+                                               (a backend's announcement)
+``responder``      invalidated                 -> ``{}`` (drop the negative and memory
+                                               caches: ``cached cache`` wrote the
+                                               timestamp stores itself)
+``control``        counters                    -> ``{"processes": {name: counters}}``
+``control``        status                      -> ``{"monitor": ..., "children": [...]}``
+``control``        invalidated                 forwarded to the responder
+=================  ==========================  =====================================
+
+Every reply also has ``id`` and ``ok`` (and ``error`` when ``ok`` is false), added by the
+framing layer.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from cached.model import Kind
+
+
+class Op(enum.StrEnum):
+    # Backend lookups: refresh one object in the cache, answer how it went.
+    USER_BY_NAME = "user_by_name"
+    USER_BY_UID = "user_by_uid"
+    GROUP_BY_NAME = "group_by_name"
+    GROUP_BY_GID = "group_by_gid"
+    INITGROUPS = "initgroups"
+    # Every process.
+    COUNTERS = "counters"
+    STATUS = "status"
+    # The responder.
+    DOMAIN_STATE = "domain_state"
+    INVALIDATED = "invalidated"
+
+
+@dataclass(frozen=True, slots=True)
+class LookupOp:
+    """What a backend lookup op takes (a name or a numeric id) and what it refreshes."""
+
+    key: type
+    kind: Kind
+
+
+LOOKUPS: dict[Op, LookupOp] = {
+    Op.USER_BY_NAME: LookupOp(str, Kind.USER),
+    Op.USER_BY_UID: LookupOp(int, Kind.USER),
+    Op.GROUP_BY_NAME: LookupOp(str, Kind.GROUP),
+    Op.GROUP_BY_GID: LookupOp(int, Kind.GROUP),
+    Op.INITGROUPS: LookupOp(str, Kind.INITGR),
+}
+
+
+class Outcome(enum.Enum):
+    """How a backend lookup went (the backend's provider returns it, the responder acts
+    on it: only NOT_FOUND enters the negative cache, reference §6.4)."""
+
+    FOUND = "found"
+    NOT_FOUND = "not-found"  # the server says it does not exist (cache entry deleted)
+    OFFLINE = "offline"  # no server reachable: serve what is cached
+    ERROR = "error"  # the server refused the request: serve what is cached
+    # Not from the backend: the responder could not reach it (dead or restarting).
+    UNAVAILABLE = "unavailable"
+
+
+class BadMessage(ValueError):
+    """A request or reply that does not have the fields its op needs."""
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class LookupRequest:
+    """Refresh one object; ``uid`` is the NSS client's (SO_PEERCRED), None when unknown
+    (D-Bus, tools), so the backend queues it fairly (docs/threat-model.md)."""
+
+    key: str | int
+    uid: int | None = None
+
+    def args(self) -> dict[str, Any]:
+        return {"key": self.key, "uid": self.uid}
+
+    @classmethod
+    def parse(cls, op: Op, args: dict[str, Any]) -> LookupRequest:
+        key = args.get("key")
+        if not isinstance(key, str | int) or not isinstance(key, LOOKUPS[op].key):
+            raise BadMessage(f"{op}: bad key {key!r}")
+        if isinstance(key, bool):
+            raise BadMessage(f"{op}: bad key {key!r}")
+        uid = args.get("uid")
+        return cls(key, uid if _is_int(uid) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class LookupReply:
+    outcome: Outcome
+    message: str = ""
+    online: bool = True
+    retry_in: float = 0.0
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome.value,
+            "message": self.message,
+            "online": self.online,
+            "retry_in": self.retry_in,
+        }
+
+    @classmethod
+    def parse(cls, reply: dict[str, Any]) -> LookupReply:
+        try:
+            outcome = Outcome(reply.get("outcome"))
+        except ValueError:
+            raise BadMessage(f"unknown lookup outcome {reply.get('outcome')!r}") from None
+        return cls(
+            outcome,
+            str(reply.get("message") or ""),
+            bool(reply.get("online", True)),
+            float(reply.get("retry_in") or 0.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DomainStateNote:
+    """A backend's announcement that its domain went offline or came back."""
+
+    domain: str
+    online: bool
+    retry_in: float = 0.0
+    reason: str = ""
+
+    def args(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain,
+            "online": self.online,
+            "retry_in": self.retry_in,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> DomainStateNote:
+        return cls(
+            str(args.get("domain")),
+            bool(args.get("online")),
+            float(args.get("retry_in") or 0.0),
+            str(args.get("reason", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CountersReply:
+    pid: int
+    counters: dict[str, list[float]]
+
+    def fields(self) -> dict[str, Any]:
+        return {"pid": self.pid, "counters": self.counters}

@@ -1,0 +1,106 @@
+"""The responder process (``cached _responder``): its composition root.
+
+It opens the caches read-only, connects to each domain's backend, builds the one
+lookup flow (``flow.Lookups``) and the admin facade (``admin.Admin``), and hands them to
+the interfaces: the NSS socket (``cached.nss``) and, when ``dbus_address`` is not
+``none``, the InfoPipe (``cached.ifp``). Only this module knows both interfaces; they
+know the responder core, never each other. The private socket
+(``<pipes_dir>/private/responder``) answers the monitor and the backends
+(``ipc/ops.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from cached.cache import DomainCache, Role, open_domain_cache
+from cached.config import Config
+from cached.ipc import aio, framing
+from cached.ipc.ops import DomainStateNote, Op
+from cached.nss.mcfeed import MemcacheFeed
+from cached.nss.server import NssResponder, nss_socket, serve_nss
+from cached.responder.admin import Admin
+from cached.responder.flow import Backend, Lookups
+
+log = logging.getLogger(__name__)
+
+
+async def _open_caches(config: Config) -> dict[str, DomainCache]:
+    """Open every domain's cache read-only; the backends create the files first."""
+    caches = {}
+    for d in config.domains:
+        for _ in range(100):
+            try:
+                caches[d.name] = open_domain_cache(
+                    config.daemon.db_dir, d, Role.RESPONDER,
+                    nowait_percentage=config.nss.entry_cache_nowait_percentage,
+                )  # fmt: skip
+                break
+            except FileNotFoundError:
+                await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError(f"domain {d.name}: no cache in {config.daemon.db_dir}")
+    return caches
+
+
+async def run_responder(config: Config, ready: Callable[[], None]) -> None:
+    caches = await _open_caches(config)
+    clients = {
+        d.name: aio.RpcClient(framing.backend_socket(config.daemon.pipes_dir, d.name))
+        for d in config.domains
+    }
+    backends: dict[str, Backend] = dict(clients)
+    lookups = Lookups(config, caches, backends)
+    feed = MemcacheFeed(config.daemon.mc_dir, config.nss)
+    responder = NssResponder(config, lookups, feed)
+    server = await serve_nss(config, responder)
+
+    admin = Admin(lookups, responder.status, on_invalidate=responder.reset_memcache)
+    ifp = None
+    if config.daemon.dbus_address != "none":
+        # Imported only when used: dbus-next is not needed to serve NSS.
+        from cached.ifp import start_ifp
+
+        ifp = await start_ifp(config, admin)
+
+    async def handle(op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        if op is Op.COUNTERS:
+            return admin.counters().fields()
+        if op is Op.STATUS:
+            return {"status": admin.status()}
+        if op is Op.DOMAIN_STATE:  # a backend's announcement
+            lookups.domain_state(DomainStateNote.parse(args))
+            return {}
+        if op is Op.INVALIDATED:
+            admin.invalidated()
+            return {}
+        raise ValueError(f"the responder does not answer {op}")
+
+    control = await aio.serve(framing.responder_socket(config.daemon.pipes_dir), handle)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # SIGHUP (from the monitor): drop the negative cache, as SSSD's NSS responder does.
+    loop.add_signal_handler(signal.SIGHUP, lookups.clear_negative)
+    path = nss_socket(config)
+    log.info("NSS responder ready on %s", path)
+    ready()
+    await stop.wait()
+    if ifp is not None:
+        await ifp.close()
+    server.close()
+    control.close()
+    for client in clients.values():
+        await client.close()
+    for cache in caches.values():
+        cache.close()
+    feed.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -1,0 +1,136 @@
+"""What the responder may serve, and how names look when it does: one policy for the
+NSS socket and D-Bus alike.
+
+Checked every time an entry is answered, whatever the cache holds: a cache written by
+an older version or under an older configuration (``min_id = 0``, a shorter
+``filter_users``) must not answer what the current one refuses, online or offline
+(docs/threat-model.md).
+
+* ids: ``DomainConfig.id_in_range`` (SSSD's OUT_OF_ID_RANGE: id 0 and (uid_t)-1
+  never); a user whose primary gid is out of range is not served at all (SSSD:
+  "filtered out! (primary gid out of range)"), and out-of-range gids are left out of
+  initgroups answers;
+* names: ``filter_users``/``filter_groups``; an entry ``name@domain`` applies to that
+  domain only (SSSD parses the domain), and in a case-insensitive domain the comparison
+  is case-folded, as the domain compares every other name. Filtered users are also left
+  out of group member lists (SSSD's filter_users_in_groups), filtered groups out of
+  initgroups answers (reference §1.6);
+* output names: ``case_sensitive = false`` answers lower-case names, ``preserving`` the
+  stored case (sssd.conf(5)).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from cached.cache import DomainCache, GroupView, Initgroups
+from cached.cache.records import join_members, split_members
+from cached.config import Config, DomainConfig
+from cached.model import Kind, User
+
+
+class ServePolicy:
+    def __init__(self, config: Config) -> None:
+        self.domains = {d.name.lower(): d for d in config.domains}
+        self._filters: dict[tuple[str, Kind], frozenset[str]] = {}
+        for d in config.domains:
+            for kind, names in ((Kind.USER, config.nss.filter_users),
+                                (Kind.GROUP, config.nss.filter_groups)):  # fmt: skip
+                self._filters[(d.name, kind)] = frozenset(
+                    self._fold(d, n) for n in self._names_for(d, names)
+                )
+
+    def _names_for(self, domain: DomainConfig, entries: list[str]) -> list[str]:
+        out = []
+        for entry in entries:
+            name, sep, dom = entry.rpartition("@")
+            if sep and name and dom.lower() in self.domains:
+                if dom.lower() == domain.name.lower():
+                    out.append(name)
+            else:
+                out.append(entry)  # no (known) domain: every domain
+        return out
+
+    @staticmethod
+    def _fold(domain: DomainConfig, name: str) -> str:
+        return name.lower() if domain.case_insensitive else name
+
+    # -- names -------------------------------------------------------------------------
+
+    @staticmethod
+    def output_name(domain: DomainConfig, name: str) -> str:
+        """A name as answered (NSS and D-Bus alike)."""
+        return name.lower() if domain.case_sensitive == "false" else name
+
+    def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
+        """The filtered names of ``kind`` in ``domain`` (INITGR: the users'), folded."""
+        return self._filters[(domain.name, Kind.USER if kind is Kind.INITGR else kind)]
+
+    def name_filtered(self, domain: DomainConfig, kind: Kind, name: str) -> bool:
+        return self._fold(domain, name) in self.filter_names(domain, kind)
+
+    # -- entries -----------------------------------------------------------------------
+
+    def user_ok(self, domain: DomainConfig, u: User) -> bool:
+        return (
+            domain.id_in_range(u.uid)
+            and domain.id_in_range(u.gid)
+            and not self.name_filtered(domain, Kind.USER, u.name)
+        )
+
+    def group_ok(self, domain: DomainConfig, name: str, gid: int) -> bool:
+        return domain.id_in_range(gid) and not self.name_filtered(domain, Kind.GROUP, name)
+
+    def group_view_ok(self, domain: DomainConfig, g: GroupView) -> bool:
+        return self.group_ok(domain, g.name, g.gid)
+
+    def initgroups_ok(self, domain: DomainConfig, ig: Initgroups) -> bool:
+        return self.user_ok(domain, ig.user)
+
+    def member_names(self, domain: DomainConfig, g: GroupView) -> list[str]:
+        """A group's member names without the filtered users, as stored."""
+        return [n for n in split_members(g.members) if not self.name_filtered(domain, Kind.USER, n)]
+
+    def members(self, domain: DomainConfig, g: GroupView) -> tuple[int, bytes]:
+        """A group's (member count, NUL-joined member blob) as answered: without the
+        filtered users, in the output case; empty with ``ignore_group_members``."""
+        if domain.ignore_group_members:
+            return 0, b""
+        blob, count = g.members, g.member_count
+        lower = domain.case_sensitive == "false"
+        drop = self.filter_names(domain, Kind.USER)
+        fold = domain.case_insensitive
+        # A byte search first: most groups hold none of the filtered names, and splitting
+        # a big member blob costs far more than looking for a few names in it.
+        hay = b"\0" + (blob.lower() if fold else blob)
+        filtered = any(not n.isascii() or ("\0" + n + "\0").encode() in hay for n in drop)
+        if filtered or lower:
+            names = [n for n in split_members(blob) if (n.lower() if fold else n) not in drop]
+            blob = join_members([n.lower() for n in names] if lower else names)
+            count = blob.count(b"\0")
+        return count, blob
+
+    def filtered_gids(self, domain: DomainConfig, cache: DomainCache) -> set[int]:
+        """The gids of the groups of ``filter_groups`` that the cache knows."""
+        out = set()
+        for name in self.filter_names(domain, Kind.GROUP):
+            g = cache.group_by_name(name).value
+            if g is not None:
+                out.add(g.gid)
+        return out
+
+    def initgroups_gids(self, domain: DomainConfig, cache: DomainCache, ig: Initgroups) -> bytes:
+        """An INITGR answer's gids (packed u32) without out-of-range gids and without the
+        groups of ``filter_groups`` (reference §1.6: SSSD omits filtered groups)."""
+        drop = self.filtered_gids(domain, cache)
+        # SSSD lists the groups the user is a member of: the primary gid only when the
+        # user is also an explicit member of that group (glibc adds it for `id`;
+        # docs/compatibility.md §9.5). The cache keeps it in the list for offline answers.
+        primary = cache.group_by_gid(ig.user.gid).value
+        member_of = {cache.key(n) for n in ig.groups}
+        if primary is None or cache.key(primary.name) not in member_of:
+            drop.add(ig.user.gid)
+        ids = array("I", ig.gids)
+        if not drop and all(domain.id_in_range(g) for g in ids):
+            return ig.gids
+        return array("I", [g for g in ids if g not in drop and domain.id_in_range(g)]).tobytes()

@@ -1,0 +1,127 @@
+"""``cached cache``: expire entries like ``sss_cache`` (reference §4), then tell a running
+daemon to drop its negative and memory caches."""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from dataclasses import dataclass, field
+
+from cached.config import Config
+from cached.ipc import framing
+from cached.ipc.ops import Op
+from cached.tools import ToolError
+
+NO_MATCH = "No cache object matched the specified search"
+
+
+@dataclass
+class Invalidation:
+    everything: bool = False
+    users: bool = False
+    groups: bool = False
+    user_names: list[str] = field(default_factory=list)
+    group_names: list[str] = field(default_factory=list)
+    domain: str = ""
+
+    def empty(self) -> bool:
+        return not (
+            self.everything or self.users or self.groups or self.user_names or self.group_names
+        )
+
+
+def _split_fq(name: str, domains: set[str]) -> tuple[str, str]:
+    """``user@DOMAIN`` matches only that domain (reference §4); a plain name, all."""
+    base, sep, dom = name.rpartition("@")
+    if sep and dom in domains:
+        return base, dom
+    return name, ""
+
+
+def invalidate(config: Config, what: Invalidation) -> int:
+    """Expire the selected entries in every (or the given) domain; return how many."""
+    from cached.cache import Role, StoreWriteError, open_domain_cache
+
+    names = {d.name for d in config.domains}
+    if what.domain and what.domain not in names:
+        raise ToolError(
+            f"Could not open domain {what.domain}: it is not in [cached] domains of "
+            f"{config.path} (configured: {', '.join(sorted(names))})",
+            errno.ENOENT,
+        )
+    matched = 0
+    for d in config.domains:
+        if what.domain and d.name != what.domain:
+            continue
+        try:
+            cache = open_domain_cache(config.daemon.db_dir, d, Role.TOOL)
+        except FileNotFoundError:
+            continue  # never started: nothing cached
+        try:
+            if cache.ts is None:
+                raise ToolError(
+                    f"{cache.ts_path}: the timestamp store cannot be opened; restart "
+                    "cached: its backend rebuilds it, which expires every entry",
+                )
+            for every, all_fn, one_fn, wanted in (
+                (what.users, cache.invalidate_users, cache.invalidate_user, what.user_names),
+                (what.groups, cache.invalidate_groups, cache.invalidate_group, what.group_names),
+            ):
+                if what.everything or every:
+                    matched += all_fn()
+                    continue
+                for n in wanted:
+                    base, dom = _split_fq(n, names)
+                    if not dom or dom == d.name:
+                        matched += one_fn(base)
+        except StoreWriteError as e:
+            raise ToolError(f"{e}; nothing was invalidated in domain {d.name}") from None
+        finally:
+            cache.close()
+    return matched
+
+
+def _recycle_memcache(mc_dir: str) -> bool:
+    """With no responder alive: mark each file RECYCLED and unlink it, as sss_cache
+    does when it can take the file's lock (§4). False if a responder holds a lock."""
+    import fcntl
+
+    # Only on this path (no daemon answered): the memory-cache package costs more to
+    # import than the whole invalidation.
+    from cached.memcache.layout import H_STATUS, Status
+    from cached.model import Kind
+
+    recycled = struct.pack("=I", Status.RECYCLED)
+    status_offset = H_STATUS * 4  # the header is u32 words (layout.HEADER)
+    for kind in Kind:
+        path = os.path.join(mc_dir, kind.value)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            except OSError:
+                return False
+            os.pwrite(fd, recycled, status_offset)
+            os.unlink(path)
+        finally:
+            os.close(fd)
+    return True
+
+
+def notify_invalidated(config: Config) -> str:
+    """Tell a running daemon to drop its negative and memory caches; '' on success,
+    else a warning for the administrator."""
+    try:
+        framing.call_sync(
+            framing.control_socket(config.daemon.pipes_dir), Op.INVALIDATED, timeout=10
+        )
+        return ""
+    except framing.RpcError:
+        pass
+    if _recycle_memcache(config.daemon.mc_dir):
+        return ""
+    return "The memcache was not invalidated by NSS responder."

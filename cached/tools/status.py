@@ -1,0 +1,167 @@
+"""``cached status``: the daemon's processes, domains, stores and memory cache."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from cached.config import Config
+from cached.ipc import framing
+from cached.ipc.ops import Op
+
+
+def _ago(ts: float, now: float) -> str:
+    if not ts:
+        return "never"
+    secs = max(0.0, now - ts)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    return f"{when} ({_duration(secs)} ago)"
+
+
+def _duration(secs: float) -> str:
+    secs = int(secs)
+    d, rem = divmod(secs, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    parts = [f"{d}d"] if d else []
+    if d or h:
+        parts.append(f"{h}h")
+    if d or h or m:
+        parts.append(f"{m}m")
+    parts.append(f"{s}s")
+    return " ".join(parts)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def memcache_stats(mc_dir: str) -> dict[str, Any]:
+    from cached.memcache import McFormatError, McReader
+    from cached.model import Kind
+
+    out: dict[str, Any] = {}
+    for kind in Kind:
+        name = kind.value
+        path = os.path.join(mc_dir, name)
+        if not os.path.exists(path):
+            out[name] = None
+            continue
+        try:
+            with McReader(path) as r:
+                st = r.stats()
+            out[name] = {"records": st.records, "fill": st.fill, "status": st.status.name}
+        except (McFormatError, OSError) as e:
+            out[name] = {"error": str(e)}
+    return out
+
+
+def status(config: Config) -> tuple[dict[str, Any], bool]:
+    """The daemon's status (or what can be read without it) and whether it runs."""
+    try:
+        reply = framing.call_sync(
+            framing.control_socket(config.daemon.pipes_dir), Op.STATUS, timeout=10
+        )
+        running = True
+    except framing.RpcError as e:
+        reply = {"error": str(e)}
+        # The control socket is root's (its directory is 0700, and the daemon checks the
+        # peer's uid). Anyone else can still tell whether the daemon runs: its NSS socket
+        # answers everyone (reference §1.8, mode 0666).
+        running = os.geteuid() != 0 and _responder_answers(config.daemon.pipes_dir)
+        if running:
+            reply["needs_root"] = True
+    reply["memcache"] = memcache_stats(config.daemon.mc_dir)
+    from cached.cache import cache_paths
+
+    stores = {}
+    for d in config.domains:
+        for path in cache_paths(config.daemon.db_dir, d.name):
+            if os.path.exists(path):
+                stores[path] = os.path.getsize(path)
+    reply["stores"] = stores
+    return reply, running
+
+
+def _responder_answers(pipes_dir: str) -> bool:
+    """Whether a responder at ``pipes_dir`` completes the GET_VERSION handshake."""
+    from cached.nss.client import NssClient, NssClientError
+
+    try:
+        with NssClient(pipes_dir, timeout=10) as client:
+            client.handshake()
+        return True
+    except NssClientError:
+        return False
+
+
+def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
+    now = time.time()
+    lines = []
+    if not running:
+        lines.append(f"cached is not running ({st.get('error')})")
+    elif st.get("needs_root"):
+        lines.append(
+            f"cached is running (its NSS socket answers); the details need root ({st['error']})"
+        )
+    else:
+        mon = st["monitor"]
+        lines.append(
+            f"cached is running: monitor pid {mon['pid']}, up {_duration(now - mon['started'])},"
+            f" config {mon['config']}"
+        )
+        lines.append("Processes:")
+        for c in st["children"]:
+            state = "running" if c["running"] else f"not running ({c['last_exit']})"
+            extra = ""
+            s = c.get("status") or {}
+            if c["name"] == "responder" and s:
+                extra = (
+                    f", {s.get('connections', 0)} connections, {s.get('served', 0)} requests"
+                    f" served, {s.get('negative_entries', 0)} negative entries"
+                )
+            lines.append(
+                f"  {c['name']:<16} pid {c['pid']}, {state}, up {_duration(c['uptime'])}, "
+                f"restarts {c['restarts']}{extra}"
+            )
+        for c in st["children"]:
+            s = c.get("status") or {}
+            if not c["name"].startswith("backend") or not s:
+                continue
+            if s["online"]:
+                conn = f"online via {s['server'] or '(not connected yet)'}"
+            else:
+                conn = f"OFFLINE: {s['last_error']}; next attempt in {s['retry_in']:.0f} s"
+            lines.append(f"Domain {s['domain']}: {conn}")
+            if not s["online"] and s.get("offline_since"):
+                lines.append(f"  offline since: {_ago(s['offline_since'], now)}")
+            lines.append(f"  last successful refresh: {_ago(s['last_success'], now)}")
+            e = s["entries"]
+            lines.append(
+                f"  cached: {e['users']} users, {e['groups']} groups, "
+                f"{e['initgr']} initgroups lists; {s['requests']} backend requests"
+            )
+            if s.get("limit_error"):
+                lines.append(
+                    f"  LOOKUP CUT BY A SERVER LIMIT ({_ago(s['limit_time'], now)}): "
+                    f"{s['limit_error']}"
+                )
+            if s.get("ts_rebuilt"):
+                lines.append(f"  timestamp store rebuilt at start: {s['ts_rebuilt']}")
+    lines.append("Stores:")
+    for path, size in st["stores"].items():
+        lines.append(f"  {path}: {_size(size)}")
+    lines.append(f"Memory cache ({config.daemon.mc_dir}):")
+    for name, mc in st["memcache"].items():
+        if mc is None:
+            lines.append(f"  {name}: absent")
+        elif "error" in mc:
+            lines.append(f"  {name}: unreadable: {mc['error']}")
+        else:
+            lines.append(f"  {name}: {mc['records']} records, {mc['fill'] * 100:.1f}% full")
+    return "\n".join(lines)

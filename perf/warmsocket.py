@@ -1,0 +1,159 @@
+"""The responder's warm socket path: the 2,085 getgrgid calls of a warm ``id bigroupuser``
+when the client does not use the memory cache (``SSS_NSS_USE_MEMCACHE=NO``, or a
+container without ``/var/lib/sss/mc``).
+
+No LDAP and no root: a cache holding bigroupuser's groups (the sizes of perf.gendir) is
+written into a temporary directory, the responder's NSS server (``NssResponder`` with the
+one lookup flow, feeding the memory cache as in production) serves it on a temporary
+socket in this process, and a client process sends the getgrgid requests one after the
+other on one connection, as libnss_sss does for ``id``. It prints the median wall time
+of the 2,085 requests over ``--reps`` runs; ``--profile`` prints the responder's cProfile
+for one more run.
+
+    .venv/bin/python -m perf.warmsocket --reps 15 [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import multiprocessing as mp
+import os
+import pstats
+import socket
+import statistics
+import struct
+import tempfile
+import time
+from multiprocessing.connection import Connection
+
+from cached.cache import Role, open_domain_cache
+from cached.config import Config, parse_config
+from cached.counters import Counters
+from cached.model import Group
+from cached.nss import protocol as p
+from cached.nss.mcfeed import MemcacheFeed
+from cached.nss.server import NssResponder, serve_nss
+from cached.responder.flow import Lookups
+
+BASE = "dc=example,dc=test"
+GROUPS = 2085  # bigroupuser's groups besides its primary one (perf.gendir)
+
+
+def config(workdir: str) -> Config:
+    return parse_config(
+        f"""[cached]
+domains = LDAP
+db_dir = {workdir}/db
+pipes_dir = {workdir}/pipes
+mc_dir = {workdir}/mc
+dbus_address = none
+[domain/LDAP]
+id_provider = ldap
+ldap_uri = ldap://127.0.0.1:1
+ldap_search_base = {BASE}
+ldap_schema = rfc2307bis
+"""
+    )
+
+
+def fill_cache(cfg: Config) -> list[int]:
+    """bigroupuser's groups, each with 20 members, written as the backend writes them."""
+    os.makedirs(cfg.daemon.db_dir, mode=0o700, exist_ok=True)
+    os.makedirs(cfg.daemon.mc_dir, mode=0o755, exist_ok=True)
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0], Role.BACKEND, counters=Counters())
+    groups = [
+        Group(
+            f"nest0-{i:04d}",
+            20001 + i,
+            f"cn=nest0-{i:04d},ou=groups,{BASE}",
+            ("bigroupuser", *(f"user{(i * 7 + j * 13) % 5000:05d}" for j in range(20))),
+        )
+        for i in range(GROUPS)
+    ]
+    with cache.write() as b:
+        for g in groups:
+            cache.put_group(b, g)
+    cache.close(clean=True)
+    return [g.gid for g in groups]
+
+
+def _request(cmd: int, body: bytes) -> bytes:
+    return struct.pack("=4I", 16 + len(body), cmd, 0, 0) + body
+
+
+def client(path: str, gids: list[int], reps: int, out: Connection) -> None:
+    """One connection, one request at a time (libnss_sss, reference §1.1)."""
+    reqs = [_request(p.Command.GETGRGID, struct.pack("=I", g)) for g in gids]
+    times = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(path)
+        s.sendall(_request(p.Command.GET_VERSION, struct.pack("=I", 1)))
+        s.recv(64)
+        for _ in range(reps):
+            start = time.perf_counter()
+            for req in reqs:
+                s.sendall(req)
+                head = s.recv(16, socket.MSG_WAITALL)
+                (length, _cmd, status, _r) = struct.unpack("=4I", head)
+                if status != 0:
+                    raise SystemExit(f"status {status}")
+                rest = length - 16
+                while rest:
+                    rest -= len(s.recv(rest))
+            times.append(time.perf_counter() - start)
+    out.send(times)
+
+
+async def serve_and_measure(cfg: Config, gids: list[int], reps: int, profile: bool) -> None:
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0], Role.RESPONDER)
+    lookups = Lookups(cfg, {cfg.domains[0].name: cache}, {})
+    feed = MemcacheFeed(cfg.daemon.mc_dir, cfg.nss)
+    responder = NssResponder(cfg, lookups, feed)
+    server = await serve_nss(cfg, responder)
+    path = os.path.join(cfg.daemon.pipes_dir, "nss")
+    loop = asyncio.get_running_loop()
+    for what, n in (("warm-up", 1), ("measure", reps), ("profile", 1 if profile else 0)):
+        if not n:
+            continue
+        rx, tx = mp.Pipe(duplex=False)
+        proc = mp.get_context("spawn").Process(target=client, args=(path, gids, n, tx))
+        prof = cProfile.Profile() if what == "profile" else None
+        proc.start()
+        if prof is not None:
+            prof.enable()
+        times = await loop.run_in_executor(None, rx.recv)
+        if prof is not None:
+            prof.disable()
+        await loop.run_in_executor(None, proc.join)
+        if what == "measure":
+            med = statistics.median(times)
+            print(
+                f"{len(gids)} getgrgid over one connection: median {med * 1000:.1f} ms "
+                f"({med / len(gids) * 1e6:.1f} us each), min {min(times) * 1000:.1f} ms, "
+                f"max {max(times) * 1000:.1f} ms, {len(times)} runs"
+            )
+        if prof is not None:
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+            print(buf.getvalue())
+    server.close()
+    feed.close()
+    cache.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="warmsocket-") as workdir:
+        cfg = config(workdir)
+        gids = fill_cache(cfg)
+        asyncio.run(serve_and_measure(cfg, gids, args.reps, args.profile))
+
+
+if __name__ == "__main__":
+    main()

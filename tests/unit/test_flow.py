@@ -1,0 +1,250 @@
+"""The responder's lookup flow (``cached.responder.flow``) with a fake cache and a fake
+backend: which state of a cached entry makes the flow answer, refresh, wait or remember
+a miss (reference §6.4). Pure logic: no LDAP, no LMDB, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from cached.cache import GroupView, Initgroups, Lookup, State
+from cached.config import Config, parse_config
+from cached.ipc.ops import LOOKUPS, Op, Outcome
+from cached.model import Kind, User
+from cached.responder.flow import GETGRGID, GETPWNAM, GETPWUID, INITGR, Backend, Lookups
+
+CONF = """[cached]
+domains = D
+[nss]
+entry_negative_timeout = 15
+cache_first_wait = {first_wait}
+[domain/D]
+id_provider = ldap
+ldap_uri = ldap://127.0.0.1:1
+ldap_search_base = dc=example,dc=com
+"""
+
+ALICE = User("alice", 1000, 1000)
+
+
+def config(first_wait: int = 0) -> Config:
+    return parse_config(CONF.format(first_wait=first_wait))
+
+
+class FakeCache:
+    """The reads the plugins make, from dicts of (state, value); a refresh by the fake
+    backend replaces an entry."""
+
+    def __init__(self) -> None:
+        self.users: dict[str | int, tuple[State, User | None]] = {}
+        self.groups: dict[str | int, tuple[State, GroupView | None]] = {}
+        self.initgr: dict[str, tuple[State, Initgroups | None]] = {}
+        self.reads = 0
+
+    def _get(self, table: dict[Any, tuple[State, Any]], key: str | int) -> Lookup[Any]:
+        self.reads += 1
+        state, value = table.get(key, (State.MISSING, None))
+        return Lookup(state, value)
+
+    def user_by_name(self, name: str) -> Lookup[User]:
+        return self._get(self.users, name)
+
+    def user_by_uid(self, uid: int) -> Lookup[User]:
+        return self._get(self.users, uid)
+
+    def group_by_name(self, name: str) -> Lookup[GroupView]:
+        return self._get(self.groups, name)
+
+    def group_by_gid(self, gid: int) -> Lookup[GroupView]:
+        return self._get(self.groups, gid)
+
+    def initgroups(self, name: str) -> Lookup[Initgroups]:
+        return self._get(self.initgr, name)
+
+
+class FakeBackend:
+    """Answers each lookup op with the outcome it is given, after ``gate`` opens; a
+    FOUND answer stores ``refreshed`` (VALID) in the cache, as the real backend would."""
+
+    def __init__(self, cache: FakeCache, outcome: Outcome = Outcome.FOUND) -> None:
+        self.cache = cache
+        self.outcome = outcome
+        self.calls: list[tuple[Op, str | int]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.refreshed: User | None = None
+        self.online = True
+
+    async def call(self, op: Op, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+        key = args["key"]
+        self.calls.append((op, key))
+        await self.gate.wait()
+        if self.outcome is Outcome.FOUND and self.refreshed is not None:
+            assert LOOKUPS[op].kind is Kind.USER
+            self.cache.users[key] = (State.VALID, self.refreshed)
+        if self.outcome is Outcome.NOT_FOUND:
+            self.cache.users.pop(key, None)
+        return {
+            "id": 1,
+            "ok": True,
+            "outcome": self.outcome.value,
+            "message": "",
+            "online": self.online and self.outcome is not Outcome.OFFLINE,
+            "retry_in": 30.0 if self.outcome is Outcome.OFFLINE else 0.0,
+        }
+
+
+def flow(first_wait: int = 0) -> tuple[Lookups, FakeCache, FakeBackend]:
+    cache = FakeCache()
+    backend = FakeBackend(cache)
+    backends: dict[str, Backend] = {"D": backend}
+    lookups = Lookups(config(first_wait), {"D": cache}, backends)  # type: ignore[dict-item]
+    return lookups, cache, backend
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_valid_entry_is_answered_without_the_backend() -> None:
+    lookups, cache, backend = flow()
+    cache.users["alice"] = (State.VALID, ALICE)
+
+    async def go() -> Any:
+        return await lookups.lookup(GETPWNAM, "alice")
+
+    found = run(go())
+    assert found is not None and found.value == ALICE and found.state is State.VALID
+    assert backend.calls == []
+
+
+def test_midpoint_answers_now_and_refreshes_out_of_band() -> None:
+    lookups, cache, backend = flow()
+    cache.users["alice"] = (State.MIDPOINT, ALICE)
+    backend.gate.clear()  # the refresh cannot finish while the answer is given
+    backend.refreshed = User("alice", 1000, 1000, gecos="new")
+
+    async def go() -> tuple[Any, int, int]:
+        found = await lookups.lookup(GETPWNAM, "alice")
+        in_flight = len(lookups.inflight)
+        await asyncio.sleep(0)  # let the refresh task send its request
+        backend.gate.set()
+        await asyncio.gather(*lookups.inflight.values())
+        return found, in_flight, len(lookups.inflight)
+
+    found, in_flight, after = run(go())
+    assert found is not None and found.value == ALICE  # the cached value, at once
+    assert in_flight == 1 and after == 0
+    assert backend.calls == [(Op.USER_BY_NAME, "alice")]
+    assert cache.users["alice"][1] == backend.refreshed  # the refresh did land
+
+
+def test_expired_and_offline_serves_the_stale_entry_without_asking() -> None:
+    lookups, cache, backend = flow()
+    cache.users["alice"] = (State.EXPIRED, ALICE)
+    backend.outcome = Outcome.OFFLINE
+
+    async def go() -> tuple[Any, Any, int]:
+        first = await lookups.lookup(GETPWNAM, "alice")  # asks, learns "offline"
+        calls = len(backend.calls)
+        second = await lookups.lookup(GETPWNAM, "alice")  # offline: no round trip
+        return first, second, calls
+
+    first, second, calls = run(go())
+    assert first is not None and first.value == ALICE and first.state is State.EXPIRED
+    assert second is not None and second.value == ALICE
+    assert calls == 1 and len(backend.calls) == 1
+    assert lookups.states["D"].offline(lookups.clock())
+    assert len(lookups.negative) == 0
+
+
+@pytest.mark.parametrize(
+    ("outcome", "negative"),
+    [
+        (Outcome.NOT_FOUND, 1),
+        (Outcome.OFFLINE, 0),
+        (Outcome.ERROR, 0),
+    ],
+)
+def test_only_a_backend_not_found_enters_the_negative_cache(
+    outcome: Outcome, negative: int
+) -> None:
+    lookups, _cache, backend = flow()
+    backend.outcome = outcome
+
+    async def go() -> tuple[Any, Any]:
+        first = await lookups.lookup(GETPWUID, 4242)
+        lookups.states["D"].offline_until = 0.0  # forget "offline": ask again
+        second = await lookups.lookup(GETPWUID, 4242)
+        return first, second
+
+    assert run(go()) == (None, None)
+    assert len(lookups.negative) == negative
+    # A negative entry answers the second lookup without the backend.
+    assert len(backend.calls) == 2 - negative
+
+
+def test_an_unreachable_backend_is_not_a_negative_answer() -> None:
+    lookups, _cache, backend = flow()
+
+    async def broken(op: Op, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+        from cached.ipc.framing import RpcError
+
+        raise RpcError("be_D: connection refused")
+
+    backend.call = broken  # type: ignore[method-assign]
+    assert run(lookups.lookup(GETPWNAM, "ghost")) is None
+    assert len(lookups.negative) == 0
+
+
+def test_concurrent_lookups_share_one_refresh() -> None:
+    lookups, _cache, backend = flow()
+    backend.gate.clear()
+    backend.refreshed = ALICE
+
+    async def go() -> list[Any]:
+        tasks = [asyncio.ensure_future(lookups.lookup(GETPWNAM, "alice")) for _ in range(5)]
+        await asyncio.sleep(0.01)  # every lookup has reached the refresh and waits
+        waiting = len(lookups.inflight)
+        backend.gate.set()
+        return [waiting, *await asyncio.gather(*tasks)]
+
+    waiting, *answers = run(go())
+    assert waiting == 1
+    assert backend.calls == [(Op.USER_BY_NAME, "alice")]
+    assert all(f is not None and f.value == ALICE for f in answers)
+
+
+def test_filtered_names_and_ids_out_of_range_never_reach_cache_or_backend() -> None:
+    lookups, cache, backend = flow()
+    cache.users["root"] = (State.VALID, User("root", 1, 1))
+
+    async def go() -> tuple[Any, Any]:
+        # filter_users defaults to root; id 0 is never served (min_id >= 1).
+        return await lookups.lookup(GETPWNAM, "root"), await lookups.lookup(GETGRGID, 0)
+
+    assert run(go()) == (None, None)
+    assert cache.reads == 0 and backend.calls == []
+
+
+def test_initgroups_never_fetched_waits_for_the_backend() -> None:
+    """A user's groups that were never fetched are a missing entry: the flow waits for
+    the backend even within cache_first_wait (stale_ok of the INITGR plugin)."""
+    lookups, cache, backend = flow(first_wait=5)
+    unfetched = Initgroups(ALICE, b"", (), fetched=False)
+    cache.initgr["alice"] = (State.EXPIRED, unfetched)
+    backend.gate.clear()
+
+    async def go() -> tuple[bool, Any]:
+        task = asyncio.ensure_future(lookups.lookup(INITGR, "alice"))
+        await asyncio.sleep(0.01)
+        done_before = task.done()
+        backend.gate.set()
+        return done_before, await task
+
+    done_before, found = run(go())
+    assert not done_before  # it waited for the refresh
+    assert found is not None and found.value is unfetched
+    assert backend.calls == [(Op.INITGROUPS, "alice")]

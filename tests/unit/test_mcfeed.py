@@ -1,0 +1,76 @@
+"""The responder's memory-cache feed: a group record stored moments ago with the same
+content is not stored again, unless it has left the file meanwhile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cached.cache.records import join_members
+from cached.config import parse_config
+from cached.memcache import McReader
+from cached.nss.mcfeed import MemcacheFeed
+
+CONF = """[cached]
+domains = D
+[domain/D]
+id_provider = ldap
+ldap_uri = ldap://127.0.0.1:1
+ldap_search_base = dc=example,dc=com
+"""
+
+
+@pytest.fixture
+def feed(tmp_path: Path) -> Any:
+    f = MemcacheFeed(str(tmp_path), parse_config(CONF).nss)
+    assert f.mc is not None and f.mc.group is not None
+    yield f
+    f.close()
+
+
+def stores(feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    assert feed.mc is not None and feed.mc.group is not None
+    real = feed.mc.group.store
+
+    def counting(name: str, *args: Any, **kw: Any) -> Any:
+        calls.append(name)
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(feed.mc.group, "store", counting)
+    return calls
+
+
+def test_same_group_again_is_not_stored_again(
+    feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = stores(feed, monkeypatch)
+    blob = join_members(["alice", "bob"])
+    feed.group("staff", 50, 2, blob, "*")
+    feed.group("staff", 50, 2, blob, "*")
+    assert calls == ["staff"]
+    # Changed content is stored at once.
+    feed.group("staff", 50, 1, join_members(["alice"]), "*")
+    assert calls == ["staff", "staff"]
+    with McReader(tmp_path / "group") as r:
+        g = r.group(50)
+        assert g is not None and g.members == ("alice",)
+
+
+def test_a_record_gone_from_the_file_is_stored_again(
+    feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = stores(feed, monkeypatch)
+    blob = join_members(["alice"])
+    feed.group("staff", 50, 1, blob, "*")
+    assert feed.mc is not None and feed.mc.group is not None
+    feed.mc.group.invalidate_gid(50)  # as an eviction for another record would
+    feed.group("staff", 50, 1, blob, "*")
+    assert calls == ["staff", "staff"]
+    feed.forget_gid(50)
+    feed.group("staff", 50, 1, blob, "*")
+    assert calls == ["staff", "staff", "staff"]
+    with McReader(tmp_path / "group") as r:
+        assert r.group("staff") is not None
