@@ -22,7 +22,7 @@ whatever of *our* processes is left.
 
 NSS clients do not need the namespace: the client only opens
 ``/var/lib/sss/pipes/nss`` and ``/var/lib/sss/mc/*``, so :meth:`SssdDaemon.run_nss`
-uses :mod:`perf.nsenv` with ``varlib/pipes`` and ``varlib/mc``, exactly as for cached.
+uses :mod:`testing.nsenv` with ``varlib/pipes`` and ``varlib/mc``, exactly as for cached.
 ``sss_cache`` reads ``/var/lib/sss/db`` and signals the pid in ``/run/sssd.pid``, so it
 runs inside the monitor's namespace (``nsenter -m -t <pid>``).
 """
@@ -41,7 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from perf import nsenv, procstat
+from testing import nsenv, procstat
 
 SSSD = "/usr/sbin/sssd"
 SSS_CACHE = "/usr/sbin/sss_cache"

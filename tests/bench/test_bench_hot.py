@@ -4,7 +4,7 @@ Run by `make bench` (pytest-benchmark, ``--benchmark-autosave``), comparable acr
 commits with ``--benchmark-compare`` (see perf/results/*/report.md, "Commands"). Under
 `make test` (``--benchmark-disable``) each runs once and its assertions make it a test.
 
-Sizes are bigroupuser's (perf.gendir): 2,086 gids in the big user's initgroups reply,
+Sizes are bigroupuser's (testing.gendir): 2,086 gids in the big user's initgroups reply,
 5,000 members in a large group. The cache benchmarks cover what
 tests/bench/test_bench_cache.py does not: the 2,086 getgrgid reads of a warm `id`, the
 write of an initgroups result, a timestamp-only refresh (``touch_group``), and the
