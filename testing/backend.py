@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cached.cache import DomainCache, Role, open_domain_cache
+from cached.cache.writer import BackendCache, open_backend_cache
 from cached.config import Config, DomainConfig, parse_config
 from cached.counters import Counters
 from cached.ldap.ad import AdProvider
@@ -28,11 +28,9 @@ def make_domain(uris: list[str], base: str, **opts) -> DomainConfig:
 
 def make_backend(
     db_dir: Path, cfg: DomainConfig, counters: Counters | None = None
-) -> tuple[LdapProvider, DomainCache, Counters]:
+) -> tuple[LdapProvider, BackendCache, Counters]:
     counters = counters or Counters()
-    cache = open_domain_cache(
-        str(db_dir), cfg, Role.BACKEND, counters=counters, boot_id="test-boot"
-    )
+    cache = open_backend_cache(str(db_dir), cfg, counters=counters, boot_id="test-boot")
     client = LdapClient(cfg, counters=counters)
     provider = AdProvider if cfg.ldap_schema == "ad" else LdapProvider
     return provider(cfg, client, cache, counters=counters), cache, counters

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cached import aiorpc, rpc
-from cached.cache import DomainCache, GroupView, Initgroups, Role, State, open_domain_cache
+from cached.cache import DomainCache, GroupView, Initgroups, State, open_domain_cache
 from cached.cache.records import join_members, split_members
 from cached.config import Config
 from cached.counters import COUNTERS, NSS_REQUEST
@@ -458,7 +458,7 @@ async def _open_caches(config: Config) -> dict[str, DomainCache]:
         for _ in range(100):
             try:
                 caches[d.name] = open_domain_cache(
-                    config.daemon.db_dir, d, Role.RESPONDER,
+                    config.daemon.db_dir, d,
                     nowait_percentage=config.nss.entry_cache_nowait_percentage,
                 )  # fmt: skip
                 break

@@ -34,9 +34,9 @@ import lmdb
 import lmdb.verify
 import pytest
 
-from cached.cache import DomainCache, Role, State, cache_paths
+from cached.cache import DomainCache, State, cache_paths
 from cached.cache import records as rec
-from cached.cache.cache import ENTRY_TABLES, read_boot_id
+from cached.cache.integrity import ENTRY_TABLES, read_boot_id
 from cached.cache.store import ENTRY_MAP_SIZE, Store
 from cached.counters import LDAP_CONNECT
 from cached.dn import normalize_dn
@@ -165,7 +165,7 @@ def served_answers(d: CachedDaemon, exp: Expected) -> Answers:
 def cache_states(d: CachedDaemon, exp: Expected) -> set[State]:
     """The expiry state of every user and group in the entry store, read as
     ``cached cache`` reads it."""
-    cache = DomainCache(str(d.db_dir), DOMAIN, role=Role.TOOL)
+    cache = DomainCache(str(d.db_dir), DOMAIN)
     try:
         states = {cache.user_by_name(u).state for u in exp.user_names()}
         states |= {cache.group_by_name(g).state for g in exp.group_names()}

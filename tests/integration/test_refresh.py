@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cached.cache import Role, State, open_domain_cache
+from cached.cache import State, open_domain_cache
 from cached.config import parse_config
 from cached.ldap.service import BackendService
 from testing.backend import config_text, make_backend, make_domain
@@ -53,7 +53,7 @@ def test_entries_are_refreshed_without_lookups(daemon_factory, slapd_small):
     domain = parse_config(d.config_path.read_text()).domains[0]
     deadline = time.monotonic() + 60
     while True:
-        cache = open_domain_cache(str(d.db_dir), domain, Role.TOOL)
+        cache = open_domain_cache(str(d.db_dir), domain)
         try:
             states = {cache.initgroups(exp.big_user).state, cache.user_by_name(exp.big_user).state}
         finally:

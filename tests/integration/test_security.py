@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from cached.cache import Role, open_domain_cache
+from cached.cache import open_domain_cache
+from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
 from cached.model import User
 from cached.nss import protocol as p
@@ -213,7 +214,7 @@ def test_17_2_a_cache_written_before_is_not_served_offline(tmp_path):
     dom = parse_config(text).domains[0]
     (work / "db").mkdir(parents=True)
     (work / "db").chmod(0o700)
-    cache = open_domain_cache(str(work / "db"), dom, Role.BACKEND)
+    cache = open_backend_cache(str(work / "db"), dom)
     with cache.write() as batch:
         cache.put_user(batch, User("toor", 0, 0, "", "/root", "/bin/sh", f"uid=toor,{PEOPLE}"))
         cache.put_user(batch, User("eve", 30001, 0, "", "/h", "/bin/sh", f"uid=eve,{PEOPLE}"))
@@ -300,7 +301,7 @@ def test_17_13_non_utf8_names_are_refused_not_replaced(daemon_factory, slapd_hos
     d.stop()
     # Never turned into U+FFFD: two directory names never share a cache key.
     dom = parse_config(d.config_path.read_text()).domains[0]
-    cache = open_domain_cache(str(d.db_dir), dom, Role.TOOL)
+    cache = open_domain_cache(str(d.db_dir), dom)
     try:
         assert not [u.name for u in cache.iter_users() if "\ufffd" in u.name]
     finally:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cached.cache import DomainCache, Role, State, cache_paths, classify
+from cached.cache import DomainCache, State, cache_paths, classify, integrity
 from cached.cache import cache as cache_mod
 from cached.cache import records as rec
+from cached.cache.writer import BackendCache
 from cached.counters import ENTRY_TXN, TS_WRITE, Counters
 from cached.model import Group, User
 
@@ -42,10 +43,10 @@ def digest(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def backend(tmp_path: Path, **kw) -> DomainCache:
+def backend(tmp_path: Path, **kw) -> BackendCache:
     kw.setdefault("counters", Counters())
     kw.setdefault("boot_id", "boot-1")
-    return DomainCache(str(tmp_path), "LDAP", role=Role.BACKEND, **kw)
+    return BackendCache(str(tmp_path), "LDAP", **kw)
 
 
 def test_classify_follows_the_midpoint_rule():
@@ -121,7 +122,7 @@ def test_nested_members_expand_to_the_nesting_level(tmp_path):
     top = c.group_by_name("top").value
     assert top is not None and rec.split_members(top.members) == ["a", "b"]
     c2 = DomainCache(
-        str(tmp_path), "LDAP", role=Role.RESPONDER, nesting_level=2, counters=Counters()
+        str(tmp_path), "LDAP", nesting_level=2, counters=Counters()
     )
     top = c2.group_by_name("top").value
     assert top is not None and rec.split_members(top.members) == ["a", "b", "c"]
@@ -255,7 +256,7 @@ def test_changed_uid_moves_the_index(tmp_path):
     assert c.user_by_uid(777).value is not None
 
 
-def _fill(c: DomainCache, n: int = 50) -> None:
+def _fill(c: BackendCache, n: int = 50) -> None:
     with c.write() as b:
         for i in range(n):
             c.put_user(b, user(i))
@@ -314,7 +315,7 @@ def test_unclean_shutdown_then_reboot_rebuilds_timestamps(tmp_path):
     assert c.user_by_name("user00001").state is State.VALID
     c.close(clean=False)
     # After a reboot the unsynced timestamps cannot be trusted.
-    c = DomainCache(str(tmp_path), "LDAP", role=Role.BACKEND, boot_id="boot-2", counters=Counters())
+    c = BackendCache(str(tmp_path), "LDAP", boot_id="boot-2", counters=Counters())
     assert "reboot" in c.ts_rebuilt_reason
     assert c.user_by_name("user00001").state is State.EXPIRED
     assert c.user_by_name("user00001").value == user(1)
@@ -328,8 +329,13 @@ def test_unclean_shutdown_then_reboot_rebuilds_timestamps(tmp_path):
     assert c.user_by_name("user00001").state is State.VALID
 
 
+def small_map(monkeypatch) -> None:
+    for module in (cache_mod, integrity):  # the reader's and the backend's opening
+        monkeypatch.setattr(module, "ENTRY_MAP_SIZE", 256 * 1024)
+
+
 def test_map_full_grows_the_map(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache_mod, "ENTRY_MAP_SIZE", 256 * 1024)
+    small_map(monkeypatch)
     c = backend(tmp_path)
     with c.write() as b:
         for i in range(3000):
@@ -339,7 +345,7 @@ def test_map_full_grows_the_map(tmp_path, monkeypatch):
 
 
 def _grow_in_child(path: str) -> None:
-    c = DomainCache(path, "LDAP", role=Role.BACKEND, boot_id="boot-1", counters=Counters())
+    c = BackendCache(path, "LDAP", boot_id="boot-1", counters=Counters())
     with c.write() as b:
         for i in range(3000):
             c.put_user(b, user(i))
@@ -347,11 +353,11 @@ def _grow_in_child(path: str) -> None:
 
 
 def test_reader_adopts_a_map_grown_by_another_process(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache_mod, "ENTRY_MAP_SIZE", 256 * 1024)
+    small_map(monkeypatch)
     c = backend(tmp_path)
     _fill(c, 5)
     c.close()
-    reader = DomainCache(str(tmp_path), "LDAP", role=Role.RESPONDER, counters=Counters())
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
     assert reader.user_by_name("user00001").value == user(1)
     p = mp.get_context("spawn").Process(target=_grow_in_child, args=(str(tmp_path),))
     p.start()
@@ -363,24 +369,28 @@ def test_reader_adopts_a_map_grown_by_another_process(tmp_path, monkeypatch):
 def test_responder_reopens_a_rebuilt_timestamp_store(tmp_path):
     c = backend(tmp_path)
     _fill(c, 5)
-    reader = DomainCache(str(tmp_path), "LDAP", role=Role.RESPONDER, counters=Counters())
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
     assert reader.user_by_name("user00001").state is State.VALID
     c.close(clean=False)
-    c = DomainCache(str(tmp_path), "LDAP", role=Role.BACKEND, boot_id="boot-2", counters=Counters())
+    c = BackendCache(str(tmp_path), "LDAP", boot_id="boot-2", counters=Counters())
     assert c.ts_rebuilt_reason
     reader._next_identity_check = 0.0  # the 1 s recheck period, skipped
     assert reader.user_by_name("user00001").state is State.EXPIRED
 
 
-def test_tool_role_writes_timestamps_only(tmp_path):
+def test_a_reader_writes_timestamps_only(tmp_path):
     c = backend(tmp_path)
     _fill(c, 5)
     entry_path, _ = cache_paths(str(tmp_path), "LDAP")
     before = digest(entry_path)
-    tool = DomainCache(str(tmp_path), "LDAP", role=Role.TOOL, counters=Counters())
+    tool = DomainCache(str(tmp_path), "LDAP", counters=Counters())
     assert tool.invalidate_users() == 5
-    with pytest.raises(RuntimeError):
-        tool.commit(cache_mod.WriteBatch())
+    # Only the backend writes entries: a DomainCache has no method that does (mypy
+    # rejects the call; tests/unit/test_imports.py keeps the writer to the backend),
+    # and it opens the entry store as a reader (LMDB read-only in a process of its own).
+    assert not isinstance(tool, BackendCache)
+    assert not any(hasattr(tool, m) for m in ("commit", "write", "put_user", "put_group"))
+    assert (tool.entries.writer, c.entries.writer) == (False, True)
     tool.close()
     assert c.user_by_name("user00001").state is State.EXPIRED
     assert digest(entry_path) == before
@@ -389,7 +399,7 @@ def test_tool_role_writes_timestamps_only(tmp_path):
 # Child processes are spawned, not forked: an LMDB environment must not cross a
 # fork, and py-lmdb refuses to reopen one a forked child inherited.
 def _writer_loop(path: str, rounds: int) -> None:
-    c = DomainCache(path, "LDAP", role=Role.BACKEND, boot_id="boot-1", counters=Counters())
+    c = BackendCache(path, "LDAP", boot_id="boot-1", counters=Counters())
     for v in range(rounds):
         with c.write() as b:
             # Version v everywhere: a reader that mixes versions saw a partial write.
@@ -405,7 +415,7 @@ def test_reader_never_sees_a_partial_write(tmp_path):
     _writer_loop(str(tmp_path), 1)
     c.close()
     p = mp.get_context("spawn").Process(target=_writer_loop, args=(str(tmp_path), 300))
-    reader = DomainCache(str(tmp_path), "LDAP", role=Role.RESPONDER, counters=Counters())
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
     p.start()
     versions: set[str] = set()
     reads = 0
