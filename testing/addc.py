@@ -26,7 +26,6 @@ Readiness is a real bind and base search over ldapi, never a sleep.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -36,13 +35,13 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import ldap3
 from ldap3.core.exceptions import LDAPException
 
 from testing import procstat
+from testing.service import Service
 
 SAMBA = "/usr/sbin/samba"
 SAMBA_TOOL = "/usr/bin/samba-tool"
@@ -91,7 +90,7 @@ class ADEntry:
     attrs: dict[str, str | list[str]] = field(default_factory=dict)
 
 
-class SambaDC:
+class SambaDC(Service):
     """A provisioned Samba AD DC in ``workdir``; start()/stop() or a context manager."""
 
     def __init__(self, workdir: str | os.PathLike[str]) -> None:
@@ -200,7 +199,7 @@ class SambaDC:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        _running.add(self)
+        self._started()
         deadline = time.monotonic() + START_TIMEOUT
         last = "no ldapi socket yet"
         while time.monotonic() < deadline:
@@ -229,19 +228,7 @@ class SambaDC:
             return
         procstat.terminate(proc, STOP_TIMEOUT)
         self._proc = None
-        _running.discard(self)
-
-    def __enter__(self) -> SambaDC:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._stopped()
 
     # -- using it ------------------------------------------------------------------
 
@@ -283,9 +270,6 @@ class SambaDC:
         shutil.copytree(self.workdir, to, symlinks=True)
 
 
-_running: set[SambaDC] = set()
-
-
 def _run(cmd: list[str], timeout: float) -> str:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -297,10 +281,3 @@ def _run(cmd: list[str], timeout: float) -> str:
             f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}".rstrip()
         )
     return proc.stdout + proc.stderr
-
-
-@atexit.register
-def _stop_all() -> None:
-    for dc in list(_running):
-        with contextlib.suppress(Exception):
-            dc.stop()

@@ -22,6 +22,15 @@ Modes:
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testing.daemon import CachedDaemon
+
 SOURCE = r"""
 import json, os, select, socket, struct, sys, threading, time
 
@@ -178,3 +187,36 @@ def argv(mode: str, *args: object, uid: int = 65534) -> list[str]:
     """The command line of an attacker running as ``uid`` (run it in the namespace)."""
     who = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
     return ["setpriv", *who, PYTHON, "-c", SOURCE, mode, *(str(a) for a in args)]
+
+
+@contextlib.contextmanager
+def attack(d: CachedDaemon, mode: str, *args: object, uid: int = 65534
+           ) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:  # fmt: skip
+    """Run an attacker as ``uid`` in the namespace; yields it and its ``ready`` line."""
+    proc = d.start_nss(argv(mode, *args, uid=uid))
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if not line:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise AssertionError(f"attacker {mode} did not start: {err}")
+        yield proc, json.loads(line)
+    finally:
+        with contextlib.suppress(Exception):
+            proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
+
+
+def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """Close the attacker's stdin and read its last line."""
+    assert proc.stdin is not None and proc.stdout is not None
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+    out = proc.stdout.read().strip().splitlines()
+    return dict(json.loads(out[-1])) if out else {}

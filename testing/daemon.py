@@ -9,24 +9,21 @@ Only processes started here are ended, by PID.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from cached import rpc
 from testing import nsenv, procstat
+from testing.service import Service
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
 REPO = Path(__file__).resolve().parent.parent
-
-_running: set[CachedDaemon] = set()
 
 
 def config_text(
@@ -63,7 +60,7 @@ def config_text(
     return "\n".join(out) + "\n"
 
 
-class CachedDaemon:
+class CachedDaemon(Service):
     def __init__(
         self,
         workdir: Path,
@@ -87,15 +84,6 @@ class CachedDaemon:
 
     # -- life cycle ------------------------------------------------------------------
 
-    def __enter__(self) -> CachedDaemon:
-        self.start()
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
@@ -108,7 +96,7 @@ class CachedDaemon:
                  "-c", str(self.config_path)],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=REPO,
             )  # fmt: skip
-        _running.add(self)
+        self._started()
         deadline = time.monotonic() + START_TIMEOUT
         # Ready when the monitor serves its control socket: it opens it only after
         # every backend and the responder reported ready.
@@ -134,7 +122,7 @@ class CachedDaemon:
         if self.proc is None:
             return None
         procstat.terminate(self.proc, STOP_TIMEOUT)
-        _running.discard(self)
+        self._stopped()
         code = self.proc.returncode
         self.proc = None
         return code
@@ -198,13 +186,6 @@ class CachedDaemon:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
-
-
-@atexit.register
-def _stop_all() -> None:
-    for d in list(_running):
-        with contextlib.suppress(Exception):
-            d.stop()
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,3 +103,48 @@ def terminate(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: fl
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def proc_kib(pid: int, field: str = "VmRSS") -> int:
+    """A ``/proc/<pid>/status`` memory field in KiB (VmRSS: now, VmHWM: peak)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise LookupError(f"{field} of pid {pid}")
+
+
+def gone(pid: int) -> bool:
+    """The process is dead (a zombie waiting for its reaper counts as dead)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat_line.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+class MemorySampler:
+    """VmRSS of some processes every ``interval`` seconds, on a thread."""
+
+    def __init__(self, pids: dict[str, int], interval: float = 0.5) -> None:
+        self.pids = pids
+        self.interval = interval
+        self.peak: dict[str, int] = dict.fromkeys(pids, 0)
+        self.samples: list[dict[str, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sample = {name: proc_kib(pid) for name, pid in self.pids.items()}
+            self.samples.append(sample)
+            for name, kib in sample.items():
+                self.peak[name] = max(self.peak[name], kib)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

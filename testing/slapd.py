@@ -24,7 +24,6 @@ Everything lives in the work directory; an ``atexit`` hook stops any server stil
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import os
@@ -38,13 +37,13 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import ldap3
 from ldap3.core.exceptions import LDAPException
 
 from testing import procstat
 from testing.gendir import Expected
+from testing.service import Service
 
 SLAPD = "/usr/sbin/slapd"
 SLAPADD = "/usr/sbin/slapadd"
@@ -94,8 +93,6 @@ _SRCH = re.compile(r'conn=(\d+) op=(\d+) SRCH base="(.*?)" scope=(\d+) deref=\d+
 _RESULT = re.compile(r"conn=(\d+) op=(\d+) SEARCH RESULT tag=\d+ err=(\d+) .*nentries=(\d+)")
 _ATTRS = re.compile(r"conn=(\d+) op=(\d+) SRCH attr=(.*)$")
 _STARTING = "slapd starting"
-
-_running: set[Slapd] = set()
 
 
 class SlapdError(RuntimeError):
@@ -165,7 +162,7 @@ class SearchOp:
         return (self.base, self.scope, self.filter, self.attrs)
 
 
-class Slapd:
+class Slapd(Service):
     """A slapd serving one LDIF, as a context manager or with start()/stop().
 
     The first :meth:`start` writes the config, checks it and loads the LDIF; later starts
@@ -261,18 +258,6 @@ class Slapd:
 
     # -- life cycle ----------------------------------------------------------------
 
-    def __enter__(self) -> Slapd:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def start(self) -> None:
         if self.running:
             raise SlapdError(f"slapd is already running (pid {self.pid})")
@@ -305,7 +290,7 @@ class Slapd:
         procstat.terminate(proc, STOP_TIMEOUT, cont=self._paused)
         self._proc = None
         self._paused = False
-        _running.discard(self)
+        self._stopped()
 
     def restart(self) -> None:
         """Stop and start again: same data, same ports."""
@@ -578,7 +563,7 @@ class Slapd:
                 stderr=log,
             )
         self._proc = proc
-        _running.add(self)
+        self._started()
         try:
             self._wait_ready(proc)
         except BaseException:
@@ -735,14 +720,6 @@ def _run(cmd: list[str | Path]) -> None:
             f"{' '.join(args)} failed with status {proc.returncode}:\n"
             f"{proc.stdout}{proc.stderr}".rstrip()
         )
-
-
-@atexit.register
-def _stop_all() -> None:
-    for server in list(_running):
-        # Best effort at interpreter exit: one failure must not keep the others running.
-        with contextlib.suppress(Exception):
-            server.stop()
 
 
 @dataclass(frozen=True)

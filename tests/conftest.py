@@ -166,12 +166,15 @@ def cached_big(
 
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., CachedDaemon]]:
-    """Start private daemons for one test (faults, options); all stopped after it."""
+    """Start private daemons for one test (faults, options); all stopped after it.
+    ``uris``: the servers it is given instead of the directory's own (a fault proxy
+    in front of it, a dead address first)."""
     started: list[CachedDaemon] = []
 
-    def make(directory: LiveDirectory, **opts: Any) -> CachedDaemon:
+    def make(directory: LiveDirectory, uris: list[str] | None = None, **opts: Any) -> CachedDaemon:
         s = directory.slapd
-        d = CachedDaemon(tmp_path / f"cached{len(started)}", [s.uri], s.base_dn, **opts)
+        uris = [s.uri] if uris is None else uris
+        d = CachedDaemon(tmp_path / f"cached{len(started)}", uris, s.base_dn, **opts)
         started.append(d)
         d.start()
         return d

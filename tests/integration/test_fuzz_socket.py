@@ -32,17 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cached.nss import protocol as p
+from testing.checks import expected_answers, read_reply, responder_status, served_answers, wait_for
 from testing.daemon import CachedDaemon
 from testing.gendir import Expected
 from testing.marks import requires_nss
-from tests.integration.test_faults import (
-    expected_answers,
-    proc_kib,
-    read_reply,
-    responder_status,
-    served_answers,
-    wait_for,
-)
+from testing.procstat import proc_kib
 
 pytestmark = requires_nss
 

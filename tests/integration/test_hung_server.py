@@ -14,16 +14,12 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cached.counters import NSS_BACKEND, NSS_STALE
-from testing.daemon import CachedDaemon
-from testing.faultproxy import FaultProxy
-from testing.marks import requires_nss
-from tests.integration.test_faults import (
+from testing.checks import (
     SOCKET_ONLY,
     backend_status,
     expected_answers,
@@ -32,25 +28,13 @@ from tests.integration.test_faults import (
     verify_entry_store,
     wait_for,
 )
+from testing.daemon import CachedDaemon
+from testing.faultproxy import FaultProxy
+from testing.marks import requires_nss
 
 pytestmark = requires_nss
 
 DOMAIN = "LDAP"
-
-
-@pytest.fixture
-def make_daemon(tmp_path: Path) -> Iterator[Callable[..., CachedDaemon]]:
-    started: list[CachedDaemon] = []
-
-    def make(uris: list[str], base: str, **opts: Any) -> CachedDaemon:
-        d = CachedDaemon(tmp_path / f"cached{len(started)}", uris, base, **opts)
-        started.append(d)
-        d.start()
-        return d
-
-    yield make
-    for d in started:
-        d.stop()
 
 
 @pytest.fixture
@@ -81,13 +65,13 @@ def getent(d: CachedDaemon, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_hung_server_expired_entries_answer_from_the_cache_then_no_round_trips(
-    make_daemon, slapd_small_fresh
+    daemon_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
     # The backend waits on the hung server far longer than the responder's bound: an
     # answer before the backend gave up can only come from the bound.
-    d = make_daemon(
-        [s.uri], s.base_dn, nss={"cache_first_wait": 1},
+    d = daemon_factory(
+        slapd_small_fresh, nss={"cache_first_wait": 1},
         ldap_search_timeout=60, ldap_opt_timeout=60, ldap_network_timeout=2,
         offline_timeout=60, offline_timeout_max=120,
     )  # fmt: skip
@@ -122,11 +106,11 @@ def test_hung_server_expired_entries_answer_from_the_cache_then_no_round_trips(
 
 
 def test_offline_domain_answers_expired_entries_without_a_backend_round_trip(
-    make_daemon, slapd_small_fresh
+    daemon_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
-    d = make_daemon(
-        [s.uri], s.base_dn, nss={"cache_first_wait": 1},
+    d = daemon_factory(
+        slapd_small_fresh, nss={"cache_first_wait": 1},
         ldap_search_timeout=2, ldap_opt_timeout=2, ldap_network_timeout=2,
         offline_timeout=2, offline_timeout_max=4,
     )  # fmt: skip
@@ -169,13 +153,13 @@ def test_offline_domain_answers_expired_entries_without_a_backend_round_trip(
 
 
 def test_hung_first_uri_fails_over_to_the_second_and_returns_to_the_primary(
-    make_daemon, proxy_factory, slapd_small_fresh
+    daemon_factory, proxy_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
     hung = proxy_factory("127.0.0.1", s.port)
     hung.set(stall=True)  # accepts, never answers: a SIGSTOPped server
-    d = make_daemon(
-        [hung.uri], s.base_dn, ldap_backup_uri=s.uri,
+    d = daemon_factory(
+        slapd_small_fresh, uris=[hung.uri], ldap_backup_uri=s.uri,
         ldap_search_timeout=2, ldap_opt_timeout=2, ldap_network_timeout=2,
         failover_primary_timeout=2,
     )  # fmt: skip
@@ -208,12 +192,12 @@ def test_hung_first_uri_fails_over_to_the_second_and_returns_to_the_primary(
 
 
 def test_server_dropping_mid_answer_leaves_no_half_written_entry(
-    make_daemon, proxy_factory, slapd_small_fresh
+    daemon_factory, proxy_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
     px = proxy_factory("127.0.0.1", s.port)
-    d = make_daemon(
-        [px.uri], s.base_dn, nss={"cache_first_wait": 5},
+    d = daemon_factory(
+        slapd_small_fresh, uris=[px.uri], nss={"cache_first_wait": 5},
         ldap_search_timeout=5, ldap_opt_timeout=5, offline_timeout=60,
     )  # fmt: skip
     want = expected_answers(exp)
@@ -235,12 +219,12 @@ def test_server_dropping_mid_answer_leaves_no_half_written_entry(
 
 
 def test_17_6_trickling_server_takes_the_domain_offline_within_the_deadline(
-    make_daemon, proxy_factory, slapd_small_fresh
+    daemon_factory, proxy_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
     px = proxy_factory("127.0.0.1", s.port)
-    d = make_daemon(
-        [px.uri], s.base_dn, nss={"cache_first_wait": 1},
+    d = daemon_factory(
+        slapd_small_fresh, uris=[px.uri], nss={"cache_first_wait": 1},
         ldap_search_timeout=2, ldap_opt_timeout=2, offline_timeout=60,
     )  # fmt: skip
     want = expected_answers(exp)
@@ -270,12 +254,12 @@ def _break_paged_results_oid(data: bytes) -> bytes:
 
 
 def test_17_11_non_utf8_root_dse_value_fails_the_server_cleanly(
-    make_daemon, proxy_factory, slapd_small_fresh
+    daemon_factory, proxy_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
     px = proxy_factory("127.0.0.1", s.port)
     px.set(rewrite=_break_paged_results_oid)
-    d = make_daemon([px.uri], s.base_dn, offline_timeout=1, offline_timeout_max=1)
+    d = daemon_factory(slapd_small_fresh, uris=[px.uri], offline_timeout=1, offline_timeout_max=1)
     user = sorted(exp.user_names())[0]
     for _ in range(3):
         assert getent(d, "passwd", user).returncode == 2
@@ -295,13 +279,13 @@ def test_17_11_non_utf8_root_dse_value_fails_the_server_cleanly(
 
 
 def test_slow_server_cold_lookups_wait_for_the_whole_answer(
-    make_daemon, proxy_factory, slapd_small_fresh
+    daemon_factory, proxy_factory, slapd_small_fresh
 ):
     """The bound is for entries the cache holds: a user seen by getpwnam whose groups
     were never fetched is a missing initgroups, and waits for the backend."""
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
     px = proxy_factory("127.0.0.1", s.port)
-    d = make_daemon([px.uri], s.base_dn, nss={"cache_first_wait": 1})
+    d = daemon_factory(slapd_small_fresh, uris=[px.uri], nss={"cache_first_wait": 1})
     want = expected_answers(exp)
     user = exp.big_user
     assert getent(d, "passwd", user).returncode == 0  # the user only, no groups yet

@@ -8,9 +8,6 @@ running as uid 65534 (``testing.attacker``) on the real socket.
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import json
 import os
 import socket
 import stat
@@ -20,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,55 +26,32 @@ from cached.config import parse_config
 from cached.model import User
 from cached.nss import protocol as p
 from testing import attacker
-from testing.daemon import REPO, CachedDaemon, config_text
-from testing.marks import requires_nss
-from testing.nsenv import NssProbe
-from testing.slapd import Dataset, LiveDirectory, Slapd, _free_port
-from tests.integration.test_faults import (
+from testing.attacker import attack, finish
+from testing.checks import (
     SOCKET_ONLY,
     backend_status,
     closed_by_server,
+    getgrnam_seconds,
     nss_socket,
-    proc_kib,
     read_reply,
     responder_status,
     wait_for,
 )
+from testing.daemon import REPO, CachedDaemon, config_text
+from testing.ldif import BASE, GROUPS, PEOPLE, b64, group_entry, user_entry
+from testing.marks import requires_nss
+from testing.nsenv import NssProbe
+from testing.procstat import proc_kib
+from testing.slapd import Dataset, LiveDirectory, Slapd, _free_port
 
 pytestmark = requires_nss
 
-BASE = "dc=example,dc=test"
-PEOPLE = f"ou=people,{BASE}"
-GROUPS = f"ou=groups,{BASE}"
 # The responder's counter of nested member-list expansions (cached.counters).
 GROUP_EXPAND = "cache.group.expand"
 WIDE = 50_000  # members of `wide` (the 200,000 of the review, scaled for a test)
 LONG_NAME = "g" * 600  # above LMDB's 511-byte key limit
 DEEP = 40  # groups in a nesting chain
 ROOT_PW = "Pw-17-zq8Xk"  # the hostile slapd's rootdn password: must never reach a log
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def _user(dn: str, uid: int, gid: int, *names: str, extra: str = "") -> str:
-    lines = [f"dn: {dn}", "objectClass: top", "objectClass: inetOrgPerson",
-             "objectClass: posixAccount", "sn: x", "cn: x"]  # fmt: skip
-    lines += [f"uid: {n}" if n.isprintable() and n.isascii() else f"uid:: {_b64(n.encode())}"
-              for n in names]  # fmt: skip
-    lines += [f"uidNumber: {uid}", f"gidNumber: {gid}", "homeDirectory: /home/x"]
-    return "\n".join(lines) + ("\n" + extra if extra else "") + "\n"
-
-
-def _group(dn: str, name: str, gid: int | str, members: list[str], attr: str = "member") -> str:
-    oc = "groupOfNames" if members and attr == "member" else "namedObject"
-    lines = [f"dn: {dn}", "objectClass: top", f"objectClass: {oc}", "objectClass: posixGroup",
-             f"cn: {name}", f"gidNumber: {gid}"]  # fmt: skip
-    for m in members:
-        safe = m.isprintable() and m.isascii()
-        lines.append(f"{attr}: {m}" if safe else f"{attr}:: {_b64(m.encode())}")
-    return "\n".join(lines) + "\n"
 
 
 def hostile_ldif() -> str:
@@ -88,36 +61,37 @@ def hostile_ldif() -> str:
     chain = lambda i: g(f"deep{i + 1:02d}") if i < DEEP - 1 else u("carol")  # noqa: E731
     entries = [
         # 1: primary gid 0 and (gid_t)-1
-        _user(u("eve"), 30001, 0, "eve"),
-        _user(u("eve2"), 30002, 4294967295, "eve2"),
+        user_entry(u("eve"), 30001, 0, "eve"),
+        user_entry(u("eve2"), 30002, 4294967295, "eve2"),
         # 2: uid 0
-        _user(u("toor"), 0, 10000, "toor"),
+        user_entry(u("toor"), 0, 10000, "toor"),
         # 8: bob is in one good group and two the cache cannot store
-        _user(u("bob"), 30010, 10000, "bob"),
-        _group(g("bobgroup"), "bobgroup", 30100, [u("bob")]),
-        _group(g("biggid"), "biggid", 4294967296, [u("bob")]),
-        _group(f"gidNumber=30101,{GROUPS}", LONG_NAME, 30101, [u("bob")]),
+        user_entry(u("bob"), 30010, 10000, "bob"),
+        group_entry(g("bobgroup"), "bobgroup", 30100, [u("bob")]),
+        group_entry(g("biggid"), "biggid", 4294967296, [u("bob")]),
+        group_entry(f"gidNumber=30101,{GROUPS}", LONG_NAME, 30101, [u("bob")]),
         # 9: a directory `Root` (case-insensitive domains fold it to root)
-        _user(u("Root"), 30020, 10000, "Root"),
+        user_entry(u("Root"), 30020, 10000, "Root"),
         # 10: a user whose gid no reply can carry (2^32)
-        _user(u("wrapgid"), 30050, 4294967296, "wrapgid"),
+        user_entry(u("wrapgid"), 30050, 4294967296, "wrapgid"),
         # 13: forged fields, a NUL inside a member value, non-UTF-8 names (`audio` is
         # an octet string: the only way to get such bytes past slapd's syntax checks)
-        _user(f"cn=forge,{PEOPLE}", 30040, 10000, "x\nroot2::0:0::/root:/bin/sh"),
-        _user(f"cn=forge2,{PEOPLE}", 30041, 10000, "evil:0:0"),
-        _group(g("nulgrp"), "nulgrp", 30200, ["user00001\0user00002"], attr="memberUid"),
-        _user(u("bad1"), 30030, 10000, "bad1", extra=f"audio:: {_b64(b'bad' + bytes([255]))}"),
-        _user(u("bad2"), 30031, 10000, "bad2", extra=f"audio:: {_b64(b'bad' + bytes([254]))}"),
+        user_entry(f"cn=forge,{PEOPLE}", 30040, 10000, "x\nroot2::0:0::/root:/bin/sh"),
+        user_entry(f"cn=forge2,{PEOPLE}", 30041, 10000, "evil:0:0"),
+        group_entry(g("nulgrp"), "nulgrp", 30200, ["user00001\0user00002"], attr="memberUid"),
+        user_entry(u("bad1"), 30030, 10000, "bad1", extra=f"audio:: {b64(b'bad' + bytes([255]))}"),
+        user_entry(u("bad2"), 30031, 10000, "bad2", extra=f"audio:: {b64(b'bad' + bytes([254]))}"),
         # held: cycles, self-membership and a deep chain (carol is in the deepest)
-        _user(u("carol"), 30060, 10000, "carol"),
-        _group(g("cyc1"), "cyc1", 30400, [g("cyc2"), u("carol")]),
-        _group(g("cyc2"), "cyc2", 30401, [g("cyc1")]),
-        _group(g("selfgrp"), "selfgrp", 30402, [g("selfgrp"), u("carol")]),
-        *(_group(g(f"deep{i:02d}"), f"deep{i:02d}", 30500 + i, [chain(i)]) for i in range(DEEP)),
+        user_entry(u("carol"), 30060, 10000, "carol"),
+        group_entry(g("cyc1"), "cyc1", 30400, [g("cyc2"), u("carol")]),
+        group_entry(g("cyc2"), "cyc2", 30401, [g("cyc1")]),
+        group_entry(g("selfgrp"), "selfgrp", 30402, [g("selfgrp"), u("carol")]),
+        *(group_entry(g(f"deep{i:02d}"), f"deep{i:02d}", 30500 + i, [chain(i)])
+          for i in range(DEEP)),
         # 4/5: a wide group and a parent whose only member it is
         # (members are real entries: a member DN naming nothing is no member, §9.5)
-        _group(g("wide"), "wide", 30300, [u(f"w{i:06d}") for i in range(WIDE)]),
-        _group(g("hugeparent"), "hugeparent", 30301, [g("wide")]),
+        group_entry(g("wide"), "wide", 30300, [u(f"w{i:06d}") for i in range(WIDE)]),
+        group_entry(g("hugeparent"), "hugeparent", 30301, [g("wide")]),
         *(_wide_user(u(f"w{i:06d}"), f"w{i:06d}", 100_000 + i) for i in range(WIDE)),
     ]
     return "\n".join(entries)
@@ -142,39 +116,6 @@ def slapd_hostile(
 
 def nss(d: CachedDaemon, *argv: str) -> subprocess.CompletedProcess[str]:
     return d.run_nss(list(argv), env=SOCKET_ONLY)
-
-
-@contextlib.contextmanager
-def attack(d: CachedDaemon, mode: str, *args: object, uid: int = 65534
-           ) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:  # fmt: skip
-    """Run an attacker as ``uid`` in the namespace; yields it and its ``ready`` line."""
-    proc = d.start_nss(attacker.argv(mode, *args, uid=uid))
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        if not line:
-            err = proc.stderr.read() if proc.stderr else ""
-            raise AssertionError(f"attacker {mode} did not start: {err}")
-        yield proc, json.loads(line)
-    finally:
-        with contextlib.suppress(Exception):
-            proc.stdin.close()  # type: ignore[union-attr]
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for f in (proc.stdout, proc.stderr):
-            if f is not None:
-                f.close()
-
-
-def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    """Close the attacker's stdin and read its last line."""
-    assert proc.stdin is not None and proc.stdout is not None
-    with contextlib.suppress(BrokenPipeError):
-        proc.stdin.close()
-    out = proc.stdout.read().strip().splitlines()
-    return dict(json.loads(out[-1])) if out else {}
 
 
 # == directory data =======================================================================
@@ -341,14 +282,7 @@ def test_17_4_a_huge_nested_group_is_expanded_once_per_cache_state(daemon_factor
     r = nss(d, "getent", "group", "hugeparent")  # cold: fetched and stored
     assert r.returncode == 0 and len(r.stdout.split(":")[3].split(",")) == WIDE
     base = d.counters().get(GROUP_EXPAND, [0, 0.0, 0])
-    times = []
-    with nss_socket(d, timeout=60) as sock:
-        for _ in range(20):
-            start = time.perf_counter()
-            sock.sendall(p.encode_request(p.Command.GETGRNAM, p.name_body("hugeparent")))
-            reply = read_reply(sock)
-            times.append(time.perf_counter() - start)
-            assert reply is not None and reply[1] == 0
+    times = getgrnam_seconds(d, "hugeparent", 20, timeout=60)
     after = d.counters()[GROUP_EXPAND]
     # Not one expansion per request: at most the one of a new snapshot.
     assert after[0] - base[0] <= 1, (base, after)

@@ -32,21 +32,19 @@ from typing import Any
 import pytest
 
 from cached.nss import protocol as p
-from testing.daemon import CachedDaemon
-from testing.marks import requires_nss
-from testing.procstat import children
-from tests.integration.test_faults import (
+from testing.checks import (
     BACKEND,
     SOCKET_ONLY,
     StoreReport,
     expected_answers,
-    gone,
-    proc_kib,
     read_reply,
     served_answers,
     verify_entry_store,
     wait_for,
 )
+from testing.daemon import CachedDaemon
+from testing.marks import requires_nss
+from testing.procstat import MemorySampler, children, gone, proc_kib
 from tests.integration.test_fuzz_socket import RSS_BOUND_KIB, check_daemon_after_fuzz, run_fuzz
 
 pytestmark = [pytest.mark.slow, requires_nss]
@@ -55,34 +53,6 @@ SEED = int(os.environ.get("CACHED_SOAK_SEED", "8"))
 LOAD_SECONDS = float(os.environ.get("CACHED_SOAK_LOAD_SECONDS", "60"))
 FUZZ_PACKETS = int(os.environ.get("CACHED_SOAK_FUZZ_PACKETS", "100000"))
 KILLS = int(os.environ.get("CACHED_SOAK_KILLS", "100"))
-
-
-class MemorySampler:
-    """VmRSS of some processes every ``interval`` seconds, on a thread."""
-
-    def __init__(self, pids: dict[str, int], interval: float = 0.5) -> None:
-        self.pids = pids
-        self.interval = interval
-        self.peak: dict[str, int] = dict.fromkeys(pids, 0)
-        self.samples: list[dict[str, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            sample = {name: proc_kib(pid) for name, pid in self.pids.items()}
-            self.samples.append(sample)
-            for name, kib in sample.items():
-                self.peak[name] = max(self.peak[name], kib)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 # == load ================================================================================

@@ -19,21 +19,14 @@ from collections.abc import Iterator
 import pytest
 
 from cached.config import NSS_OPTIONS
-from cached.nss import protocol as p
+from testing.attacker import attack, finish
+from testing.checks import SOCKET_ONLY, getgrnam_seconds, responder_status, wait_for
 from testing.daemon import CachedDaemon
+from testing.ldif import BASE, GROUPS, PEOPLE, group_entry
 from testing.marks import requires_nss
 from testing.nsenv import NssProbe
+from testing.procstat import MemorySampler, proc_kib
 from testing.slapd import Dataset, LiveDirectory, Slapd
-from tests.integration.test_faults import (
-    SOCKET_ONLY,
-    nss_socket,
-    proc_kib,
-    read_reply,
-    responder_status,
-    wait_for,
-)
-from tests.integration.test_security import BASE, GROUPS, PEOPLE, _group, attack, finish
-from tests.soak.test_soak import MemorySampler
 
 pytestmark = [pytest.mark.slow, requires_nss]
 
@@ -51,9 +44,9 @@ def slapd_huge(
     ldif = work / "huge.ldif"
     with open(ldif, "w") as f:
         f.write(small_2307bis.ldif.read_text().rstrip("\n") + "\n\n")
-        f.write(_group(f"cn=huge,{GROUPS}", "huge", 31000,
+        f.write(group_entry(f"cn=huge,{GROUPS}", "huge", 31000,
                        [f"uid=h{i:06d},{PEOPLE}" for i in range(HUGE)]))  # fmt: skip
-        f.write("\n" + _group(f"cn=hugeparent,{GROUPS}", "hugeparent", 31001,
+        f.write("\n" + group_entry(f"cn=hugeparent,{GROUPS}", "hugeparent", 31001,
                               [f"cn=huge,{GROUPS}"]))  # fmt: skip
     with Slapd(work / "slapd", ldif, BASE) as server:
         yield LiveDirectory(slapd=server, expected=small_2307bis.expected)
@@ -146,14 +139,7 @@ def test_soak_hugeparent_getgrnam_cost(daemon_factory, slapd_huge):
     d: CachedDaemon = daemon_factory(slapd_huge, ldap_search_timeout=120, ldap_opt_timeout=120)
     r = d.run_nss(["getent", "group", "hugeparent"], env=SOCKET_ONLY, timeout=600)
     assert r.returncode == 0 and r.stdout.count(",") == HUGE - 1
-    times = []
-    with nss_socket(d, timeout=120) as sock:
-        for _ in range(10):
-            t = time.perf_counter()
-            sock.sendall(p.encode_request(p.Command.GETGRNAM, p.name_body("hugeparent")))
-            reply = read_reply(sock)
-            times.append(time.perf_counter() - t)
-            assert reply is not None and reply[1] == 0
+    times = getgrnam_seconds(d, "hugeparent", 10, timeout=120)
     victim = []
     with attack(d, "loop", LOOPERS, "hugeparent"), \
             NssProbe(d.pipes_dir, d.mc_dir, env=SOCKET_ONLY) as probe:  # fmt: skip
