@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench soak lint deps clean compat
+.PHONY: test unit demo bench soak lint deps clean compat
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,11 +14,16 @@ $(STAMP): pyproject.toml
 deps: $(STAMP)
 	sh contrib/install-deps
 
-# lint needs only the venv; everything that starts slapd, dbus or libnss_sss also
-# needs the Debian packages (contrib/install-deps, which runs apt when some are missing).
+# lint and unit need only the venv (no root, no apt); everything that starts slapd, dbus
+# or libnss_sss also needs the Debian packages (contrib/install-deps, which runs apt when
+# some are missing).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# The pure-logic tests (tests/unit): no root, no slapd, no Debian packages.
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q tests/unit
 
 test: deps lint
 	$(VENV)/bin/pytest -q
@@ -34,7 +39,7 @@ soak: deps
 demo: deps
 	$(PY) -m perf.demo
 
-# The zoo (perf/zoo.py) through real SSSD 2.8.2 and cached; report in perf/results/.
+# The zoo (testing/zoo.py) through real SSSD 2.8.2 and cached; report in perf/results/.
 compat: deps
 	$(PY) -m perf.compat
 

@@ -8,7 +8,7 @@ and the parser of ``cached/cli.py``:
 * ``docs/man/cached.8``, the command's manual page.
 
 ``python -m cached.docgen --check`` writes nothing and exits 1 when a file differs from
-what it would write (tests/test_docs.py runs it). Adding an option is adding its row to
+what it would write (tests/unit/test_docs.py runs it). Adding an option is adding its row to
 config.py and running ``python -m cached.docgen``.
 """
 

@@ -1,6 +1,6 @@
 """bigroupuser on a Samba AD DC: cached (``ldap_schema = ad``) beside SSSD 2.8.2.
 
-The bigroupuser directory of perf/gendir.py mapped to Active Directory: 5,001 users
+The bigroupuser directory of testing/gendir.py mapped to Active Directory: 5,001 users
 ``CN=<full name>,OU=people,…`` with ``sAMAccountName`` and rfc2307 attributes, 2,999
 groups ``CN=<name>,OU=groups,…`` with ``gidNumber`` and ``member`` DNs (the nesting
 tree, three groups of 5,000 members, fillers); the primary group is Domain Users with
@@ -37,9 +37,9 @@ from typing import Any
 import ldap3
 
 from cached.counters import LDAP_SEARCH
-from perf import addc, gendir
-from perf.addir import DOMAIN_USERS, GROUPS, PEOPLE, _rdn_value
-from perf.daemon import CachedDaemon
+from testing import addc, gendir
+from testing.addir import DOMAIN_USERS, GROUPS, PEOPLE, _rdn_value
+from testing.daemon import CachedDaemon
 
 SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}
 BIG = "bigroupuser"

@@ -27,15 +27,16 @@ from typing import Any
 
 import ldap3
 
-from cached.cache import Role, open_domain_cache
+from cached.cache.writer import open_backend_cache
 from cached.config import DomainConfig, parse_config
 from cached.counters import LDAP_SEARCH, Counters
 from cached.dn import normalize_dn, rdn_avas
 from cached.ldap.ad import AdProvider, sid_assertion, sid_to_str
 from cached.ldap.client import LdapClient
 from cached.ldap.schema import escape
-from perf import adbig, addc
-from perf.daemon import config_text
+from perf import adbig
+from testing import addc
+from testing.daemon import config_text
 
 USER_ATTRS = ["sAMAccountName", "uidNumber", "gidNumber", "objectClass", "objectSid",
               "primaryGroupID"]  # fmt: skip
@@ -153,7 +154,7 @@ def ab(dc: addc.SambaDC, repeat: int) -> None:
                 counters = Counters()
                 client = LdapClient(domain, counters)
                 with tempfile.TemporaryDirectory() as tmp:
-                    cache = open_domain_cache(tmp, domain, Role.BACKEND, counters=counters)
+                    cache = open_backend_cache(tmp, domain, counters=counters)
                     p = cls(domain, client, cache, counters)
                     p.user_by_name("bigroupuser")
                     n0, r0 = counters.snapshot().get(LDAP_SEARCH, [0])[0], requests[0]

@@ -21,8 +21,8 @@ from pathlib import Path
 import ldap3.strategy.sync
 
 from cached.ldap import client
-from perf.slapd import Slapd
-from tests.util import make_domain
+from testing.backend import make_domain
+from testing.slapd import Slapd
 
 BASE = "dc=example,dc=test"
 

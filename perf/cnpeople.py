@@ -1,6 +1,6 @@
 """bigroupuser with uid= and cn=-named people, side by side (docs/compatibility.md §9.5).
 
-For each variant (perf.gendir BIGROUPUSER and BIGROUPUSER_CN: same groups, same
+For each variant (testing.gendir BIGROUPUSER and BIGROUPUSER_CN: same groups, same
 answers, only the people's RDNs differ) on its own slapd (unlimited, deref overlay, as
 ``perf.run`` serves it) and a fresh ``cached serve``, through glibc + libnss_sss:
 
@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from perf import gendir, nsenv, procstat
-from perf.daemon import REPO, CachedDaemon
-from perf.slapd import Slapd
+from testing import gendir, nsenv, procstat
+from testing.daemon import REPO, CachedDaemon
+from testing.slapd import Slapd
 
 DATA_DIR = REPO / ".benchmarks" / "perf-data"  # shared with perf.run
 SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}

@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf import gendir, nsenv, procstat
 from perf.cnpeople import DATA_DIR, SOCKET_ONLY, _gids, _searches
-from perf.daemon import CachedDaemon
-from perf.slapd import Slapd
 from perf.targets import TIMECMD
 from perf.timecmd import parse
+from testing import gendir, nsenv, procstat
+from testing.daemon import CachedDaemon
+from testing.slapd import Slapd
 
 
 def main(argv: list[str] | None = None) -> int:

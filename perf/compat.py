@@ -1,8 +1,8 @@
 """``make compat``: the zoo through real SSSD 2.8.2 and through cached, diffed.
 
-For every view of :mod:`perf.zoo` (a client configuration) both daemons answer the
+For every view of :mod:`testing.zoo` (a client configuration) both daemons answer the
 view's lookups (``getent passwd/group/initgroups``, ``id``) through glibc and the stock
-libnss_sss, against the same slapd, in the passes of :data:`perf.zoo.PASSES` (fresh
+libnss_sss, against the same slapd, in the passes of :data:`testing.zoo.PASSES` (fresh
 cache groups first; whole cache expired, id first, and again users first; fresh cache
 id first).  Every answer
 is compared with the zoo's expected answer (computed by construction), and SSSD's
@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf import install, nsenv, sssd, zoo
-from perf.daemon import REPO, CachedDaemon
-from perf.slapd import SLAPD, Slapd
+from perf import install, sssd
+from testing import nsenv, zoo
+from testing.daemon import REPO, CachedDaemon
+from testing.slapd import SLAPD, Slapd
 
 RESULTS_DIR = REPO / "perf" / "results"
 CLIENTS = ("sssd", "cached")
@@ -102,7 +103,7 @@ REASON_TEXT: dict[str, str] = {
         "only a single search of more than 500 entries is cut (a user directly in more "
         "than 500 groups: it keeps the first 500 and exits 0). cached batches those "
         "searches, splits a batch the limit cuts, and fails a lookup whose single "
-        "search is still cut, with a log line naming the limit (tests/test_zoo.py)."
+        "search is still cut, with a log line naming the limit (tests/integration/test_zoo.py)."
     ),
     "unexplained": "Not one of the known classes: look at it.",
 }
@@ -259,11 +260,12 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
         "",
         "## What was run",
         "",
-        "The zoo (perf/zoo.py: every class of the zoo's classes (§9.5), expected answers "
+        "The zoo (testing/zoo.py: every class of the zoo's classes (§9.5), expected answers "
         "computed by construction) on one slapd as Debian ships it (`sizelimit 500`, no "
         "deref overlay; the `std` view also on a slapd with the deref overlay). Per view "
         "(a client configuration) each client answered every lookup through glibc and "
-        "libnss_sss (socket only, `SSS_NSS_USE_MEMCACHE=NO`) in the passes of `perf.zoo.PASSES`:",
+        "libnss_sss (socket only, `SSS_NSS_USE_MEMCACHE=NO`) in the passes of "
+        "`testing.zoo.PASSES`:",
         "",
         *(
             f"{n}. {'fresh cache' if how == 'fresh' else 'whole cache expired (`-E`)'}, "
@@ -280,8 +282,9 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
         "",
         "Not compared here: `hugejoiner`, a direct member of more groups than the size "
         "limit, whose single `(member=…)` search the server cuts for every client (SSSD "
-        "keeps the first 500 and exits 0, docs/compatibility.md §9.5); tests/test_zoo.py holds "
-        "cached to a complete answer or a loud failure (log line and `cached status` "
+        "keeps the first 500 and exits 0, docs/compatibility.md §9.5); "
+        "tests/integration/test_zoo.py holds cached to a complete answer or a loud failure "
+        "(log line and `cached status` "
         "naming the limit).",
         "",
         "Cells: ✓ = the expected answer; otherwise what is missing/extra against it, per "
@@ -351,7 +354,7 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
     if cached_wrong:
         lines.append(
             "- **to fix**: cached gives another answer than the expected one; "
-            "tests/test_zoo.py fails on it."
+            "tests/integration/test_zoo.py fails on it."
         )
     else:
         lines.append("cached gave the expected answer to every lookup of every view and pass.")

@@ -23,10 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf.daemon import CachedDaemon
-from perf.gendir import BIGROUPUSER, generate
-from perf.nsenv import nss_command, skip_reason
-from perf.slapd import Slapd
+from testing.daemon import CachedDaemon
+from testing.gendir import BIGROUPUSER, generate
+from testing.nsenv import nss_command, skip_reason
+from testing.slapd import Slapd
 
 
 def say(text: str) -> None:

@@ -4,7 +4,7 @@
 §6.5). This script drives the real library (Debian package libsss-idmap0, SSSD 2.8.2)
 through ctypes the way ``sdap_idmap.c`` does — set the options, add each domain with
 ``sss_idmap_add_auto_domain_ex`` at the slice ``sss_idmap_calculate_range`` picks, map
-SIDs in order — and writes every answer to ``tests/data/idmap_oracle.json``, which the
+SIDs in order — and writes every answer to ``tests/unit/data/idmap_oracle.json``, which the
 unit tests replay against our module without needing the library.
 
     apt-get install libsss-idmap0 && python -m perf.idmap_oracle

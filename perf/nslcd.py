@@ -21,8 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from perf import nsenv, procstat
 from perf.timecmd import Timing
+from testing import nsenv, procstat
 
 NSLCD = "/usr/sbin/nslcd"
 PACKAGES = ("nslcd", "libnss-ldapd")

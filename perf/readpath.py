@@ -21,10 +21,10 @@ from pathlib import Path
 
 from cached.counters import Counters
 from cached.ldap.provider import Outcome
-from perf.gendir import BIGROUPUSER, generate
-from perf.procstat import proc_info
-from perf.slapd import Slapd
-from tests.util import make_backend, make_domain
+from testing.backend import make_backend, make_domain
+from testing.gendir import BIGROUPUSER, generate
+from testing.procstat import proc_info
+from testing.slapd import Slapd
 
 
 def main() -> None:

@@ -1046,9 +1046,9 @@ def environment_section(results: Results) -> list[str]:
         "One step by hand (what `perf.run` does for a cold `id`, cached side):",
         "",
         "```sh",
-        "python -m perf.gendir --user-groups 2000 --large-size 5000 /tmp/gen   # = bigroupuser",
-        "# slapd: perf.slapd.Slapd(workdir, ldif, 'dc=example,dc=test');"
-        " cached: perf.daemon.CachedDaemon",
+        "python -m testing.gendir --user-groups 2000 --large-size 5000 /tmp/gen   # = bigroupuser",
+        "# slapd: testing.slapd.Slapd(workdir, ldif, 'dc=example,dc=test');"
+        " cached: testing.daemon.CachedDaemon",
         "unshare --mount --propagation private -- sh -c 'mount --bind $PIPES /var/lib/sss/pipes &&"
         " mount --bind $MC /var/lib/sss/mc && mount --bind $NSSWITCH /etc/nsswitch.conf &&"
         " exec python -m perf.timecmd -- id bigroupuser'",

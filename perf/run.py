@@ -5,14 +5,14 @@ thousands of groups; write ``results.json``, PNG charts and ``report.md``.
     python -m perf.run --with-sssd          # + real SSSD, side by side (~30 min here)
     python -m perf.report perf/results/DIR  # re-render the report from results.json
 
-Scenarios (``perf.gendir``): ``bigroupuser`` (a user in 2,000 direct groups, 2,086 at
+Scenarios (``testing.gendir``): ``bigroupuser`` (a user in 2,000 direct groups, 2,086 at
 nesting level 2; three groups of 5,000 members), and sweeps of the big user's direct
 groups (250 … 4,000, large groups of 5,000) and of the large groups' size (1,000 …
 20,000, 2,000 groups per user). The sweep point g2000-l5000 *is* bigroupuser (same
 LDIF), so its figures are bigroupuser's.
 
 Steps per daemon (``perf.results.STEPS``), every one through glibc and the real
-``libnss_sss`` in a private mount namespace (``perf.nsenv``):
+``libnss_sss`` in a private mount namespace (``testing.nsenv``):
 
 * an *id cycle*: start with an empty cache → cold ``id`` → warm ``id`` over the socket
   (``SSS_NSS_USE_MEMCACHE=NO``) → warm ``id`` with the memory cache allowed → ``cache
@@ -44,11 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf import gendir, install, nsenv, procstat, sssd
-from perf.gendir import BIGROUPUSER, Expected, Scenario
+from perf import install, sssd
 from perf.progress import Progress
 from perf.results import Results, Sample, ScenarioInfo
-from perf.slapd import Slapd
 from perf.steps import (
     NO_MEMCACHE,
     QUIET_BUDGET,
@@ -64,6 +62,9 @@ from perf.steps import (
     nss_step,
 )
 from perf.targets import DOMAIN_OPTIONS, CachedTarget, SssdTarget, Target, stop_quietly
+from testing import gendir, nsenv, procstat
+from testing.gendir import BIGROUPUSER, Expected, Scenario
+from testing.slapd import Slapd
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "perf" / "results"

@@ -22,14 +22,13 @@ whatever of *our* processes is left.
 
 NSS clients do not need the namespace: the client only opens
 ``/var/lib/sss/pipes/nss`` and ``/var/lib/sss/mc/*``, so :meth:`SssdDaemon.run_nss`
-uses :mod:`perf.nsenv` with ``varlib/pipes`` and ``varlib/mc``, exactly as for cached.
+uses :mod:`testing.nsenv` with ``varlib/pipes`` and ``varlib/mc``, exactly as for cached.
 ``sss_cache`` reads ``/var/lib/sss/db`` and signals the pid in ``/run/sssd.pid``, so it
 runs inside the monitor's namespace (``nsenter -m -t <pid>``).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
@@ -38,10 +37,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from perf import nsenv, procstat
+from testing import nsenv, procstat
+from testing.service import Service
 
 SSSD = "/usr/sbin/sssd"
 SSS_CACHE = "/usr/sbin/sss_cache"
@@ -63,8 +62,6 @@ exec "$@"
 
 VARLIB_DIRS = ("db", "pipes/private", "mc", "pubconf/krb5.include.d", "gpo_cache",
                "secrets", "deskprofile", "keytabs")  # fmt: skip
-
-_running: set[SssdDaemon] = set()
 
 
 def skip_reason() -> str | None:
@@ -115,7 +112,7 @@ def config_text(
     return "\n".join(lines) + "\n"
 
 
-class SssdDaemon:
+class SssdDaemon(Service):
     """``sssd -i`` in a namespace of its own; the work directory holds everything."""
 
     name = "sssd"
@@ -143,15 +140,6 @@ class SssdDaemon:
         self._pids: dict[str, int] = {}
 
     # -- life cycle ------------------------------------------------------------------
-
-    def __enter__(self) -> SssdDaemon:
-        self.start()
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _prepare(self) -> None:
         # Readable by all: sssd runs as root here, but the work directory may sit under
@@ -195,7 +183,7 @@ class SssdDaemon:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True
             )
-        _running.add(self)
+        self._started()
         self._pids = {}
         deadline = time.monotonic() + START_TIMEOUT
         nss_socket = self.pipes_dir / "nss"
@@ -239,7 +227,7 @@ class SssdDaemon:
             if info is not None and info.comm.startswith("sssd"):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        _running.discard(self)
+        self._stopped()
         code = self.proc.returncode
         self.proc = None
         return code
@@ -275,13 +263,6 @@ class SssdDaemon:
     def version() -> str:
         proc = subprocess.run([SSSD, "--version"], capture_output=True, text=True, check=False)
         return proc.stdout.strip()
-
-
-@atexit.register
-def _stop_all() -> None:
-    for d in list(_running):
-        with contextlib.suppress(Exception):
-            d.stop()
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use

@@ -7,7 +7,7 @@ sum of slapd's own ``etime``). Client commands run through glibc and the real
 ``libnss_sss`` (``Target.run_nss``) wrapped in :mod:`perf.timecmd`, so the wall time is
 the command's own, without the namespace set-up.
 
-Every answer is checked against the generator's expected answers (``perf.gendir``):
+Every answer is checked against the generator's expected answers (``testing.gendir``):
 a fast wrong answer is not a result.
 """
 
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cached import counters as C
-from perf import procstat
-from perf.gendir import Expected
 from perf.results import Sample
-from perf.slapd import SearchOp, Slapd, _messages
 from perf.targets import TIMECMD, Target
 from perf.timecmd import Timing, parse
+from testing import procstat
+from testing.gendir import Expected
+from testing.slapd import SearchOp, Slapd, _messages
 
 NO_MEMCACHE = {"SSS_NSS_USE_MEMCACHE": "NO"}
 _RESULT_ETIME = re.compile(r"conn=\d+ op=\d+ SEARCH RESULT .*?etime=([0-9.]+)")

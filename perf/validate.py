@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import perf.daemon
-from perf.daemon import CachedDaemon
-from perf.gendir import BIGROUPUSER, generate
-from perf.slapd import Slapd
+import testing.daemon
 from perf.steps import check_id, slapd_etime
 from perf.targets import CACHED_NSS, DOMAIN_OPTIONS, TIMECMD
 from perf.timecmd import parse
+from testing.daemon import CachedDaemon
+from testing.gendir import BIGROUPUSER, generate
+from testing.slapd import Slapd
 
 STEPS = ("id_cold", "id_after_inval", "id_after_inval_1changed")
 
@@ -89,7 +89,7 @@ def main() -> None:
     direct = sorted(exp.direct_groups(user))
     target = next(g for g in direct if not exp.group(g).member_groups and g != "large01")
     other = next(u for u in exp.user_names() if u not in exp.members(target, 0))
-    variants = {"A": perf.daemon.REPO}
+    variants = {"A": testing.daemon.REPO}
     if args.ab:
         variants["B"] = args.ab.resolve()
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {
@@ -103,7 +103,7 @@ def main() -> None:
     with Slapd(args.outdir / "slapd", gen.ldif, exp.base_dn) as s:
         for cycle in range(args.cycles):
             for v, repo in variants.items():
-                perf.daemon.REPO = repo  # the daemon's cwd: its `cached` comes first
+                testing.daemon.REPO = repo  # the daemon's cwd: its `cached` comes first
                 work = args.outdir / f"{v}{cycle}"
                 # cache_first_wait = 0: `id` waits for the refresh it measures (with
                 # the default 1 s, a slow refresh is answered from the cache and runs

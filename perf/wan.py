@@ -2,7 +2,7 @@
 
     python -m perf.wan --with-sssd --with-nslcd --out perf/results/2026-11-30-wan
 
-Every daemon talks to the same slapd through the fault proxy (``perf.faultproxy``) and
+Every daemon talks to the same slapd through the fault proxy (``testing.faultproxy``) and
 is asked through glibc and the real NSS client libraries (``perf.steps``):
 
 * **cold `id bigroupuser` at 0, 5 and 20 ms round-trip time**: an empty cache, the
@@ -37,13 +37,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from perf import gendir, install, nsenv, sssd
-from perf.faultproxy import FaultProxy
-from perf.gendir import BIGROUPUSER
+from perf import install, sssd
 from perf.report import _plt, md_table
 from perf.results import Sample
 from perf.run import DATA_DIR, RESULTS_DIR, environment, warm_slapd
-from perf.slapd import Slapd
 from perf.steps import (
     NO_GATE,
     NO_MEMCACHE,
@@ -54,6 +51,10 @@ from perf.steps import (
     nss_step,
 )
 from perf.targets import CachedTarget, SssdTarget, Target, stop_quietly
+from testing import gendir, nsenv
+from testing.faultproxy import FaultProxy
+from testing.gendir import BIGROUPUSER
+from testing.slapd import Slapd
 
 RTTS_MS = (0, 5, 20)
 TARGETS_ORDER = ("cached", "sssd", "nslcd")

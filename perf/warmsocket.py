@@ -2,7 +2,7 @@
 when the client does not use the memory cache (``SSS_NSS_USE_MEMCACHE=NO``, or a
 container without ``/var/lib/sss/mc``).
 
-No LDAP and no root: a cache holding bigroupuser's groups (the sizes of perf.gendir) is
+No LDAP and no root: a cache holding bigroupuser's groups (the sizes of testing.gendir) is
 written into a temporary directory, the responder's NSS server (``NssResponder`` with the
 one lookup flow, feeding the memory cache as in production) serves it on a temporary
 socket in this process, and a client process sends the getgrgid requests one after the
@@ -29,7 +29,8 @@ import tempfile
 import time
 from multiprocessing.connection import Connection
 
-from cached.cache import Role, open_domain_cache
+from cached.cache import open_domain_cache
+from cached.cache.writer import open_backend_cache
 from cached.config import Config, parse_config
 from cached.counters import Counters
 from cached.model import Group
@@ -39,7 +40,7 @@ from cached.nss.server import NssResponder, serve_nss
 from cached.responder.flow import Lookups
 
 BASE = "dc=example,dc=test"
-GROUPS = 2085  # bigroupuser's groups besides its primary one (perf.gendir)
+GROUPS = 2085  # bigroupuser's groups besides its primary one (testing.gendir)
 
 
 def config(workdir: str) -> Config:
@@ -63,7 +64,7 @@ def fill_cache(cfg: Config) -> list[int]:
     """bigroupuser's groups, each with 20 members, written as the backend writes them."""
     os.makedirs(cfg.daemon.db_dir, mode=0o700, exist_ok=True)
     os.makedirs(cfg.daemon.mc_dir, mode=0o755, exist_ok=True)
-    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0], Role.BACKEND, counters=Counters())
+    cache = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
     groups = [
         Group(
             f"nest0-{i:04d}",
@@ -108,7 +109,7 @@ def client(path: str, gids: list[int], reps: int, out: Connection) -> None:
 
 
 async def serve_and_measure(cfg: Config, gids: list[int], reps: int, profile: bool) -> None:
-    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0], Role.RESPONDER)
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0])
     lookups = Lookups(cfg, {cfg.domains[0].name: cache}, {})
     feed = MemcacheFeed(cfg.daemon.mc_dir, cfg.nss)
     responder = NssResponder(cfg, lookups, feed)

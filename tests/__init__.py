@@ -1,1 +1,2 @@
-"""cached's tests: unit tests next to tests against real parts (slapd, libnss_sss, D-Bus)."""
+"""cached's tests: unit/ (pure logic), integration/ (real slapd, libnss_sss, D-Bus, Samba),
+soak/ (the long runs, marked slow), bench/ (pytest-benchmark). The harness is testing/."""

@@ -5,10 +5,10 @@ on first use), so a run that needs no bigroupuser server pays nothing for it.
 
 * ``small_2307bis`` / ``small_2307`` / ``big_2307bis`` / ``big_2307`` / ``small_cn`` /
   ``big_cn`` (people named ``cn=<full name>``, rfc2307bis): a generated scenario
-  (:class:`perf.slapd.Dataset`: LDIF path + :class:`perf.gendir.Expected`).
+  (:class:`testing.slapd.Dataset`: LDIF path + :class:`testing.gendir.Expected`).
 * ``slapd_small`` / ``slapd_small_2307`` / ``slapd_big`` / ``slapd_big_2307`` /
   ``slapd_small_cn`` / ``slapd_big_cn``: a running
-  slapd serving it (:class:`perf.slapd.LiveDirectory`: ``.slapd`` + ``.expected``).
+  slapd serving it (:class:`testing.slapd.LiveDirectory`: ``.slapd`` + ``.expected``).
   Shared by the whole session: read from them, do not change them.
 * ``slapd_small_fresh``: a private small rfc2307bis server for one test, which may
   modify, pause or restart it.
@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from perf import addc, addir
-from perf.daemon import CachedDaemon
-from perf.gendir import BIGROUPUSER, BIGROUPUSER_CN, SMALL, SMALL_CN, Scenario, generate
-from perf.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
+from testing import addc, addir
+from testing.daemon import CachedDaemon
+from testing.gendir import BIGROUPUSER, BIGROUPUSER_CN, SMALL, SMALL_CN, Scenario, generate
+from testing.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
 
 
 def _dataset(scenario: Scenario, outdir: Path) -> Dataset:
@@ -166,12 +166,15 @@ def cached_big(
 
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., CachedDaemon]]:
-    """Start private daemons for one test (faults, options); all stopped after it."""
+    """Start private daemons for one test (faults, options); all stopped after it.
+    ``uris``: the servers it is given instead of the directory's own (a fault proxy
+    in front of it, a dead address first)."""
     started: list[CachedDaemon] = []
 
-    def make(directory: LiveDirectory, **opts: Any) -> CachedDaemon:
+    def make(directory: LiveDirectory, uris: list[str] | None = None, **opts: Any) -> CachedDaemon:
         s = directory.slapd
-        d = CachedDaemon(tmp_path / f"cached{len(started)}", [s.uri], s.base_dn, **opts)
+        uris = [s.uri] if uris is None else uris
+        d = CachedDaemon(tmp_path / f"cached{len(started)}", uris, s.base_dn, **opts)
         started.append(d)
         d.start()
         return d
@@ -185,7 +188,7 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., CachedDaemon]]:
 def ad(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[addc.SambaDC, addir.ADDirectory]]:
-    """A real Samba AD DC serving the small AD directory (perf/addir.py), one per run:
+    """A real Samba AD DC serving the small AD directory (testing/addir.py), one per run:
     provisioning and loading take 10-20 s. Tests read it; none writes to it."""
     missing = addc.available()
     assert missing is None, missing

@@ -1,18 +1,21 @@
-"""The split cache ("sysdb"): a durable entry store and a no-sync timestamp store."""
+"""The split cache ("sysdb"): a durable entry store and a no-sync timestamp store.
+
+As in SSSD's sysdb, three parts: ``integrity`` (check and repair when the backend opens
+the files), ``cache`` (:class:`DomainCache`: reading, nesting expanded, and invalidation)
+and ``writer`` (:class:`~cached.cache.writer.BackendCache`, a DomainCache that writes:
+the backend's alone, imported from ``cached.cache.writer`` and not re-exported here).
+"""
 
 from cached.cache.cache import (
     DomainCache,
     GroupView,
     Initgroups,
     Lookup,
-    Role,
     Timeouts,
-    WriteBatch,
-    WriteResult,
-    cache_paths,
     open_domain_cache,
 )
 from cached.cache.expiry import State, classify
+from cached.cache.integrity import cache_paths
 from cached.cache.records import Times
 from cached.cache.store import StoreWriteError
 
@@ -21,13 +24,10 @@ __all__ = [
     "GroupView",
     "Initgroups",
     "Lookup",
-    "Role",
     "State",
     "StoreWriteError",
     "Timeouts",
     "Times",
-    "WriteBatch",
-    "WriteResult",
     "cache_paths",
     "classify",
     "open_domain_cache",

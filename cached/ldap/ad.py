@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 
-from cached.cache import DomainCache
+from cached.cache.writer import BackendCache
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, LDAP_DECODE, NESTED_RESOLVE, Counters
 from cached.dn import normalize_dn, rdn_avas
@@ -106,7 +106,7 @@ class AdProvider(LdapProvider):
         self,
         cfg: DomainConfig,
         client: LdapClient,
-        cache: DomainCache,
+        cache: BackendCache,
         counters: Counters = COUNTERS,
     ) -> None:
         super().__init__(cfg, client, cache, counters)

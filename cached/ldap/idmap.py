@@ -21,7 +21,7 @@ uid and gid, or files on disk change owners. So this module follows SSSD 2.8.2's
 * SIDs of the BUILTIN domain (``S-1-5-32-*``) are never mapped.
 
 Pure logic: no I/O. The numbers are checked against the real ``libsss_idmap.so.0``
-(``tests/data/idmap_oracle.json`` was written by ``perf/idmap_oracle.py``).
+(``tests/unit/data/idmap_oracle.json`` was written by ``perf/idmap_oracle.py``).
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from cached.cache import DomainCache, State, StoreWriteError, WriteBatch
+from cached.cache import State, StoreWriteError
 from cached.cache.records import EXPIRED
+from cached.cache.writer import BackendCache, WriteBatch
 from cached.config import DomainConfig, SearchBase
 from cached.counters import (
     COUNTERS,
@@ -188,7 +189,7 @@ class LdapProvider:
         self,
         cfg: DomainConfig,
         client: LdapClient,
-        cache: DomainCache,
+        cache: BackendCache,
         counters: Counters = COUNTERS,
     ) -> None:
         self.cfg = cfg

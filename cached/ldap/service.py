@@ -30,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from cached.cache import Role, StoreWriteError, open_domain_cache
+from cached.cache import StoreWriteError
+from cached.cache.writer import open_backend_cache
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, format_profile
 from cached.ipc import aio, framing
@@ -100,10 +101,9 @@ class BackendService:
     def __init__(self, config: Config, domain: DomainConfig) -> None:
         self.config = config
         self.domain = domain
-        self.cache = open_domain_cache(
+        self.cache = open_backend_cache(
             config.daemon.db_dir,
             domain,
-            Role.BACKEND,
             nowait_percentage=config.nss.entry_cache_nowait_percentage,
         )
         if self.cache.ts_rebuilt_reason:

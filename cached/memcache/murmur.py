@@ -3,7 +3,7 @@
 This is the standard algorithm (Austin Appleby's ``MurmurHash3_x86_32``): 4-byte blocks read
 little-endian, the usual tail and finalisation. SSSD's ``murmurhash3()`` is the same function,
 as are PyPI ``mmh3.hash(key, seed, signed=False)`` and ``pysss_murmur.murmurhash3``. The test
-vectors in ``tests/test_memcache.py`` were checked against ``mmh3``.
+vectors in ``tests/unit/test_memcache.py`` were checked against ``mmh3``.
 
 Keys are hashed *including* their trailing NUL, as the client does; that is the caller's job.
 """

@@ -19,7 +19,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from cached.cache import DomainCache, Role, open_domain_cache
+from cached.cache import DomainCache, open_domain_cache
 from cached.config import Config
 from cached.ipc import aio, framing
 from cached.ipc.ops import DomainStateNote, Op
@@ -38,7 +38,7 @@ async def _open_caches(config: Config) -> dict[str, DomainCache]:
         for _ in range(100):
             try:
                 caches[d.name] = open_domain_cache(
-                    config.daemon.db_dir, d, Role.RESPONDER,
+                    config.daemon.db_dir, d,
                     nowait_percentage=config.nss.entry_cache_nowait_percentage,
                 )  # fmt: skip
                 break

@@ -41,7 +41,7 @@ def _split_fq(name: str, domains: set[str]) -> tuple[str, str]:
 
 def invalidate(config: Config, what: Invalidation) -> int:
     """Expire the selected entries in every (or the given) domain; return how many."""
-    from cached.cache import Role, StoreWriteError, open_domain_cache
+    from cached.cache import StoreWriteError, open_domain_cache
 
     names = {d.name for d in config.domains}
     if what.domain and what.domain not in names:
@@ -55,7 +55,7 @@ def invalidate(config: Config, what: Invalidation) -> int:
         if what.domain and d.name != what.domain:
             continue
         try:
-            cache = open_domain_cache(config.daemon.db_dir, d, Role.TOOL)
+            cache = open_domain_cache(config.daemon.db_dir, d)
         except FileNotFoundError:
             continue  # never started: nothing cached
         try:

@@ -23,7 +23,7 @@ from cached.counters import (
     Counters,
 )
 from cached.ldap.provider import Outcome
-from tests.util import make_backend, make_domain
+from testing.backend import make_backend, make_domain
 
 
 def test_cold_initgroups_of_bigroupuser(benchmark, slapd_big, tmp_path):

@@ -9,7 +9,8 @@ import itertools
 import tempfile
 from array import array
 
-from cached.cache import DomainCache, Role, State
+from cached.cache import State
+from cached.cache.writer import BackendCache
 from cached.counters import ENTRY_TXN, Counters
 from cached.model import Group, User
 
@@ -43,11 +44,10 @@ def groups(n: int, members: int = 20, salt: str = "") -> list[Group]:
     ]
 
 
-def new_cache() -> DomainCache:
-    return DomainCache(
+def new_cache() -> BackendCache:
+    return BackendCache(
         tempfile.mkdtemp(prefix="bench-"),
         "LDAP",
-        role=Role.BACKEND,
         counters=Counters(),
         boot_id="b",
     )

@@ -11,7 +11,7 @@ from ldap3.operation.search import raw_attributes_to_dict_fast
 from ldap3.utils.asn1 import decode_message_fast
 
 from cached.ldap import deref
-from tests.test_ldap import _deref_value
+from tests.integration.test_ldap import _deref_value
 
 
 def _tlv(tag: int, body: bytes) -> bytes:
@@ -22,7 +22,7 @@ def _tlv(tag: int, body: bytes) -> bytes:
 
 MEMBERS = [
     f"uid=user{i:05d},ou=people,dc=example,dc=test".encode() for i in range(600)
-]  # the largest value tests.test_ldap._tlv encodes (64 KiB)
+]  # the largest value tests.integration.test_ldap._tlv encodes (64 KiB)
 _CTRL = _deref_value(
     [("member", m.decode(), {"uid": [m[4:13]], "objectClass": [b"posixAccount"]}) for m in MEMBERS]
 )

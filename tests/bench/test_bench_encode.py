@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.test_ldap_wire import DEREF, ldap3_bytes, ours
+from tests.unit.test_ldap_wire import DEREF, ldap3_bytes, ours
 
 FILTER = (
     "(&(objectClass=posixGroup)(|"

@@ -4,7 +4,7 @@ Run by `make bench` (pytest-benchmark, ``--benchmark-autosave``), comparable acr
 commits with ``--benchmark-compare`` (see perf/results/*/report.md, "Commands"). Under
 `make test` (``--benchmark-disable``) each runs once and its assertions make it a test.
 
-Sizes are bigroupuser's (perf.gendir): 2,086 gids in the big user's initgroups reply,
+Sizes are bigroupuser's (testing.gendir): 2,086 gids in the big user's initgroups reply,
 5,000 members in a large group. The cache benchmarks cover what
 tests/bench/test_bench_cache.py does not: the 2,086 getgrgid reads of a warm `id`, the
 write of an initgroups result, a timestamp-only refresh (``touch_group``), and the
@@ -17,7 +17,8 @@ import itertools
 import tempfile
 from array import array
 
-from cached.cache import DomainCache, Role, State
+from cached.cache import State
+from cached.cache.writer import BackendCache
 from cached.counters import ENTRY_TXN, TS_WRITE, Counters
 from cached.model import Group, User
 from cached.nss import protocol as p
@@ -27,11 +28,10 @@ GIDS = [10000, *range(20001, 20001 + 2085)]  # bigroupuser: primary + 2,085 grou
 MEMBERS = [f"user{i:05d}" for i in range(1, 5001)]  # large01
 
 
-def new_cache(nesting_level: int = 2) -> DomainCache:
-    return DomainCache(
+def new_cache(nesting_level: int = 2) -> BackendCache:
+    return BackendCache(
         tempfile.mkdtemp(prefix="bench-hot-"),
         "LDAP",
-        role=Role.BACKEND,
         nesting_level=nesting_level,
         counters=Counters(),
         boot_id="b",

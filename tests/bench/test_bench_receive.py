@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cached.ldap import client
-from tests.test_ldap_receive import _Strategy, ber
+from tests.unit.test_ldap_receive import _Strategy, ber
 
 # An entry the size of the issue's: one 8.5 MB value in a searchResEntry-shaped message.
 MESSAGE = ber(b"\x02\x01\x01" + ber(b"g" * 8_500_000, tag=0x64, long_form=True), long_form=True)

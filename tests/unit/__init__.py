@@ -1,0 +1,1 @@
+"""Pure logic: no root, no slapd, no Debian packages (`make unit`)."""

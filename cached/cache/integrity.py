@@ -1,0 +1,237 @@
+"""Check and repair of a domain's two cache files, done by the backend when it opens them.
+
+The entry store is trusted unless its record format is another version's (then both
+files start empty: a cold cache is always correct). The timestamp store is trusted only
+when it belongs to this entry store, passes py-lmdb's verifier, holds every page its meta
+page names, and the previous run shut down cleanly or the machine did not reboot since
+(reference §3.5; docs/ARCHITECTURE.md, invariant 3: losing it loses nothing, every entry
+then reads as expired). The readers (responder, tools) never repair: they reopen what the
+backend replaced (cached/cache/cache.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from contextlib import suppress
+from dataclasses import dataclass
+
+import lmdb
+
+from cached.cache import records as rec
+from cached.cache.store import (
+    ENTRY_MAP_SIZE,
+    TS_MAP_SIZE,
+    Store,
+    StoreWriteError,
+    describe_write_error,
+)
+
+log = logging.getLogger(__name__)
+
+# alias: b"u"/b"g" + key of another value of a multi-valued name -> the entry's key
+# (docs/compatibility.md §9.5: a lookup by any of an entry's names finds it, answered under one).
+ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias")
+TS_TABLES = ("users", "groups", "meta")
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def read_boot_id() -> str:
+    try:
+        with open(BOOT_ID_PATH) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def cache_paths(db_dir: str, domain: str) -> tuple[str, str]:
+    """The two files of a domain, named like SSSD's so administrators recognise them."""
+    return (
+        os.path.join(db_dir, f"cache_{domain}.lmdb"),
+        os.path.join(db_dir, f"timestamps_{domain}.lmdb"),
+    )
+
+
+def remove_store(path: str) -> None:
+    for p in (path, path + "-lock"):
+        with suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+def opt_bytes(data: rec.Data | None) -> bytes | None:
+    return None if data is None else bytes(data)
+
+
+@dataclass
+class BackendStores:
+    """The backend's two stores once checked (``ts`` None: it cannot be created now)."""
+
+    entries: Store
+    ts: Store | None
+    store_id: bytes
+    ts_rebuilt_reason: str  # why the timestamp store was recreated empty, or ""
+
+
+def open_backend_stores(entry_path: str, ts_path: str, boot_id: str) -> BackendStores:
+    """Open both stores for writing, repairing what cannot be trusted, and mark the run
+    unclean until :func:`mark_clean` (the marker a crash leaves behind)."""
+    entries = Store(entry_path, ENTRY_TABLES, writer=True, sync=True, map_size=ENTRY_MAP_SIZE)
+    with entries.read() as txn:
+        meta = entries.tables["meta"]
+        fmt = opt_bytes(txn.get(b"format", db=meta))
+        clean = opt_bytes(txn.get(b"clean", db=meta))
+        prev_boot = bytes(txn.get(b"boot_id", db=meta) or b"").decode()
+        store_id = opt_bytes(txn.get(b"uuid", db=meta))
+        empty = txn.stat(entries.tables["users"])["entries"] == 0 and (
+            txn.stat(entries.tables["groups"])["entries"] == 0
+        )
+    if fmt is not None and fmt != str(rec.FORMAT).encode() and not empty:
+        # An entry store of another record format: rebuilding is a cold cache,
+        # which is always correct; converting is not worth its risk.
+        log.warning(
+            "%s: record format %s, this version writes %s; starting with an empty cache",
+            entry_path,
+            fmt.decode(errors="replace"),
+            rec.FORMAT,
+        )
+        entries.close()
+        remove_store(entry_path)
+        remove_store(ts_path)
+        return open_backend_stores(entry_path, ts_path, boot_id)
+    if store_id is None:
+        store_id = os.urandom(16).hex().encode()
+        # A new entry store never trusts an old timestamp store (reference §3.5).
+        remove_store(ts_path)
+
+    reason = ""
+    if clean == b"0" and prev_boot != boot_id:
+        reason = "the previous run did not shut down cleanly before a reboot"
+    elif not empty and not os.path.exists(ts_path):
+        reason = "the timestamp store is missing"
+    ts, rebuilt = open_ts_checked(ts_path, store_id, reason)
+    try:
+        entries.write(
+            [
+                ("meta", b"format", str(rec.FORMAT).encode()),
+                ("meta", b"uuid", store_id),
+                ("meta", b"clean", b"0"),
+                ("meta", b"boot_id", boot_id.encode()),
+            ]
+        )
+    except StoreWriteError as e:
+        # A full filesystem must not stop the cache from being served; the
+        # unclean-run detection is what is lost until the marker can be written.
+        log.error("%s; serving the cache read-only until writes succeed", e)
+    return BackendStores(entries, ts, store_id, rebuilt)
+
+
+def mark_clean(entries: Store, ts: Store | None) -> None:
+    """A clean shutdown: the timestamp store flushed, then the marker written."""
+    try:
+        if ts is not None:
+            ts.sync()
+        entries.write([("meta", b"clean", b"1")])
+    except StoreWriteError as e:
+        # Without the marker the next start checks the timestamp store harder
+        # (and rebuilds it after a reboot): safe, only slower.
+        log.error("%s; the clean-shutdown marker was not written", e)
+
+
+def open_ts_checked(ts_path: str, store_id: bytes, reason: str) -> tuple[Store | None, str]:
+    """Open the timestamp store, rebuilding it empty when it cannot be trusted; returns
+    it and why it was rebuilt ("" when it was not).
+
+    None when it cannot be created (a full filesystem): every entry then reads as
+    expired and is still served; the next commit tries again.
+    """
+    if not reason and os.path.exists(ts_path):
+        reason = verify_ts(ts_path, store_id)
+    if reason:
+        log.warning(
+            "%s: %s; recreating it empty (every entry reads as expired, none is lost)",
+            ts_path,
+            reason,
+        )
+        remove_store(ts_path)
+    ts = None
+    try:
+        ts = Store(ts_path, TS_TABLES, writer=True, sync=False, map_size=TS_MAP_SIZE)
+        ts.write([("meta", b"uuid", store_id)])
+    except (lmdb.Error, StoreWriteError, OSError) as e:
+        if ts is not None:
+            ts.close()
+        log.error(
+            "%s; every entry reads as expired until it can be created",
+            e if isinstance(e, StoreWriteError) else describe_write_error(ts_path, e),
+        )
+        return None, reason
+    return ts, reason
+
+
+def verify_ts(ts_path: str, store_id: bytes) -> str:
+    """Why the timestamp file cannot be used, or "" when it can.
+
+    The structural check is py-lmdb's pure-Python verifier: a damaged file is
+    never handed to liblmdb, which may crash on one (SIGBUS on a truncated map).
+    """
+    # Imported here: only the backend verifies, and the verifier is a large module
+    # that tools such as `cached cache` should not pay for at start-up.
+    import lmdb.verify
+
+    try:
+        problems = lmdb.verify.verify(ts_path, subdir=False)  # type: ignore[no-untyped-call]
+    except Exception as e:  # VerifyError when it cannot even begin, OSError, ValueError
+        return f"timestamp store fails verification ({e})"
+    if problems:
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        return f"timestamp store fails verification ({problems[0]}{more})"
+    short = short_file(ts_path)
+    if short:
+        return f"timestamp store is truncated ({short})"
+    try:
+        ts = Store(ts_path, TS_TABLES, writer=True, sync=False, map_size=TS_MAP_SIZE)
+    except lmdb.Error as e:
+        return f"timestamp store does not open ({e})"
+    try:
+        with ts.read() as txn:
+            owner = txn.get(b"uuid", db=ts.tables["meta"])
+    except lmdb.Error as e:
+        return f"timestamp store cannot be read ({e})"
+    finally:
+        ts.close()
+    if owner != store_id:
+        return "timestamp store belongs to another entry store"
+    return ""
+
+
+# LMDB 0.9 meta page, 64-bit: a 16-byte page header, then MDB_meta. The page size
+# aliases the free DB's md_pad; mm_last_pg and mm_txnid follow the two MDB_db
+# records (48 bytes each).
+_META_PSIZE = struct.Struct("=I")  # at 16 + 24 (mm_dbs[FREE].md_pad)
+_META_TAIL = struct.Struct("=QQ")  # mm_last_pg, mm_txnid at 16 + 24 + 96
+
+
+def short_file(path: str) -> str:
+    """Why ``path`` is shorter than its own meta page says, or "".
+
+    py-lmdb's verifier walks the live pages only; liblmdb also reuses free pages
+    up to mm_last_pg, and touching one beyond end-of-file through the map is a
+    SIGBUS that kills the process. So the file must hold every page up to it.
+    """
+    with open(path, "rb") as f:
+        head = f.read(65536 * 2)
+    size = os.path.getsize(path)
+    if len(head) < 16 + 24 + 4:
+        return f"{size} bytes"
+    (psize,) = _META_PSIZE.unpack_from(head, 16 + 24)
+    best = (0, -1)
+    for page in (0, 1):
+        off = page * psize + 16 + 24 + 96
+        if off + _META_TAIL.size <= len(head):
+            last_pg, txnid = _META_TAIL.unpack_from(head, off)
+            if txnid > best[1]:
+                best = (last_pg, txnid)
+    need = (best[0] + 1) * psize
+    return f"{size} bytes, its pages need {need}" if size < need else ""

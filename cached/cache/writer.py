@@ -1,0 +1,354 @@
+"""The writer of a domain's cache: the backend's :class:`BackendCache`.
+
+The backend process is the only writer of the entry store (docs/ARCHITECTURE.md): only
+it holds a :class:`BackendCache`, the responder and the tools a
+:class:`~cached.cache.cache.DomainCache`, which has no method that writes entries, so
+mypy rejects a write anywhere else (and the import-graph test,
+tests/unit/test_imports.py, keeps this module to the backend). Writing keeps the uid, gid
+and DN indexes in step with the records, and writes the entry store only where content
+changed (invariant 2); the timestamps are always written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+
+import lmdb
+
+from cached.cache import records as rec
+from cached.cache.cache import (
+    DEFAULT_TIMEOUTS,
+    ID_KEY,
+    DomainCache,
+    Timeouts,
+    cache_options,
+    times_or_missing,
+)
+from cached.cache.integrity import mark_clean, open_backend_stores, open_ts_checked, read_boot_id
+from cached.cache.records import GroupRecord, Times
+from cached.cache.store import Op, StoreWriteError
+from cached.config import DomainConfig
+from cached.counters import (
+    COUNTERS,
+    ENTRY_BYTES,
+    ENTRY_COMMIT,
+    ENTRY_RECORDS,
+    ENTRY_SKIPPED,
+    ENTRY_TXN,
+    Counters,
+)
+from cached.dn import normalize_dn
+from cached.model import Group, User
+from cached.ratelimit import RateLimitedLog
+
+log = logging.getLogger(__name__)
+limited = RateLimitedLog(log)
+
+# LMDB's compiled-in key limit (mdb_env_get_maxkeysize: 511 bytes). A name or DN key
+# above it fails the whole write transaction, so such an entry is refused alone.
+MAX_KEY = 511
+# The id index and the DN-index tag of each record table.
+_INDEX = {"users": ("uid", b"u"), "groups": ("gid", b"g")}
+
+
+def unstorable(kind: str, name: str, ident: int, dn: str, key: bytes) -> str:
+    """Why an entry cannot be stored, or "". The cache's own limits, whatever the
+    configuration: a uid/gid must be a 32-bit id other than (uid_t)-1, the keys must
+    fit LMDB, and no name may hold a NUL (the NSS reply and the member lists are
+    NUL-separated C strings: a NUL would cut the name or split one member in two)."""
+    if not 0 <= ident < 0xFFFFFFFF:
+        return f"{'uid' if kind == 'user' else 'gid'} {ident} is not a 32-bit id"
+    if "\0" in name or "\0" in dn:
+        return "its name or DN holds a NUL character"
+    if not key:
+        return "its name is empty"
+    if len(key) > MAX_KEY:
+        return f"its name is {len(key)} bytes, above LMDB's {MAX_KEY}-byte key limit"
+    if len(normalize_dn(dn).encode("utf-8")) > MAX_KEY:
+        return f"its DN is above LMDB's {MAX_KEY}-byte key limit"
+    return ""
+
+
+@dataclass
+class WriteResult:
+    entries_written: int = 0  # records put or deleted in the entry store
+    entry_bytes: int = 0
+    timestamps_written: int = 0
+
+
+class WriteBatch:
+    """What one backend request fetched; committed as one transaction per store."""
+
+    def __init__(self) -> None:
+        self.users: dict[bytes, tuple[User, str, str]] = {}
+        self.groups: dict[bytes, tuple[GroupRecord, str, str, bool]] = {}
+        self.touched_groups: dict[bytes, tuple[str, str]] = {}
+        self.initgr: dict[bytes, tuple[tuple[int, ...], tuple[str, ...]]] = {}
+        self.deleted_users: set[bytes] = set()
+        self.deleted_groups: set[bytes] = set()
+        self.aliases: dict[bytes, bytes] = {}  # b"u"/b"g" + alias key -> entry key
+
+
+class BackendCache(DomainCache):
+    """The cache as the backend holds it: opened with check and repair
+    (cached/cache/integrity.py), read without reopening (nothing replaces its files under
+    it), and written."""
+
+    def __init__(
+        self,
+        db_dir: str,
+        domain: str,
+        *,
+        case_sensitive: bool = True,
+        nesting_level: int = 2,
+        nowait_percentage: int = 50,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        counters: Counters = COUNTERS,
+        boot_id: str | None = None,
+    ) -> None:
+        self.boot_id = read_boot_id() if boot_id is None else boot_id
+        self.store_id = b""
+        super().__init__(
+            db_dir,
+            domain,
+            case_sensitive=case_sensitive,
+            nesting_level=nesting_level,
+            nowait_percentage=nowait_percentage,
+            timeouts=timeouts,
+            counters=counters,
+        )
+
+    def _open(self) -> None:
+        stores = open_backend_stores(self.entry_path, self.ts_path, self.boot_id)
+        self.entries, self.ts = stores.entries, stores.ts
+        self.store_id, self.ts_rebuilt_reason = stores.store_id, stores.ts_rebuilt_reason
+
+    def _reader(self) -> AbstractContextManager[lmdb.Transaction]:
+        return self.entries.read()
+
+    def close(self, clean: bool = True) -> None:
+        if clean:
+            mark_clean(self.entries, self.ts)
+        super().close()
+
+    # -- writing -------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[WriteBatch]:
+        """Collect one backend request's results; commit them when the block ends."""
+        batch = WriteBatch()
+        yield batch
+        self.commit(batch)
+
+    def _refused(self, kind: str, name: str, ident: int, dn: str) -> bool:
+        """Refuse an entry the store cannot hold, alone, with one log line (SSSD:
+        "Failed to store group … Ignoring"): the rest of the write goes on."""
+        why = unstorable(kind, name, ident, dn, self.key(name))
+        if why:
+            self.counters.add(ENTRY_SKIPPED, 1, 0.0)
+            limited.log(("unstorable", kind, dn or name), logging.WARNING,
+                        "failed to store %s %r (%s): %s; ignoring it", kind, name[:64],
+                        dn[:128], why)  # fmt: skip
+        return bool(why)
+
+    def storable_group(self, name: str, gid: int, dn: str) -> bool:
+        """For the backend: can this group be stored (and so be in initgroups)?"""
+        return not self._refused("group", name, gid, dn)
+
+    def put_user(
+        self,
+        batch: WriteBatch,
+        user: User,
+        modstamp: str = "",
+        usn: str = "",
+        aliases: Iterable[str] = (),
+    ) -> None:
+        if self._refused("user", user.name, user.uid, user.dn):
+            return
+        key = self.key(user.name)
+        batch.users[key] = (user, modstamp, usn)
+        self._put_aliases(batch, b"u", key, aliases)
+
+    def _put_aliases(
+        self, batch: WriteBatch, tag: bytes, key: bytes, aliases: Iterable[str]
+    ) -> None:
+        """The other values of a multi-valued name: lookups by them find the entry."""
+        for alias in aliases:
+            akey = self.key(alias)
+            # An alias the store cannot key is left out alone, like an unstorable entry.
+            if akey != key and akey and len(tag + akey) <= MAX_KEY and "\0" not in alias:
+                batch.aliases[tag + akey] = key
+
+    def put_group(
+        self,
+        batch: WriteBatch,
+        group: Group,
+        modstamp: str = "",
+        usn: str = "",
+        complete: bool = True,
+        aliases: Iterable[str] = (),
+    ) -> None:
+        """Store a group. ``complete=False``: its member groups down to the nesting
+        level were not all fetched, so it is stored already expired, as SSSD stores
+        the incomplete groups of initgroups (reference §6.3 step 4)."""
+        if self._refused("group", group.name, group.gid, group.dn):
+            return
+        if any("\0" in m for m in (*group.members, *group.member_groups)):
+            # A NUL would split one member into two in the NUL-joined list.
+            limited.log(("nul-member", group.name), logging.WARNING,
+                        "group %r: member values with a NUL character are ignored",
+                        group.name[:64])  # fmt: skip
+            group = Group(group.name, group.gid, group.dn,
+                          tuple(m for m in group.members if "\0" not in m),
+                          tuple(m for m in group.member_groups if "\0" not in m))  # fmt: skip
+        self._put_aliases(batch, b"g", self.key(group.name), aliases)
+        batch.groups[self.key(group.name)] = (
+            GroupRecord.from_group(group),
+            modstamp,
+            usn,
+            complete,
+        )
+
+    def touch_group(self, batch: WriteBatch, name: str, modstamp: str = "", usn: str = "") -> None:
+        """The group is known unchanged (same modifyTimestamp): timestamps only."""
+        batch.touched_groups[self.key(name)] = (modstamp, usn)
+
+    def put_initgroups(
+        self, batch: WriteBatch, user: str, gids: Iterable[int], groups: Iterable[str]
+    ) -> None:
+        ok = [g for g in gids if 0 <= g < 0xFFFFFFFF]  # as unstorable(): 32-bit ids only
+        batch.initgr[self.key(user)] = (tuple(ok), tuple(groups))
+
+    def delete_user(self, batch: WriteBatch, name: str) -> None:
+        batch.deleted_users.add(self.key(name))
+
+    def delete_group(self, batch: WriteBatch, name: str) -> None:
+        batch.deleted_groups.add(self.key(name))
+
+    def commit(self, batch: WriteBatch, now: float | None = None) -> WriteResult:
+        """Write the entry store only where content changed; always write timestamps."""
+        if self.ts is None:
+            # Created at start failed (full filesystem): try again now.
+            self.ts, _ = open_ts_checked(self.ts_path, self.store_id, "")
+            if self.ts is None:
+                raise StoreWriteError(f"{self.ts_path}: the timestamp store cannot be created")
+        now = time.time() if now is None else now
+        ops: list[Op] = []
+        ts_ops: list[Op] = []
+        t = self.entries.tables
+        with self.entries.read() as txn, self.ts.read() as tstxn:
+            tsu, tsg = self.ts.tables["users"], self.ts.tables["groups"]
+
+            def old_times(table: lmdb._Database, key: bytes) -> Times:
+                return times_or_missing(tstxn.get(key, db=table))
+
+            for key, (user, modstamp, usn) in batch.users.items():
+                new = rec.encode_user(user)
+                old = txn.get(key, db=t["users"])
+                ops += self._put_ops("users", key, new, old, (user.uid, user.dn))
+                initgr_expire = old_times(tsu, key).initgr_expire
+                if key in batch.initgr:
+                    initgr_expire = now + self.timeouts.user
+                times = Times(now, now + self.timeouts.user, initgr_expire, modstamp, usn)
+                ts_ops.append(("users", key, rec.encode_times(times)))
+
+            for key, (gids, names) in batch.initgr.items():
+                new = rec.encode_initgr(gids, names)
+                if txn.get(key, db=t["initgr"]) != new:
+                    ops.append(("initgr", key, new))
+                if key not in batch.users:
+                    p = old_times(tsu, key)
+                    times = Times(p.last_update or now, p.data_expire, now + self.timeouts.user,
+                                  p.modstamp, p.usn)  # fmt: skip
+                    ts_ops.append(("users", key, rec.encode_times(times)))
+
+            for key, (group, modstamp, usn, complete) in batch.groups.items():
+                new = rec.encode_group(group)
+                old = txn.get(key, db=t["groups"])
+                ops += self._put_ops("groups", key, new, old, (group.gid, group.dn))
+                expire = now + self.timeouts.group if complete else now - 1
+                times = Times(now, expire, 0.0, modstamp, usn)
+                ts_ops.append(("groups", key, rec.encode_times(times)))
+
+            for akey, target in batch.aliases.items():
+                if txn.get(akey, db=t["alias"]) != target:
+                    ops.append(("alias", akey, target))
+
+            for key, (modstamp, usn) in batch.touched_groups.items():
+                if key in batch.groups or txn.get(key, db=t["groups"]) is None:
+                    continue
+                times = Times(now, now + self.timeouts.group, 0.0, modstamp, usn)
+                ts_ops.append(("groups", key, rec.encode_times(times)))
+
+            for table, keys, tstable in (
+                ("users", batch.deleted_users, tsu),
+                ("groups", batch.deleted_groups, tsg),
+            ):
+                for key in keys:
+                    ops += self._delete_ops(table, key, txn.get(key, db=t[table]))
+                    if table == "users" and txn.get(key, db=t["initgr"]) is not None:
+                        ops.append(("initgr", key, None))
+                    if tstxn.get(key, db=tstable) is not None:
+                        ts_ops.append((table, key, None))
+
+        result = WriteResult()
+        if ops:
+            with self.counters.transaction(ENTRY_TXN):
+                written, commit_s = self.entries.write(ops)
+            self.counters.add(ENTRY_COMMIT, 1, commit_s)
+            self.counters.add(ENTRY_BYTES, 0, 0.0, written)
+            self.counters.add(ENTRY_RECORDS, 0, 0.0, len(ops))
+            result.entries_written, result.entry_bytes = len(ops), written
+        if ts_ops:
+            self._write_ts(ts_ops)
+            result.timestamps_written = len(ts_ops)
+        return result
+
+    def _put_ops(
+        self, table: str, key: bytes, new: bytes, old: rec.Data | None, ident: tuple[int, str]
+    ) -> list[Op]:
+        """Store a record that changed, moving its id and DN index entries; nothing
+        when the stored bytes are the same (invariant 2)."""
+        if old == new:
+            return []
+        id_table, tag = _INDEX[table]
+        ops: list[Op] = [(table, key, new)]
+        prev = None if old is None else self._ident(table, old)
+        new_id, new_dn = ident
+        if prev is None or prev[0] != new_id:
+            if prev is not None:
+                ops.append((id_table, ID_KEY.pack(prev[0]), None))
+            ops.append((id_table, ID_KEY.pack(new_id), key))
+        if prev is None or self.dn_key(prev[1]) != self.dn_key(new_dn):
+            if prev is not None and prev[1]:
+                ops.append(("dn", self.dn_key(prev[1]), None))
+            if new_dn:
+                ops.append(("dn", self.dn_key(new_dn), tag + key))
+        return ops
+
+    def _delete_ops(self, table: str, key: bytes, old: rec.Data | None) -> list[Op]:
+        if old is None:
+            return []
+        id_table, _ = _INDEX[table]
+        prev_id, prev_dn = self._ident(table, old)
+        ops: list[Op] = [(table, key, None), (id_table, ID_KEY.pack(prev_id), None)]
+        if prev_dn:
+            ops.append(("dn", self.dn_key(prev_dn), None))
+        return ops
+
+
+def open_backend_cache(
+    db_dir: str,
+    domain: DomainConfig,
+    *,
+    nowait_percentage: int = 50,
+    counters: Counters = COUNTERS,
+    boot_id: str | None = None,
+) -> BackendCache:
+    """The backend's cache of ``domain`` with its options (case, nesting, timeouts)."""
+    return BackendCache(db_dir, domain.name, boot_id=boot_id, **cache_options(domain),
+                        nowait_percentage=nowait_percentage, counters=counters)  # fmt: skip

@@ -1,0 +1,1 @@
+"""Against real parts: slapd, glibc + libnss_sss in a mount namespace, dbus-daemon, Samba."""

@@ -1,0 +1,378 @@
+"""``ldap_schema = ad`` against a real Samba AD DC, through glibc + libnss_sss.
+
+One DC for the module (testing/addc.py; provision + load + start ~15 s) with the small AD
+directory of testing/addir.py, whose expected answers are built with it. Two daemons read
+it: one serving the POSIX attributes (uidNumber/gidNumber), one with
+``ldap_id_mapping = true`` whose numbers must equal :class:`IdMapper`'s for the DC's
+domain SID (tests/unit/test_idmap.py ties IdMapper to SSSD's libsss_idmap).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cached.cache.writer import open_backend_cache
+from cached.config import parse_config
+from cached.counters import Counters
+from cached.ldap.ad import AdProvider, sid_assertion, sid_to_bytes, sid_to_str
+from cached.ldap.client import ASQ_OID, LdapClient, LdapError, Search, encode_asq, merge_ranges
+from cached.ldap.idmap import IdMapError, IdMapper
+from cached.ldap.provider import Outcome
+from testing import addc, addir
+from testing.daemon import CachedDaemon, config_text
+from testing.marks import requires_nss
+
+SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}
+
+
+# -- pure logic ---------------------------------------------------------------------
+
+
+def test_merge_ranges_folds_ranged_values() -> None:
+    attrs = {"member;range=0-1": [b"a", b"b"], "cn": [b"g"]}
+    assert merge_ranges(attrs) == {"member": 2}
+    assert attrs == {"member": [b"a", b"b"], "cn": [b"g"]}
+    last = {"member;range=2-*": [b"c"]}
+    assert merge_ranges(last) == {} and last == {"member": [b"c"]}
+    for bad in ("member;range=x-1", "member;range=5-2", "member;range=3"):
+        with pytest.raises(LdapError, match="range"):
+            merge_ranges({bad: [b"a"]}, "cn=g")
+
+
+def test_sid_round_trip_and_filter_value() -> None:
+    sid = "S-1-5-21-1004336348-1177238915-682003330-512"
+    raw = sid_to_bytes(sid)
+    assert raw[:8] == b"\x01\x05\x00\x00\x00\x00\x00\x05" and sid_to_str(raw) == sid
+    assert sid_assertion("objectSid", "S-1-5-32-545") == (
+        "(objectSid=\\01\\02\\00\\00\\00\\00\\00\\05\\20\\00\\00\\00\\21\\02\\00\\00)"
+    )
+    for bad in (b"\x01\x05\x00", raw + b"\x00"):
+        with pytest.raises(ValueError):
+            sid_to_str(bad)
+
+
+def test_asq_control_value_is_ber() -> None:
+    # SEQUENCE { OCTET STRING "member" } ([MS-ADTS] 3.1.1.3.4.1.4)
+    assert encode_asq("member") == bytes.fromhex("3008") + b"\x04\x06member"
+    with pytest.raises(ValueError):
+        encode_asq("x" * 200)
+
+
+def test_id_to_sid_inverts_the_mapping() -> None:
+    """getpwuid/getgrgid with ID mapping search by the SID the id maps back to."""
+    dom = "S-1-5-21-1004336348-1177238915-682003330"
+    m = IdMapper()
+    m.add_domain("D", dom)
+    for rid in (500, 513, 199_999, 200_000, 1_234_567):
+        sid = f"{dom}-{rid}"
+        assert m.id_to_sid(m.sid_to_id(sid)) == sid
+    with pytest.raises(IdMapError):
+        m.id_to_sid(100)
+
+
+def test_ad_defaults_and_refusals(tmp_path: Path) -> None:
+    text = config_text(["ldap://127.0.0.1"], "dc=x", tmp_path, ldap_schema="ad")
+    d = parse_config(text).domains[0]
+    assert (d.ldap_user_name, d.ldap_user_object_class, d.ldap_group_name) == (
+        "sAMAccountName", "user", "sAMAccountName")  # fmt: skip
+    assert (d.ldap_user_home_directory, d.ldap_group_member) == ("unixHomeDirectory", "member")
+    assert d.ldap_use_tokengroups and not d.ldap_id_mapping and not d.ldap_referrals
+    # An option the file sets wins over the AD default.
+    d = parse_config(text + "ldap_user_name = cn\n").domains[0]
+    assert d.ldap_user_name == "cn"
+    bis = config_text(["ldap://127.0.0.1"], "dc=x", tmp_path, ldap_id_mapping="true")
+    with pytest.raises(Exception, match="ldap_id_mapping = true needs ldap_schema = ad"):
+        parse_config(bis)
+
+
+# -- against the DC -------------------------------------------------------------------
+
+
+def _opts(dc: addc.SambaDC, **extra: str) -> dict[str, Any]:
+    return {
+        "ldap_schema": "ad",
+        "ldap_default_bind_dn": dc.admin_dn,
+        "ldap_default_authtok": dc.admin_pw,
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def posix(
+    tmp_path_factory: pytest.TempPathFactory, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> Iterator[CachedDaemon]:
+    dc, _ = ad
+    with CachedDaemon(tmp_path_factory.mktemp("adp"), [dc.ldapi_uri], dc.base_dn,
+                      **_opts(dc)) as d:  # fmt: skip
+        yield d
+
+
+@pytest.fixture(scope="module")
+def mapped(
+    tmp_path_factory: pytest.TempPathFactory, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> Iterator[CachedDaemon]:
+    dc, _ = ad
+    with CachedDaemon(tmp_path_factory.mktemp("adm"), [dc.ldapi_uri], dc.base_dn,
+                      **_opts(dc, ldap_id_mapping="true")) as d:  # fmt: skip
+        yield d
+
+
+def _nss(d: CachedDaemon, *argv: str) -> tuple[int, str]:
+    r = d.run_nss(list(argv), env=SOCKET_ONLY)
+    return r.returncode, r.stdout
+
+
+def _group_line(d: CachedDaemon, key: str) -> tuple[str, int, set[str]]:
+    rc, out = _nss(d, "getent", "group", key)
+    assert rc == 0, (key, d.log_tail())
+    name, _pw, gid, members = out.rstrip("\n").split(":")
+    return name, int(gid), set(members.split(",")) - {""}
+
+
+@requires_nss
+def test_users(posix: CachedDaemon, ad: tuple[addc.SambaDC, addir.ADDirectory]) -> None:
+    _, data = ad
+    for login, (uid, gid, home, shell, gecos) in data.passwd.items():
+        if login.startswith("m"):
+            continue  # the big group's members: checked as members below
+        want = f"{login}:*:{uid}:{gid}:{gecos}:{home}:{shell}\n"
+        assert _nss(posix, "getent", "passwd", login) == (0, want)
+        assert _nss(posix, "getent", "passwd", str(uid)) == (0, want)
+    # Without POSIX attributes (and without ID mapping) a user does not exist.
+    for login in data.non_posix_users:
+        assert _nss(posix, "getent", "passwd", login)[0] == 2
+
+
+@requires_nss
+def test_groups_nested_and_ranged(
+    posix: CachedDaemon, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    _, data = ad
+    for name, (gid, members) in data.groups.items():
+        if name == "Domain Users":
+            continue  # its members are by primaryGroupID, which `member` never lists
+        assert _group_line(posix, name) == (name, gid, set(members))
+        assert _group_line(posix, str(gid)) == (name, gid, set(members))
+    assert len(data.groups["big"][1]) > addir.MAX_VAL_RANGE
+    # The primary group: its gid and its `member` values (none), even with users of
+    # that primary gid cached; SSSD 2.8.2 adds the cached ones (docs/compatibility.md §9.5).
+    assert _nss(posix, "getent", "passwd", "alice")[0] == 0
+    assert _group_line(posix, "Domain Users") == ("Domain Users", addir.DOMAIN_USERS_GID, set())
+    # A group without gidNumber is walked through (staff lists carol), never answered.
+    assert _nss(posix, "getent", "group", "nonposix")[0] == 2
+
+
+@requires_nss
+def test_initgroups_by_token_groups(
+    posix: CachedDaemon, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    _, data = ad
+    for login in ("alice", "bob", "carol", "m0001"):
+        uid, gid = data.passwd[login][:2]
+        want = {data.groups[g][0]: g for g in data.initgroups[login]}
+        rc, out = _nss(posix, "id", login)
+        assert rc == 0, posix.log_tail()
+        groups = out.strip().split("groups=", 1)[1].split(",")
+        got = {int(x.split("(")[0]): x.split("(", 1)[1].rstrip(")") for x in groups}
+        assert out.startswith(f"uid={uid}({login}) gid={gid}(Domain Users) groups=")
+        assert got == want, login
+        rc, out = _nss(posix, "getent", "initgroups", login)
+        assert rc == 0 and {int(g) for g in out.split()[1:]} == set(want), out
+
+
+def _sids(dc: addc.SambaDC) -> dict[str, str]:
+    out = {}
+    for e in dc.search(dc.base_dn, "(|(objectClass=user)(objectClass=group))",
+                       ["sAMAccountName", "objectSid"]):  # fmt: skip
+        raw = e["raw_attributes"]
+        out[raw["sAMAccountName"][0].decode()] = sid_to_str(raw["objectSid"][0])
+    return out
+
+
+@requires_nss
+def test_id_mapping_gives_sssd_numbers(
+    mapped: CachedDaemon, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    dc, data = ad
+    sids = _sids(dc)
+    m = IdMapper()
+    m.add_domain("LDAP", dc.domain_sid)
+    primary = m.sid_to_id(f"{dc.domain_sid}-513")
+    for login in ("alice", "carol", *data.non_posix_users):
+        uid = m.sid_to_id(sids[login])
+        assert uid != data.passwd.get(login, (0,))[0]  # uidNumber is not used
+        rc, out = _nss(mapped, "getent", "passwd", str(uid))
+        assert rc == 0, mapped.log_tail()
+        assert out.split(":")[:4] == [login, "*", str(uid), str(primary)]
+        assert _nss(mapped, "getent", "passwd", login)[1] == out
+    # Every group with a SID has a gid now, nonposix included (a member group of staff).
+    for name, members in (("eng", {"alice"}), ("nonposix", {"carol"}), ("staff", {"carol"})):
+        gid = m.sid_to_id(sids[name])
+        assert _group_line(mapped, name) == (name, gid, members)
+        assert _group_line(mapped, str(gid)) == (name, gid, members)
+    rc, out = _nss(mapped, "id", "carol")
+    assert rc == 0
+    got = {int(x.split("(")[0]) for x in out.strip().split("groups=", 1)[1].split(",")}
+    want = {primary} | {m.sid_to_id(sids[g]) for g in ("nonposix", "staff")}
+    assert got == want
+    # BUILTIN (S-1-5-32-545 Users, in every token) is not mapped.
+    assert all(g < 2**31 for g in got)
+
+
+def test_ranged_values_read_from_the_dc(ad: tuple[addc.SambaDC, addir.ADDirectory]) -> None:
+    """Samba never forces ranges; asked for them explicitly, the client reads the rest
+    range by range (as it must from a Windows DC, MaxValRange 1500)."""
+    dc, data = ad
+    text = config_text([dc.ldapi_uri], dc.base_dn, Path("/nonexistent"), **_opts(dc))
+    client = LdapClient(parse_config(text).domains[0])
+    try:
+        (e,) = client.search(f"CN=big,{addir.GROUPS}", "(objectClass=*)",
+                             ["member;range=0-499"], scope="base")  # fmt: skip
+        assert len(e.get("member")) == len(set(e.get("member"))) == len(data.groups["big"][1])
+        assert not [k for k in e.attrs if ";range=" in k]
+        (e,) = client.search(f"CN=big,{addir.GROUPS}", "(objectClass=*)",
+                             ["member;range=1000-*"], scope="base")  # fmt: skip
+        assert len(e.get("member")) == len(data.groups["big"][1]) - 1000
+    finally:
+        client.close()
+
+
+# -- member naming paths, in-process against the DC ----------------------------------
+
+
+class _Spy:
+    """The provider's real LdapClient, with every search it makes recorded as
+    (filter, its options): which path named the members. ``search`` sends through
+    ``search_many``, so that is where every search passes."""
+
+    def __init__(self, client: LdapClient) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.attrs: list[str] = []
+        self._search_many = client.search_many
+        client.search_many = self  # type: ignore[method-assign]
+
+    def __call__(self, specs: list[Search], *args: Any, **kw: Any) -> Any:
+        for sp in specs:
+            opts = {"scope": sp.scope, "asq": sp.asq, "max_entries": sp.max_entries}
+            self.calls.append((sp.filt, opts))
+            self.attrs += sp.attrs
+        return self._search_many(specs, *args, **kw)
+
+    def asq(self) -> int:
+        return sum(1 for _, kw in self.calls if kw.get("asq"))
+
+    def sweeps(self) -> int:
+        return sum(1 for _, kw in self.calls if kw.get("max_entries"))
+
+    def batches(self) -> int:
+        return sum(1 for f, _ in self.calls if "(name=" in f)
+
+
+@contextlib.contextmanager
+def _provider(
+    dc: addc.SambaDC, tmp: Path, *, asq: bool = True, **extra: str
+) -> Iterator[tuple[AdProvider, _Spy]]:
+    """An AdProvider with its own cache on the real DC; ``asq=False``: the root DSE
+    read at connect loses the ASQ control, as on a server that does not list it."""
+    text = config_text([dc.ldapi_uri], dc.base_dn, tmp, **_opts(dc, **extra))
+    domain = parse_config(text).domains[0]
+    (tmp / "db").mkdir(parents=True)
+    client = LdapClient(domain)
+    cache = open_backend_cache(str(tmp / "db"), domain, counters=Counters())
+    p = AdProvider(domain, client, cache, Counters())
+    try:
+        client.connect()
+        assert client.info is not None and ASQ_OID in client.info.controls  # Samba has it
+        if not asq:
+            client.info.controls.discard(ASQ_OID)
+        yield p, _Spy(client)
+    finally:
+        client.close()
+
+
+def _members(p: AdProvider, group: str) -> set[str]:
+    view = p.cache.group_by_name(group).value
+    assert view is not None, group
+    return set(view.members.decode().split("\0")) - {""}
+
+
+def test_group_members_by_asq_only_when_the_root_dse_lists_it(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    dc, data = ad
+    want = set(data.groups["big"][1])
+    with _provider(dc, tmp_path / "a") as (p, spy):
+        assert p.group_by_name("big").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert (spy.asq(), spy.batches()) == (1, 0), spy.calls
+    with _provider(dc, tmp_path / "b", asq=False) as (p, spy):
+        assert p.group_by_name("big").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert spy.asq() == 0
+        # 1,600 members in batches of member_batch (name=…) look-ups.
+        assert spy.batches() == -(-len(want) // p.member_batch), spy.calls
+
+
+def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """m0001 is in big (1,600 members): without ASQ the unknown members are named by
+    one paged search of the user base, bounded by twice their number; with the bound
+    below the domain's users it gives up and the batches name them, as exactly."""
+    dc, data = ad
+    want_groups = set(data.initgroups["m0001"])
+    want = set(data.groups["big"][1])
+    with _provider(dc, tmp_path / "a", asq=False) as (p, spy):
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        ig = p.cache.initgroups("m0001").value
+        assert ig is not None and set(ig.groups) == want_groups
+        assert _members(p, "big") == want
+        assert (spy.asq(), spy.sweeps(), spy.batches()) == (0, 1, 0), spy.calls
+    with _provider(dc, tmp_path / "b", asq=False) as (p, spy):
+        p.sweep_factor = 1  # the bound: as many users as unknown members, fewer than exist
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        ig = p.cache.initgroups("m0001").value
+        assert ig is not None and set(ig.groups) == want_groups
+        assert _members(p, "big") == want
+        assert spy.sweeps() == 1 and spy.batches() >= len(want) // p.member_batch, spy.calls
+    with _provider(dc, tmp_path / "u", asq=False, ldap_page_size="0") as (p, spy):
+        # Unpaged, nothing could stop the sweep at its bound: batches only.
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert spy.sweeps() == 0 and spy.batches() >= len(want) // p.member_batch, spy.calls
+    with _provider(dc, tmp_path / "c") as (p, spy):
+        # With ASQ the big group's members come from it, before any sweep.
+        assert p.initgroups("m0001").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        assert (spy.asq(), spy.sweeps()) == (1, 0), spy.calls
+
+
+@requires_nss
+def test_initgroups_without_token_groups(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """``ldap_use_tokengroups = false``: the rfc2307bis walk up by (member=<DN>), the
+    same answers (SSSD 2.8.2 answers only the primary group there, §6.6)."""
+    dc, data = ad
+    with CachedDaemon(tmp_path / "d", [dc.ldapi_uri], dc.base_dn,
+                      **_opts(dc, ldap_use_tokengroups="false")) as d:  # fmt: skip
+        for login in ("alice", "bob", "carol", "m0001"):
+            want = {data.groups[g][0] for g in data.initgroups[login]}
+            rc, out = _nss(d, "id", login)
+            assert rc == 0, d.log_tail()
+            assert {int(x.split("(")[0]) for x in out.split("groups=", 1)[1].split(",")} == want
+    with _provider(dc, tmp_path / "p", ldap_use_tokengroups="false") as (p, spy):
+        assert p.initgroups("alice").outcome is Outcome.FOUND
+        ig = p.cache.initgroups("alice").value
+        assert ig is not None
+        # The primary gid is in the gids, though alice is no explicit member (§9.5).
+        gids = {data.groups[g][0] for g in data.initgroups["alice"]}
+        assert set(array.array("I", ig.gids)) == gids
+        assert set(ig.groups) == set(data.initgroups["alice"]) - {"Domain Users"}
+        assert "tokenGroups" not in spy.attrs and spy.calls

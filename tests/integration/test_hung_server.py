@@ -1,0 +1,295 @@
+"""A hung, slow, trickling, dropping or broken server never stalls a lookup: the whole
+daemon, a real slapd, the fault proxy (testing/faultproxy.py) between them, and the real
+libnss_sss through glibc.
+
+"Within the bound" is shown by what the daemon did, not by a stopwatch: the responder
+answered while the backend's request was still waiting on the server (its search
+timeout is set far longer than the bound), the responder made no backend round trip
+(its ``nss.backend`` counter), the proxy forwarded only part of an answer. Durations
+are printed for the record (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from cached.counters import NSS_BACKEND, NSS_STALE
+from testing.checks import (
+    SOCKET_ONLY,
+    backend_status,
+    expected_answers,
+    responder_status,
+    served_answers,
+    verify_entry_store,
+    wait_for,
+)
+from testing.daemon import CachedDaemon
+from testing.faultproxy import FaultProxy
+from testing.marks import requires_nss
+
+pytestmark = requires_nss
+
+DOMAIN = "LDAP"
+
+
+@pytest.fixture
+def proxy_factory() -> Iterator[Callable[[str, int], FaultProxy]]:
+    proxies: list[FaultProxy] = []
+
+    def make(host: str, port: int) -> FaultProxy:
+        p = FaultProxy(host, port).start()
+        proxies.append(p)
+        return p
+
+    yield make
+    for p in proxies:
+        p.stop()
+
+
+def count(d: CachedDaemon, name: str) -> int:
+    return int(d.counters().get(name, [0])[0])
+
+
+def domain_view(d: CachedDaemon) -> dict[str, Any]:
+    """The responder's view of the domain (learned from the backend)."""
+    return dict(responder_status(d)["domains"][DOMAIN])
+
+
+def getent(d: CachedDaemon, *args: str) -> subprocess.CompletedProcess[str]:
+    return d.run_nss(["getent", *args], env=SOCKET_ONLY)
+
+
+def test_hung_server_expired_entries_answer_from_the_cache_then_no_round_trips(
+    daemon_factory, slapd_small_fresh
+):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    # The backend waits on the hung server far longer than the responder's bound: an
+    # answer before the backend gave up can only come from the bound.
+    d = daemon_factory(
+        slapd_small_fresh, nss={"cache_first_wait": 1},
+        ldap_search_timeout=60, ldap_opt_timeout=60, ldap_network_timeout=2,
+        offline_timeout=60, offline_timeout_max=120,
+    )  # fmt: skip
+    want = expected_answers(exp)
+    assert served_answers(d, exp) == want  # fills the cache; the connection stays open
+    user = sorted(want.passwd)[0]
+    s.pause()  # SIGSTOP: the kernel accepts, nothing answers
+    try:
+        assert d.cli("cache", "-E").returncode == 0
+        start = time.monotonic()
+        r = getent(d, "passwd", user)
+        first_s = time.monotonic() - start
+        assert r.returncode == 0 and r.stdout.strip() == want.passwd[user]
+        view = domain_view(d)
+        # Answered while the backend still waits on the server (60 s search timeout).
+        assert view["stalled"] and not view["offline"], view
+        assert backend_status(d)["online"]
+        assert "within cache_first_wait = 1 s; answering from the cache" in d.log_text()
+
+        # Everything else expired: answered from the cache without one more backend
+        # request (the stuck one tells the responder when it ends).
+        before = count(d, NSS_BACKEND)
+        stale_before = count(d, NSS_STALE)
+        start = time.monotonic()
+        assert served_answers(d, exp) == want
+        rest_s = time.monotonic() - start
+        assert count(d, NSS_BACKEND) == before
+        assert count(d, NSS_STALE) > stale_before
+    finally:
+        s.resume()
+    print(f"\nhung slapd: first lookup {first_s:.2f} s, all 55 more + initgroups {rest_s:.2f} s")
+
+
+def test_offline_domain_answers_expired_entries_without_a_backend_round_trip(
+    daemon_factory, slapd_small_fresh
+):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    d = daemon_factory(
+        slapd_small_fresh, nss={"cache_first_wait": 1},
+        ldap_search_timeout=2, ldap_opt_timeout=2, ldap_network_timeout=2,
+        offline_timeout=2, offline_timeout_max=4,
+    )  # fmt: skip
+    want = expected_answers(exp)
+    assert served_answers(d, exp) == want
+    user = sorted(want.passwd)[0]
+    dn = exp.user(user).dn
+    s.pause()
+    try:
+        assert d.cli("cache", "-E").returncode == 0
+        assert getent(d, "passwd", user).stdout.strip() == want.passwd[user]
+        # The backend gives up on the server (search timeout) and says so.
+        wait_for(lambda: domain_view(d)["offline"], "responder learns offline", log=d.log_tail)
+        st = backend_status(d)
+        assert not st["online"] and "timed out" in st["last_error"], st
+        assert st["offline_since"] > 0
+        text = d.cli("status").stdout
+        assert f"OFFLINE: {s.uri}" in text and "offline since:" in text, text
+        assert "next attempt in" in text
+
+        before = count(d, NSS_BACKEND)
+        assert served_answers(d, exp) == want
+        r = getent(d, "passwd", "nosuchuser-offline")
+        assert r.returncode == 2  # unknown names fail at once
+        assert count(d, NSS_BACKEND) == before  # not one backend round trip
+    finally:
+        s.resume()
+
+    # Back: the next refresh after the retry time reaches the server and sees changes.
+    s.ldap_modify(f"dn: {dn}\nchangetype: modify\nreplace: loginShell\nloginShell: /bin/zsh\n")
+    assert d.cli("cache", "-E").returncode == 0
+
+    def fresh() -> bool:
+        return getent(d, "passwd", user).stdout.strip().endswith(":/bin/zsh")
+
+    wait_for(fresh, "fresh data after the server came back", log=d.log_tail)
+    assert backend_status(d)["online"]
+    wait_for(lambda: not domain_view(d)["offline"], "responder learns online", log=d.log_tail)
+    assert "domain LDAP back online via " + s.uri in d.log_text()
+
+
+def test_hung_first_uri_fails_over_to_the_second_and_returns_to_the_primary(
+    daemon_factory, proxy_factory, slapd_small_fresh
+):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    hung = proxy_factory("127.0.0.1", s.port)
+    hung.set(stall=True)  # accepts, never answers: a SIGSTOPped server
+    d = daemon_factory(
+        slapd_small_fresh, uris=[hung.uri], ldap_backup_uri=s.uri,
+        ldap_search_timeout=2, ldap_opt_timeout=2, ldap_network_timeout=2,
+        failover_primary_timeout=2,
+    )  # fmt: skip
+    want = expected_answers(exp)
+    user = sorted(want.passwd)[0]
+    start = time.monotonic()
+    r = getent(d, "passwd", user)  # not cached: waits, for one timeout, then the backup
+    first_s = time.monotonic() - start
+    assert r.returncode == 0 and r.stdout.strip() == want.passwd[user]
+    st = backend_status(d)
+    assert st["online"] and st["server"] == s.uri, st
+    log = d.log_text()
+    assert f"server failed, trying the next one: {hung.uri}: " in log
+    assert "timed out after ldap_opt_timeout = 2 s" in log
+    assert hung.stats.connections == 1  # waited on once, never again
+    assert served_answers(d, exp) == want
+    assert hung.stats.connections == 1
+
+    # The primary heals: after failover_primary_timeout the backend goes back to it.
+    hung.heal()
+
+    def on_primary() -> bool:
+        assert d.cli("cache", "-u", user).returncode == 0
+        getent(d, "passwd", user)
+        return bool(backend_status(d)["server"] == hung.uri)
+
+    wait_for(on_primary, "back on the primary", log=d.log_tail)
+    assert served_answers(d, exp) == want
+    print(f"\nhung first URI: first lookup via the second in {first_s:.2f} s")
+
+
+def test_server_dropping_mid_answer_leaves_no_half_written_entry(
+    daemon_factory, proxy_factory, slapd_small_fresh
+):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    px = proxy_factory("127.0.0.1", s.port)
+    d = daemon_factory(
+        slapd_small_fresh, uris=[px.uri], nss={"cache_first_wait": 5},
+        ldap_search_timeout=5, ldap_opt_timeout=5, offline_timeout=60,
+    )  # fmt: skip
+    want = expected_answers(exp)
+    assert served_answers(d, exp) == want
+    before = verify_entry_store(d.db_dir)
+    # Every connection now dies 300 bytes into an answer: the root DSE survives a new
+    # connection's set-up only partly, the big user's groups never arrive whole.
+    px.drop_all()
+    px.set(drop_after=300)
+    assert d.cli("cache", "-E").returncode == 0
+    got = served_answers(d, exp)
+    assert got == want  # from the cache
+    st = backend_status(d)
+    assert not st["online"], st
+    assert px.stats.dropped >= 1
+    after = verify_entry_store(d.db_dir)  # every record and index entry intact
+    assert (after.users, after.groups, after.initgr) == (before.users, before.groups, before.initgr)
+    assert "Traceback" not in d.log_text()
+
+
+def test_17_6_trickling_server_takes_the_domain_offline_within_the_deadline(
+    daemon_factory, proxy_factory, slapd_small_fresh
+):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    px = proxy_factory("127.0.0.1", s.port)
+    d = daemon_factory(
+        slapd_small_fresh, uris=[px.uri], nss={"cache_first_wait": 1},
+        ldap_search_timeout=2, ldap_opt_timeout=2, offline_timeout=60,
+    )  # fmt: skip
+    want = expected_answers(exp)
+    assert served_answers(d, exp) == want
+    full = px.stats.bytes_down
+    # One byte every 0.2 s: far under the old per-read timeout (8 s), so ldap3's
+    # per-read timeout never fired and a search took as long as the server liked.
+    px.set(trickle=0.2)
+    before = px.stats.bytes_down
+    assert d.cli("cache", "-E").returncode == 0
+    start = time.monotonic()
+    assert served_answers(d, exp) == want  # from the cache, within the bound
+    answered_s = time.monotonic() - start
+    wait_for(lambda: not backend_status(d)["online"], "offline", log=d.log_tail)
+    offline_s = time.monotonic() - start
+    st = backend_status(d)
+    assert "timed out" in st["last_error"], st
+    # The deadline stopped the reading: a small part of what a refresh of everything
+    # needs went through (about deadline / 0.2 s bytes per attempt).
+    assert px.stats.bytes_down - before < full / 10, (px.stats.bytes_down - before, full)
+    print(f"\ntrickling server: answers in {answered_s:.2f} s, offline after {offline_s:.2f} s")
+
+
+def _break_paged_results_oid(data: bytes) -> bytes:
+    # Same length, so the BER stays well-formed: only the value is not UTF-8.
+    return data.replace(b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.31\xff")
+
+
+def test_17_11_non_utf8_root_dse_value_fails_the_server_cleanly(
+    daemon_factory, proxy_factory, slapd_small_fresh
+):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    px = proxy_factory("127.0.0.1", s.port)
+    px.set(rewrite=_break_paged_results_oid)
+    d = daemon_factory(slapd_small_fresh, uris=[px.uri], offline_timeout=1, offline_timeout_max=1)
+    user = sorted(exp.user_names())[0]
+    for _ in range(3):
+        assert getent(d, "passwd", user).returncode == 2
+    st = backend_status(d)
+    assert not st["online"], st
+    assert "root DSE attribute supportedControl is not valid UTF-8" in st["last_error"], st
+    log = d.log_text()
+    assert "Traceback" not in log
+    assert log.count("root DSE attribute supportedControl is not valid UTF-8") <= 3
+    # Every connection was closed: none is left open through the proxy.
+    wait_for(lambda: px.open_connections == 0, "connections closed", log=d.log_tail)
+    assert px.stats.connections >= 1
+
+    px.set(rewrite=None)  # the server is fixed: back online at the next retry
+    wait_for(lambda: getent(d, "passwd", user).returncode == 0, "online again", log=d.log_tail)
+    assert backend_status(d)["online"]
+
+
+def test_slow_server_cold_lookups_wait_for_the_whole_answer(
+    daemon_factory, proxy_factory, slapd_small_fresh
+):
+    """The bound is for entries the cache holds: a user seen by getpwnam whose groups
+    were never fetched is a missing initgroups, and waits for the backend."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    px = proxy_factory("127.0.0.1", s.port)
+    d = daemon_factory(slapd_small_fresh, uris=[px.uri], nss={"cache_first_wait": 1})
+    want = expected_answers(exp)
+    user = exp.big_user
+    assert getent(d, "passwd", user).returncode == 0  # the user only, no groups yet
+    px.rtt(0.6)  # every search now takes longer than cache_first_wait
+    r = getent(d, "initgroups", user)
+    assert frozenset(int(g) for g in r.stdout.split()[1:]) == want.initgroups
+    assert count(d, NSS_STALE) == 0

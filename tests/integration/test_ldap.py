@@ -1,0 +1,423 @@
+"""The LDAP backend against a real slapd: exact answers, search counts, changes,
+hostile names, failover, TLS."""
+
+from __future__ import annotations
+
+import socket
+from array import array
+
+import pytest
+
+from cached.cache import State
+from cached.cache.records import split_members
+from cached.counters import LDAP_CONNECT, LDAP_SEARCH, Counters
+from cached.ldap import deref
+from cached.ldap.client import LdapClient, LdapOffline, Search
+from cached.ldap.provider import Outcome
+from cached.ldap.schema import escape
+from testing.backend import make_backend as _make_backend
+from testing.backend import make_domain
+
+_clients: list[LdapClient] = []
+
+
+def make_backend(*args, **kwargs):
+    """testing.backend.make_backend, with the LDAP connection closed after the test."""
+    p, cache, counters = _make_backend(*args, **kwargs)
+    _clients.append(p.client)
+    return p, cache, counters
+
+
+@pytest.fixture(autouse=True)
+def _close_clients():
+    yield
+    while _clients:
+        _clients.pop().close()
+
+
+def gids(cache, user: str) -> set[int]:
+    got = cache.initgroups(user)
+    assert got.value is not None
+    return set(array("I", got.value.gids))
+
+
+def members(cache, group: str) -> set[str]:
+    got = cache.group_by_name(group)
+    assert got.value is not None
+    return set(split_members(got.value.members))
+
+
+# -- pure parts ------------------------------------------------------------------
+
+
+def test_escape_follows_rfc4515():
+    assert escape("*)(uid=*") == "\\2a\\29\\28uid=\\2a"
+    assert escape("a\\b\0c") == "a\\5cb\\00c"
+    assert escape("Zoë") == "Zoë"
+
+
+def _deref_value(items: list[tuple[str, str, dict[str, list[bytes]]]]) -> bytes:
+    def tlv(tag: int, body: bytes) -> bytes:
+        n = len(body)
+        head = bytes([n]) if n < 0x80 else bytes([0x82, n >> 8, n & 0xFF])
+        return bytes([tag]) + head + body
+
+    res = []
+    for attr, dn, vals in items:
+        parts = [
+            tlv(0x30, tlv(0x04, a.encode()) + tlv(0x31, b"".join(tlv(0x04, v) for v in vs)))
+            for a, vs in vals.items()
+        ]
+        body = tlv(0x04, attr.encode()) + tlv(0x04, dn.encode())
+        if parts:
+            body += tlv(0xA0, b"".join(parts))
+        res.append(tlv(0x30, body))
+    return tlv(0x30, b"".join(res))
+
+
+def test_deref_decode_round_trip_and_garbage():
+    value = _deref_value(
+        [
+            ("member", "uid=a,ou=people", {"uid": [b"a"], "objectClass": [b"posixAccount"]}),
+            ("member", "cn=g,ou=groups", {}),
+        ]
+    )
+    got = deref.decode_response(value)
+    assert [(r.dn, r.values) for r in got] == [
+        ("uid=a,ou=people", {"uid": [b"a"], "objectclass": [b"posixAccount"]}),
+        ("cn=g,ou=groups", {}),
+    ]
+    for bad in (
+        b"",
+        b"\x30",
+        b"\x30\x05\x04\x01",
+        value[:-3],
+        b"\x04\x00",
+        b"\x30\x84\xff\xff\xff\xff",
+    ):
+        with pytest.raises(deref.BerError):
+            deref.decode_response(bad)
+    req = deref.encode_request([("member", ["uid", "cn"])])
+    assert req == bytes.fromhex("3015301304066d656d626572300904037569640402636e")
+
+
+def _tlv(tag: int, body: bytes) -> bytes:
+    n = len(body)
+    head = bytes([n]) if n < 0x80 else bytes([0x82, n >> 8, n & 0xFF])
+    return bytes([tag]) + head + body
+
+
+def test_search_entry_decoder_agrees_with_ldap3():
+    from ldap3.operation.search import raw_attributes_to_dict_fast
+    from ldap3.utils.asn1 import decode_message_fast
+
+    long_value = b"x" * 300  # long-form lengths inside the value loop
+    attrs = _tlv(
+        0x30,
+        _tlv(0x30, _tlv(0x04, b"cn") + _tlv(0x31, _tlv(0x04, b"g1")))
+        + _tlv(
+            0x30,
+            _tlv(0x04, b"member")
+            + _tlv(0x31, b"".join(_tlv(0x04, v) for v in (b"uid=a,o=x", long_value, b""))),
+        ),
+    )
+    ctrl_value = _deref_value([("member", "uid=a,o=x", {"uid": [b"a"]})])
+    control = _tlv(0x30, _tlv(0x04, deref.DEREF_OID.encode()) + _tlv(0x04, ctrl_value))
+    op = _tlv(0x64, _tlv(0x04, "cn=g1,o=é".encode()) + attrs)
+    msg = _tlv(0x30, _tlv(0x02, b"\x07") + op + _tlv(0xA0, control))
+
+    got = deref.decode_search_entry(msg)
+    theirs = decode_message_fast(msg)
+    assert got is not None and got.message_id == theirs["messageID"] == 7
+    assert got.dn == theirs["payload"][0][3]
+    want = raw_attributes_to_dict_fast(theirs["payload"][1][3])
+    assert {k.decode(): v for k, v in got.attrs.items()} == want
+    assert got.attrs[b"member"][1] == long_value
+    assert got.controls == [(deref.DEREF_OID.encode(), False, ctrl_value)]
+    # Any other protocolOp is left to ldap3 (searchResDone here).
+    done = _tlv(0x30, _tlv(0x02, b"\x07") + _tlv(0x65, b"\x0a\x01\x00\x04\x00\x04\x00"))
+    assert deref.decode_search_entry(done) is None
+    # Truncated or mislabelled input is refused, never read past its end.
+    for bad in (msg[:-1], msg[:40], msg[: -len(control) - 2] + b"\xa0\x05", b"\x30\x00"):
+        with pytest.raises(deref.BerError):
+            deref.decode_search_entry(bad)
+
+
+# -- exact answers -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_small_directory_every_answer_at_every_level(tmp_path, slapd_small, level):
+    s, exp = slapd_small.slapd, slapd_small.expected
+    cfg = make_domain([s.uri], s.base_dn, ldap_group_nesting_level=level)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    for name in exp.user_names():
+        assert p.user_by_name(name).outcome is Outcome.FOUND
+        assert cache.user_by_name(name).value == exp.user(name)
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert gids(cache, name) == exp.initgroups(name, level), name
+    for name in exp.group_names():
+        assert p.group_by_name(name).outcome is Outcome.FOUND
+        assert members(cache, name) == exp.members(name, level), name
+        assert cache.group_by_name(name).state is State.VALID
+
+
+def test_small_rfc2307_directory(tmp_path, slapd_small_2307):
+    s, exp = slapd_small_2307.slapd, slapd_small_2307.expected
+    cfg = make_domain([s.uri], s.base_dn, ldap_schema="rfc2307")
+    p, cache, _ = make_backend(tmp_path, cfg)
+    for name in exp.user_names():
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert gids(cache, name) == exp.initgroups(name, 0)
+    for name in exp.group_names():
+        assert p.group_by_gid(exp.group(name).gid).outcome is Outcome.FOUND
+        assert members(cache, name) == exp.members(name, 0)
+
+
+@pytest.mark.parametrize("level,count", [(2, 2085), (3, 2086)])
+def test_bigroupuser_initgroups_in_a_handful_of_searches(tmp_path, slapd_big, level, count):
+    s, exp = slapd_big.slapd, slapd_big.expected
+    cfg = make_domain([s.uri], s.base_dn, ldap_group_nesting_level=level)
+    p, cache, counters = make_backend(tmp_path, cfg)
+    p.client.connect()  # the root DSE read is the connection's, not the request's
+    before = counters.get(LDAP_SEARCH).count
+    offset = s.log_offset()
+    assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
+    assert gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", level)
+    assert len(gids(cache, "bigroupuser")) == count
+    searches = counters.get(LDAP_SEARCH).count - before
+    assert searches <= 10
+    assert s.count_logical_searches(offset) == searches
+    # Every group of the answer is stored complete: getgrgid needs no backend.
+    for gid in list(gids(cache, "bigroupuser"))[:300]:
+        assert cache.group_by_gid(gid).state is State.VALID
+
+
+def test_bigroupuser_rfc2307(tmp_path, slapd_big_2307):
+    s, exp = slapd_big_2307.slapd, slapd_big_2307.expected
+    cfg = make_domain([s.uri], s.base_dn, ldap_schema="rfc2307")
+    p, cache, counters = make_backend(tmp_path, cfg)
+    p.client.connect()
+    before = counters.get(LDAP_SEARCH).count
+    assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
+    assert gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 0)
+    assert counters.get(LDAP_SEARCH).count - before <= 3
+
+
+def test_large_group_in_at_most_three_searches(tmp_path, slapd_big):
+    s, exp = slapd_big.slapd, slapd_big.expected
+    p, cache, counters = make_backend(tmp_path, make_domain([s.uri], s.base_dn))
+    p.client.connect()
+    before = counters.get(LDAP_SEARCH).count
+    offset = s.log_offset()
+    assert p.group_by_name("large01").outcome is Outcome.FOUND
+    got = members(cache, "large01")
+    assert got == exp.members("large01", 2) and len(got) == 5000
+    searches = counters.get(LDAP_SEARCH).count - before
+    assert searches <= 3
+    assert s.count_logical_searches(offset) == searches
+
+
+def test_the_deref_control_names_members(tmp_path, slapd_small):
+    s, exp = slapd_small.slapd, slapd_small.expected
+    cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=1)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    big = max(exp.group_names(), key=lambda g: len(exp.members(g, 0)))
+    offset = s.log_offset()
+    assert p.group_by_name(big).outcome is Outcome.FOUND
+    assert members(cache, big) == exp.members(big, 2)
+    bases = [op.base for op in s.searches(offset)]
+    assert exp.group(big).dn in bases  # the base search that carried the deref control
+
+
+def test_searches_sent_together_give_what_each_gives_alone(slapd_small):
+    """client.search_many: several searches outstanding on the one connection, paged
+    (3 entries a page) so slapd's one paged state per connection is in play: each
+    gets exactly the entries it gets alone, an empty one and a noSuchObject base
+    included."""
+    s = slapd_small.slapd
+    client = LdapClient(make_domain([s.uri], s.base_dn, ldap_page_size=3))
+    _clients.append(client)
+    filters = ["(objectClass=posixGroup)", "(uid=user0000*)", "(objectClass=posixAccount)",
+               "(uid=nobody-at-all)", "(cn=*)"]  # fmt: skip
+    specs = [Search(s.base_dn, f, ["cn", "uid"]) for f in filters]
+    specs.append(Search(f"ou=nowhere,{s.base_dn}", "(objectClass=*)", ["cn"]))
+    alone = [sorted(e.dn for e in client.search(x.base, x.filt, x.attrs)) for x in specs]
+    together = client.search_many(specs)
+    assert [sorted(e.dn for e in got) for got in together] == alone  # type: ignore[union-attr]
+    assert len(alone[0]) > 3 and alone[3] == [] and alone[-1] == []
+
+
+def test_small_directory_exact_with_tiny_pages(tmp_path, slapd_small):
+    """Every level of the walk with pages of 2 entries: the searches of one round go
+    out through search_many, one paged search at a time on the connection (slapd
+    keeps one paged state per connection), and every answer is exact."""
+    s, exp = slapd_small.slapd, slapd_small.expected
+    p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn, ldap_page_size=2))
+    for name in exp.user_names():
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert gids(cache, name) == exp.initgroups(name, 2), name
+    for name in exp.group_names():
+        assert p.group_by_name(name).outcome is Outcome.FOUND
+        assert members(cache, name) == exp.members(name, 2), name
+
+
+# -- changes on the server -------------------------------------------------------
+
+
+def test_changes_on_the_server_are_seen_after_invalidation(tmp_path, slapd_small_fresh):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    cfg = make_domain([s.uri], s.base_dn, ldap_group_nesting_level=3)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    user = exp.big_user
+    udn = exp.user(user).dn
+    direct = sorted(exp.direct_groups(user))
+    other = next(g for g in exp.group_names() if user not in exp.members(g, 3) and g != "users")
+    assert p.initgroups(user).outcome is Outcome.FOUND
+    before = gids(cache, user)
+
+    s.ldap_modify(
+        f"dn: {exp.group(other).dn}\nchangetype: modify\nadd: member\nmember: {udn}\n\n"
+        f"dn: {exp.group(direct[0]).dn}\nchangetype: modify\ndelete: member\nmember: {udn}\n\n"
+        f"dn: {udn}\nchangetype: modify\nreplace: loginShell\nloginShell: /bin/zsh\n"
+    )
+    cache.invalidate_all()
+    assert p.user_by_name(user).outcome is Outcome.FOUND
+    assert cache.user_by_name(user).value.shell == "/bin/zsh"
+    assert p.initgroups(user).outcome is Outcome.FOUND
+    after = gids(cache, user)
+    assert exp.group(other).gid in after and exp.group(other).gid not in before
+    # The direct group may still be reached through a parent; its own membership is gone.
+    assert user not in members(cache, direct[0]) or direct[0] in exp.direct_groups(user)
+    assert user not in set(split_members(cache.group_by_name(direct[0]).value.members))
+
+    # Delete a group the user is in: the next refresh deletes it from the cache.
+    victim = direct[1]
+    s.ldap_modify(f"dn: {exp.group(victim).dn}\nchangetype: delete\n")
+    cache.invalidate_all()
+    assert p.initgroups(user).outcome is Outcome.FOUND
+    assert exp.group(victim).gid not in gids(cache, user)
+    assert cache.group_by_name(victim).state is State.MISSING
+    assert p.group_by_name(victim).outcome is Outcome.NOT_FOUND
+    assert p.user_by_name("nosuchuser").outcome is Outcome.NOT_FOUND
+
+
+# -- hostile input -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["*)(uid=*", "*", "\\", "(", ")", "a\0b", "bigroupuser)(uid=*", "x" * 300, "\udcff", "é*"],
+)
+def test_hostile_names_match_nothing_and_raise_nothing(tmp_path, slapd_small, name):
+    s = slapd_small.slapd
+    p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn))
+    for call in (p.user_by_name, p.group_by_name, p.initgroups):
+        assert call(name).outcome is Outcome.NOT_FOUND
+    assert cache.counts() == {"users": 0, "groups": 0, "initgr": 0}
+
+
+# -- failover and offline --------------------------------------------------------
+
+
+def _dead_uri() -> str:
+    # A port nobody listens on: bind it, note it, close it (loopback only).
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"ldap://127.0.0.1:{port}"
+
+
+def test_failover_to_the_second_uri(tmp_path, slapd_small):
+    s = slapd_small.slapd
+    cfg = make_domain([_dead_uri()], s.base_dn, ldap_backup_uri=s.uri)
+    p, _cache, _ = make_backend(tmp_path, cfg)
+    assert p.user_by_name(slapd_small.expected.big_user).outcome is Outcome.FOUND
+    assert p.client.info is not None and p.client.info.uri == s.uri
+
+
+def test_all_servers_dead_goes_offline_then_back(tmp_path, slapd_small_fresh):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    cfg = make_domain(
+        [s.uri], s.base_dn, ldap_network_timeout=1, offline_timeout=1, ldap_opt_timeout=1
+    )
+    now = [1000.0]
+    p, cache, _ = make_backend(tmp_path, cfg)
+    counters = Counters()
+    p.client.close()
+    p.client = LdapClient(cfg, counters=counters, clock=lambda: now[0])
+    _clients.append(p.client)
+    assert p.user_by_name(exp.big_user).outcome is Outcome.FOUND
+    s.stop()
+    r = p.user_by_name(exp.big_user)
+    assert r.outcome is Outcome.OFFLINE and s.uri in r.message
+    assert not p.client.online
+    # While offline, requests fail at once: no connection attempt is made.
+    attempts = counters.get(LDAP_CONNECT).count
+    for _ in range(50):
+        assert p.user_by_name("someone").outcome is Outcome.OFFLINE
+    assert counters.get(LDAP_CONNECT).count == attempts
+    assert cache.user_by_name(exp.big_user).value is not None  # still cached
+    s.start()
+    assert p.user_by_name(exp.big_user).outcome is Outcome.OFFLINE  # retry time not reached
+    now[0] += 1.5  # offline_timeout passed
+    assert p.user_by_name(exp.big_user).outcome is Outcome.FOUND
+    assert p.client.online
+
+
+def test_offline_detection_is_bounded_by_the_network_timeout(tmp_path, slapd_small_fresh):
+    s = slapd_small_fresh.slapd
+    cfg = make_domain(
+        [s.uri], s.base_dn, ldap_network_timeout=1, ldap_opt_timeout=1, ldap_search_timeout=1
+    )
+    p, _, _ = make_backend(tmp_path, cfg)
+    p.client.connect()
+    s.pause()  # a frozen server: the TCP connection stays up, nothing answers
+    try:
+        with pytest.raises(LdapOffline):
+            p.client.search(s.base_dn, "(uid=x)", ["uid"])
+    finally:
+        s.resume()
+
+
+# -- TLS -----------------------------------------------------------------------------
+
+
+def test_ldaps_and_starttls_with_the_right_ca(tmp_path, slapd_small_tls, tls_files):
+    s, exp = slapd_small_tls.slapd, slapd_small_tls.expected
+    for uri, starttls in ((s.ldaps_uri, "false"), (s.uri, "true")):
+        cfg = make_domain(
+            [uri], s.base_dn, ldap_tls_cacert=tls_files.ca_cert, ldap_id_use_start_tls=starttls
+        )
+        p, _cache, _ = make_backend(tmp_path / uri.split(":")[0] / starttls, cfg)
+        assert p.user_by_name(exp.big_user).outcome is Outcome.FOUND
+
+
+def test_wrong_ca_fails_with_a_clear_error_naming_the_uri(tmp_path, slapd_small_tls, tls_files):
+    from testing.slapd import make_tls_material
+
+    s = slapd_small_tls.slapd
+    other = make_tls_material(tmp_path / "other-ca")
+    for uri, starttls in ((s.ldaps_uri, "false"), (s.uri, "true")):
+        cfg = make_domain(
+            [uri], s.base_dn, ldap_tls_cacert=other.ca_cert, ldap_id_use_start_tls=starttls
+        )
+        p, _, _ = make_backend(tmp_path / uri.split(":")[0] / starttls, cfg)
+        r = p.user_by_name("anyone")
+        assert r.outcome is Outcome.OFFLINE
+        assert uri in r.message and "certificate" in r.message.lower()
+    # ldap_tls_reqcert = never accepts it (as SSSD).
+    cfg = make_domain([s.ldaps_uri], s.base_dn, ldap_tls_reqcert="never")
+    p, _, _ = make_backend(tmp_path / "never", cfg)
+    assert p.user_by_name(slapd_small_tls.expected.big_user).outcome is Outcome.FOUND
+
+
+def test_sasl_external_bind_over_ldapi(tmp_path, slapd_small):
+    s, exp = slapd_small.slapd, slapd_small.expected
+    cfg = make_domain([s.ldapi_uri], s.base_dn, ldap_sasl_mech="EXTERNAL")
+    p, cache, _ = make_backend(tmp_path, cfg)
+    assert p.user_by_name(exp.big_user).outcome is Outcome.FOUND
+    assert cache.user_by_name(exp.big_user).value == exp.user(exp.big_user)
+    # slapd saw a SASL EXTERNAL bind: whoami is the peer-credential identity.
+    assert p.client.conn is not None
+    assert "cn=peercred,cn=external,cn=auth" in (p.client.conn.extend.standard.who_am_i() or "")

@@ -1,0 +1,298 @@
+"""The daemon through the real glibc and libnss_sss (private mount namespace)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+import pytest
+
+from cached.counters import LDAP_CONNECT
+from cached.nss import protocol as p
+from testing.marks import requires_nss
+
+pytestmark = requires_nss
+
+SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}
+
+
+def id_groups(output: str) -> set[int]:
+    """The gids of `id` output: ``uid=... gid=... groups=10000(users),20001(x),...``."""
+    groups = output.strip().split("groups=", 1)[1]
+    return {int(item.split("(", 1)[0]) for item in groups.split(",")}
+
+
+# -- bigroupuser through glibc ---------------------------------------------------------
+
+
+def test_id_bigroupuser_equals_the_expected_answer(cached_big, slapd_big):
+    exp = slapd_big.expected
+    r = cached_big.run_nss(["id", "bigroupuser"], env=SOCKET_ONLY)
+    assert r.returncode == 0, r.stderr
+    assert id_groups(r.stdout) == exp.initgroups("bigroupuser", 2)
+    assert len(id_groups(r.stdout)) == 2085
+    u = exp.user("bigroupuser")
+    assert r.stdout.startswith(f"uid={u.uid}(bigroupuser) gid={u.gid}(users) groups=")
+
+
+def test_getent_passwd_group_initgroups(cached_big, slapd_big):
+    exp = slapd_big.expected
+    u = exp.user("bigroupuser")
+    want = f"bigroupuser:*:{u.uid}:{u.gid}:{u.gecos}:{u.home}:{u.shell}\n"
+    for key in ("bigroupuser", str(u.uid)):
+        r = cached_big.run_nss(["getent", "passwd", key], env=SOCKET_ONLY)
+        assert (r.returncode, r.stdout) == (0, want)
+    other = exp.user("user00042")
+    r = cached_big.run_nss(["getent", "passwd", str(other.uid)], env=SOCKET_ONLY)
+    assert r.stdout.split(":")[0] == "user00042"
+
+    r = cached_big.run_nss(["getent", "group", "large01"], env=SOCKET_ONLY)
+    name, pw, gid, members = r.stdout.rstrip("\n").split(":")
+    assert (name, pw, int(gid)) == ("large01", "*", exp.group("large01").gid)
+    assert set(members.split(",")) == exp.members("large01", 2) and len(members.split(",")) == 5000
+
+    r = cached_big.run_nss(["getent", "initgroups", "bigroupuser"], env=SOCKET_ONLY)
+    name, *gids = r.stdout.split()
+    assert name == "bigroupuser"
+    # As SSSD: the groups the user is a member of; not the primary gid, of a group
+    # ("users") that does not list it (docs/compatibility.md §9.5).
+    assert {int(g) for g in gids} == exp.initgroups_reply("bigroupuser", 2)
+
+
+def test_unknown_user_exits_2(cached_big):
+    r = cached_big.run_nss(["getent", "passwd", "nosuchuser"], env=SOCKET_ONLY)
+    assert (r.returncode, r.stdout) == (2, "")
+    r = cached_big.run_nss(["getent", "group", "nosuchgroup"], env=SOCKET_ONLY)
+    assert r.returncode == 2
+
+
+def test_root_is_filtered_by_default(cached_small):
+    # filter_users = root (SSSD's default): never answered, so `files` keeps root.
+    r = cached_small.run_nss(["getent", "passwd", "root"], env=SOCKET_ONLY)
+    assert r.returncode == 2
+
+
+def test_python_client_cached_id_and_getent(cached_small, slapd_small):
+    exp = slapd_small.expected
+    r = cached_small.cli("id", exp.big_user)
+    assert r.returncode == 0, r.stderr
+    assert id_groups(r.stdout) == exp.initgroups(exp.big_user, 2)
+    r = cached_small.cli("getent", "group", "large01")
+    assert set(r.stdout.strip().split(":")[3].split(",")) == exp.members("large01", 2)
+    assert cached_small.cli("getent", "passwd", "nosuchuser").returncode == 2
+
+
+# -- concurrency -----------------------------------------------------------------------
+
+
+def _load(daemon, lookups, threads, seconds, processes=1):
+    r = daemon.run_nss(
+        [sys.executable, "-m", "testing.nssload", "--threads", str(threads),
+         "--processes", str(processes), "--seconds", str(seconds)],
+        env=SOCKET_ONLY, timeout=seconds + 120, input=json.dumps({"lookups": lookups}),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def _mixed_lookups(exp, groups=300):
+    names = sorted(exp.group_names())[:groups]
+    lookups = [["getgrgid", exp.group(g).gid, g] for g in names]
+    lookups += [["getgrnam", g, g] for g in names[:50]]
+    lookups += [["getpwnam", u, u] for u in sorted(exp.user_names())[:50]]
+    lookups += [["getpwnam", "nosuchuser", None], ["getgrgid", 999999, None]]
+    return lookups
+
+
+LOAD_SECONDS = float(os.environ.get("CACHED_LOAD_SECONDS", "5"))
+
+
+def test_200_concurrent_clients_zero_errors(cached_big, slapd_big):
+    result = _load(cached_big, _mixed_lookups(slapd_big.expected), 200, LOAD_SECONDS)
+    assert result["requests"] > 200
+    assert result["errors"] == 0, result["error_samples"]
+
+
+@pytest.mark.slow
+def test_200_concurrent_clients_for_30_seconds(cached_big, slapd_big):
+    result = _load(cached_big, _mixed_lookups(slapd_big.expected, 3000), 200, 30)
+    print("200 threads x 30 s:", result)
+    assert result["errors"] == 0, result["error_samples"]
+
+
+# -- faults -------------------------------------------------------------------------------
+
+
+def test_backend_killed_during_a_cold_id(daemon_factory, slapd_big):
+    exp = slapd_big.expected
+    d = daemon_factory(slapd_big)
+    backend = d.child_pid("backend LDAP")
+    offset = slapd_big.slapd.log_offset()
+    proc = d.start_nss(["id", "bigroupuser"], env=SOCKET_ONLY)
+    # Wait for the initgroups walk to reach the server (a real signal, not a delay):
+    # the search for the user's direct groups.
+    deadline = time.monotonic() + 60
+    while not any(
+        "member=uid=bigroupuser" in op.filter
+        for op in slapd_big.slapd.searches(offset, settle_timeout=0)
+    ):
+        assert time.monotonic() < deadline, "the backend never searched"
+        time.sleep(0.005)
+    os.kill(backend, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    # The daemon kept answering: `id` got the user (its groups may be incomplete).
+    assert out.startswith(f"uid={exp.user('bigroupuser').uid}(bigroupuser)"), err
+    assert d.run_nss(["getent", "passwd", "bigroupuser"], env=SOCKET_ONLY).returncode == 0
+    # The monitor restarts the backend; the next id is complete.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            new = d.child_pid("backend LDAP")
+            if new != backend:
+                break
+        except LookupError:
+            pass
+        assert time.monotonic() < deadline, d.log_tail()
+        time.sleep(0.05)
+    r = d.run_nss(["id", "bigroupuser"], env=SOCKET_ONLY)
+    assert id_groups(r.stdout) == exp.initgroups("bigroupuser", 2)
+    assert "died: signal 9" in d.log_text()
+
+
+def test_server_stopped_cached_users_resolve_unknown_fail_fast(daemon_factory, slapd_small_fresh):
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    d = daemon_factory(slapd_small_fresh, ldap_network_timeout=1)
+    users = sorted(exp.user_names())[:5]
+    for u in users:
+        assert d.run_nss(["getent", "passwd", u], env=SOCKET_ONLY).returncode == 0
+    s.stop()
+    assert d.cli("cache", "-E").returncode == 0  # every entry expired: needs the server
+    for u in users:
+        r = d.run_nss(["getent", "passwd", u], env=SOCKET_ONLY)
+        assert r.returncode == 0 and r.stdout.startswith(f"{u}:"), r.stderr
+    before = d.counters()
+    for n in range(20):
+        r = d.run_nss(["getent", "passwd", f"unknown{n}"], env=SOCKET_ONLY)
+        assert r.returncode == 2
+    after = d.counters()
+    # Offline: no connection attempt per lookup, so unknown names fail at once.
+    assert after.get(LDAP_CONNECT, [0])[0] - before.get(LDAP_CONNECT, [0])[0] <= 1
+    status = d.cli("status").stdout
+    assert "OFFLINE" in status and s.uri in status
+
+
+# -- malformed packets --------------------------------------------------------------------
+
+
+def _connect(d) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(str(d.pipes_dir / "nss"))
+    return sock
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize(
+    "packet,expect",
+    [
+        (b"\x10\x00", "closed-after-eof"),  # short header, then EOF from us
+        (struct.pack("=4I", 8, 0x11, 0, 0), "closed"),  # length below the header
+        (struct.pack("=4I", 2000, 0x11, 0, 0) + b"x" * 1984, "closed"),  # oversize
+        (struct.pack("=4I", 16, 0x7777, 0, 0), "closed"),  # unknown command
+        (p.encode_request(0x11, b"\xff\xfe\0"), "EINVAL"),  # bad UTF-8
+        (p.encode_request(0x11, b"noterminator"), "EINVAL"),
+        (p.encode_request(0x12, b"\x01\x02"), "EINVAL"),  # uid body of 2 bytes
+    ],
+)
+def test_malformed_packets_get_sssds_behaviour(cached_small, packet, expect):
+    sock = _connect(cached_small)
+    try:
+        sock.sendall(packet)
+        if expect == "EINVAL":
+            head = sock.recv(16)
+            length, _cmd, status, _ = struct.unpack("=4I", head)
+            assert (length, status) == (16, 22)
+        elif expect == "closed":
+            assert _closed(sock)
+        else:
+            sock.shutdown(socket.SHUT_WR)
+            assert _closed(sock)
+    finally:
+        sock.close()
+    # The daemon keeps serving.
+    r = cached_small.run_nss(["getent", "passwd", "user00001"], env=SOCKET_ONLY)
+    assert r.returncode == 0
+
+
+# -- the lookup flow ---------------------------------------------------------------------
+
+
+def test_concurrent_lookups_of_one_expired_object_share_one_backend_request(
+    daemon_factory, slapd_big
+):
+    d = daemon_factory(slapd_big)
+    # 2,085 gids less the primary one, which "users" does not list (docs/compatibility.md §9.5).
+    result = _load(d, [["initgroups", "bigroupuser", 2084]], threads=20, seconds=2)
+    assert result["errors"] == 0, result["error_samples"]
+    assert result["requests"] >= 20
+    # 20 clients asked at once while the cache was cold: one initgroups request.
+    assert d.counters()["be.req.initgr"][0] == 1
+
+
+def test_negative_cache_then_sighup_drops_it(daemon_factory, slapd_small_fresh):
+    s = slapd_small_fresh.slapd
+    d = daemon_factory(slapd_small_fresh, nss={"entry_negative_timeout": 3600})
+    assert d.run_nss(["getent", "passwd", "latecomer"], env=SOCKET_ONLY).returncode == 2
+    s.ldap_modify(
+        f"dn: uid=latecomer,ou=people,{s.base_dn}\n"
+        "objectClass: top\nobjectClass: person\nobjectClass: organizationalPerson\n"
+        "objectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+        "uid: latecomer\ncn: Late Comer\nsn: Comer\nuidNumber: 19999\ngidNumber: 10000\n"
+        "homeDirectory: /home/latecomer\nloginShell: /bin/sh\n"
+    )
+    searches = d.counters()["be.req.user"][0]
+    # Still "not found": the negative cache answers without asking the backend.
+    assert d.run_nss(["getent", "passwd", "latecomer"], env=SOCKET_ONLY).returncode == 2
+    assert d.counters()["be.req.user"][0] == searches
+    os.kill(d.pid, signal.SIGHUP)  # the monitor passes it on; the responder forgets
+    deadline = time.monotonic() + 30
+    while d.run_nss(["getent", "passwd", "latecomer"], env=SOCKET_ONLY).returncode != 0:
+        assert time.monotonic() < deadline, d.log_tail()
+        time.sleep(0.05)
+
+
+def test_case_insensitive_domain(daemon_factory, slapd_small):
+    exp = slapd_small.expected
+    d = daemon_factory(slapd_small, case_sensitive="false")
+    r = d.run_nss(["getent", "passwd", exp.big_user.upper()], env=SOCKET_ONLY)
+    assert r.returncode == 0 and r.stdout.startswith(f"{exp.big_user}:")
+    r = d.run_nss(["getent", "group", "LARGE01"], env=SOCKET_ONLY)
+    assert r.stdout.startswith("large01:")
+
+
+def test_case_sensitive_domain(cached_small, slapd_small):
+    # case_sensitive = true (the default): another spelling is another name.
+    name = slapd_small.expected.big_user.upper()
+    assert cached_small.run_nss(["getent", "passwd", name], env=SOCKET_ONLY).returncode == 2
+
+
+def test_enumeration_answers_only_when_enabled(daemon_factory, cached_small, slapd_small):
+    exp = slapd_small.expected
+    assert cached_small.run_nss(["getent", "passwd"], env=SOCKET_ONLY).stdout == ""
+    d = daemon_factory(slapd_small, enumerate="true")
+    for u in sorted(exp.user_names())[:3]:
+        d.run_nss(["getent", "passwd", u], env=SOCKET_ONLY)
+    listed = {line.split(":")[0] for line in d.run_nss(["getent", "passwd"], env=SOCKET_ONLY)
+              .stdout.splitlines()}  # fmt: skip
+    assert set(sorted(exp.user_names())[:3]) <= listed

@@ -1,0 +1,1 @@
+"""The long load, fuzz and kill runs (marked slow: `make soak`)."""

@@ -1,0 +1,435 @@
+"""The split cache: change detection, expiry, invalidation, crash safety, MVCC."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing as mp
+import os
+from array import array
+from pathlib import Path
+
+import pytest
+
+from cached.cache import DomainCache, State, cache_paths, classify, integrity
+from cached.cache import cache as cache_mod
+from cached.cache import records as rec
+from cached.cache.writer import BackendCache
+from cached.counters import ENTRY_TXN, TS_WRITE, Counters
+from cached.model import Group, User
+
+BASE = "dc=example,dc=test"
+
+
+def user(i: int, shell: str = "/bin/bash") -> User:
+    name = f"user{i:05d}"
+    return User(
+        name, 10001 + i, 10000, f"User {i}", f"/home/{name}", shell, f"uid={name},ou=people,{BASE}"
+    )
+
+
+def group(i: int, members: int = 20, member_groups: tuple[str, ...] = ()) -> Group:
+    name = f"group{i:05d}"
+    return Group(
+        name,
+        20001 + i,
+        f"cn={name},ou=groups,{BASE}",
+        tuple(f"user{(i * 7 + j * 13) % 5000:05d}" for j in range(members)),
+        member_groups,
+    )
+
+
+def digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def backend(tmp_path: Path, **kw) -> BackendCache:
+    kw.setdefault("counters", Counters())
+    kw.setdefault("boot_id", "boot-1")
+    return BackendCache(str(tmp_path), "LDAP", **kw)
+
+
+def test_classify_follows_the_midpoint_rule():
+    # lastUpdate 1000, expiry 1000+5400, 50 %: midpoint at 1000+2700.
+    assert classify(1000, 6400, 2000, 50) is State.VALID
+    assert classify(1000, 6400, 3701, 50) is State.MIDPOINT
+    assert classify(1000, 6400, 6400, 50) is State.EXPIRED
+    assert classify(1000, 6400, 6000, 0) is State.VALID
+    # The midpoint is never earlier than lastUpdate + 10 s (reference §6.4).
+    assert classify(1000, 1012, 1005, 50) is State.VALID
+    assert classify(1000, 1012, 1011, 50) is State.MIDPOINT
+    # No timestamp record: expired, never missing.
+    assert classify(0, 0, 5, 50) is State.EXPIRED
+
+
+def test_records_round_trip_and_are_canonical():
+    g1 = rec.GroupRecord.from_group(Group("g", 1, "cn=g", ("b", "a", "b"), ("y", "x")))
+    g2 = rec.GroupRecord.from_group(Group("g", 1, "cn=g", ("a", "b"), ("x", "y")))
+    assert rec.encode_group(g1) == rec.encode_group(g2)
+    assert g1.members == b"a\0b\0" and g1.member_count == 2
+    assert rec.decode_group(rec.encode_group(g1)) == g1
+    u = user(3)
+    assert rec.decode_user(rec.encode_user(u)) == u
+    t = rec.Times(1.5, 2.5, 3.5, "20260101000000Z", "csn#1")
+    assert rec.decode_times(rec.encode_times(t)) == t
+    inv = rec.decode_times(rec.invalidated_times(rec.encode_times(t)))
+    assert inv == rec.Times(1.5, rec.EXPIRED, rec.EXPIRED, "20260101000000Z", "csn#1")
+    with pytest.raises(rec.RecordError):
+        rec.decode_user(b"\x93\x02\x01\x02")
+    with pytest.raises(rec.RecordError):
+        rec.decode_times(b"\x07garbage")
+
+
+def test_store_and_read_back_all_kinds(tmp_path):
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_user(b, user(1))
+        c.put_group(b, group(1))
+        c.put_initgroups(
+            b, "user00001", [10000, 20002, 20001], ["users", "group00001", "group00002"]
+        )
+    got = c.user_by_name("user00001")
+    assert got.state is State.VALID and got.value == user(1)
+    assert c.user_by_uid(10002).value == user(1)
+    assert c.user_by_name("nosuch").state is State.MISSING
+    assert c.user_by_uid(1).state is State.MISSING
+    g = c.group_by_gid(20002)
+    assert g.value is not None and g.value.name == "group00001"
+    assert g.value.member_count == 20 and g.value.members.count(b"\0") == 20
+    ig = c.initgroups("user00001")
+    assert ig.state is State.VALID and ig.value is not None
+    assert array("I", ig.value.gids).tolist() == [10000, 20001, 20002]
+    assert c.resolve_dns([user(1).dn.upper(), "cn=nope"]) == {
+        user(1).dn.upper(): ("user", "user00001")
+    }
+
+
+def test_user_without_initgroups_record_is_expired_for_initgroups(tmp_path):
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_user(b, user(1))
+    ig = c.initgroups("user00001")
+    assert ig.state is State.EXPIRED
+    assert ig.value is not None and array("I", ig.value.gids).tolist() == [10000]
+
+
+def test_nested_members_expand_to_the_nesting_level(tmp_path):
+    c = backend(tmp_path, nesting_level=1)
+    with c.write() as b:
+        c.put_group(b, Group("top", 1, "cn=top", ("a",), ("mid",)))
+        c.put_group(b, Group("mid", 2, "cn=mid", ("b",), ("low", "top")))  # a loop too
+        c.put_group(b, Group("low", 3, "cn=low", ("c",)))
+    top = c.group_by_name("top").value
+    assert top is not None and rec.split_members(top.members) == ["a", "b"]
+    c2 = DomainCache(
+        str(tmp_path), "LDAP", nesting_level=2, counters=Counters()
+    )
+    top = c2.group_by_name("top").value
+    assert top is not None and rec.split_members(top.members) == ["a", "b", "c"]
+    assert top.member_count == 3
+
+
+def test_case_insensitive_domain_folds_names(tmp_path):
+    c = backend(tmp_path, case_sensitive=False)
+    with c.write() as b:
+        c.put_user(b, User("Alice", 5000, 5000, dn="uid=Alice,ou=people"))
+    assert c.user_by_name("ALICE").value == User("Alice", 5000, 5000, dn="uid=Alice,ou=people")
+    cs = backend(tmp_path / "cs", case_sensitive=True)
+    with cs.write() as b:
+        cs.put_user(b, User("Alice", 5000, 5000))
+    assert cs.user_by_name("alice").state is State.MISSING
+
+
+def test_refreshing_2000_unchanged_groups_writes_no_entry_transaction(tmp_path):
+    counters = Counters()
+    c = backend(tmp_path, counters=counters)
+    groups = [group(i) for i in range(2000)]
+    with c.write() as b:
+        for g in groups:
+            c.put_group(b, g)
+    entry_path, _ = cache_paths(str(tmp_path), "LDAP")
+    before_file = digest(entry_path)
+    before_txn = counters.get(ENTRY_TXN).count
+    before_ts = counters.get(TS_WRITE).count
+    # Same content, members listed in another order: still unchanged (§3.4).
+    with c.write() as b:
+        for g in groups:
+            c.put_group(b, Group(g.name, g.gid, g.dn, tuple(reversed(g.members))))
+    assert counters.get(ENTRY_TXN).count == before_txn
+    assert counters.get(TS_WRITE).count == before_ts + 1
+    assert digest(entry_path) == before_file
+
+    # One group changes: one transaction that rewrites that record only.
+    changed = group(7, members=21)
+    with c.write() as b:
+        for g in groups:
+            c.put_group(b, changed if g.name == changed.name else g)
+        result = c.commit(b)
+    assert result.entries_written == 1
+    assert counters.get(ENTRY_TXN).count == before_txn + 1
+    assert c.group_by_name("group00007").value.member_count == 21  # type: ignore[union-attr]
+
+
+def test_invalidate_all_then_same_refresh_leaves_entry_store_unchanged(tmp_path):
+    counters = Counters()
+    c = backend(tmp_path, counters=counters)
+    users = [user(i) for i in range(5000)]
+    groups = [group(i) for i in range(5000)]
+    with c.write() as b:
+        for u in users:
+            c.put_user(b, u)
+        for g in groups:
+            c.put_group(b, g)
+    entry_path, _ = cache_paths(str(tmp_path), "LDAP")
+    before = digest(entry_path)
+    txns = counters.get(ENTRY_TXN).count
+
+    assert c.invalidate_all() == 10000
+    assert all(c.user_by_name(u.name).state is State.EXPIRED for u in users)
+    assert all(c.group_by_gid(g.gid).state is State.EXPIRED for g in groups)
+
+    with c.write() as b:
+        for u in users:
+            c.put_user(b, u)
+        for g in groups:
+            c.put_group(b, g)
+    assert counters.get(ENTRY_TXN).count == txns
+    assert digest(entry_path) == before
+    assert all(c.user_by_name(u.name).state is State.VALID for u in users[:100])
+
+
+def test_invalidate_one_and_unknown(tmp_path):
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_user(b, user(1))
+        c.put_group(b, group(1))
+        c.put_initgroups(b, "user00001", [10000], [])
+    assert c.invalidate_user("user00001") is True
+    assert c.invalidate_user("nosuch") is False
+    assert c.user_by_name("user00001").state is State.EXPIRED
+    assert c.initgroups("user00001").state is State.EXPIRED
+    assert c.group_by_name("group00001").state is State.VALID
+    assert c.invalidate_group("group00001") is True
+    assert c.group_by_name("group00001").state is State.EXPIRED
+
+
+def test_touch_group_writes_timestamps_only(tmp_path):
+    counters = Counters()
+    c = backend(tmp_path, counters=counters)
+    with c.write() as b:
+        c.put_group(b, group(1), modstamp="20260101000000Z", usn="csn#1")
+    c.invalidate_group("group00001")
+    # Invalidation keeps the stamps the refresh validates by (docs/ARCHITECTURE.md §5).
+    t = c.times("group", ["group00001"])["group00001"]
+    assert (t.data_expire, t.modstamp, t.usn) == (rec.EXPIRED, "20260101000000Z", "csn#1")
+    assert c.group_by_name("group00001").state is State.EXPIRED
+    txns = counters.get(ENTRY_TXN).count
+    with c.write() as b:
+        c.touch_group(b, "group00001", modstamp="20260101000000Z")
+        c.touch_group(b, "never-stored")
+    assert counters.get(ENTRY_TXN).count == txns
+    assert c.group_by_name("group00001").state is State.VALID
+    assert c.group_by_name("never-stored").state is State.MISSING
+
+
+def test_delete_removes_record_indexes_and_timestamps(tmp_path):
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_user(b, user(1))
+        c.put_group(b, group(1))
+        c.put_initgroups(b, "user00001", [10000], [])
+    with c.write() as b:
+        c.delete_user(b, "user00001")
+        c.delete_group(b, "group00001")
+    assert c.user_by_uid(10002).state is State.MISSING
+    assert c.group_by_gid(20002).state is State.MISSING
+    assert c.initgroups("user00001").state is State.MISSING
+    assert c.resolve_dns([user(1).dn, group(1).dn]) == {}
+    assert c.times("user", ["user00001"]) == {}
+
+
+def test_changed_uid_moves_the_index(tmp_path):
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_user(b, user(1))
+    with c.write() as b:
+        c.put_user(b, User("user00001", 777, 10000, dn=user(1).dn))
+    assert c.user_by_uid(10002).state is State.MISSING
+    assert c.user_by_uid(777).value is not None
+
+
+def _fill(c: BackendCache, n: int = 50) -> None:
+    with c.write() as b:
+        for i in range(n):
+            c.put_user(b, user(i))
+            c.put_group(b, group(i))
+
+
+def _expect_all_expired_and_present(tmp_path, n: int = 50) -> None:
+    c = backend(tmp_path)
+    assert c.ts_rebuilt_reason
+    for i in range(n):
+        u = c.user_by_name(user(i).name)
+        g = c.group_by_name(group(i).name)
+        assert u.state is State.EXPIRED and u.value == user(i)
+        assert g.state is State.EXPIRED and g.value is not None
+    c.close()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "garbage", "zeroed-meta", "foreign"])
+def test_damaged_timestamp_store_is_rebuilt_and_nothing_is_lost(tmp_path, damage):
+    c = backend(tmp_path)
+    _fill(c)
+    c.close()
+    _, ts_path = cache_paths(str(tmp_path), "LDAP")
+    size = os.path.getsize(ts_path)
+    if damage == "deleted":
+        os.unlink(ts_path)
+    elif damage == "truncated":
+        os.truncate(ts_path, size // 3)
+    elif damage == "garbage":
+        with open(ts_path, "r+b") as f:
+            f.write(os.urandom(size))
+    elif damage == "zeroed-meta":
+        with open(ts_path, "r+b") as f:
+            f.write(b"\0" * 8192)
+    elif damage == "foreign":
+        # A timestamp store of another cache (e.g. restored from a backup).
+        other = backend(tmp_path / "other")
+        _fill(other)
+        other.close()
+        os.replace(cache_paths(str(tmp_path / "other"), "LDAP")[1], ts_path)
+    if damage == "deleted":
+        c = backend(tmp_path)
+        assert c.user_by_name("user00001").state is State.EXPIRED
+        c.close()
+    else:
+        _expect_all_expired_and_present(tmp_path)
+
+
+def test_unclean_shutdown_then_reboot_rebuilds_timestamps(tmp_path):
+    c = backend(tmp_path, boot_id="boot-1")
+    _fill(c)
+    c.close(clean=False)  # crash: no clean marker
+    # Same boot: the no-sync store survived in the page cache and is kept.
+    c = backend(tmp_path, boot_id="boot-1")
+    assert not c.ts_rebuilt_reason
+    assert c.user_by_name("user00001").state is State.VALID
+    c.close(clean=False)
+    # After a reboot the unsynced timestamps cannot be trusted.
+    c = BackendCache(str(tmp_path), "LDAP", boot_id="boot-2", counters=Counters())
+    assert "reboot" in c.ts_rebuilt_reason
+    assert c.user_by_name("user00001").state is State.EXPIRED
+    assert c.user_by_name("user00001").value == user(1)
+    c.close()
+    # A clean shutdown before the reboot keeps them.
+    c = backend(tmp_path, boot_id="boot-2")
+    _fill(c)
+    c.close(clean=True)
+    c = backend(tmp_path, boot_id="boot-3")
+    assert not c.ts_rebuilt_reason
+    assert c.user_by_name("user00001").state is State.VALID
+
+
+def small_map(monkeypatch) -> None:
+    for module in (cache_mod, integrity):  # the reader's and the backend's opening
+        monkeypatch.setattr(module, "ENTRY_MAP_SIZE", 256 * 1024)
+
+
+def test_map_full_grows_the_map(tmp_path, monkeypatch):
+    small_map(monkeypatch)
+    c = backend(tmp_path)
+    with c.write() as b:
+        for i in range(3000):
+            c.put_user(b, user(i))
+    assert c.counts()["users"] == 3000
+    assert c.entries.env.info()["map_size"] > 256 * 1024
+
+
+def _grow_in_child(path: str) -> None:
+    c = BackendCache(path, "LDAP", boot_id="boot-1", counters=Counters())
+    with c.write() as b:
+        for i in range(3000):
+            c.put_user(b, user(i))
+    c.close()
+
+
+def test_reader_adopts_a_map_grown_by_another_process(tmp_path, monkeypatch):
+    small_map(monkeypatch)
+    c = backend(tmp_path)
+    _fill(c, 5)
+    c.close()
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    assert reader.user_by_name("user00001").value == user(1)
+    p = mp.get_context("spawn").Process(target=_grow_in_child, args=(str(tmp_path),))
+    p.start()
+    p.join()
+    assert p.exitcode == 0
+    assert reader.user_by_name("user02999").value == user(2999)
+
+
+def test_responder_reopens_a_rebuilt_timestamp_store(tmp_path):
+    c = backend(tmp_path)
+    _fill(c, 5)
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    assert reader.user_by_name("user00001").state is State.VALID
+    c.close(clean=False)
+    c = BackendCache(str(tmp_path), "LDAP", boot_id="boot-2", counters=Counters())
+    assert c.ts_rebuilt_reason
+    reader._next_identity_check = 0.0  # the 1 s recheck period, skipped
+    assert reader.user_by_name("user00001").state is State.EXPIRED
+
+
+def test_a_reader_writes_timestamps_only(tmp_path):
+    c = backend(tmp_path)
+    _fill(c, 5)
+    entry_path, _ = cache_paths(str(tmp_path), "LDAP")
+    before = digest(entry_path)
+    tool = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    assert tool.invalidate_users() == 5
+    # Only the backend writes entries: a DomainCache has no method that does (mypy
+    # rejects the call; tests/unit/test_imports.py keeps the writer to the backend),
+    # and it opens the entry store as a reader (LMDB read-only in a process of its own).
+    assert not isinstance(tool, BackendCache)
+    assert not any(hasattr(tool, m) for m in ("commit", "write", "put_user", "put_group"))
+    assert (tool.entries.writer, c.entries.writer) == (False, True)
+    tool.close()
+    assert c.user_by_name("user00001").state is State.EXPIRED
+    assert digest(entry_path) == before
+
+
+# Child processes are spawned, not forked: an LMDB environment must not cross a
+# fork, and py-lmdb refuses to reopen one a forked child inherited.
+def _writer_loop(path: str, rounds: int) -> None:
+    c = BackendCache(path, "LDAP", boot_id="boot-1", counters=Counters())
+    for v in range(rounds):
+        with c.write() as b:
+            # Version v everywhere: a reader that mixes versions saw a partial write.
+            c.put_group(
+                b, Group("top", 1, "cn=top", tuple(f"a{v}-{j}" for j in range(50)), ("sub",))
+            )
+            c.put_group(b, Group("sub", 2, "cn=sub", tuple(f"b{v}-{j}" for j in range(50))))
+    c.close()
+
+
+def test_reader_never_sees_a_partial_write(tmp_path):
+    c = backend(tmp_path)
+    _writer_loop(str(tmp_path), 1)
+    c.close()
+    p = mp.get_context("spawn").Process(target=_writer_loop, args=(str(tmp_path), 300))
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    p.start()
+    versions: set[str] = set()
+    reads = 0
+    while p.is_alive() or reads == 0:
+        view = reader.group_by_name("top").value
+        assert view is not None
+        names = rec.split_members(view.members)
+        assert len(names) == 100
+        seen = {n.split("-")[0][1:] for n in names}
+        assert len(seen) == 1, f"mixed versions in one read: {sorted(seen)}"
+        versions |= seen
+        reads += 1
+    p.join()
+    assert p.exitcode == 0
+    assert len(versions) > 1  # the reader really raced the writer

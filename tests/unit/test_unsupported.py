@@ -1,0 +1,120 @@
+"""SSSD options that would change who is who: refused with what cached does instead.
+
+A value under which SSSD answers as cached does loads quietly; any other stops the
+start with the file, section, option, value and cached's behaviour in one message.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cached.config import ACCEPTED_UNUSED, DOMAIN_OPTIONS, UNSUPPORTED, ConfigError, parse_config
+from tests.unit.test_config import MINIMAL
+
+
+def with_domain_option(line: str) -> str:
+    return MINIMAL + line + "\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("use_fully_qualified_names = true",
+         "use_fully_qualified_names = 'true' is not supported: cached answers with plain names "
+         "(alice, never alice@DOMAIN); set it to false or remove it (names in files, ACLs and "
+         "sudoers that carry @DOMAIN must change)"),
+        ("override_homedir = /home/%u",
+         "override_homedir = '/home/%u' is not supported: cached serves the directory's home "
+         "directory unchanged; remove it"),
+        ("fallback_homedir = /home/%u",
+         "fallback_homedir = '/home/%u' is not supported: cached serves the directory's home "
+         "directory, empty when it has none; remove it"),
+        ("default_shell = /bin/bash",
+         "default_shell = '/bin/bash' is not supported: cached serves the directory's login "
+         "shell, empty (so /bin/sh) when it has none; remove it"),
+        ("override_shell = /bin/zsh",
+         "override_shell = '/bin/zsh' is not supported: cached serves the directory's login "
+         "shell unchanged; remove it"),
+        ("re_expression = ((?P<domain>[^\\\\]+)\\\\(?P<name>.+$))",
+         "re_expression = '((?P<domain>[^\\\\\\\\]+)\\\\\\\\(?P<name>.+$))' is not supported: "
+         "cached looks names up exactly as given and splits no domain out of them; remove it"),
+        ("override_gid = 100",
+         "override_gid = '100' is not supported: cached serves the directory's primary gid "
+         "unchanged; remove it"),
+        ("ldap_rfc2307_fallback_to_local_users = true",
+         "ldap_rfc2307_fallback_to_local_users = 'true' is not supported: cached lists only "
+         "the members that the directory's users resolve to; remove it"),
+    ],
+)  # fmt: skip
+def test_semantics_changing_values_are_refused(line: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_domain_option(line), "/etc/sssd/sssd.conf")
+    assert str(e.value) == f"/etc/sssd/sssd.conf: [domain/LDAP] {message}"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "use_fully_qualified_names = false",
+        "use_fully_qualified_names = False",
+        "ldap_id_mapping = false",
+        "re_expression = (?P<name>[^@]+)@?(?P<domain>[^@]*$)",
+        "filter_users_in_groups = true",
+        "fallback_homedir =",
+        "full_name_format = %1$s@%2$s",  # formats qualified names only: there are none
+        "shell_fallback = /bin/sh",  # applies with allowed_shells only, which is refused
+    ],
+)
+def test_values_that_change_nothing_load_quietly(line: str) -> None:
+    assert parse_config(with_domain_option(line)).warnings == []
+
+
+def test_sections_other_than_the_domain_are_checked_too() -> None:
+    text = MINIMAL.replace("filter_groups = root\n", "filter_groups = root\n"
+                           "filter_users_in_groups = false\n")  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        parse_config(text)
+    assert str(e.value) == (
+        "<string>: [nss] filter_users_in_groups = 'false' is not supported: cached always "
+        "leaves the users of filter_users out of group member lists (SSSD's default, true); "
+        "remove it"
+    )
+    text = MINIMAL.replace("domains = LDAP\n", "domains = LDAP\ndefault_domain_suffix = x\n")
+    with pytest.raises(ConfigError, match=r"\[sssd\] default_domain_suffix = 'x' is not supp"):
+        parse_config(text)
+
+
+def test_a_value_that_is_not_a_boolean_is_invalid() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_domain_option("use_fully_qualified_names = maybe"))
+    assert str(e.value) == (
+        "<string>: [domain/LDAP] use_fully_qualified_names = 'maybe' is invalid: "
+        "expected true or false"
+    )
+
+
+def test_id_provider_ad_says_what_to_write_instead(tmp_path: Path) -> None:
+    path = tmp_path / "sssd.conf"
+    path.write_text(MINIMAL.replace("id_provider = ldap", "id_provider = ad"))
+    path.chmod(0o600)
+    r = subprocess.run([sys.executable, "-m", "cached", "status", "-c", str(path)],
+                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert (r.returncode, r.stdout) == (3, "")
+    assert r.stderr == (
+        f"cached: {path}: [domain/LDAP] id_provider = 'ad' is invalid: cached has no AD "
+        "provider; read Active Directory as an LDAP server: write `id_provider = ldap` with its "
+        "`ldap_uri`, `ldap_schema = ad` and a bind DN (`ldap_default_bind_dn`, "
+        "`ldap_default_authtok`); add `ldap_id_mapping = true` when the users have no "
+        "uidNumber/gidNumber (SSSD's numbers)\n"
+    )
+    with pytest.raises(ConfigError, match=r"id_provider = 'ipa' is invalid: expected one of ldap"):
+        parse_config(MINIMAL.replace("id_provider = ldap", "id_provider = ipa"))
+
+
+def test_the_tables_do_not_overlap() -> None:
+    assert not set(UNSUPPORTED) & ACCEPTED_UNUSED
+    assert not set(UNSUPPORTED) & set(DOMAIN_OPTIONS)
