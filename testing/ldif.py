@@ -24,6 +24,16 @@ def user_entry(dn: str, uid: int, gid: int, *names: str, extra: str = "") -> str
     return "\n".join(lines) + ("\n" + extra if extra else "") + "\n"
 
 
+def minimal_user(dn: str, name: str, uid: int) -> str:
+    """The fewest attributes a POSIX user needs: slapadd loads 50,000 of them quickly
+    (big groups need real member entries: a member naming nothing is no member,
+    docs/compatibility.md §9.5)."""
+    return (
+        f"dn: {dn}\nobjectClass: account\nobjectClass: posixAccount\nuid: {name}\n"
+        f"cn: {name}\nuidNumber: {uid}\ngidNumber: 10000\nhomeDirectory: /h\n"
+    )
+
+
 def group_entry(
     dn: str, name: str, gid: int | str, members: list[str], attr: str = "member"
 ) -> str:

@@ -38,7 +38,7 @@ from testing.checks import (
     wait_for,
 )
 from testing.daemon import REPO, CachedDaemon, config_text
-from testing.ldif import BASE, GROUPS, PEOPLE, b64, group_entry, user_entry
+from testing.ldif import BASE, GROUPS, PEOPLE, b64, group_entry, minimal_user, user_entry
 from testing.marks import requires_nss
 from testing.nsenv import NssProbe
 from testing.procstat import proc_kib
@@ -92,17 +92,9 @@ def hostile_ldif() -> str:
         # (members are real entries: a member DN naming nothing is no member, §9.5)
         group_entry(g("wide"), "wide", 30300, [u(f"w{i:06d}") for i in range(WIDE)]),
         group_entry(g("hugeparent"), "hugeparent", 30301, [g("wide")]),
-        *(_wide_user(u(f"w{i:06d}"), f"w{i:06d}", 100_000 + i) for i in range(WIDE)),
+        *(minimal_user(u(f"w{i:06d}"), f"w{i:06d}", 100_000 + i) for i in range(WIDE)),
     ]
     return "\n".join(entries)
-
-
-def _wide_user(dn: str, name: str, uid: int) -> str:
-    # The fewest attributes a POSIX user needs: slapadd loads 50,000 of them quickly.
-    return (
-        f"dn: {dn}\nobjectClass: account\nobjectClass: posixAccount\nuid: {name}\n"
-        f"cn: {name}\nuidNumber: {uid}\ngidNumber: 10000\nhomeDirectory: /h\n"
-    )
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,7 @@ from testing.checks import (
     wait_for,
 )
 from testing.daemon import CachedDaemon
+from testing.ldif import minimal_user
 from testing.marks import requires_nss
 from testing.procstat import MemorySampler, children, gone, proc_kib
 from tests.integration.test_fuzz_socket import RSS_BOUND_KIB, check_daemon_after_fuzz, run_fuzz
@@ -157,8 +158,20 @@ MEMBERS = 1000  # per group and version: each refresh writes ~10 x 12 KB records
 WRITE_SYSCALLS = {"18", "20", "75", "74", "296"}
 
 
+# Members come from a pool of real user entries (a member naming nothing is no member,
+# docs/compatibility.md §9.5): each version shifts every group's window over the pool,
+# so no two versions of a group have the same members while 37 * v < POOL.
+POOL = 12_000
+SHIFT = 37
+
+
+def pool_user(n: int) -> str:
+    return f"p{n:05d}"
+
+
 def group_members(i: int, v: int) -> frozenset[str]:
-    names = {f"v{v}m{i}x{j}" for j in range(MEMBERS)}
+    start = i * MEMBERS + v * SHIFT
+    names = {pool_user((start + j) % POOL) for j in range(MEMBERS)}
     return frozenset(names | ({K} if (i + v) % 3 else set()))
 
 
@@ -167,8 +180,10 @@ def initgroups_of_k(v: int, updated: int | None = None) -> frozenset[int]:
     version v - 1 into v: one entry at a time, in file order, so only the first
     ``updated`` groups are at v yet (the server is not atomic across entries)."""
     n = len(GROUPS) if updated is None else updated
+    # Not the primary gid 10000: K is no explicit member of it, and SSSD's initgroups
+    # reply lists only the groups the user is a member of (docs/compatibility.md §9.5).
     return frozenset(
-        {10000} | {GID0 + i for i in range(len(GROUPS)) if (i + (v if i < n else v - 1)) % 3}
+        {GID0 + i for i in range(len(GROUPS)) if (i + (v if i < n else v - 1)) % 3}
     )
 
 
@@ -323,7 +338,12 @@ def test_backend_killed_inside_cache_writes_100_times(daemon_factory, slapd_smal
     s.ldap_modify(
         f"dn: uid={K},ou=people,{base}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
         f"cn: {K}\nsn: {K}\nuid: {K}\nuidNumber: {K_UID}\ngidNumber: 10000\n"
-        f"homeDirectory: /home/{K}\n\n" + version_ldif(base, 0, add=True)
+        f"homeDirectory: /home/{K}\n\n"
+        + "".join(
+            minimal_user(f"uid={pool_user(n)},ou=people,{base}", pool_user(n), 50_000 + n) + "\n"
+            for n in range(POOL)
+        )
+        + version_ldif(base, 0, add=True)
     )
     d: CachedDaemon = daemon_factory(slapd_small_fresh)
     workload = ["sh", "-c", f"getent initgroups {K}; getent group {' '.join(GROUPS)}; id {K}"]

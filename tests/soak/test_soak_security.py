@@ -22,7 +22,7 @@ from cached.config import NSS_OPTIONS
 from testing.attacker import attack, finish
 from testing.checks import SOCKET_ONLY, getgrnam_seconds, responder_status, wait_for
 from testing.daemon import CachedDaemon
-from testing.ldif import BASE, GROUPS, PEOPLE, group_entry
+from testing.ldif import BASE, GROUPS, PEOPLE, group_entry, minimal_user
 from testing.marks import requires_nss
 from testing.nsenv import NssProbe
 from testing.procstat import MemorySampler, proc_kib
@@ -44,6 +44,8 @@ def slapd_huge(
     ldif = work / "huge.ldif"
     with open(ldif, "w") as f:
         f.write(small_2307bis.ldif.read_text().rstrip("\n") + "\n\n")
+        f.writelines(minimal_user(f"uid=h{i:06d},{PEOPLE}", f"h{i:06d}", 300_000 + i) + "\n"
+                     for i in range(HUGE))  # fmt: skip
         f.write(group_entry(f"cn=huge,{GROUPS}", "huge", 31000,
                        [f"uid=h{i:06d},{PEOPLE}" for i in range(HUGE)]))  # fmt: skip
         f.write("\n" + group_entry(f"cn=hugeparent,{GROUPS}", "hugeparent", 31001,
