@@ -33,7 +33,7 @@ import logging
 
 from cached.cache.writer import BackendCache
 from cached.config import DomainConfig
-from cached.counters import COUNTERS, LDAP_DECODE, NESTED_RESOLVE, Counters
+from cached.counters import COUNTERS, NESTED_RESOLVE, Counters
 from cached.dn import normalize_dn, rdn_avas
 from cached.ldap.client import (
     ASQ_OID,
@@ -382,13 +382,4 @@ class AdProvider(LdapProvider):
                 self._sweep_users(found, budget, known)
                 self._closure(found, budget, known, [])
 
-        gone = self._vanished(name, found, known)
-        with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:
-            if entries:
-                self._store_users(batch, entries)
-            self._store_groups(batch, found, known)
-            for g_name in gone:
-                self.cache.delete_group(batch, g_name)
-            gids = {user.gid} | {found[k].gid for k in mine}
-            self.cache.put_initgroups(batch, user.name, gids, [found[k].name for k in mine])
-        return Result(Outcome.FOUND)
+        return self._store_initgroups(name, user, entries, found, known, mine)

@@ -1024,6 +1024,20 @@ class LdapProvider:
                 for g in self._search_groups(self._group_by_gid_filter(primary))[:1]:
                     found[normalize_dn(g.entry.dn)] = g
 
+        return self._store_initgroups(name, user, entries, found, known, mine)
+
+    def _store_initgroups(
+        self,
+        name: str,
+        user: User,
+        entries: list[Entry],
+        found: dict[str, _GroupEntry],
+        known: dict[str, Member],
+        mine: set[str],
+    ) -> Result:
+        """Store an initgroups answer in one write: the user when it was searched, every
+        fetched group, the groups the user left (re-read, or deleted when gone) and the
+        user's list of ``mine`` (the LDAP and AD providers share it)."""
         gone = self._vanished(name, found, known)
         with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:
             if entries:
