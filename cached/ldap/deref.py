@@ -35,22 +35,26 @@ class BerError(ValueError):
 
 def _length(n: int) -> bytes:
     if n < 0x80:
-        return bytes([n])
+        return bytes((n,))
     body = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([0x80 | len(body)]) + body
+    return bytes((0x80 | len(body),)) + body
 
 
-def _tlv(tag: int, value: bytes) -> bytes:
-    return bytes([tag]) + _length(len(value)) + value
+def tlv(tag: int, body: bytes) -> bytes:
+    """One BER TLV (definite length); also the request encoder's (ldap/wire.py)."""
+    n = len(body)
+    if n < 0x80:
+        return bytes((tag, n)) + body
+    return bytes((tag,)) + _length(n) + body
 
 
 def encode_request(specs: list[tuple[str, list[str]]]) -> bytes:
     """DerefSpecs for [(derefAttr, [attributes to return]), ...]."""
     out = []
     for attr, attrs in specs:
-        attr_list = b"".join(_tlv(_OCTET_STRING, a.encode()) for a in attrs)
-        out.append(_tlv(_SEQUENCE, _tlv(_OCTET_STRING, attr.encode()) + _tlv(_SEQUENCE, attr_list)))
-    return _tlv(_SEQUENCE, b"".join(out))
+        attr_list = b"".join(tlv(_OCTET_STRING, a.encode()) for a in attrs)
+        out.append(tlv(_SEQUENCE, tlv(_OCTET_STRING, attr.encode()) + tlv(_SEQUENCE, attr_list)))
+    return tlv(_SEQUENCE, b"".join(out))
 
 
 def _header(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
@@ -262,30 +266,39 @@ def decode_search_entry(buf: bytes) -> SearchEntry | None:
                 tag, a, b = _header(buf, vpos, vend)
             vals.append(buf[a:b])
             vpos = b
-    controls: list[tuple[bytes, bool, bytes | None]] = []
-    if oend < end:
-        tag, cpos, cend = _header(buf, oend, end)
-        if tag != _CONTROLS:
-            raise BerError(f"controls: expected [0], got tag {tag:#x}")
-        while cpos < cend:
-            tag, ipos, iend = _header(buf, cpos, cend)
-            if tag != _SEQUENCE:
-                raise BerError("Control is not a SEQUENCE")
-            cpos = iend
-            tag, a, ipos = _header(buf, ipos, iend)
-            if tag != _OCTET_STRING:
-                raise BerError("controlType is not an OCTET STRING")
-            oid = buf[a:ipos]
-            critical = False
-            value = None
-            while ipos < iend:
-                tag, a, b = _header(buf, ipos, iend)
-                if tag == _BOOLEAN:
-                    critical = any(buf[a:b])
-                elif tag == _OCTET_STRING:
-                    value = buf[a:b]
-                else:
-                    raise BerError(f"Control: unexpected tag {tag:#x}")
-                ipos = b
-            controls.append((oid, critical, value))
+    controls = decode_controls(buf, oend, end)
     return SearchEntry(msgid, dn, attrs, controls)
+
+
+def decode_controls(buf: bytes, pos: int, end: int) -> list[tuple[bytes, bool, bytes | None]]:
+    """The optional ``controls [0] Controls`` that close an LDAPMessage at ``pos``
+    (nothing when ``pos == end``): (OID, criticality, value) each (RFC 4511 §4.1.11).
+    Shared by search entries here and the other responses (ldap/wire.py)."""
+    controls: list[tuple[bytes, bool, bytes | None]] = []
+    if pos >= end:
+        return controls
+    tag, cpos, cend = _header(buf, pos, end)
+    if tag != _CONTROLS:
+        raise BerError(f"controls: expected [0], got tag {tag:#x}")
+    while cpos < cend:
+        tag, ipos, iend = _header(buf, cpos, cend)
+        if tag != _SEQUENCE:
+            raise BerError("Control is not a SEQUENCE")
+        cpos = iend
+        tag, a, ipos = _header(buf, ipos, iend)
+        if tag != _OCTET_STRING:
+            raise BerError("controlType is not an OCTET STRING")
+        oid = buf[a:ipos]
+        critical = False
+        value = None
+        while ipos < iend:
+            tag, a, b = _header(buf, ipos, iend)
+            if tag == _BOOLEAN:
+                critical = any(buf[a:b])
+            elif tag == _OCTET_STRING:
+                value = buf[a:b]
+            else:
+                raise BerError(f"Control: unexpected tag {tag:#x}")
+            ipos = b
+        controls.append((oid, critical, value))
+    return controls

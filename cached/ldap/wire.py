@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cached.ldap.deref import BerError, _header
+from cached.ldap.deref import BerError, _header, decode_controls, tlv
 
 _SEQUENCE = 0x30
 _OCTET_STRING = 0x04
@@ -51,20 +51,6 @@ TRUE = b"\x01"
 
 class FilterError(ValueError):
     """A filter string that is not RFC 4515."""
-
-
-def _length(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes((0x80 | len(body),)) + body
-
-
-def tlv(tag: int, body: bytes) -> bytes:
-    n = len(body)
-    if n < 0x80:
-        return bytes((tag, n)) + body
-    return bytes((tag,)) + _length(n) + body
 
 
 def _integer(tag: int, n: int) -> bytes:
@@ -294,22 +280,7 @@ def decode_response(buf: bytes) -> Response:
             tag, a, b = _header(buf, b, oend)
             if tag == 0x8A:
                 out.name = buf[a:b]
-    if oend < end:
-        tag, cpos, cend = _header(buf, oend, end)
-        if tag != _CONTROLS:
-            raise BerError(f"controls: expected [0], got tag {tag:#x}")
-        while cpos < cend:
-            tag, ipos, iend = _header(buf, cpos, cend)
-            cpos = iend
-            tag, a, ipos = _header(buf, ipos, iend)
-            if tag != _OCTET_STRING:
-                raise BerError("controlType is not an OCTET STRING")
-            oid, value = buf[a:ipos], None
-            while ipos < iend:
-                tag, a, ipos = _header(buf, ipos, iend)
-                if tag == _OCTET_STRING:
-                    value = buf[a:ipos]
-            out.controls[oid] = value
+    out.controls = {oid: value for oid, _critical, value in decode_controls(buf, oend, end)}
     return out
 
 

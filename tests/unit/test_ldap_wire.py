@@ -129,14 +129,14 @@ def test_malformed_filters_are_refused_with_the_filter_named(bad):
 
 
 def _done(msgid: int, code: int, message: bytes, controls: bytes = b"") -> bytes:
-    t = wire.tlv
+    t = deref.tlv
     op = t(0x65, t(0x0A, bytes([code])) + t(4, b"dc=m") + t(4, message))
     ctrls = t(0xA0, controls) if controls else b""
     return t(0x30, t(0x02, msgid.to_bytes(2, "big")) + op + ctrls)
 
 
 def test_search_done_with_a_paged_cookie_is_read():
-    t = wire.tlv
+    t = deref.tlv
     value = t(0x30, t(0x02, b"\x00") + t(4, b"next-page"))
     ctrl = t(0x30, t(4, wire.PAGED_RESULTS_OID.encode()) + t(4, value))
     r = wire.decode_response(_done(300, 4, b"size limit", ctrl))
@@ -147,7 +147,7 @@ def test_search_done_with_a_paged_cookie_is_read():
 
 
 def test_notice_of_disconnection_is_read():
-    t = wire.tlv
+    t = deref.tlv
     name = t(0x8A, wire.NOTICE_OF_DISCONNECTION)
     op = t(0x78, t(0x0A, b"\x34") + t(4, b"") + t(4, b"bye") + name)
     r = wire.decode_response(t(0x30, t(0x02, b"\x00") + op))
