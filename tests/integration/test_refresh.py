@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import calendar
+import contextlib
 import time
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from cached.cache import State, open_domain_cache
 from cached.cache.records import split_members
 from cached.config import parse_config
-from cached.counters import COUNTERS, ENTRY_TXN, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED
+from cached.counters import COUNTERS, ENTRY_TXN, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
 from cached.ldap.provider import Outcome
 from cached.ldap.service import BackendService
 from cached.ldap.validate import STAMP_MARGIN, trusted_stamp
@@ -109,6 +112,19 @@ def _oracle(tmp_path: Path, cfg, user: str):
         cache.close()
 
 
+@contextlib.contextmanager
+def _resolved(tmp_path: Path, cfg, user: str) -> Iterator[tuple[Any, Any, Counters]]:
+    """A backend with its own cache in which ``user`` and its groups were just
+    resolved cold; its connection closed afterwards."""
+    p, cache, counters = make_backend(tmp_path / "db", cfg)
+    try:
+        assert p.user_by_name(user).outcome is Outcome.FOUND
+        assert p.initgroups(user).outcome is Outcome.FOUND
+        yield p, cache, counters
+    finally:
+        p.client.close()
+
+
 def _member_searches(s: Slapd, offset: int, attr: str = "member") -> list[SearchOp]:
     return [op for op in s.searches(offset) if attr.lower() in {a.lower() for a in op.attrs}]
 
@@ -117,11 +133,8 @@ def test_unchanged_directory_refresh_fetches_no_member_values(tmp_path, slapd_sm
     s, exp = slapd_small.slapd, slapd_small.expected
     user = exp.big_user
     cfg = make_domain([s.uri], s.base_dn)
-    p, cache, counters = make_backend(tmp_path / "db", cfg)
-    try:
-        b0 = COUNTERS.get(LDAP_BYTES).amount
-        assert p.user_by_name(user).outcome is Outcome.FOUND
-        assert p.initgroups(user).outcome is Outcome.FOUND
+    b0 = COUNTERS.get(LDAP_BYTES).amount
+    with _resolved(tmp_path, cfg, user) as (p, cache, counters):
         cold_bytes = COUNTERS.get(LDAP_BYTES).amount - b0
         before = _state(cache, user)
         assert before[0] == exp.initgroups(user, cfg.ldap_group_nesting_level)
@@ -144,8 +157,6 @@ def test_unchanged_directory_refresh_fetches_no_member_values(tmp_path, slapd_sm
         # Nothing durable written (invariant 2), every answer still the same and valid.
         assert counters.get(ENTRY_TXN).count == txns
         assert _state(cache, user) == before
-    finally:
-        p.client.close()
 
 
 def test_every_kind_of_change_is_seen_after_invalidation(tmp_path, slapd_small_fresh):
@@ -153,10 +164,7 @@ def test_every_kind_of_change_is_seen_after_invalidation(tmp_path, slapd_small_f
     sc = exp.scenario
     user = exp.big_user
     cfg = make_domain([s.uri], s.base_dn)
-    p, cache, counters = make_backend(tmp_path / "db", cfg)
-    try:
-        assert p.user_by_name(user).outcome is Outcome.FOUND
-        assert p.initgroups(user).outcome is Outcome.FOUND
+    with _resolved(tmp_path, cfg, user) as (p, cache, counters):
         _, groups = _state(cache, user)
         direct = sorted(exp.direct_groups(user))
         changed, left, deleted, renamed = direct[:4]
@@ -197,8 +205,6 @@ def test_every_kind_of_change_is_seen_after_invalidation(tmp_path, slapd_small_f
         fetched = _member_searches(s, offset)
         assert fetched and counters.get(VALIDATE_FETCHED).amount >= 3
         assert counters.get(VALIDATE_FETCHED).amount < len(groups)
-    finally:
-        p.client.close()
 
 
 def test_one_changed_group_is_the_one_fetched(tmp_path, slapd_small_fresh):
@@ -206,10 +212,7 @@ def test_one_changed_group_is_the_one_fetched(tmp_path, slapd_small_fresh):
     sc = exp.scenario
     user = exp.big_user
     cfg = make_domain([s.uri], s.base_dn)
-    p, cache, counters = make_backend(tmp_path / "db", cfg)
-    try:
-        assert p.user_by_name(user).outcome is Outcome.FOUND
-        assert p.initgroups(user).outcome is Outcome.FOUND
+    with _resolved(tmp_path, cfg, user) as (p, cache, counters):
         _state(cache, user)
         # A group without member groups: fetching it whole is fetching it alone.
         target = next(g for g in sorted(exp.direct_groups(user))
@@ -231,8 +234,6 @@ def test_one_changed_group_is_the_one_fetched(tmp_path, slapd_small_fresh):
         assert all("(uid=" in op.filter for op in ops if op not in whole), ops
         assert _state(cache, user) == _oracle(tmp_path, cfg, user)
         assert gone not in _state(cache, user)[1][target][1]
-    finally:
-        p.client.close()
 
 
 def test_modify_timestamp_alone_trusts_only_old_stamps(tmp_path, slapd_small_fresh):
@@ -244,10 +245,7 @@ def test_modify_timestamp_alone_trusts_only_old_stamps(tmp_path, slapd_small_fre
     sc = exp.scenario
     user = exp.big_user
     cfg = make_domain([s.uri], s.base_dn, ldap_group_entry_usn="uSNChanged")
-    p, cache, counters = make_backend(tmp_path / "db", cfg)
-    try:
-        assert p.user_by_name(user).outcome is Outcome.FOUND
-        assert p.initgroups(user).outcome is Outcome.FOUND
+    with _resolved(tmp_path, cfg, user) as (p, cache, counters):
         _, groups = _state(cache, user)
         stored = cache.times("group", groups)
         assert stored and all(t.modstamp == "" and t.usn == "" for t in stored.values())
@@ -260,8 +258,6 @@ def test_modify_timestamp_alone_trusts_only_old_stamps(tmp_path, slapd_small_fre
         _refresh(p, cache, user)
         assert counters.get(VALIDATE_FETCHED).amount >= len(groups)
         assert other in _state(cache, user)[1][target][1]
-    finally:
-        p.client.close()
 
 
 def test_stamp_trust_rule():
@@ -339,10 +335,7 @@ def test_rfc2307_refresh_validates_by_the_memberuid_search(tmp_path, tmp_path_fa
     user = exp.big_user
     with Slapd(tmp_path_factory.mktemp("s2307"), small_2307.ldif, exp.base_dn) as s:
         cfg = make_domain([s.uri], s.base_dn, ldap_schema="rfc2307")
-        p, cache, counters = make_backend(tmp_path / "db", cfg)
-        try:
-            assert p.user_by_name(user).outcome is Outcome.FOUND
-            assert p.initgroups(user).outcome is Outcome.FOUND
+        with _resolved(tmp_path, cfg, user) as (p, cache, counters):
             _, groups = _state(cache, user)
             offset = s.log_offset()
             _refresh(p, cache, user)
@@ -363,5 +356,3 @@ def test_rfc2307_refresh_validates_by_the_memberuid_search(tmp_path, tmp_path_fa
             assert len(fetched) == 1 and f"(cn={target})" in fetched[0].filter
             assert _state(cache, user) == _oracle(tmp_path, cfg, user)
             assert other in _state(cache, user)[1][target][1]
-        finally:
-            p.client.close()
