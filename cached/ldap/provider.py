@@ -865,9 +865,10 @@ class LdapProvider:
     def _store_groups(
         self, batch: WriteBatch, found: dict[str, _GroupEntry], known: dict[str, Member]
     ) -> None:
-        """Store every fetched POSIX group. A group whose modifyTimestamp matches the
-        stored one is only touched (the shortcut of §3.4; invalidation clears the
-        stored value so it cannot hide a change, SSSD #5596)."""
+        """Store every fetched POSIX group. A group whose stamp (modifyTimestamp and
+        CSN/USN) matches a stored, trusted one is only touched (the shortcut of §3.4);
+        stamps are stored under validate.py's trust rule, and a group `cached cache -E`
+        expired is always written again (SSSD resets the stamp instead, #5596)."""
         posix = {k: g for k, g in found.items() if g.posix}
         if not posix:
             return
