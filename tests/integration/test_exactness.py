@@ -15,6 +15,7 @@ import pytest
 from cached.cache import State
 from cached.cache.records import split_members
 from cached.config import ConfigError, SearchBase, parse_search_bases
+from cached.counters import VALIDATE, VALIDATE_FETCHED
 from cached.dn import in_scope, normalize_dn
 from cached.ldap.client import LdapClient
 from cached.ldap.provider import Outcome
@@ -333,6 +334,44 @@ def test_a_group_left_is_stored_complete(tmp_path):
         team = cache.group_by_name("team")
         assert team.state is State.VALID
         assert members(cache, "team") == {"p0", "p1", "p2"}
+
+
+def test_refresh_by_stamps_under_a_size_limit(tmp_path):
+    # After `cached cache -E` the refresh asks for stamps only (validate.py), with the
+    # same batches the cold walk uses: the server's limit splits them the same way,
+    # and a group changed in the same second as the fetch is the one fetched again.
+    with _limited(tmp_path, 10) as s:
+        p, cache = backend(tmp_path / "db", s)
+        assert p.initgroups("u0").outcome is Outcome.FOUND
+        s.ldap_modify(
+            f"dn: cn=g3,ou=groups,{BASE}\nchangetype: modify\nadd: member\nmember: uid=u5,{P}\n\n"
+        )
+        before = p.counters.get(VALIDATE_FETCHED).amount
+        cache.invalidate_all()
+        assert p.user_by_name("u0").outcome is Outcome.FOUND
+        assert p.initgroups("u0").outcome is Outcome.FOUND
+        assert p.counters.get(VALIDATE_FETCHED).amount - before == 1
+        assert gids(cache, "u0") == {5000, 9000} | {9001 + i for i in range(12)}
+        assert members(cache, "g3") == {"u0", "u5"}
+        assert cache.initgroups("u0").state is State.VALID
+
+
+def test_refresh_by_stamps_keeps_names_from_entries(tmp_path, zoo):
+    # The zoo's cn-named, escaped and other-case member spellings: what a refresh after
+    # `-E` stores equals the cold answer, every group valid.
+    p, cache = backend(tmp_path, zoo)
+    for user in ("bob", "jsmith", "mvx"):
+        assert p.initgroups(user).outcome is Outcome.FOUND
+    cold = {u: gids(cache, u) for u in ("bob", "jsmith", "mvx")}
+    spell = members(cache, "spell")
+    cache.invalidate_all()
+    for user in ("bob", "jsmith", "mvx"):
+        assert p.user_by_name(user).outcome is Outcome.FOUND
+        assert p.initgroups(user).outcome is Outcome.FOUND
+        assert gids(cache, user) == cold[user]
+    assert p.counters.get(VALIDATE).amount > 0
+    assert members(cache, "spell") == spell == EXPECTED["spell"]
+    assert cache.group_by_name("spell").state is State.VALID
 
 
 def test_status_shows_a_lookup_cut_by_the_size_limit(tmp_path):
