@@ -310,6 +310,8 @@ class DomainCache:
         """The lookup of a group read in entry-store snapshot ``version``; kept (see
         _Held) under ``asked``, the gid or name key it was asked by."""
         if view is None:
+            if (gone := self._held.pop(asked, None)) is not None:
+                self._held_bytes -= gone.size
             return Lookup(State.MISSING)
         if self.ts is None:
             times, ts_version = rec.MISSING_TIMES, -1

@@ -480,6 +480,7 @@ def test_a_held_group_lookup_is_reused_only_while_both_stores_are_unchanged(tmp_
         c.delete_group(b, "group00002")
     assert reader.group_by_gid(20003).state is State.MISSING
     assert reader.group_by_name("group00002").state is State.MISSING
+    assert 20003 not in reader._held and b"group00002" not in reader._held
     tool.close()
     reader.close()
 
