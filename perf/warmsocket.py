@@ -7,8 +7,10 @@ written into a temporary directory, the responder's NSS server (``NssResponder``
 one lookup flow, feeding the memory cache as in production) serves it on a temporary
 socket in this process, and a client process sends the getgrgid requests one after the
 other on one connection, as libnss_sss does for ``id``. It prints the median wall time
-of the 2,085 requests over ``--reps`` runs; ``--profile`` prints the responder's cProfile
-for one more run.
+of the 2,085 requests over ``--reps`` runs and the responder's CPU per request (this
+process's user + system time over all the runs: on a shared machine the wall time moves
+with the load, the CPU much less); ``--profile`` prints the responder's cProfile for one
+more run.
 
     .venv/bin/python -m perf.warmsocket --reps 15 [--profile]
 """
@@ -123,18 +125,21 @@ async def serve_and_measure(cfg: Config, gids: list[int], reps: int, profile: bo
         proc = mp.get_context("spawn").Process(target=client, args=(path, gids, n, tx))
         prof = cProfile.Profile() if what == "profile" else None
         proc.start()
+        cpu = time.process_time()
         if prof is not None:
             prof.enable()
         times = await loop.run_in_executor(None, rx.recv)
         if prof is not None:
             prof.disable()
+        cpu = time.process_time() - cpu
         await loop.run_in_executor(None, proc.join)
         if what == "measure":
             med = statistics.median(times)
             print(
                 f"{len(gids)} getgrgid over one connection: median {med * 1000:.1f} ms "
                 f"({med / len(gids) * 1e6:.1f} us each), min {min(times) * 1000:.1f} ms, "
-                f"max {max(times) * 1000:.1f} ms, {len(times)} runs"
+                f"max {max(times) * 1000:.1f} ms, {len(times)} runs; responder CPU "
+                f"{cpu / (len(gids) * n) * 1e6:.1f} us per request"
             )
         if prof is not None:
             buf = io.StringIO()

@@ -63,6 +63,12 @@ EXPAND_MEMO_MIN = 1000
 # Names kept in all memoised expansions (~10 bytes each, plus the records compared):
 # a bound on the memo's memory whatever groups clients ask for.
 EXPAND_MEMO_NAMES = 2_000_000
+# Group lookups kept per state of both stores (responder, tools): a warm `id` asks for
+# each of a user's groups by gid, and reading one again (two read transactions, the
+# record and its timestamps decoded) was ~17 us of the ~60 us the responder spent per
+# getgrgid (perf/warmsocket.py). Bounded in entries and member bytes; dropped whole.
+HELD_LOOKUPS = 50_000
+HELD_MEMBER_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,19 @@ class _Expanded:
     snap: int
     view: GroupView
     deps: list[tuple[bytes, rec.Data | None]]
+
+
+@dataclass(slots=True)
+class _Held:
+    """A group lookup as read when the entry store's and the timestamp store's last
+    committed transactions were ``versions``: while both still are, reading it again
+    would read the same bytes (LMDB numbers every commit, whichever process makes it:
+    the backend's writes, `cached cache`, the `invalidated` op). Only the expiry class
+    moves with the clock; it is computed again at every hit."""
+
+    versions: tuple[int, int]
+    lookup: Lookup[GroupView]
+    size: int  # bytes of member names held
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +155,16 @@ class DomainCache:
         self._next_identity_check = 0.0
         # key -> (entry-store snapshot id, expanded view); see _group_view.
         self._expanded: dict[bytes, _Expanded] = {}
+        # gid or name key -> the lookup as last read; see _Held.
+        self._held: dict[int | bytes, _Held] = {}
+        self._held_bytes = 0
         self.entries: Store
         self.ts: Store | None = None
         self._open()
+        # Readers only: the backend (BackendCache) opens its stores as their writer and
+        # never reopens them, so the identity check below is not for it, and it reads
+        # its own cache mostly right after writing it.
+        self._hold_lookups = not self.entries.writer
 
     # -- opening ---------------------------------------------------------------------
 
@@ -169,6 +195,7 @@ class DomainCache:
         self._next_identity_check = now + 1.0
         if self.entries.replaced():
             self._expanded.clear()  # snapshot ids of another file
+            self._drop_held()
             self.entries.close()
             self.entries = Store(
                 self.entry_path, ENTRY_TABLES, writer=False, sync=True, map_size=ENTRY_MAP_SIZE
@@ -177,8 +204,10 @@ class DomainCache:
             if self.ts is not None:
                 self.ts.close()
             self._open_ts_nonbackend()
+            self._drop_held()  # transaction ids of another file
 
     def close(self) -> None:
+        self._drop_held()
         if self.ts is not None:
             self.ts.close()
             self.ts = None
@@ -247,28 +276,89 @@ class DomainCache:
         return Lookup(self._classify(times, times.data_expire), user, times)
 
     def group_by_name(self, name: str) -> Lookup[GroupView]:
-        with self.counters.timer(CACHE_READ):
-            key = self.key(name)
+        start = time.perf_counter()
+        key = self.key(name)
+        got = self._held_lookup(key)
+        if got is None:
             with self._reader() as txn:
+                found = key
                 view = self._group_view(txn, key)
                 if view is None:
                     target = txn.get(b"g" + key, db=self.entries.tables["alias"])
                     if target is not None:
-                        key, view = bytes(target), self._group_view(txn, target)
-            return self._group_lookup(key, view)
+                        found, view = bytes(target), self._group_view(txn, target)
+                version = txn.id()
+            got = self._group_lookup(key, found, view, version)
+        self.counters.add(CACHE_READ, 1, time.perf_counter() - start)
+        return got
 
     def group_by_gid(self, gid: int) -> Lookup[GroupView]:
-        with self.counters.timer(CACHE_READ):
+        start = time.perf_counter()
+        got = self._held_lookup(gid)
+        if got is None:
             with self._reader() as txn:
                 key = txn.get(ID_KEY.pack(gid), db=self.entries.tables["gid"])
                 view = None if key is None else self._group_view(txn, key)
-            return self._group_lookup(key or b"", view)
+                version = txn.id()
+            got = self._group_lookup(gid, key or b"", view, version)
+        self.counters.add(CACHE_READ, 1, time.perf_counter() - start)
+        return got
 
-    def _group_lookup(self, key: rec.Data, view: GroupView | None) -> Lookup[GroupView]:
+    def _group_lookup(
+        self, asked: int | bytes, key: rec.Data, view: GroupView | None, version: int
+    ) -> Lookup[GroupView]:
+        """The lookup of a group read in entry-store snapshot ``version``; kept (see
+        _Held) under ``asked``, the gid or name key it was asked by."""
         if view is None:
+            if (gone := self._held.pop(asked, None)) is not None:
+                self._held_bytes -= gone.size
             return Lookup(State.MISSING)
-        times = self._times("groups", key)
-        return Lookup(self._classify(times, times.data_expire), view, times)
+        if self.ts is None:
+            times, ts_version = rec.MISSING_TIMES, -1
+        else:
+            with self.ts.read() as txn:
+                times = times_or_missing(txn.get(key, db=self.ts.tables["groups"]))
+                ts_version = txn.id()
+        got = Lookup(self._classify(times, times.data_expire), view, times)
+        if self._hold_lookups:
+            if len(self._held) >= HELD_LOOKUPS or self._held_bytes > HELD_MEMBER_BYTES:
+                self._drop_held()
+            old = self._held.get(asked)
+            if old is not None:
+                self._held_bytes -= old.size
+            self._held[asked] = _Held((version, ts_version), got, len(view.members))
+            self._held_bytes += len(view.members)
+        return got
+
+    def _versions(self) -> tuple[int, int]:
+        """The last committed transaction of the entry and the timestamp store, read
+        from their meta pages without a read transaction (mdb_env_info): a commit of
+        any process has updated them by the time it returns."""
+        ts = self.ts
+        return (
+            self.entries.env.info()["last_txnid"],
+            -1 if ts is None else ts.env.info()["last_txnid"],
+        )
+
+    def _held_lookup(self, asked: int | bytes) -> Lookup[GroupView] | None:
+        """The lookup kept under ``asked`` if neither store has changed since it was
+        read, its expiry class computed again; None: read the stores."""
+        if not self._hold_lookups:
+            return None
+        self._check_identity()
+        held = self._held.get(asked)
+        if held is None or held.versions != self._versions():
+            return None
+        got = held.lookup
+        times = got.times
+        state = self._classify(times, times.data_expire)
+        if state is not got.state:
+            got = held.lookup = Lookup(state, got.value, times)
+        return got
+
+    def _drop_held(self) -> None:
+        self._held.clear()
+        self._held_bytes = 0
 
     def _group_view(self, txn: lmdb.Transaction, key: rec.Data) -> GroupView | None:
         """Read a group and expand nested member groups down to the nesting level.

@@ -24,7 +24,7 @@ Handler = Callable[[Op, dict[str, Any]], Awaitable[dict[str, Any]]]
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (socket(7) SO_PEERCRED)
 
 
-def peer_uid(writer: asyncio.StreamWriter) -> int | None:
+def peer_uid(writer: asyncio.StreamWriter | asyncio.BaseTransport) -> int | None:
     sock = writer.get_extra_info("socket")
     if sock is None:
         return None

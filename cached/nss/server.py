@@ -2,9 +2,12 @@
 
 The unchanged ``libnss_sss.so.2`` connects to ``<pipes_dir>/nss`` (reference §1.1),
 keeps one connection per thread, and sends one request at a time. Each connection
-here is a task running the sans-IO codec of ``protocol.py``; lookups go through the
-one flow of ``cached.responder.flow``; each lookup command is a row of ``COMMANDS``
-(plugin, fill function, memory-cache forget), as in SSSD's ``get_nss_cmds()``.
+here is an asyncio protocol (``_Client``) feeding the sans-IO codec of ``protocol.py``:
+a request the cache answers at once is answered as its bytes arrive, one that must
+wait (for the backend, for its uid's budget, for its client to read) runs as a task.
+Lookups go through the one flow of ``cached.responder.flow``; each lookup command is a
+row of ``COMMANDS`` (plugin, fill function, memory-cache forget), as in SSSD's
+``get_nss_cmds()``.
 
 The socket is open to every local user (reference §1.9), so each connection is
 charged to its peer's uid (SO_PEERCRED) and no uid can take what the others need
@@ -28,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import errno
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic
 
@@ -51,6 +55,7 @@ from cached.responder.flow import (
     GETPWNAM,
     GETPWUID,
     INITGR,
+    NOT_NOW,
     Found,
     K,
     Lookups,
@@ -85,7 +90,9 @@ MEMO_SMALL_GROUPS = 20_000
 # cost another user what 4 of them cost, not 64. Not held while a lookup waits for the
 # backend, so a slow server does not stop the uid's cached answers.
 ANSWERS_PER_UID = 4
-READ_CHUNK = 4096
+# Bytes a connection buffers while one of its requests is being answered (waiting for
+# the backend or for its client to read); beyond this it stops reading the socket.
+PAUSE_READING_AT = p.MAX_REQUEST_SIZE * 4
 # SSSD's listen backlog (reference §1.8).
 BACKLOG = 128
 
@@ -289,10 +296,23 @@ class NssResponder:
 
     # -- answering ---------------------------------------------------------------------
 
+    def answer_now(self, req: p.Request, state: _Enum) -> bytes | None:
+        """The reply, if it needs nothing to wait for (the cache has the answer, or the
+        backend is known to be unreachable); None: :meth:`answer` must wait for it."""
+        if isinstance(req, p.ById):
+            return COMMANDS[req.cmd].now(self, req.cmd, req.id)
+        if isinstance(req, p.ByName):
+            return COMMANDS[req.cmd].now(self, req.cmd, req.name)
+        return self._answer_other(req, state)
+
     async def answer(self, req: p.Request, state: _Enum) -> bytes:
         if isinstance(req, p.ByName | p.ById):
             key = req.name if isinstance(req, p.ByName) else req.id
             return await COMMANDS[req.cmd].run(self, req.cmd, key)
+        return self._answer_other(req, state)
+
+    def _answer_other(self, req: p.Request, state: _Enum) -> bytes:
+        """Every request but a lookup: answered at once."""
         if isinstance(req, p.GetVersion):
             return p.version_reply()
         if isinstance(req, p.BadRequest):
@@ -355,39 +375,13 @@ class NssResponder:
             return f"uid {uid} holds {share.conns} connections (max_clients_per_uid)"
         return ""
 
-    async def on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            uid = aio.peer_uid(writer)
-        except OSError:
-            uid = None
-        why = self._admit(uid)
-        if why:
-            self.refused += 1
-            # Rate-limited per reason and uid: refusals are what an attacker causes.
-            limited.log(("refused", uid, why.split(" ")[-1]), logging.WARNING,
-                        "refusing an NSS client: %s", why)  # fmt: skip
-            writer.close()
-            return
-        share = self.shares.get(uid)
-        if share is None:
-            share = self.shares[uid] = _Share(uid)
-        share.conns += 1
-        self.active += 1
-        if uid != 0:
-            self.nonroot += 1
-        CLIENT_UID.set(uid)  # this connection's task: travels with its backend requests
-        try:
-            await self._serve(reader, writer, share)
-        finally:
-            self.active -= 1
-            share.conns -= 1
-            if uid != 0:
-                self.nonroot -= 1
-            if share.conns == 0 and share.unread == 0:
-                self.shares.pop(uid, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    def _log_failure(self, req: p.Request, e: Exception) -> bytes:
+        # One line per kind of failure and minute (the first with its traceback): any
+        # local user can repeat a failing request.
+        limited.log(("answer", req.cmd, type(e).__name__), logging.ERROR,
+                    "answering %s failed: %s: %s", p.command_name(req.cmd),
+                    type(e).__name__, e, exc_info=True)  # fmt: skip
+        return p.error_reply(req.cmd, errno.EIO)
 
     async def _room(self, share: _Share) -> None:
         """Wait until this uid's unread replies leave room for one more."""
@@ -402,72 +396,10 @@ class NssResponder:
         finally:
             share.waiting -= 1
 
-    async def _send(self, writer: asyncio.StreamWriter, share: _Share, reply: bytes) -> None:
-        # Counted from now: a reply waiting for its uid's turn to be written is memory
-        # the uid holds as much as one its client does not read.
-        share.unread += len(reply)
-        try:
-            async with share.slots or contextlib.nullcontext():
-                writer.write(reply)
-                # Most replies leave at once (the transport writes before buffering): then
-                # there is nothing to wait for, and a timed drain would cost a task and a
-                # timer per request (perf/warmsocket.py).
-                if writer.transport.get_write_buffer_size():
-                    await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
-        finally:
-            share.unread -= len(reply)
-            if share.waiting:
-                async with share.room:
-                    share.room.notify_all()
-
-    async def _answer(
-        self, req: p.Request, state: _Enum, writer: asyncio.StreamWriter, share: _Share
-    ) -> None:
-        await self._room(share)
-        start = time.perf_counter()
-        try:
-            reply = await self.answer(req, state)
-        except Exception as e:
-            # One line per kind of failure and minute (the first with its traceback):
-            # any local user can repeat a failing request.
-            limited.log(("answer", req.cmd, type(e).__name__), logging.ERROR,
-                        "answering %s failed: %s: %s", p.command_name(req.cmd),
-                        type(e).__name__, e, exc_info=True)  # fmt: skip
-            reply = p.error_reply(req.cmd, errno.EIO)
-        COUNTERS.add(NSS_REQUEST, 1, time.perf_counter() - start)
-        self.served += 1
-        await self._send(writer, share, reply)
-
-    async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, share: _Share
-    ) -> None:
-        conn = p.ServerConnection()
-        state = _Enum()
-        loop = asyncio.get_running_loop()
-        watch = _Watchdog(loop, self.config.nss.client_idle_timeout, writer.transport, conn)
-        try:
-            while True:
-                watch.reading = True
-                data = await reader.read(READ_CHUNK)
-                watch.reading = False
-                # Nothing (EOF), or the watchdog closed an idle or too slow client: it
-                # reconnects transparently (§1.8).
-                if not data:
-                    break
-                if not conn.buffered_bytes:
-                    watch.started = loop.time()
-                conn.receive_data(data)
-                while not isinstance(req := conn.next_request(), p.NeedData):
-                    await self._answer(req, state, writer, share)
-                    watch.last_request = watch.started = loop.time()
-                if conn.buffered_bytes:
-                    watch.partial()
-        except p.ProtocolError as e:
-            log.debug("closing NSS client: %s", e)
-        except (ConnectionError, TimeoutError):
-            pass
-        finally:
-            watch.cancel()
+    async def _notify(self, share: _Share) -> None:
+        if share.waiting:
+            async with share.room:
+                share.room.notify_all()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -482,6 +414,251 @@ class NssResponder:
         }
 
 
+class _Client(asyncio.Protocol):
+    """One NSS connection.
+
+    A request the cache answers at once is answered inside ``data_received``: no task,
+    no stream reader, no await between the bytes and the reply. The stream-and-task
+    loop this replaces cost about as much per getgrgid as the answer itself
+    (perf/warmsocket.py). A request that must wait — for the backend, for room in its
+    uid's reply budget or a writing slot, or for its client to read a big reply — is
+    handed to a task, and no further request of the connection is read until it is
+    done: one request at a time, as libnss_sss sends them (reference §1.1).
+
+    The connection counts (``max_clients``, per uid) until it is closed *and* its task,
+    if any, has ended, so a client cannot pile up waiting answers by hanging up.
+    """
+
+    def __init__(self, responder: NssResponder) -> None:
+        self.r = responder
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.conn = p.ServerConnection()
+        self.state = _Enum()
+        self.share: _Share | None = None
+        self.uid: int | None = None
+        self.watch: _Watchdog | None = None
+        self.task: asyncio.Task[None] | None = None
+        # CLIENT_UID for everything this connection starts (backend requests carry it).
+        self.ctx = contextvars.copy_context()
+        self.write_paused: asyncio.Future[None] | None = None
+        self.reading_paused = False
+        self.send_now_max = 0
+        self.eof = False
+        self.lost = False
+
+    # -- asyncio.Protocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        r = self.r
+        try:
+            uid = aio.peer_uid(transport)
+        except OSError:
+            uid = None
+        why = r._admit(uid)
+        if why:
+            r.refused += 1
+            # Rate-limited per reason and uid: refusals are what an attacker causes.
+            limited.log(("refused", uid, why.split(" ")[-1]), logging.WARNING,
+                        "refusing an NSS client: %s", why)  # fmt: skip
+            transport.close()
+            return
+        share = r.shares.get(uid)
+        if share is None:
+            share = r.shares[uid] = _Share(uid)
+        share.conns += 1
+        r.active += 1
+        if uid != 0:
+            r.nonroot += 1
+        self.share, self.uid = share, uid
+        # Replies up to the transport's high-water mark are written at once; a bigger
+        # one would fill its buffer and wait for the client.
+        self.send_now_max = transport.get_write_buffer_limits()[1]
+        self.ctx.run(CLIENT_UID.set, uid)
+        self.watch = _Watchdog(self.loop, r.config.nss.client_idle_timeout, transport, self.conn)
+        self.watch.reading = True
+
+    def data_received(self, data: bytes) -> None:
+        if self.watch is None or self.conn.dead:
+            return  # refused, or closing after a protocol error
+        conn = self.conn
+        if not conn.buffered_bytes:
+            self.watch.started = self.loop.time()
+        conn.receive_data(data)
+        if self.task is not None:
+            # Answering: the next requests wait in the buffer (the client sends none
+            # before its answer; only a hostile one does, and it waits).
+            if conn.buffered_bytes > PAUSE_READING_AT and not self.reading_paused:
+                self.reading_paused = True
+                assert self.transport is not None
+                self.transport.pause_reading()
+            return
+        self.ctx.run(self._process)
+
+    def eof_received(self) -> bool:
+        if self.task is not None:
+            self.eof = True  # answer what was asked, then close
+            return True
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.write_paused is not None:
+            self.write_paused.set_result(None)
+            self.write_paused = None
+        if self.watch is not None:
+            self.watch.cancel()
+        if self.task is None:
+            self._release()
+
+    def pause_writing(self) -> None:
+        if self.write_paused is None:
+            self.write_paused = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self.write_paused is not None:
+            self.write_paused.set_result(None)
+            self.write_paused = None
+
+    # -- requests ---------------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Answer the complete requests buffered, at once while nothing needs waiting."""
+        conn, watch, transport = self.conn, self.watch, self.transport
+        assert watch is not None and transport is not None
+        try:
+            while not isinstance(req := conn.next_request(), p.NeedData):
+                later = self._answer_now(req)
+                if later is not None:
+                    watch.reading = False
+                    self.task = self.loop.create_task(later, context=self.ctx)
+                    return
+                watch.last_request = watch.started = self.loop.time()
+        except p.ProtocolError as e:
+            log.debug("closing NSS client: %s", e)
+            transport.close()
+            return
+        if self.eof:  # the client said it is done, before a request it did not finish
+            transport.close()
+        elif conn.buffered_bytes:
+            watch.partial()
+
+    def _answer_now(self, req: p.Request) -> Coroutine[Any, Any, None] | None:
+        """Answer ``req`` if nothing needs waiting; else what must run as the task."""
+        r, share, transport = self.r, self.share, self.transport
+        assert share is not None and transport is not None
+        if (
+            share.unread >= r.reply_budget
+            or (share.slots is not None and share.slots.locked())
+            or self.write_paused is not None
+        ):
+            return self._answer_later(req)
+        start = time.perf_counter()
+        try:
+            reply = r.answer_now(req, self.state)
+        except Exception as e:
+            reply = r._log_failure(req, e)
+        if reply is None:
+            return self._answer_later(req)
+        COUNTERS.add(NSS_REQUEST, 1, time.perf_counter() - start)
+        r.served += 1
+        size = len(reply)
+        if size > self.send_now_max:
+            # A big group: written as a task, within the uid's writing slots, and
+            # counted in its unread budget from now on (the next connection of the
+            # uid sees it before this loop iteration ends).
+            share.unread += size
+            return self._sending(reply, size)
+        transport.write(reply)
+        if self.write_paused is not None:
+            # Its client reads slowly: wait for it to read the reply before the next
+            # request, the reply counted as unread meanwhile (WRITE_TIMEOUT).
+            share.unread += size
+            return self._sending(None, size)
+        return None
+
+    async def _answer_later(self, req: p.Request) -> None:
+        r, share = self.r, self.share
+        assert share is not None
+        try:
+            await r._room(share)
+            start = time.perf_counter()
+            try:
+                reply = await r.answer(req, self.state)
+            except Exception as e:
+                reply = r._log_failure(req, e)
+            COUNTERS.add(NSS_REQUEST, 1, time.perf_counter() - start)
+            r.served += 1
+            # Counted from now: a reply waiting for its uid's turn to be written is
+            # memory the uid holds as much as one its client does not read.
+            share.unread += len(reply)
+            await self._send(reply, len(reply))
+        except (ConnectionError, TimeoutError):
+            self._abort()
+        finally:
+            self._task_done()
+
+    async def _sending(self, reply: bytes | None, size: int) -> None:
+        try:
+            await self._send(reply, size)
+        except (ConnectionError, TimeoutError):
+            self._abort()
+        finally:
+            self._task_done()
+
+    async def _send(self, reply: bytes | None, size: int) -> None:
+        """Write ``reply`` (None: written already) within the uid's writing slots and
+        wait while the client has not read it; its ``size`` bytes are counted in the
+        uid's unread replies already and are released here."""
+        share, transport = self.share, self.transport
+        assert share is not None and transport is not None
+        try:
+            async with share.slots or contextlib.nullcontext():
+                if reply is not None and not transport.is_closing():
+                    transport.write(reply)
+                if self.write_paused is not None:
+                    await asyncio.wait_for(asyncio.shield(self.write_paused), WRITE_TIMEOUT)
+        finally:
+            share.unread -= size
+            await self.r._notify(share)
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _task_done(self) -> None:
+        self.task = None
+        if self.lost:
+            self._release()
+            return
+        assert self.transport is not None
+        if self.transport.is_closing():
+            return  # aborted: connection_lost comes next and releases it
+        assert self.watch is not None and self.transport is not None
+        self.watch.last_request = self.watch.started = self.loop.time()
+        self.watch.reading = True
+        if self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
+        # Still in the task's step, so in self.ctx already.
+        self._process()
+
+    def _release(self) -> None:
+        """The connection is closed and nothing of it runs any more."""
+        share, r = self.share, self.r
+        if share is None:
+            return
+        self.share = None
+        r.active -= 1
+        share.conns -= 1
+        if self.uid != 0:
+            r.nonroot -= 1
+        if share.conns == 0 and share.unread == 0 and r.shares.get(self.uid) is share:
+            r.shares.pop(self.uid, None)
+
+
 @dataclass(frozen=True)
 class NssCommand(Generic[K, V]):
     """One lookup command of the NSS socket (SSSD: a row of ``get_nss_cmds()``): the
@@ -491,6 +668,18 @@ class NssCommand(Generic[K, V]):
     plugin: Plugin[K, V]
     fill: Callable[[NssResponder, int, K, Found[V]], bytes]
     forget: Callable[[MemcacheFeed, K], None]
+
+    def now(self, responder: NssResponder, cmd: int, key: str | int) -> bytes | None:
+        """The reply if the cache gives it without waiting; None: :meth:`run` it."""
+        if not isinstance(key, self.plugin.key):  # pragma: no cover - the codec's job
+            raise AssertionError(f"{self.plugin.name}: key {key!r}")
+        found = responder.lookups.lookup_now(self.plugin, key)
+        if found is NOT_NOW:
+            return None
+        if found is None:
+            self.forget(responder.feed, key)
+            return p.not_found_reply(cmd)
+        return self.fill(responder, cmd, key, found)
 
     async def run(self, responder: NssResponder, cmd: int, key: str | int) -> bytes:
         if not isinstance(key, self.plugin.key):  # pragma: no cover - the codec's job
@@ -517,8 +706,9 @@ async def serve_nss(config: Config, responder: NssResponder) -> asyncio.Server:
     path = nss_socket(config)
     framing.prepare_socket_path(path)
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
-    server = await asyncio.start_unix_server(
-        responder.on_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
+    loop = asyncio.get_running_loop()
+    server = await loop.create_unix_server(
+        lambda: _Client(responder), path=path, backlog=BACKLOG
     )
     # Public, as SSSD's: NSS data is public and the client checks nothing (§1.9).
     os.chmod(path, 0o666)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import enum
 import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from cached.cache import DomainCache, GroupView, Initgroups, Lookup, State
 from cached.config import Config, DomainConfig
@@ -180,6 +181,15 @@ class NegativeCache:
 RefreshKey = tuple[str, Op, str | int]  # (domain, backend op, key)
 
 
+class NotNow(enum.Enum):
+    """:meth:`Lookups.lookup_now`: the answer needs the backend."""
+
+    NOT_NOW = "not now"
+
+
+NOT_NOW: Final = NotNow.NOT_NOW
+
+
 class Lookups:
     def __init__(
         self,
@@ -287,10 +297,32 @@ class Lookups:
                 return found
         return None
 
-    async def _lookup_domain(
-        self, plugin: Plugin[K, V], domain: DomainConfig, key: K, nkey: NegKey
-    ) -> Found[V] | None:
-        cache = self.caches[domain.name]
+    def lookup_now(self, plugin: Plugin[K, V], key: K) -> Found[V] | NotNow | None:
+        """:meth:`lookup` where it needs no backend answer (the warm path: valid,
+        midpoint, offline or stalled); :data:`NOT_NOW` where it would wait, and then
+        :meth:`lookup` does it all again (a cache read; nothing was started)."""
+        nkey = plugin.negative_key(key)
+        for domain in self.config.domains:
+            if not plugin.admits(self.policy, domain, key):
+                continue
+            if self.negative.hit(domain.name, nkey):
+                continue
+            cache = self.caches[domain.name]
+            found = self._cached(plugin, domain, cache, key)
+            if isinstance(found, Lookup):
+                return NOT_NOW
+            if found is not None:
+                if not self.servable(plugin, domain, found.value):
+                    return None
+                return found
+        return None
+
+    def _cached(
+        self, plugin: Plugin[K, V], domain: DomainConfig, cache: DomainCache, key: K
+    ) -> Found[V] | Lookup[V] | None:
+        """What the cache answers without waiting for the backend: the value, None
+        (offline and not cached: no answer from this domain), or the cache's Lookup
+        when the backend must be asked (nothing has been asked yet)."""
         got = plugin.read(cache, key)
         if got.state is State.VALID and got.value is not None:
             return Found(domain, cache, got.value, got.state)
@@ -319,6 +351,17 @@ class Lookups:
             # since: do not wait again, nor pile refreshes onto a stuck backend.
             COUNTERS.add(NSS_STALE)
             return Found(domain, cache, stale, got.state)
+        return got
+
+    async def _lookup_domain(
+        self, plugin: Plugin[K, V], domain: DomainConfig, key: K, nkey: NegKey
+    ) -> Found[V] | None:
+        cache = self.caches[domain.name]
+        got = self._cached(plugin, domain, cache, key)
+        if not isinstance(got, Lookup):
+            return got
+        st = self.states[domain.name]
+        stale = got.value if got.value is not None and plugin.stale_ok(got.value) else None
         fut = self.refresh(domain.name, plugin.backend_op, key)
         if stale is not None and self.first_wait > 0:
             # Bounded wait (cache_first_wait, a deliberate difference from SSSD): the

@@ -296,3 +296,45 @@ def test_enumeration_answers_only_when_enabled(daemon_factory, cached_small, sla
     listed = {line.split(":")[0] for line in d.run_nss(["getent", "passwd"], env=SOCKET_ONLY)
               .stdout.splitlines()}  # fmt: skip
     assert set(sorted(exp.user_names())[:3]) <= listed
+
+
+def test_warm_socket_answers_see_invalidation_and_the_backend_write_at_once(
+    daemon_factory, slapd_small_fresh
+):
+    """Group answers kept by the responder (per state of both stores, docs/ARCHITECTURE.md)
+    are never served after `cached cache` expired them, nor after the backend wrote a
+    new member list: by name and by gid, through libnss_sss on the socket only."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    d = daemon_factory(slapd_small_fresh)
+    name = next(g for g in sorted(exp.group_names()) if exp.members(g, 2))
+    gid = str(exp.group(name).gid)
+    newcomer = next(u for u in sorted(exp.user_names()) if u not in exp.members(name, 2))
+
+    def members(key: str) -> set[str]:
+        r = d.run_nss(["getent", "group", key], env=SOCKET_ONLY)
+        assert r.returncode == 0, r.stderr + d.log_tail()
+        return set(r.stdout.rstrip("\n").split(":")[3].split(","))
+
+    before = members(name)
+    assert before == exp.members(name, 2)
+    for _ in range(3):  # warm: kept answers, by name and by gid
+        assert members(gid) == before and members(name) == before
+    s.ldap_modify(
+        f"dn: {exp.scenario.group_dn(name)}\nchangetype: modify\nadd: member\n"
+        f"member: {exp.scenario.user_dn(newcomer)}\n\n"
+    )
+    # Still valid in the cache: the cached answer, as before the change.
+    assert members(gid) == before
+    assert d.cli("cache", "-g", name).returncode == 0
+    # Expired: the lookup by gid refreshes and answers the new member list, and the
+    # lookup by name (kept separately) sees the backend's write at once.
+    assert members(gid) == before | {newcomer}
+    assert members(name) == before | {newcomer}
+    # And the other way round: a refresh by name, then the answer by gid.
+    s.ldap_modify(
+        f"dn: {exp.scenario.group_dn(name)}\nchangetype: modify\ndelete: member\n"
+        f"member: {exp.scenario.user_dn(newcomer)}\n\n"
+    )
+    assert d.cli("cache", "-G").returncode == 0
+    assert members(name) == before
+    assert members(gid) == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing as mp
 import os
+import time
 from array import array
 from pathlib import Path
 
@@ -433,3 +434,126 @@ def test_reader_never_sees_a_partial_write(tmp_path):
     p.join()
     assert p.exitcode == 0
     assert len(versions) > 1  # the reader really raced the writer
+
+
+# -- held group lookups (the responder's warm path) ----------------------------------
+
+
+def test_a_held_group_lookup_is_reused_only_while_both_stores_are_unchanged(tmp_path):
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_group(b, group(1))
+        c.put_group(b, group(2), modstamp="20260101000000Z")
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    first = reader.group_by_gid(20003)  # group00002
+    assert first.state is State.VALID and first.value is not None
+    assert reader.group_by_gid(20003) is first  # held: nothing read again
+    by_name = reader.group_by_name("group00002")
+    assert reader.group_by_name("group00002") is by_name
+    # A backend write that changes the members: seen by the very next lookup.
+    changed = Group("group00002", 20003, f"cn=group00002,ou=groups,{BASE}", ("newcomer",))
+    with c.write() as b:
+        c.put_group(b, changed)
+    for got in (reader.group_by_gid(20003), reader.group_by_name("group00002")):
+        assert got.value is not None and got.value.members == b"newcomer\0"
+    # A write of another group only: read again, and equal.
+    held = reader.group_by_gid(20003)
+    with c.write() as b:
+        c.put_group(b, group(3))
+    again = reader.group_by_gid(20003)
+    assert again is not held and again == held
+    # A refresh that writes timestamps only (the entry store untouched): new times.
+    with c.write() as b:
+        c.touch_group(b, "group00002", modstamp="20270101000000Z")
+    assert reader.group_by_gid(20003).times.modstamp == "20270101000000Z"
+    # Invalidation by a tool (`cached cache`) and by the responder itself (D-Bus).
+    tool = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    assert reader.group_by_gid(20003).state is State.VALID
+    assert tool.invalidate_group("group00002")
+    assert reader.group_by_gid(20003).state is State.EXPIRED
+    assert reader.group_by_name("group00002").state is State.EXPIRED
+    assert reader.group_by_name("group00001").state is State.VALID
+    reader.invalidate_groups()
+    assert reader.group_by_name("group00001").state is State.EXPIRED
+    # Deleted: missing at once, by gid and by name.
+    with c.write() as b:
+        c.delete_group(b, "group00002")
+    assert reader.group_by_gid(20003).state is State.MISSING
+    assert reader.group_by_name("group00002").state is State.MISSING
+    assert 20003 not in reader._held and b"group00002" not in reader._held
+    tool.close()
+    reader.close()
+
+
+def test_a_held_group_lookup_moves_to_midpoint_and_expired_with_the_clock(tmp_path, monkeypatch):
+    c = backend(tmp_path, timeouts=cache_mod.Timeouts(group=100))
+    with c.write() as b:
+        c.put_group(b, group(0))
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    stored = reader.group_by_gid(20001)
+    assert stored.state is State.VALID
+    now = stored.times.last_update
+    clock = {"now": now + 1}
+    monkeypatch.setattr(time, "time", lambda: clock["now"])
+    assert reader.group_by_gid(20001).state is State.VALID
+    clock["now"] = now + 60  # past the midpoint (50 %), before the expiry
+    assert reader.group_by_gid(20001).state is State.MIDPOINT
+    clock["now"] = now + 101
+    assert reader.group_by_gid(20001).state is State.EXPIRED
+    clock["now"] = now + 1  # and back: the class is computed at every lookup
+    assert reader.group_by_gid(20001).state is State.VALID
+
+
+# Spawned, as the tool and the backend are processes of their own: LMDB's transaction
+# ids are shared through the files, not through this process's environment.
+def _invalidate_in_child(path: str) -> None:
+    tool = DomainCache(path, "LDAP", counters=Counters())
+    assert tool.invalidate_all() > 0
+    tool.close()
+
+
+def _rewrite_in_child(path: str) -> None:
+    c = BackendCache(path, "LDAP", boot_id="boot-1", counters=Counters())
+    with c.write() as b:
+        c.put_group(b, Group("group00000", 20001, f"cn=group00000,ou=groups,{BASE}", ("other",)))
+    c.close()
+
+
+def test_a_held_group_lookup_sees_other_processes_writes_at_once(tmp_path):
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_group(b, group(0))
+    c.close()
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    assert reader.group_by_gid(20001).state is State.VALID
+    assert reader.group_by_gid(20001) is reader.group_by_gid(20001)
+    ctx = mp.get_context("spawn")
+    for target, check in (
+        (_invalidate_in_child, lambda got: got.state is State.EXPIRED),
+        (_rewrite_in_child, lambda got: got.value.members == b"other\0"),
+    ):
+        p = ctx.Process(target=target, args=(str(tmp_path),))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        got = reader.group_by_gid(20001)
+        assert check(got), got
+    reader.close()
+
+
+def test_held_group_lookups_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_mod, "HELD_LOOKUPS", 10)
+    c = backend(tmp_path)
+    with c.write() as b:
+        for i in range(25):
+            c.put_group(b, group(i))
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    for i in range(25):
+        assert reader.group_by_gid(20001 + i).value is not None
+        assert len(reader._held) <= 10
+    monkeypatch.setattr(cache_mod, "HELD_MEMBER_BYTES", 500)
+    for i in range(25):
+        reader.group_by_name(f"group{i:05d}")
+        assert reader._held_bytes <= 500 + 300  # one more group's members at most
+    # The backend keeps none: it reads what it has just written.
+    assert c.group_by_gid(20001).value is not None and not c._held

@@ -13,7 +13,15 @@ from cached.cache import GroupView, Initgroups, Lookup, State
 from cached.config import Config, parse_config
 from cached.ipc.ops import LOOKUPS, Op, Outcome
 from cached.model import Kind, User
-from cached.responder.flow import GETGRGID, GETPWNAM, GETPWUID, INITGR, Backend, Lookups
+from cached.responder.flow import (
+    GETGRGID,
+    GETPWNAM,
+    GETPWUID,
+    INITGR,
+    NOT_NOW,
+    Backend,
+    Lookups,
+)
 
 CONF = """[cached]
 domains = D
@@ -248,3 +256,43 @@ def test_initgroups_never_fetched_waits_for_the_backend() -> None:
     assert not done_before  # it waited for the refresh
     assert found is not None and found.value is unfetched
     assert backend.calls == [(Op.INITGROUPS, "alice")]
+
+
+def test_lookup_now_answers_what_needs_no_backend_and_starts_nothing_else() -> None:
+    """The NSS socket's warm path: valid and midpoint entries, offline and stalled
+    domains are answered at once; an expired or missing entry is NOT_NOW with no
+    request sent (the socket then runs the whole lookup in a task)."""
+    lookups, cache, backend = flow()
+    backend.gate.clear()
+    cache.users["valid"] = (State.VALID, ALICE)
+    cache.users["midpoint"] = (State.MIDPOINT, ALICE)
+    cache.users["expired"] = (State.EXPIRED, ALICE)
+
+    async def go() -> dict[str, Any]:
+        out: dict[str, Any] = {
+            k: lookups.lookup_now(GETPWNAM, k) for k in ("valid", "expired", "missing")
+        }
+        assert backend.calls == [] and not lookups.inflight  # nothing asked for those
+        out["midpoint"] = lookups.lookup_now(GETPWNAM, "midpoint")
+        out["refreshing"] = len(lookups.inflight)  # midpoint: refreshed out of band
+        await asyncio.sleep(0)
+        backend.gate.set()
+        await asyncio.gather(*lookups.inflight.values())
+        # Offline: the stale entry at once, a missing one not found at once.
+        lookups.states["D"].offline_until = lookups.clock() + 60
+        out["expired offline"] = lookups.lookup_now(GETPWNAM, "expired")
+        out["missing offline"] = lookups.lookup_now(GETPWNAM, "missing")
+        lookups.states["D"].offline_until = 0.0
+        lookups.states["D"].stalled = True
+        out["expired stalled"] = lookups.lookup_now(GETPWNAM, "expired")
+        out["missing stalled"] = lookups.lookup_now(GETPWNAM, "missing")
+        return out
+
+    out = run(go())
+    assert out["valid"].value == ALICE and out["midpoint"].value == ALICE
+    assert out["expired"] is NOT_NOW and out["missing"] is NOT_NOW
+    assert out["refreshing"] == 1 and backend.calls == [(Op.USER_BY_NAME, "midpoint")]
+    assert out["expired offline"].value == ALICE and out["missing offline"] is None
+    assert out["expired stalled"].value == ALICE
+    assert out["missing stalled"] is NOT_NOW  # nothing stored: it waits for the backend
+    assert len(backend.calls) == 1
