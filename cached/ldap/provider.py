@@ -164,7 +164,6 @@ def _int(values: list[bytes]) -> int | None:
 # nor a group, a user without ids (docs/compatibility.md §9.5).
 Member = tuple[str, str] | None
 WALK = "walk"  # a non-POSIX group: nesting walks through it, it is never answered
-_UNSEEN: Member = ("", "")  # sentinel: not looked up yet
 # One batched search of a round: (bases, assertions, attributes, deref specs).
 _DerefSpecs = list[tuple[str, list[str]]]
 _Job = tuple[tuple[SearchBase, ...], list[tuple[str, str]], list[str], _DerefSpecs | None]
@@ -530,22 +529,24 @@ class LdapProvider:
         if self._settled_known is not known:
             self._settled, self._settled_known = {}, known
         settled = self._settled
+        # Members needing nothing: found, or named (below a group with levels left, a
+        # member group not yet found is still to be fetched). Set look-ups, so a
+        # settled group is checked at C speed.
+        named = found.keys() | known.keys()
+        deep = found.keys() | {mk for mk, m in known.items() if m is None or m[0] == "user"}
         for k, g in found.items():
             b = budget.get(k, -1)
             if b < 0 or settled.get(k) == b:
                 continue
-            needs = False
+            done = deep if b >= 1 else named
+            if done.issuperset(g.member_keys):
+                settled[k] = b
+                continue
             for dn, mk in zip(g.member_dns, g.member_keys, strict=True):
-                if mk in found:
-                    continue
-                m = known.get(mk, _UNSEEN)
-                if m is _UNSEEN or (b >= 1 and m is not None and m[0] != "user"):
-                    needs = True
+                if mk not in done:
                     prev = out.get(mk)
                     if prev is None or prev[1] < b - 1:
                         out[mk] = (dn, b - 1)
-            if not needs:
-                settled[k] = b
         if out:
             # Users already cached serve by DN (the cache's DN index), no search.
             for dn, member in self.cache.resolve_dns(dn for dn, _ in out.values()).items():
