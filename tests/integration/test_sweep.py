@@ -16,7 +16,7 @@ import pytest
 
 from cached.cache import State
 from cached.cache.records import split_members
-from cached.ldap.client import LdapClient, Search
+from cached.ldap.client import LdapClient, LdapTooMany, Search
 from cached.ldap.provider import LdapProvider, Outcome
 from testing.backend import make_backend, make_domain
 
@@ -35,12 +35,17 @@ class _Spy:
 
     def __init__(self, client: LdapClient) -> None:
         self.calls: list[tuple[str, int, bool]] = []
+        self.stopped = 0  # searches stopped at their max_entries (a sweep's bound)
         self._search_many = client.search_many
         client.search_many = self  # type: ignore[method-assign]
 
     def __call__(self, specs: list[Search], *args: Any, **kw: Any) -> Any:
         self.calls += [(sp.filt, sp.max_entries, bool(sp.deref_specs)) for sp in specs]
-        return self._search_many(specs, *args, **kw)
+        try:
+            return self._search_many(specs, *args, **kw)
+        except LdapTooMany:
+            self.stopped += 1
+            raise
 
     def sweeps(self) -> int:
         return sum(1 for _, cap, _d in self.calls if cap)
@@ -50,6 +55,7 @@ class _Spy:
 
     def clear(self) -> None:
         self.calls.clear()
+        self.stopped = 0
 
 
 def _backend(tmp: Path, slapd: Any, **opts: Any) -> tuple[LdapProvider, Any, _Spy]:
@@ -112,15 +118,14 @@ def test_sweep_gives_up_at_its_bound_and_deref_names_the_members(tmp_path, slapd
     assert p.group_by_name(big).outcome is Outcome.FOUND
     assert _members(cache, big) == exp.members(big, 2)
     assert spy.sweeps() == 1, spy.calls
-    assert p._swept == {}  # it gave up at the bound: nothing named from it
+    assert spy.stopped == 1  # it gave up at the bound: nothing named from it
     # The base search with the deref control on the group named its members.
     assert exp.group(big).dn in [op.base for op in slapd_small.slapd.searches(offset)]
     for name in exp.user_names():
         spy.clear()
         assert p.initgroups(name).outcome is Outcome.FOUND
         assert _gids(cache, name) == exp.initgroups(name, 2), name
-        if spy.sweeps():
-            assert p._swept == {}, name  # every sweep stopped at its bound
+        assert spy.stopped == spy.sweeps(), name  # every sweep stopped at its bound
 
 
 def test_no_sweep_unpaged(tmp_path, slapd_small):
@@ -147,7 +152,7 @@ def test_bigroupuser_swept_once_and_never_dereferenced(tmp_path, slapd_big):
     p, cache, spy = _backend(tmp_path / "i", slapd_big)
     assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
     assert _gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 2)
-    assert (spy.sweeps(), spy.derefs()) == (1, 0), spy.calls
+    assert (spy.sweeps(), spy.stopped, spy.derefs()) == (1, 0, 0), spy.calls
     p, cache, spy = _backend(tmp_path / "g", slapd_big)
     assert p.group_by_name("large01").outcome is Outcome.FOUND
     assert _members(cache, "large01") == exp.members("large01", 2)
