@@ -73,14 +73,12 @@ def main() -> None:
             assert outcome is Outcome.FOUND, outcome
             if args.group:
                 got = cache.group_by_name(args.group).value
-                assert got is not None and set(split_members(got.members)) == exp.members(args.group, 2), (
-                    "inexact answer"
-                )
+                answer = set(split_members(got.members)) if got else set()
+                assert answer == exp.members(args.group, 2), "inexact answer"
             else:
                 ig = cache.initgroups("bigroupuser").value
-                assert ig is not None and set(array("I", ig.gids)) == exp.initgroups("bigroupuser", 2), (
-                    "inexact answer"
-                )
+                gids = set(array("I", ig.gids)) if ig else set()
+                assert gids == exp.initgroups("bigroupuser", 2), "inexact answer"
             if 0 < i <= args.rounds:  # round 0 warms slapd's caches
                 walls.append(wall)
                 cpus.append(cpu)
