@@ -14,11 +14,14 @@ requests ask for whole levels at once:
 * member DN -> name from the member's *entry* (docs/compatibility.md §9.5): its name attribute (the
   value its RDN spells when several, as SSSD), its kind from its objectClass, its
   existence and base membership from the server; the DN's spelling is never the
-  answer. Where the server has the deref control (and no base has a filter), the
-  walk's group searches carry it, so every group comes with its members' names
-  and classes; users already cached serve by DN (the cache's DN index); the rest
-  are looked up by RDN value — a hint to batch by, matched back by DN — folded into
-  the walk's searches where users and groups share a base. A member that exists
+  answer. Users already cached serve by DN (the cache's DN index); thousands of
+  unknown members are named by one bounded, paged sweep of the user bases
+  (_sweep_users); where the server has the deref control (and no base has a
+  filter), the walk's group searches carry it — not on the first level when a sweep
+  is possible, nor after one (_deref_walk) — so every group comes with its members'
+  names and classes; the rest are looked up by RDN value — a hint to batch by,
+  matched back by DN — folded into the walk's searches where users and groups share
+  a base. A member that exists
   nowhere, lies outside every search base, is neither user nor group of the
   configured classes or has no ids is dropped, and the group stays complete.
 
