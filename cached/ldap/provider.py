@@ -205,6 +205,10 @@ class LdapProvider:
     # past ``sweep_factor`` times the users wanted.
     sweep_min = 1000
     sweep_factor = 2
+    # Members of the first level still unnamed after the sweep (or without one) from
+    # which its search runs again with deref: look-up batches of n RDN values cost
+    # slapd ~n²/2 comparisons (schema.MEMBER_BATCH), 250 of them ~10 ms.
+    deref_again_min = 250
     # A big group's members: swept before the deref control is asked (LDAP: large01's
     # 5,000 users for 0.6x our CPU and the same slapd CPU, perf/readpath.py --group);
     # Samba's ASQ costs the DC less than its sweep (cached/ldap/ad.py).
@@ -234,6 +238,10 @@ class LdapProvider:
         # The users of this request's sweep of the user bases (once at most), by DN
         # key: members of later rounds are named from it; None: not swept.
         self._swept: dict[str, Entry] | None = None
+        # The users a sweep had passed when it gave up at its bound (0: none did): the
+        # user bases hold at least that many, so a sweep whose bound is below it is
+        # not tried (a lower bound: a directory that shrank costs a sweep not tried).
+        self.users_at_least = 0
         # _unknown's groups that need nothing more, at their budget, for one ``known``.
         self._settled: dict[str, int] = {}
         self._settled_known: dict[str, Member] | None = None
@@ -483,7 +491,7 @@ class LdapProvider:
             )  # fmt: skip
         return out
 
-    def _deref_walk(self, level: int) -> list[tuple[str, list[str]]] | None:
+    def _deref_walk(self, level: int, again: bool = False) -> list[tuple[str, list[str]]] | None:
         """The deref control for the walk's searches, where the server has it and no
         base has a filter (which a dereferenced entry could not be checked against,
         as SSSD decides, §6.2): every group found comes with its members' names and
@@ -496,13 +504,19 @@ class LdapProvider:
         read). Its groups without the control and one sweep of the user bases name
         the same members for a third of slapd's CPU and a quarter of the bytes
         (perf/readpath.py). A user in few groups has few unknown members: no sweep,
-        and they are looked up with the next level's searches."""
+        and they are looked up with the next level's searches; when hundreds are
+        left unnamed (no sweep, or it gave up at its bound in a big directory), the
+        first level's search runs again with deref (_closure), rather than look-up
+        batches whose cost on slapd grows with the square of their size."""
         s = self.schema
         info = self.client.info
-        if (
+        if not again and (
             self._swept  # named by the sweep (empty: it gave up at its bound)
             or (level == 0 and self._sweep_possible())
-            or self.cfg.ldap_deref_threshold <= 0
+        ):
+            return None
+        if (
+            self.cfg.ldap_deref_threshold <= 0
             or self.cfg.ignore_group_members
             or info is None
             or deref.DEREF_OID not in info.controls
@@ -605,8 +619,13 @@ class LdapProvider:
         level = 0
         lookup = self._unknown(found, budget, known)
         extra = self._group_by_gid_filter(primary_gid) if primary_gid is not None else ""
+        # The first level goes without deref for a sweep (_deref_walk): its search
+        # runs again with it when hundreds of its members are left unnamed.
+        first_up = up if up and self._deref_walk(0) is None else []
         while up or lookup or extra:
             self._sweep_users(lookup, known)
+            if level == 1 and not self._swept and len(lookup) >= self.deref_again_min:
+                self._first_level_again(first_up, lookup, known)
             up_keys = {normalize_dn(dn) for dn in up}
             up_next: list[str] = []
             named: set[str] = set()
@@ -650,6 +669,20 @@ class LdapProvider:
             extra = ""
             lookup = self._unknown(found, budget, known)
         return mine
+
+    def _first_level_again(
+        self, up: list[str], lookup: dict[str, tuple[str, int]], known: dict[str, Member]
+    ) -> None:
+        """The first level went without deref for a sweep that did not name its
+        members (too few for one, or it gave up at its bound): its search again,
+        with the control, names them (a no-op without it, where the look-ups do)."""
+        if not up or self._deref_walk(0, again=True) is None:
+            return
+        for e, _from_groups, _only_up in self._round(up, {}, "", 0, again=True):
+            if e.deref is not None:
+                self._named_by_deref(e, known)
+        for k in [k for k in lookup if k in known]:
+            del lookup[k]
 
     def _named_by_deref(self, e: Entry, known: dict[str, Member]) -> None:
         """Name the members of a group entry from the deref control's answer: users
@@ -716,7 +749,11 @@ class LdapProvider:
         perf/readpath.py (LDAP) and perf/results/2026-11-30-adbig (Samba, where it
         took 0.68-0.81 s of DC CPU in one search against 1.3 s in 20 batches)."""
         if self._swept is None:
-            if len(lookup) < self.sweep_min or not self._sweep_possible():
+            if (
+                len(lookup) < self.sweep_min
+                or self.sweep_factor * len(lookup) < self.users_at_least
+                or not self._sweep_possible()
+            ):
                 return
             self._swept = self._sweep(len(lookup))
         for k in [k for k in lookup if k in self._swept]:
@@ -741,11 +778,17 @@ class LdapProvider:
                 )  # fmt: skip
         except LdapTooMany as too_many:
             log.debug("%s: member users left to batched look-ups", too_many)
+            self.users_at_least = max(self.users_at_least, cap)
             return {}
         return {normalize_dn(e.dn): e for e in entries}
 
     def _round(
-        self, up: list[str], lookup: dict[str, tuple[str, int]], extra: str, level: int
+        self,
+        up: list[str],
+        lookup: dict[str, tuple[str, int]],
+        extra: str,
+        level: int,
+        again: bool = False,
     ) -> list[tuple[Entry, bool, bool]]:
         """One round's searches: (entry, found under the group bases, the search
         had only walk-up assertions). Member look-ups go by RDN value — a hint to
@@ -763,7 +806,7 @@ class LdapProvider:
         ups = [f"({s.group_member}={escape(dn)})" for dn in up]
         members = not self.cfg.ignore_group_members
         out: list[tuple[Entry, bool, bool]] = []
-        specs = self._deref_walk(level) if ups else None
+        specs = self._deref_walk(level, again) if ups else None
         # The searches of one round are independent: sent together (several message
         # ids outstanding), so a round costs one round trip, not one per search.
         jobs: list[_Job] = []

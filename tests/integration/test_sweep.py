@@ -157,3 +157,32 @@ def test_bigroupuser_swept_once_and_never_dereferenced(tmp_path, slapd_big):
     assert p.group_by_name("large01").outcome is Outcome.FOUND
     assert _members(cache, "large01") == exp.members("large01", 2)
     assert (spy.sweeps(), spy.derefs()) == (1, 0), spy.calls
+
+
+@pytest.mark.parametrize("why", ["too-few-to-sweep", "sweep-gave-up"])
+def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_small, why):
+    """The first level went without deref for a sweep that did not name its members:
+    too few of them for one, or it gave up at its bound. Hundreds left unnamed (here:
+    any) make its search run again with the control, not look-up batches (their cost
+    on slapd grows with the square of their size); every answer stays exact."""
+    exp = slapd_small.expected
+    p, cache, spy = _backend(tmp_path, slapd_small)
+    p.deref_again_min = 1
+    if why == "sweep-gave-up":
+        p.sweep_min, p.sweep_factor = 1, 1
+    else:
+        p.sweep_min = 10**9
+    again = 0
+    for name in exp.user_names():
+        spy.clear()
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        # The user's own groups, (member=<the user's DN>): first without deref.
+        mine = [d for f, _cap, d in spy.calls if "(member=uid=" in f]
+        assert mine and not mine[0], spy.calls
+        again += sum(mine[1:])
+        assert spy.stopped == spy.sweeps(), spy.calls
+    assert again > 0  # the first level's search ran again, with deref
+    for name in exp.group_names():
+        assert p.group_by_name(name).outcome is Outcome.FOUND
+        assert _members(cache, name) == exp.members(name, 2), name

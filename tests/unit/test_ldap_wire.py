@@ -162,7 +162,9 @@ def test_truncated_results_are_refused(cut):
         wire.decode_response(msg[:-cut] if cut < len(msg) else msg[:1])
 
 
-def _entry(length_form: int, n_values: int, msgid: int = 5) -> tuple[bytes, dict[bytes, list[bytes]]]:
+def _entry(
+    length_form: int, n_values: int, msgid: int = 5
+) -> tuple[bytes, dict[bytes, list[bytes]]]:
     """A SearchResultEntry with every length written in ``length_form`` octets (0:
     short form where it fits), so the decoder's inline and general paths both read it."""
 
