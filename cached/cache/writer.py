@@ -197,7 +197,8 @@ class BackendCache(DomainCache):
         the incomplete groups of initgroups (reference §6.3 step 4)."""
         if self._refused("group", group.name, group.gid, group.dn):
             return
-        if any("\0" in m for m in (*group.members, *group.member_groups)):
+        # One join and a search in C, not a test per member (5,000 for large01).
+        if "\0" in "".join(group.members) or "\0" in "".join(group.member_groups):
             # A NUL would split one member into two in the NUL-joined list.
             limited.log(("nul-member", group.name), logging.WARNING,
                         "group %r: member values with a NUL character are ignored",

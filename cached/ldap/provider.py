@@ -179,6 +179,7 @@ def _int(values: list[bytes]) -> int | None:
 # nor a group, a user without ids (docs/compatibility.md §9.5).
 Member = tuple[str, str] | None
 WALK = "walk"  # a non-POSIX group: nesting walks through it, it is never answered
+_UNSEEN: Member = ("", "")  # sentinel: not looked up yet
 # One batched search of a round: (bases, assertions, attributes, deref specs).
 _DerefSpecs = list[tuple[str, list[str]]]
 _Job = tuple[tuple[SearchBase, ...], list[tuple[str, str]], list[str], _DerefSpecs | None]
@@ -196,6 +197,18 @@ class _GroupEntry:
     member_dns: list[str] = field(default_factory=list)  # rfc2307bis
     member_keys: list[str] = field(default_factory=list)  # normalize_dn of member_dns
     posix: bool = True  # False: walked through by nesting, never stored (item 8)
+
+
+@dataclass(slots=True)
+class _Scan:
+    """One fetched group's member list, read once for storing (LdapProvider._scan)."""
+
+    users: dict[str, None] = field(default_factory=dict)  # direct member users' names
+    groups: dict[str, None] = field(default_factory=dict)  # direct member POSIX groups
+    children: list[str] = field(default_factory=list)  # keys of the member groups
+    walk: list[str] = field(default_factory=list)  # fetched non-POSIX member groups
+    unknown: bool = False  # a member was never looked up
+    through: bool = False  # a non-POSIX member group: walked through (item 8)
 
 
 class LdapProvider:
@@ -976,58 +989,94 @@ class LdapProvider:
 
     # -- groups: storing -----------------------------------------------------------
 
+    def _scan(self, found: dict[str, _GroupEntry], known: dict[str, Member]) -> dict[str, _Scan]:
+        """Read every fetched group's member list once (bigroupuser: 44,000 member
+        values) into what storing needs: the direct member users and POSIX groups, the
+        member groups, whether a member is still unknown, and the non-POSIX member
+        groups walked through (item 8). A member fetched as a group counts as that
+        group, whatever else named it. Four passes over the lists were 20 % of a cold
+        initgroups's storing (py-spy, perf.readpath)."""
+        out: dict[str, _Scan] = {}
+        get = known.get
+        for k, g in found.items():
+            sc = _Scan()
+            for mk in g.member_keys:
+                f = found.get(mk)
+                if f is not None:
+                    sc.children.append(mk)
+                    if f.posix:
+                        sc.groups[f.name] = None
+                    else:
+                        sc.through = True
+                        sc.walk.append(mk)
+                    continue
+                m = get(mk, _UNSEEN)
+                if m is None:
+                    continue  # names nothing: not a member
+                if m is _UNSEEN:
+                    sc.unknown = True
+                elif m[0] == "user":
+                    sc.users[m[1]] = None
+                else:
+                    sc.children.append(mk)
+                    if m[0] == "group":
+                        sc.groups[m[1]] = None
+                    else:
+                        sc.through = True  # walked through, not fetched: adds nothing
+            out[k] = sc
+        return out
+
     def _members(
-        self, g: _GroupEntry, found: dict[str, _GroupEntry], known: dict[str, Member]
+        self, k: str, g: _GroupEntry, scans: dict[str, _Scan]
     ) -> tuple[list[str], list[str]]:
         """(member user names, member POSIX group names) of ``g``. A non-POSIX member
-        group is walked through: its members count one level deeper (item 8)."""
+        group is walked through: its members count one level deeper (item 8), each
+        walked group at the depth it is first reached."""
         s = self.schema
         if self.cfg.ignore_group_members:
             return [], []
         if not s.bis:
             return _names_each(g.entry.get(s.group_member)), []
-        users: dict[str, None] = {}
-        groups: dict[str, None] = {}
-        stack = [(g, 0)]
-        seen = {normalize_dn(g.entry.dn)}
+        levels = s.nesting_level
+        sc = scans[k]
+        if levels <= 0:
+            return list(sc.users), []
+        if not sc.walk:
+            return list(sc.users), list(sc.groups)
+        users, groups = dict(sc.users), dict(sc.groups)
+        seen = {k}
+        stack: list[tuple[str, int]] = []
+        for child in sc.walk:
+            if child not in seen:
+                seen.add(child)
+                stack.append((child, 1))
         while stack:
             cur, depth = stack.pop()
-            for mk in cur.member_keys:
-                m = known.get(mk) if mk not in found else (
-                    ("group" if found[mk].posix else WALK, found[mk].name))  # fmt: skip
-                if m is None:
-                    continue
-                if m[0] == "user":
-                    users[m[1]] = None
-                elif m[0] == "group":
-                    if depth < s.nesting_level:
-                        groups[m[1]] = None
-                elif depth < s.nesting_level and mk in found and mk not in seen:
-                    seen.add(mk)
-                    stack.append((found[mk], depth + 1))
+            cs = scans[cur]
+            users.update(cs.users)
+            if depth < levels:
+                groups.update(cs.groups)
+                for child in cs.walk:
+                    if child not in seen:
+                        seen.add(child)
+                        stack.append((child, depth + 1))
         return list(users), list(groups)
 
-    def _complete(self, found: dict[str, _GroupEntry], known: dict[str, Member]) -> set[str]:
+    def _complete(self, found: dict[str, _GroupEntry], scans: dict[str, _Scan]) -> set[str]:
         """Groups whose member groups, down to the nesting level, were all fetched,
         so their expanded member list is exact. The others are stored already
         expired, as SSSD stores the incomplete groups of initgroups (§6.3 step 4):
         a direct lookup refreshes them first. A member that names nothing (deleted,
         outside the bases, neither user nor group) leaves a group complete."""
         levels = self.schema.nesting_level
-        # Sets, so each group's members are tested at C speed (44,000 member values
-        # of bigroupuser's groups: a call per value was 3 % of a cold initgroups).
-        groups = found.keys() | {mk for mk, m in known.items() if m is not None and m[0] != "user"}
-        named = found.keys() | known.keys()
-        children = {k: [mk for mk in g.member_keys if mk in groups] for k, g in found.items()}
-        unknown = {k for k, g in found.items() if not named.issuperset(g.member_keys)}
         complete = set()
         for k in found:
-            ok, seen, frontier = k not in unknown, {k}, [k]
+            ok, seen, frontier = not scans[k].unknown, {k}, [k]
             for _ in range(levels):
                 nxt = []
                 for f in frontier:
-                    for child in children.get(f, ()):
-                        if child not in found or child in unknown:
+                    for child in scans[f].children if f in scans else ():
+                        if child not in found or scans[child].unknown:
                             ok = False
                         elif child not in seen:
                             seen.add(child)
@@ -1050,7 +1099,8 @@ class LdapProvider:
         if not posix:
             return
         stored = self.cache.times("group", [g.name for g in posix.values()])
-        complete = self._complete(found, known) if self.schema.bis else set(posix)
+        scans = self._scan(found, known) if self.schema.bis else {}
+        complete = self._complete(found, scans) if self.schema.bis else set(posix)
         with self.counters.timer(NESTED_COMPARE):
             for k, g in posix.items():
                 t = stored.get(g.name)
@@ -1068,9 +1118,11 @@ class LdapProvider:
                 ):
                     self.cache.touch_group(batch, g.name, g.modstamp, g.usn)
                     continue
-                users, groups = self._members(g, found, known)
+                users, groups = self._members(k, g, scans)
                 stamp = ""
-                if ok and not self._walks_through(g, found, known):
+                # A non-POSIX member group's members count as the group's own (item
+                # 8): its stamp does not cover them (validate.py).
+                if ok and not (k in scans and scans[k].through):
                     stamp = validate.trusted_stamp(g.modstamp, g.usn, self.request_started)
                 self.cache.put_group(
                     batch,
@@ -1080,19 +1132,6 @@ class LdapProvider:
                     complete=ok,
                     aliases=_entry_names(g.entry, self.schema.group_name),
                 )
-
-    def _walks_through(
-        self, g: _GroupEntry, found: dict[str, _GroupEntry], known: dict[str, Member]
-    ) -> bool:
-        """Has ``g`` a non-POSIX member group, whose members count as its own (item
-        8)? Then its stamp does not cover its member list (validate.py)."""
-        for mk in g.member_keys:
-            m = found.get(mk)
-            if m is not None and not m.posix:
-                return True
-            if m is None and (known.get(mk) or ("",))[0] == WALK:
-                return True
-        return False
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()

@@ -4,7 +4,7 @@ the backend SIGKILLed inside cache writes again and again. Each prints its figur
 * Load: 50 client processes of the real libnss_sss (``testing.nssload``) doing mixed
   lookups for 60 s on the bigroupuser directory; requests, errors (must be 0),
   latency percentiles, peak memory of the responder and the backend.
-* Fuzz: at least 100,000 random and malformed packets (``tests.integration.test_fuzz_socket``),
+* Fuzz: at least 100,000 random and malformed packets (``testing.fuzz``),
   every reply checked; the responder's memory sampled along the way must stay flat.
 * Kills: the backend SIGKILLed at random moments while it writes the cache (caught in
   ``pwrite``/``writev``/``fdatasync``, or at a random delay into a write-heavy refresh),
@@ -43,10 +43,10 @@ from testing.checks import (
     wait_for,
 )
 from testing.daemon import CachedDaemon
+from testing.fuzz import RSS_BOUND_KIB, check_daemon_after_fuzz, run_fuzz
 from testing.ldif import minimal_user
 from testing.marks import requires_nss
 from testing.procstat import MemorySampler, children, gone, proc_kib
-from tests.integration.test_fuzz_socket import RSS_BOUND_KIB, check_daemon_after_fuzz, run_fuzz
 
 pytestmark = [pytest.mark.slow, requires_nss]
 
