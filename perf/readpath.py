@@ -1,7 +1,10 @@
-"""Cold initgroups of bigroupuser (rfc2307bis, uid people) through the backend alone:
-wall, our CPU and slapd's CPU per round, and optionally a cProfile of one more round.
+"""Cold initgroups of bigroupuser (rfc2307bis, uid people) through the backend alone —
+or, with ``--group NAME``, a cold group lookup (``getent group large01``'s backend
+work): wall, our CPU, slapd's CPU, searches and bytes received from LDAP per round,
+and optionally a cProfile of one more round.
 
-    python -m perf.readpath OUTDIR [--rounds 9] [--profile FILE]
+    python -m perf.readpath OUTDIR [--rounds 9] [--group large01] [--no-deref]
+                                   [--profile FILE]
 
 Built to compare two checkouts on a machine shared with other engineers: run it
 alternately from each (``cd checkout && PYTHONPATH=. python -m perf.readpath ...``)
@@ -17,9 +20,11 @@ import cProfile
 import pstats
 import statistics
 import time
+from array import array
 from pathlib import Path
 
-from cached.counters import Counters
+from cached.cache.records import split_members
+from cached.counters import COUNTERS, LDAP_BYTES, LDAP_SEARCH, Counters
 from cached.ldap.provider import Outcome
 from testing.backend import make_backend, make_domain
 from testing.gendir import BIGROUPUSER, generate
@@ -31,6 +36,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("outdir", type=Path, help="a new directory for the data, slapd and caches")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--group", help="look this group up instead of bigroupuser's initgroups")
+    ap.add_argument("--no-deref", action="store_true", help="slapd without the deref overlay")
     ap.add_argument("--profile", type=Path, help="write a cProfile of one extra round here")
     args = ap.parse_args()
     args.outdir.mkdir(parents=True)
@@ -39,34 +46,53 @@ def main() -> None:
     walls: list[float] = []
     cpus: list[float] = []
     slapd_cpus: list[float] = []
-    with Slapd(args.outdir / "slapd", gen.ldif, exp.base_dn) as s:
+    searches: list[int] = []
+    received: list[float] = []
+    with Slapd(args.outdir / "slapd", gen.ldif, exp.base_dn, deref=not args.no_deref) as s:
         cfg = make_domain([s.uri], s.base_dn)
         assert s.pid is not None
         for i in range(args.rounds + 1 + bool(args.profile)):
             counters = Counters()
             p, cache, _ = make_backend(args.outdir / f"round{i}", cfg, counters)
             p.client.connect()
+            s0 = counters.get(LDAP_SEARCH).count
+            b0 = COUNTERS.get(LDAP_BYTES).amount  # counted by the receive loop, globally
             prof = cProfile.Profile() if args.profile and i == args.rounds + 1 else None
             before = proc_info(s.pid)
             t0, c0 = time.perf_counter(), time.process_time()
             if prof:
                 prof.enable()
-            outcome = p.initgroups("bigroupuser").outcome
+            if args.group:
+                outcome = p.group_by_name(args.group).outcome
+            else:
+                outcome = p.initgroups("bigroupuser").outcome
             if prof:
                 prof.disable()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             after = proc_info(s.pid)
             assert outcome is Outcome.FOUND, outcome
+            if args.group:
+                got = cache.group_by_name(args.group).value
+                answer = set(split_members(got.members)) if got else set()
+                assert answer == exp.members(args.group, 2), "inexact answer"
+            else:
+                ig = cache.initgroups("bigroupuser").value
+                gids = set(array("I", ig.gids)) if ig else set()
+                assert gids == exp.initgroups("bigroupuser", 2), "inexact answer"
             if 0 < i <= args.rounds:  # round 0 warms slapd's caches
                 walls.append(wall)
                 cpus.append(cpu)
+                searches.append(counters.get(LDAP_SEARCH).count - s0)
+                received.append(COUNTERS.get(LDAP_BYTES).amount - b0)
                 if before and after:
                     slapd_cpus.append(after.cpu - before.cpu)
             p.client.close()
             cache.close()
     print(
         f"rounds {len(walls)}  median: wall {statistics.median(walls):.3f} s, "
-        f"cpu {statistics.median(cpus):.3f} s, slapd cpu {statistics.median(slapd_cpus):.2f} s"
+        f"cpu {statistics.median(cpus):.3f} s, slapd cpu {statistics.median(slapd_cpus):.3f} s, "
+        f"searches {statistics.median(searches):g}, "
+        f"received {statistics.median(received) / (1 << 20):.2f} MiB"
         f"  min: wall {min(walls):.3f} s, cpu {min(cpus):.3f} s"
     )
     if prof and args.profile:

@@ -37,11 +37,9 @@ from cached.counters import COUNTERS, NESTED_RESOLVE, Counters
 from cached.dn import normalize_dn, rdn_avas
 from cached.ldap.client import (
     ASQ_OID,
-    PAGED_RESULTS_OID,
     Entry,
     LdapClient,
     LdapError,
-    LdapTooMany,
 )
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import WALK, LdapProvider, Member, Outcome, Result, _GroupEntry
@@ -97,10 +95,8 @@ class AdProvider(LdapProvider):
     # (distinguishedName=…) ORs of 250: 3.2-3.7 s. 250 keeps the per-name cost at its
     # floor with few round trips.
     member_batch = 250
-    # The user sweep (_sweep_users): worth one search only in place of at least four
-    # batched look-ups; it gives up past twice the users wanted.
-    sweep_min = 4 * member_batch
-    sweep_factor = 2
+    # ASQ over large01 cost Samba 0.49-0.57 s of CPU, its sweep 0.68-0.81 s.
+    sweep_before_deref = False
 
     def __init__(
         self,
@@ -266,7 +262,7 @@ class AdProvider(LdapProvider):
         bigroupuser (Samba's CPU seconds, medians of 3 in two runs): ASQ over large01
         named its 5,000 members in 0.49-0.57 s, against 1.3 s for 20 batches of
         (name=…) and 0.68-0.81 s for a paged search of every user of the domain (whose
-        cost grows with the directory: :meth:`_sweep_users` bounds it)."""
+        cost grows with the directory: LdapProvider._sweep_users bounds it)."""
         lookup = self._unknown(found, budget, known)
         if len(lookup) < self.member_batch:
             return
@@ -284,52 +280,6 @@ class AdProvider(LdapProvider):
             for mk in unknown[k]:
                 if mk in known:
                     lookup.pop(mk, None)
-
-    def _sweep_users(
-        self, found: dict[str, _GroupEntry], budget: dict[str, int], known: dict[str, Member]
-    ) -> None:
-        """Name thousands of unknown members with one paged search of the user bases
-        for every user, when that search is bounded by the answer: it runs only for
-        at least ``sweep_min`` unknown members and stops (:class:`LdapTooMany`) once
-        it passes ``sweep_factor`` times their number, leaving them to the batches.
-        A directory of 500,000 users thus costs at most twice the names wanted, never
-        the whole directory. Measured on bigroupuser, whose 2,086 groups have at most
-        25 members each, so ASQ per group does not pay: naming its 4,998 member users
-        took Samba 0.68-0.81 s of CPU in one search against 1.3 s in 20 batches of
-        (name=…) (medians of 3 in two runs, perf/results/2026-11-30-adbig). Members the sweep does
-        not return (groups, users outside the bases, deleted entries) are left to the
-        batches, which apply the naming rules of docs/compatibility.md §9.5."""
-        lookup = self._unknown(found, budget, known)
-        info = self.client.info
-        if (
-            len(lookup) < self.sweep_min
-            # Unpaged, the whole answer arrives before the bound can stop it.
-            or self.cfg.ldap_page_size <= 0
-            or info is None
-            or PAGED_RESULTS_OID not in info.controls
-        ):
-            return
-        s = self.schema
-        attrs = [s.user_name, s.user_uid, s.user_gid, "objectClass", s.user_sid,
-                 s.user_primary_group]  # fmt: skip
-        cap = self.sweep_factor * len(lookup)
-        entries: list[Entry] = []
-        try:
-            for b in s.user_bases:
-                left = cap - len(entries)  # > 0: max_entries=0 would mean no bound
-                if left <= 0:
-                    raise LdapTooMany(f"the user bases passed {cap} entries")
-                entries += self.client.search(
-                    b.dn, s.with_base(f"(objectClass={s.user_oc})", b), attrs, scope=b.scope,
-                    max_entries=left,
-                )  # fmt: skip
-        except LdapTooMany as too_many:
-            log.debug("%s: member users left to batched look-ups", too_many)
-            return
-        for e in entries:
-            k = normalize_dn(e.dn)
-            if k in lookup:
-                known[k] = self._user_member(e, k, False)
 
     # -- initgroups ------------------------------------------------------------------
 
@@ -378,8 +328,8 @@ class AdProvider(LdapProvider):
                 # named, not fetched; their parents are stored expired, §6.3 step 4):
                 # the big groups' by ASQ, the rest in batches.
                 budget = {k: 0 for k in found}
+                # (The closure sweeps the user bases first when thousands remain.)
                 self._asq_big_groups(found, budget, known)
-                self._sweep_users(found, budget, known)
                 self._closure(found, budget, known, [])
 
         return self._store_initgroups(name, user, entries, found, known, mine)

@@ -14,11 +14,14 @@ requests ask for whole levels at once:
 * member DN -> name from the member's *entry* (docs/compatibility.md §9.5): its name attribute (the
   value its RDN spells when several, as SSSD), its kind from its objectClass, its
   existence and base membership from the server; the DN's spelling is never the
-  answer. Where the server has the deref control (and no base has a filter), the
-  walk's group searches carry it, so every group comes with its members' names
-  and classes; users already cached serve by DN (the cache's DN index); the rest
-  are looked up by RDN value — a hint to batch by, matched back by DN — folded into
-  the walk's searches where users and groups share a base. A member that exists
+  answer. Users already cached serve by DN (the cache's DN index); thousands of
+  unknown members are named by one bounded, paged sweep of the user bases
+  (_sweep_users); where the server has the deref control (and no base has a
+  filter), the walk's group searches carry it — not on the first level when a sweep
+  is possible, nor after one (_deref_walk) — so every group comes with its members'
+  names and classes; the rest are looked up by RDN value — a hint to batch by,
+  matched back by DN — folded into the walk's searches where users and groups share
+  a base. A member that exists
   nowhere, lies outside every search base, is neither user nor group of the
   configured classes or has no ids is dropped, and the group stays complete.
 
@@ -58,11 +61,13 @@ from cached.dn import in_scope, normalize_dn, rdn_avas
 from cached.ipc.ops import Outcome as Outcome  # re-exported: the provider returns it
 from cached.ldap import deref, validate
 from cached.ldap.client import (
+    PAGED_RESULTS_OID,
     Entry,
     LdapClient,
     LdapError,
     LdapLimitExceeded,
     LdapOffline,
+    LdapTooMany,
     Search,
 )
 from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, escape, first
@@ -129,6 +134,9 @@ def _names(values: list[bytes]) -> list[str] | None:
     entry is refused whole (docs/threat-model.md). Replacing bad bytes with U+FFFD would let two
     directory names share one cache key, and SSSD's C strings end at a NUL."""
     try:
+        if len(values) == 1:  # the common case, without the list and generator
+            n = values[0].decode("utf-8")
+            return None if "\0" in n else [n]
         names = [v.decode("utf-8") for v in values]
     except UnicodeDecodeError:
         return None
@@ -148,6 +156,15 @@ def _names_each(values: list[bytes]) -> list[str]:
         if "\0" not in n:
             out.append(n)
     return out
+
+
+def _member_value(v: bytes) -> tuple[str, str] | tuple[()]:
+    """A member value as (text, DN key); () for one ``_names_each`` would leave out."""
+    try:
+        dn = v.decode("utf-8")
+    except UnicodeDecodeError:
+        return ()
+    return () if "\0" in dn else (dn, normalize_dn(dn))
 
 
 def _int(values: list[bytes]) -> int | None:
@@ -196,6 +213,19 @@ class _Scan:
 
 class LdapProvider:
     member_batch = MEMBER_BATCH  # member look-ups per search
+    # The user sweep (_sweep_users): one paged search for every user of the user
+    # bases, worth it in place of at least a thousand member look-ups; it gives up
+    # past ``sweep_factor`` times the users wanted.
+    sweep_min = 1000
+    sweep_factor = 2
+    # Members of the first level still unnamed after the sweep (or without one) from
+    # which its search runs again with deref: look-up batches of n RDN values cost
+    # slapd ~n²/2 comparisons (schema.MEMBER_BATCH), 250 of them ~10 ms.
+    deref_again_min = 250
+    # A big group's members: swept before the deref control is asked (LDAP: large01's
+    # 5,000 users for 0.6x our CPU and the same slapd CPU, perf/readpath.py --group);
+    # Samba's ASQ costs the DC less than its sweep (cached/ldap/ad.py).
+    sweep_before_deref = True
 
     def __init__(
         self,
@@ -218,6 +248,18 @@ class LdapProvider:
         self._deref_seen: set[bytes] = set()
         self.limit_time = 0.0
         self.request_started = 0.0
+        # The users of this request's sweep of the user bases (once at most), by DN
+        # key: members of later rounds are named from it; None: not swept.
+        self._swept: dict[str, Entry] | None = None
+        # The users a sweep had passed when it gave up at its bound (0: none did): the
+        # user bases hold at least that many, so a sweep whose bound is below it is
+        # not tried (a lower bound: a directory that shrank costs a sweep not tried).
+        self.users_at_least = 0
+        # _unknown's groups that need nothing more, at their budget, for one ``known``.
+        self._settled: dict[str, int] = {}
+        self._settled_known: dict[str, Member] | None = None
+        # Member values read in this request (_group_entry): value -> (text, DN key).
+        self._member_memo: dict[bytes, tuple[str, str] | tuple[()]] = {}
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -274,6 +316,9 @@ class LdapProvider:
             except LdapError as e:
                 log.error("%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
+            finally:
+                # What one request read to name members is not kept past it.
+                self._swept, self._settled_known, self._member_memo = None, None, {}
 
     # -- ids and filters (the AD provider, cached/ldap/ad.py, maps SIDs instead) ----
 
@@ -303,6 +348,20 @@ class LdapProvider:
     # -- users ---------------------------------------------------------------------
 
     def _to_user(self, e: Entry) -> User | None:
+        named = self._user_name_ids(e)
+        if named is None:
+            return None
+        name, uid, gid = named
+        s = self.schema
+        gecos = first(e.get(s.user_gecos)) or first(e.get("cn"))
+        return User(
+            name, uid, gid, gecos, first(e.get(s.user_home)), first(e.get(s.user_shell)), e.dn
+        )
+
+    def _user_name_ids(self, e: Entry) -> tuple[str, int, int] | None:
+        """A POSIX user's name, uid and gid, or None for an entry that is no user
+        of this domain: what names a member (no gecos, home, shell or User built for
+        the thousands of members of a sweep)."""
         s = self.schema
         names = _names(e.get(s.user_name))
         if names is None:
@@ -323,10 +382,7 @@ class LdapProvider:
             # SSSD: "filtered out! (primary gid out of range)"; gid 0 always is.
             log.debug("%s: primary gid %d out of range; user filtered out", e.dn, gid)
             return None
-        gecos = first(e.get(s.user_gecos)) or first(e.get("cn"))
-        return User(
-            name, uid, gid, gecos, first(e.get(s.user_home)), first(e.get(s.user_shell)), e.dn
-        )
+        return name, uid, gid
 
     def _store_users(self, batch: WriteBatch, entries: list[Entry]) -> User | None:
         found = None
@@ -403,8 +459,18 @@ class LdapProvider:
             first(e.get(s.group_usn)) if s.group_usn else "", posix=posix,
         )  # fmt: skip
         if s.bis:
-            g.member_dns = _names_each(e.get(s.group_member))
-            g.member_keys = [normalize_dn(dn) for dn in g.member_dns]
+            # Member values as (text, DN key), each distinct value read once per
+            # request: a member of twenty groups comes twenty times (bigroupuser:
+            # 44,000 values, 5,000 distinct).
+            memo = self._member_memo
+            dns, keys = g.member_dns, g.member_keys
+            for v in e.get(s.group_member):
+                got = memo.get(v)
+                if got is None:
+                    got = memo[v] = _member_value(v)
+                if got:
+                    dns.append(got[0])
+                    keys.append(got[1])
         return g
 
     @staticmethod
@@ -438,13 +504,30 @@ class LdapProvider:
             )  # fmt: skip
         return out
 
-    def _deref_walk(self) -> list[tuple[str, list[str]]] | None:
+    def _deref_walk(self, level: int, again: bool = False) -> list[tuple[str, list[str]]] | None:
         """The deref control for the walk's searches, where the server has it and no
         base has a filter (which a dereferenced entry could not be checked against,
         as SSSD decides, §6.2): every group found comes with its members' names and
-        classes, so members need no look-up of their own."""
+        classes, so members need no look-up of their own.
+
+        Not on the first level when the user bases could be swept, nor after a
+        sweep: slapd returns one deref result per member *value*, not per member —
+        bigroupuser's 2,000 direct groups came with 42,000 results for 5,000
+        distinct users (245 bytes each, 0.2 s of slapd CPU to build, 39 % of ours to
+        read). Its groups without the control and one sweep of the user bases name
+        the same members for a third of slapd's CPU and a quarter of the bytes
+        (perf/readpath.py). A user in few groups has few unknown members: no sweep,
+        and they are looked up with the next level's searches; when hundreds are
+        left unnamed (no sweep, or it gave up at its bound in a big directory), the
+        first level's search runs again with deref (_closure), rather than look-up
+        batches whose cost on slapd grows with the square of their size."""
         s = self.schema
         info = self.client.info
+        if not again and (
+            self._swept  # named by the sweep (empty: it gave up at its bound)
+            or (level == 0 and self._sweep_possible())
+        ):
+            return None
         if (
             self.cfg.ldap_deref_threshold <= 0
             or self.cfg.ignore_group_members
@@ -484,8 +567,8 @@ class LdapProvider:
     def _user_member(self, e: Entry, key: str, from_group_bases: bool) -> Member:
         if from_group_bases and not self._in_bases(key, self.schema.user_bases):
             return None  # outside every user base: not a member (item 3)
-        u = self._to_user(e)
-        return ("user", u.name) if u is not None else None
+        named = self._user_name_ids(e)
+        return ("user", named[0]) if named is not None else None
 
     def _unknown(
         self, found: dict[str, _GroupEntry], budget: dict[str, int], known: dict[str, Member]
@@ -494,15 +577,28 @@ class LdapProvider:
         fetch below it)}. A member group is fetched, with its members, while its
         parent has levels left; beyond, it is only named (§6.2)."""
         out: dict[str, tuple[str, int]] = {}
+        # Groups whose every member was found or named at their budget need nothing
+        # from any later round (``found`` and ``known`` only grow, a name never
+        # changes): skipped, instead of reading all their members again each round
+        # (bigroupuser: 42,000 member values a round, 8 % of a cold initgroups).
+        if self._settled_known is not known:
+            self._settled, self._settled_known = {}, known
+        settled = self._settled
+        # Members needing nothing: found, or named (below a group with levels left, a
+        # member group not yet found is still to be fetched). Set look-ups, so a
+        # settled group is checked at C speed.
+        named = found.keys() | known.keys()
+        deep = found.keys() | {mk for mk, m in known.items() if m is None or m[0] == "user"}
         for k, g in found.items():
             b = budget.get(k, -1)
-            if b < 0:
+            if b < 0 or settled.get(k) == b:
+                continue
+            done = deep if b >= 1 else named
+            if done.issuperset(g.member_keys):
+                settled[k] = b
                 continue
             for dn, mk in zip(g.member_dns, g.member_keys, strict=True):
-                if mk in found:
-                    continue
-                m = known.get(mk, _UNSEEN)
-                if m is _UNSEEN or (b >= 1 and m is not None and m[0] != "user"):
+                if mk not in done:
                     prev = out.get(mk)
                     if prev is None or prev[1] < b - 1:
                         out[mk] = (dn, b - 1)
@@ -536,11 +632,17 @@ class LdapProvider:
         level = 0
         lookup = self._unknown(found, budget, known)
         extra = self._group_by_gid_filter(primary_gid) if primary_gid is not None else ""
+        # The first level goes without deref for a sweep (_deref_walk): its search
+        # runs again with it when hundreds of its members are left unnamed.
+        first_up = up if up and self._deref_walk(0) is None else []
         while up or lookup or extra:
+            self._sweep_users(lookup, known)
+            if level == 1 and not self._swept and len(lookup) >= self.deref_again_min:
+                self._first_level_again(first_up, lookup, known)
             up_keys = {normalize_dn(dn) for dn in up}
             up_next: list[str] = []
             named: set[str] = set()
-            for e, from_groups, only_up in self._round(up, lookup, extra):
+            for e, from_groups, only_up in self._round(up, lookup, extra, level):
                 k = normalize_dn(e.dn)
                 if k in lookup:
                     m = self._classify(e, k, from_groups)
@@ -581,6 +683,20 @@ class LdapProvider:
             lookup = self._unknown(found, budget, known)
         return mine
 
+    def _first_level_again(
+        self, up: list[str], lookup: dict[str, tuple[str, int]], known: dict[str, Member]
+    ) -> None:
+        """The first level went without deref for a sweep that did not name its
+        members (too few for one, or it gave up at its bound): its search again,
+        with the control, names them (a no-op without it, where the look-ups do)."""
+        if not up or self._deref_walk(0, again=True) is None:
+            return
+        for e, _from_groups, _only_up in self._round(up, {}, "", 0, again=True):
+            if e.deref is not None:
+                self._named_by_deref(e, known)
+        for k in [k for k in lookup if k in known]:
+            del lookup[k]
+
     def _named_by_deref(self, e: Entry, known: dict[str, Member]) -> None:
         """Name the members of a group entry from the deref control's answer: users
         by their entry (in a user base, with ids), groups of the class by name (a
@@ -616,8 +732,76 @@ class LdapProvider:
             if k not in returned:
                 known.setdefault(k, None)
 
+    def _member_user_attrs(self) -> list[str]:
+        """What names a member user: its name and ids (AD: the SIDs they map from)."""
+        s = self.schema
+        attrs = [s.user_name, s.user_uid, s.user_gid]
+        if s.ad:
+            attrs += [s.user_sid, s.user_primary_group]  # ID mapping names users by SID
+        return attrs
+
+    def _sweep_possible(self) -> bool:
+        """Paged results: unpaged, a sweep's whole answer would arrive before its
+        bound could stop it."""
+        info = self.client.info
+        return (
+            self.cfg.ldap_page_size > 0 and info is not None and PAGED_RESULTS_OID in info.controls
+        )
+
+    def _sweep_users(self, lookup: dict[str, tuple[str, int]], known: dict[str, Member]) -> None:
+        """Name thousands of unknown members with one paged search of the user bases
+        for every user, when that search is bounded by the answer: it runs only for
+        at least ``sweep_min`` unknown members, once per request, and stops
+        (:class:`LdapTooMany`) once it passes ``sweep_factor`` times their number,
+        leaving them to the batched look-ups. A directory of 500,000 users thus
+        costs at most twice the names wanted, never the whole directory. The users
+        it returns name the later rounds' members too, with no look-up; the
+        members it does not return (groups, users outside the bases or without the
+        class, deleted entries) are left to the look-ups, which apply the naming
+        rules of docs/compatibility.md §9.5. Measured on bigroupuser: see
+        perf/readpath.py (LDAP) and perf/results/2026-11-30-adbig (Samba, where it
+        took 0.68-0.81 s of DC CPU in one search against 1.3 s in 20 batches)."""
+        if self._swept is None:
+            if (
+                len(lookup) < self.sweep_min
+                or self.sweep_factor * len(lookup) < self.users_at_least
+                or not self._sweep_possible()
+            ):
+                return
+            self._swept = self._sweep(len(lookup))
+        for k in [k for k in lookup if k in self._swept]:
+            known[k] = self._user_member(self._swept[k], k, False)
+            del lookup[k]
+
+    def _sweep(self, wanted: int) -> dict[str, Entry]:
+        """Every user of the user bases by DN key, or none past the bound."""
+        s = self.schema
+        # No objectClass asked for: the filter admits users of the class only.
+        attrs = self._member_user_attrs()
+        cap = self.sweep_factor * wanted
+        entries: list[Entry] = []
+        try:
+            for b in s.user_bases:
+                left = cap - len(entries)  # > 0: max_entries=0 would mean no bound
+                if left <= 0:
+                    raise LdapTooMany(f"the user bases passed {cap} entries")
+                entries += self.client.search(
+                    b.dn, s.with_base(f"(objectClass={s.user_oc})", b), attrs, scope=b.scope,
+                    max_entries=left,
+                )  # fmt: skip
+        except LdapTooMany as too_many:
+            log.debug("%s: member users left to batched look-ups", too_many)
+            self.users_at_least = max(self.users_at_least, cap)
+            return {}
+        return {normalize_dn(e.dn): e for e in entries}
+
     def _round(
-        self, up: list[str], lookup: dict[str, tuple[str, int]], extra: str
+        self,
+        up: list[str],
+        lookup: dict[str, tuple[str, int]],
+        extra: str,
+        level: int,
+        again: bool = False,
     ) -> list[tuple[Entry, bool, bool]]:
         """One round's searches: (entry, found under the group bases, the search
         had only walk-up assertions). Member look-ups go by RDN value — a hint to
@@ -635,7 +819,7 @@ class LdapProvider:
         ups = [f"({s.group_member}={escape(dn)})" for dn in up]
         members = not self.cfg.ignore_group_members
         out: list[tuple[Entry, bool, bool]] = []
-        specs = self._deref_walk() if ups else None
+        specs = self._deref_walk(level, again) if ups else None
         # The searches of one round are independent: sent together (several message
         # ids outstanding), so a round costs one round trip, not one per search.
         jobs: list[_Job] = []
@@ -663,9 +847,7 @@ class LdapProvider:
             for items, only_up in batches:
                 jobs.append((s.group_bases, items, attrs, specs))
                 tags.append((True, only_up and not members))
-            uattrs = [s.user_name, s.user_uid, s.user_gid, "objectClass"]
-            if s.ad:
-                uattrs += [s.user_sid, s.user_primary_group]  # ID mapping names users by SID
+            uattrs = [*self._member_user_attrs(), "objectClass"]
             for chunk in _chunks(rdn, self.member_batch):
                 jobs.append((s.group_bases, [("g", a) for a in chunk], attrs, None))
                 tags.append((True, False))
@@ -977,6 +1159,9 @@ class LdapProvider:
             budget = {key: s.nesting_level}
             with self.counters.timer(NESTED_RESOLVE):
                 first_round = self._unknown(found, budget, known)
+                # Deref names what a sweep did not (groups, or all when not swept).
+                if self.sweep_before_deref:
+                    self._sweep_users(first_round, known)
                 self._by_deref(top, first_round, known)
                 self._closure(found, budget, known, [])
         with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:

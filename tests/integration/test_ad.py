@@ -315,7 +315,13 @@ def test_group_members_by_asq_only_when_the_root_dse_lists_it(
         assert p.group_by_name("big").outcome is Outcome.FOUND
         assert _members(p, "big") == want
         assert spy.asq() == 0
-        # 1,600 members in batches of member_batch (name=…) look-ups.
+        # 1,600 members: one sweep of the user base names them.
+        assert (spy.sweeps(), spy.batches()) == (1, 0), spy.calls
+    with _provider(dc, tmp_path / "u", asq=False, ldap_page_size="0") as (p, spy):
+        assert p.group_by_name("big").outcome is Outcome.FOUND
+        assert _members(p, "big") == want
+        # Unpaged, no sweep: 1,600 members in batches of member_batch (name=…) look-ups.
+        assert spy.sweeps() == 0
         assert spy.batches() == -(-len(want) // p.member_batch), spy.calls
 
 

@@ -202,9 +202,14 @@ EXPECTED = {
 }
 
 
+@pytest.mark.parametrize("sweep", [False, True], ids=["looked-up", "swept"])
 @pytest.mark.parametrize("order", ["groups-first", "users-first"])
-def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order):
+def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order, sweep):
     p, cache = backend(tmp_path, zoo)
+    if sweep:
+        # Members named from one sweep of the user base (thousands of unknown members
+        # in a real directory): the same rules, the same answers.
+        p.sweep_min = 1
     if order == "users-first":
         for u in ("alice", "bob", "jsmith", "mvx", "carl"):
             p.user_by_name(u)
@@ -217,13 +222,16 @@ def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order):
     assert p.group_by_name("middle").outcome is Outcome.NOT_FOUND  # non-POSIX
 
 
-def test_initgroups_through_a_non_posix_group(tmp_path, zoo):
+@pytest.mark.parametrize("sweep", [False, True], ids=["looked-up", "swept"])
+def test_initgroups_through_a_non_posix_group(tmp_path, zoo, sweep):
     p, cache = backend(tmp_path / "posix", zoo)
+    p.sweep_min = 1 if sweep else p.sweep_min
     assert p.initgroups("bob").outcome is Outcome.FOUND
     assert gids(cache, "bob") == {5000, 7001, 7003, 7004}
     # Groups are groupOfNames: "middle", without a gidNumber, is walked through (as
     # SSSD) and never answered; "top" is reached at level 2.
     p, cache = backend(tmp_path / "gon", zoo, ldap_group_object_class="groupOfNames")
+    p.sweep_min = 1 if sweep else p.sweep_min
     assert p.initgroups("bob").outcome is Outcome.FOUND
     assert gids(cache, "bob") == {5000, 7001, 7003, 7004, 7005}
     assert p.group_by_name("top").outcome is Outcome.FOUND

@@ -160,3 +160,54 @@ def test_truncated_results_are_refused(cut):
     msg = _done(5, 0, b"")
     with pytest.raises(deref.BerError):
         wire.decode_response(msg[:-cut] if cut < len(msg) else msg[:1])
+
+
+def _entry(
+    length_form: int, n_values: int, msgid: int = 5
+) -> tuple[bytes, dict[bytes, list[bytes]]]:
+    """A SearchResultEntry with every length written in ``length_form`` octets (0:
+    short form where it fits), so the decoder's inline and general paths both read it."""
+
+    def tlv(tag: int, body: bytes) -> bytes:
+        n = len(body)
+        if length_form == 0 and n < 0x80:
+            return bytes((tag, n)) + body
+        k = max(length_form, (n.bit_length() + 7) // 8, 1)
+        return bytes((tag, 0x80 | k)) + n.to_bytes(k, "big") + body
+
+    attrs = {
+        b"uid": [b"user01234"],
+        b"uidNumber": [b"11235"],
+        b"member": [b"uid=u%05d,ou=people,dc=example,dc=test" % i for i in range(n_values)]
+        + [b"x" * 300],
+    }
+    body = b"".join(
+        tlv(0x30, tlv(0x04, k) + tlv(0x31, b"".join(tlv(0x04, v) for v in vs)))
+        for k, vs in attrs.items()
+    )
+    op = tlv(0x64, tlv(0x04, b"uid=user01234,ou=people,dc=example,dc=test") + tlv(0x30, body))
+    return tlv(0x30, tlv(0x02, msgid.to_bytes(1 if msgid < 0x80 else 2, "big")) + op), attrs
+
+
+@pytest.mark.parametrize("form", [0, 1, 2, 3])
+@pytest.mark.parametrize("n_values", [0, 3, 40])
+def test_search_entry_every_length_form_and_every_truncation(form, n_values):
+    """decode_search_entry reads short, one-, two- and three-octet lengths alike (the
+    first two inline), and refuses every truncation of the message: a header or a
+    value that would run past its container is never read from the bytes after it."""
+    msg, attrs = _entry(form, n_values)
+    e = deref.decode_search_entry(msg)
+    assert e is not None and e.message_id == 5 and e.controls == []
+    assert e.dn == b"uid=user01234,ou=people,dc=example,dc=test" and e.attrs == attrs
+    big, _ = _entry(form, n_values, msgid=300)
+    assert (got := deref.decode_search_entry(big)) is not None and got.message_id == 300
+    for cut in range(len(msg)):
+        with pytest.raises((deref.BerError, IndexError)):
+            deref.decode_search_entry(msg[:cut])
+    # A message whose outer length claims less than its parts: refused as well.
+    for k in range(2, 8):
+        inner = msg[2:] if msg[1] < 0x80 else msg[2 + (msg[1] & 0x7F) :]
+        short = bytes((0x30, len(inner) - k)) + inner if len(inner) - k < 0x80 else None
+        if short is not None:
+            with pytest.raises((deref.BerError, IndexError)):
+                deref.decode_search_entry(short)

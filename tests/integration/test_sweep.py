@@ -1,0 +1,188 @@
+"""Members named by one bounded sweep of the user bases (LdapProvider._sweep_users),
+against a real slapd: the walk's first level without the deref control when a sweep
+is possible, one sweep per request, its bound and its fallbacks (deref, look-ups),
+and the same exact answers whichever way members were named. The awkward shapes
+(dangling, out-of-base, device and id-less members) go through the sweep in
+tests/integration/test_exactness.py."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cached.cache import State
+from cached.cache.records import split_members
+from cached.ldap.client import LdapClient, LdapTooMany, Search
+from cached.ldap.provider import LdapProvider, Outcome
+from testing.backend import make_backend, make_domain
+
+_clients: list[LdapClient] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _clients:
+        _clients.pop().close()
+
+
+class _Spy:
+    """Every search the provider sends: (filter, max_entries, deref asked)."""
+
+    def __init__(self, client: LdapClient) -> None:
+        self.calls: list[tuple[str, int, bool]] = []
+        self.stopped = 0  # searches stopped at their max_entries (a sweep's bound)
+        self._search_many = client.search_many
+        client.search_many = self  # type: ignore[method-assign]
+
+    def __call__(self, specs: list[Search], *args: Any, **kw: Any) -> Any:
+        self.calls += [(sp.filt, sp.max_entries, bool(sp.deref_specs)) for sp in specs]
+        try:
+            return self._search_many(specs, *args, **kw)
+        except LdapTooMany:
+            self.stopped += 1
+            raise
+
+    def sweeps(self) -> int:
+        return sum(1 for _, cap, _d in self.calls if cap)
+
+    def derefs(self) -> int:
+        return sum(1 for *_, d in self.calls if d)
+
+    def clear(self) -> None:
+        self.calls.clear()
+        self.stopped = 0
+
+
+def _backend(tmp: Path, slapd: Any, **opts: Any) -> tuple[LdapProvider, Any, _Spy]:
+    s = slapd.slapd
+    p, cache, _ = make_backend(tmp, make_domain([s.uri], s.base_dn, **opts))
+    _clients.append(p.client)
+    return p, cache, _Spy(p.client)
+
+
+def _gids(cache: Any, user: str) -> set[int]:
+    got = cache.initgroups(user).value
+    assert got is not None, user
+    return set(array("I", got.gids))
+
+
+def _members(cache: Any, group: str) -> set[str]:
+    got = cache.group_by_name(group).value
+    assert got is not None, group
+    return set(split_members(got.members))
+
+
+def test_small_directory_exact_when_every_request_sweeps(tmp_path, slapd_small):
+    """A sweep for any unknown member: every answer at level 2 is the expected one,
+    at most one sweep per request, and the walk's first level goes without deref."""
+    exp = slapd_small.expected
+    p, cache, spy = _backend(tmp_path, slapd_small)
+    p.sweep_min = 1
+    p.sweep_factor = 100  # never past the bound here: 31 users
+    swept = 0
+    for name in exp.user_names():
+        assert p.user_by_name(name).outcome is Outcome.FOUND
+        spy.clear()
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        assert spy.sweeps() <= 1, spy.calls
+        swept += spy.sweeps()
+        if spy.sweeps():
+            assert spy.derefs() == 0, spy.calls  # named by the sweep, not by deref
+    for name in exp.group_names():
+        spy.clear()
+        assert p.group_by_name(name).outcome is Outcome.FOUND
+        assert _members(cache, name) == exp.members(name, 2), name
+        assert cache.group_by_name(name).state is State.VALID
+        assert spy.sweeps() <= 1, spy.calls
+        swept += spy.sweeps()
+    assert swept > len(exp.user_names())  # the sweep path was taken, not skipped
+
+
+def test_sweep_gives_up_at_its_bound_and_deref_names_the_members(tmp_path, slapd_small):
+    """A bound below the directory's users: the sweep stops at it (pages of 2, so it
+    stops early, not after everything), and the deref control or the look-ups name
+    the members instead, as exactly."""
+    exp = slapd_small.expected
+    big = max(exp.group_names(), key=lambda g: len(exp.members(g, 0)))
+    p, cache, spy = _backend(tmp_path / "b", slapd_small, ldap_page_size=2,
+                             ldap_deref_threshold=1)  # fmt: skip
+    p.sweep_min = 1
+    p.sweep_factor = 1  # as many users as unknown members: fewer than exist
+    offset = slapd_small.slapd.log_offset()
+    assert p.group_by_name(big).outcome is Outcome.FOUND
+    assert _members(cache, big) == exp.members(big, 2)
+    assert spy.sweeps() == 1, spy.calls
+    assert spy.stopped == 1  # it gave up at the bound: nothing named from it
+    # The base search with the deref control on the group named its members.
+    assert exp.group(big).dn in [op.base for op in slapd_small.slapd.searches(offset)]
+    for name in exp.user_names():
+        spy.clear()
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        assert spy.stopped == spy.sweeps(), name  # every sweep stopped at its bound
+
+
+def test_no_sweep_unpaged(tmp_path, slapd_small):
+    """ldap_page_size = 0: nothing could stop a sweep at its bound, so none runs; the
+    deref control names members on every level, and the answers are exact."""
+    exp = slapd_small.expected
+    p, cache, spy = _backend(tmp_path, slapd_small, ldap_page_size=0)
+    p.sweep_min = 1
+    for name in exp.user_names():
+        spy.clear()
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        assert spy.sweeps() == 0 and spy.derefs() >= 1, spy.calls
+    for name in exp.group_names():
+        assert p.group_by_name(name).outcome is Outcome.FOUND
+        assert _members(cache, name) == exp.members(name, 2), name
+
+
+def test_bigroupuser_swept_once_and_never_dereferenced(tmp_path, slapd_big):
+    """The default path on bigroupuser: 5,000 unknown members after the first level,
+    one sweep of the user base names them, and no search carries the deref control
+    (which returned one result per member value: 42,000 for 5,000 users)."""
+    exp = slapd_big.expected
+    p, cache, spy = _backend(tmp_path / "i", slapd_big)
+    assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
+    assert _gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 2)
+    assert (spy.sweeps(), spy.stopped, spy.derefs()) == (1, 0, 0), spy.calls
+    p, cache, spy = _backend(tmp_path / "g", slapd_big)
+    assert p.group_by_name("large01").outcome is Outcome.FOUND
+    assert _members(cache, "large01") == exp.members("large01", 2)
+    assert (spy.sweeps(), spy.derefs()) == (1, 0), spy.calls
+
+
+@pytest.mark.parametrize("why", ["too-few-to-sweep", "sweep-gave-up"])
+def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_small, why):
+    """The first level went without deref for a sweep that did not name its members:
+    too few of them for one, or it gave up at its bound. Hundreds left unnamed (here:
+    any) make its search run again with the control, not look-up batches (their cost
+    on slapd grows with the square of their size); every answer stays exact."""
+    exp = slapd_small.expected
+    p, cache, spy = _backend(tmp_path, slapd_small)
+    p.deref_again_min = 1
+    if why == "sweep-gave-up":
+        p.sweep_min, p.sweep_factor = 1, 1
+    else:
+        p.sweep_min = 10**9
+    again = 0
+    for name in exp.user_names():
+        spy.clear()
+        assert p.initgroups(name).outcome is Outcome.FOUND
+        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        # The user's own groups, (member=<the user's DN>): first without deref.
+        mine = [d for f, _cap, d in spy.calls if "(member=uid=" in f]
+        assert mine and not mine[0], spy.calls
+        again += sum(mine[1:])
+        assert spy.stopped == spy.sweeps(), spy.calls
+    assert again > 0  # the first level's search ran again, with deref
+    for name in exp.group_names():
+        assert p.group_by_name(name).outcome is Outcome.FOUND
+        assert _members(cache, name) == exp.members(name, 2), name
