@@ -1008,11 +1008,15 @@ class LdapProvider:
         known: dict[str, Member] = {}
         # The primary group, when the cache does not hold it (§6.3 step 5): asked in
         # the first search of the walk, not in a search of its own.
-        primary = user.gid if self.cache.group_by_gid(user.gid).state is State.MISSING else None
+        primary_state = self.cache.group_by_gid(user.gid).state
+        primary = user.gid if primary_state is State.MISSING else None
         stored = self.cache.initgroups(user.name).value
         if not s.ad and not self.cfg.ignore_group_members and stored and stored.fetched:
             # A refresh: stamps first, whole entries only for what changed (validate.py).
-            validate.refresh_initgroups(self, user, entries, primary)
+            # The primary group expired too (`cached cache -E`) is validated in the same
+            # round trip, so `id`'s getgrgid of it is answered from the cache.
+            expired = primary_state in (State.MISSING, State.EXPIRED)
+            validate.refresh_initgroups(self, user, entries, user.gid if expired else None)
             return Result(Outcome.FOUND)
         if s.bis:
             with self.counters.timer(NESTED_RESOLVE):

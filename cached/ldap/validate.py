@@ -92,40 +92,60 @@ def stamp_attrs(p: LdapProvider) -> list[str]:
     return [a for a in p.schema.group_attrs(members=False) if a.lower() != "objectclass"]
 
 
-def _level(p: LdapProvider, items: list[tuple[str, str]], attrs: list[str]) -> list[Entry]:
+def _level(
+    p: LdapProvider, items: list[tuple[str, str]], attrs: list[str], extra: list[_Job]
+) -> tuple[list[Entry], list[list[Entry]]]:
     """One level's searches under the group bases: ORs of up to BATCH walk-up
-    assertions, split when a server limit cuts an answer (as the cold walk's)."""
+    assertions, split when a server limit cuts an answer (as the cold walk's), and
+    the ``extra`` jobs in the same round trip. Returns (the level's entries, the
+    extra jobs' entries, each)."""
     jobs: list[_Job] = [
         (p.schema.group_bases, items[i : i + BATCH], attrs, None)
         for i in range(0, len(items), BATCH)
     ]
-    return [e for got in p._split_search_many(jobs, p._round_filter) for e in got]
+    got = p._split_search_many(jobs + extra, p._round_filter)
+    return [e for entries in got[: len(jobs)] for e in entries], got[len(jobs) :]
 
 
-def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], set[str]]:
+def walk_stamps(
+    p: LdapProvider, user: User, primary: int | None = None
+) -> tuple[dict[str, _GroupEntry], set[str], _GroupEntry | None]:
     """The groups above ``user`` (rfc2307bis: level by level to the nesting level, as
-    the full walk; rfc2307: the ``memberUid`` search), stamps only. Returns
-    ({DN key: group, POSIX or walked through}, keys of the POSIX ones)."""
+    the full walk; rfc2307: the ``memberUid`` search), stamps only; with ``primary``,
+    the stamp of the group of that gid too, searched alongside the first level (one
+    round trip: ``search_many``), apart so that its entry is not taken for a
+    membership. Returns ({DN key: group, POSIX or walked through}, keys of the POSIX
+    ones, the primary group or None)."""
     from cached.ldap.provider import WALK
 
     s = p.schema
     attrs = stamp_attrs(p)
     found: dict[str, _GroupEntry] = {}
+    extra: list[_Job] = []
+    if primary is not None:
+        extra.append((s.group_bases, [("x", p._group_by_gid_filter(primary))], attrs, None))
     if not s.bis:
-        for e in p._search(s.group_bases, s.groups_with_members([user.name]), attrs):
+        walk: list[_Job] = [(s.group_bases, [("x", s.groups_with_members([user.name]))],
+                             attrs, None)]  # fmt: skip
+        got = p._split_search_many(walk + extra, p._round_filter)
+        for e in got[0]:
             g = p._group_entry(e)
             if g is not None:
                 found.setdefault(normalize_dn(e.dn), g)
-        return found, set(found)
+        return found, set(found), _primary(p, got[1:], primary)
     mine: set[str] = set()
     walked = {normalize_dn(user.dn)}
     up = [user.dn]
     level = 0
+    prim: _GroupEntry | None = None
     with p.counters.timer(NESTED_RESOLVE):
         while up:
             nxt: list[str] = []
             items = [("u", f"({s.group_member}={escape(dn)})") for dn in up]
-            for e in _level(p, items, attrs):
+            entries, rest = _level(p, items, attrs, extra)
+            if extra:
+                prim, extra = _primary(p, rest, primary), []
+            for e in entries:
                 k = normalize_dn(e.dn)
                 g = p._group_entry(e, WALK)
                 if g is None:
@@ -139,17 +159,32 @@ def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], se
             p.counters.add(NESTED_LEVELS, 1, 0.0, 1)
             level += 1
             up = nxt if level <= s.nesting_level else []
-    return found, mine
+    return found, mine, prim
+
+
+def _primary(p: LdapProvider, got: list[list[Entry]], gid: int | None) -> _GroupEntry | None:
+    """The first POSIX group of ``gid`` among the answers (as the full path's [:1])."""
+    for entries in got:
+        for e in entries:
+            g = p._group_entry(e)
+            if g is not None and g.gid == gid:
+                return g
+    return None
 
 
 def refresh_initgroups(
     p: LdapProvider, user: User, entries: list[Entry], primary: int | None
 ) -> None:
     """initgroups of ``user`` whose groups the cache holds: validate, then fetch only
-    what changed (module doc). Stores like the full path, in one write."""
+    what changed (module doc). Stores like the full path, in one write. ``primary``:
+    the user's primary gid when its group is missing or expired in the cache (§6.3
+    step 5), validated by stamp like the groups of the walk."""
     s = p.schema
-    walk, mine = walk_stamps(p, user)
+    walk, mine, prim = walk_stamps(p, user, primary)
     posix = {k: g for k, g in walk.items() if g.posix}
+    if prim is not None:
+        # Validated like the others: `id` asks for it next, and finds it valid.
+        posix.setdefault(normalize_dn(prim.entry.dn), prim)
     names = [g.name for g in posix.values()]
     stored = p.cache.times("group", names)
     idents = p.cache.group_idents(names)
@@ -167,9 +202,6 @@ def refresh_initgroups(
             k = normalize_dn(g.entry.dn)
             if k in stale:
                 full.setdefault(k, g)
-    if primary is not None:
-        for g in p._search_groups(p._group_by_gid_filter(primary))[:1]:
-            full.setdefault(normalize_dn(g.entry.dn), g)
     if full and s.bis and not p.cfg.ignore_group_members:
         with p.counters.timer(NESTED_RESOLVE):
             p._closure(full, dict.fromkeys(full, s.nesting_level), known, [])

@@ -148,8 +148,11 @@ def test_unchanged_directory_refresh_fetches_no_member_values(tmp_path, slapd_sm
         assert ops and all(op.attrs for op in ops)  # () would mean every attribute
         # No search asked for member values; slapd's log says what each asked for.
         assert _member_searches(s, offset) == []
-        # Our counters: groups checked, none fetched again, a fraction of the bytes.
-        assert counters.get(VALIDATE).amount == len(before[1])
+        # Our counters: groups checked (and the user's primary group, expired by -E
+        # and validated in the first level's round trip), none fetched again, a
+        # fraction of the bytes.
+        assert counters.get(VALIDATE).amount == len(before[1]) + 1
+        assert cache.group_by_gid(exp.primary_gid).state is State.VALID
         assert counters.get(VALIDATE_FETCHED).amount == 0
         # Groups of ~4 members here, so the stamps are a larger share than for
         # bigroupuser (measured in perf/results/*-validate: well under 15 %).
