@@ -448,6 +448,38 @@ class DomainCache:
                         out[name] = self._ident("groups", data)
         return out
 
+    def group_closure(self, name: str) -> list[str] | None:
+        """Names of the stored group ``name`` and of the stored groups below it down
+        to the nesting level: the records its answer is expanded from (``_expand``,
+        §6.2), the group first; None when one of them is not stored (refresh
+        validation of a group lookup, cached/ldap/validate.py)."""
+        groups = self.entries.tables["groups"]
+        with self._reader() as txn:
+            data = txn.get(self.key(name), db=groups)
+            if data is None:
+                return None
+            try:
+                top = rec.decode_group(data)
+                out = [top.name]
+                seen = {self.key(top.name)}
+                frontier = list(top.member_groups)
+                for _ in range(self.nesting_level):
+                    nxt: list[str] = []
+                    for gname in frontier:
+                        gkey = self.key(gname)
+                        if gkey in seen:
+                            continue
+                        seen.add(gkey)
+                        sub = txn.get(gkey, db=groups)
+                        if sub is None:
+                            return None
+                        out.append(gname)
+                        nxt.extend(rec.decode_group(sub).member_groups)
+                    frontier = nxt
+            except RecordError:
+                return None
+        return out
+
     def counts(self) -> dict[str, int]:
         with self._reader() as txn:
             return {

@@ -919,6 +919,14 @@ class LdapProvider:
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()
+        if (
+            not s.ad
+            and not self.cfg.ignore_group_members
+            and validate.refresh_group(self, filt, name, gid)
+        ):
+            # Held and expired, and unchanged with every group below it: validated by
+            # stamps, no member value fetched (validate.py).
+            return Result(Outcome.FOUND)
         top = None
         for g in self._search_groups(filt):
             if name is None or self.cache.key(name) in {

@@ -11,6 +11,11 @@ with their members (by name, matched back by DN) and their member groups below t
 the others get fresh timestamps only. Groups the user left are re-read as on the full
 path (``LdapProvider._vanished``): removed memberships, deleted and renamed groups.
 
+A group lookup of a group the cache holds (``getent group X`` after ``-E``) is
+validated likewise (``refresh_group``): the stamps of the group and of the stored
+groups its answer is expanded from, in one round trip; all unchanged, all touched;
+else the lookup fetches whole.
+
 The stamp-trust rule (what makes a stored stamp worth believing, docs/ARCHITECTURE.md §5):
 
 * A stamp is a group's (``modifyTimestamp``, CSN/USN) as fetched *with* the member
@@ -230,3 +235,70 @@ def refresh_initgroups(
             p.cache.delete_group(batch, g_name)
         gids = {user.gid} | {walk[k].gid for k in mine}
         p.cache.put_initgroups(batch, user.name, gids, [walk[k].name for k in mine])
+
+
+def refresh_group(p: LdapProvider, filt: str, name: str | None, gid: int | None) -> bool:
+    """A group lookup (by ``name`` or ``gid``; ``filt`` is the lookup's filter) of a
+    group the cache holds, expired: validate it and the stored groups its answer is
+    expanded from (its member groups down to the nesting level, §6.2) by their
+    stamps, in one round trip, and touch them all when every one is unchanged — the
+    group's own stamp covers its member list, each member group's covers its own.
+    Returns False when the caller must fetch whole (no member value was fetched): a
+    stamp not stored under the trust rule, or a group changed, gone or renamed."""
+    s = p.schema
+    if name is not None:
+        view = p.cache.group_by_name(name).value
+    else:
+        view = p.cache.group_by_gid(gid).value if gid is not None else None
+    names = p.cache.group_closure(view.name) if view is not None else None
+    if not names:
+        return False
+    stored = p.cache.times("group", names)
+    if any(not (t := stored.get(n)) or not t.modstamp for n in names):
+        return False  # nothing trusted to compare with
+    idents = p.cache.group_idents(names)
+    by_key = {p.cache.key(n): n for n in names}
+    attrs = stamp_attrs(p)
+    jobs: list[_Job] = [(s.group_bases, [("x", filt)], attrs, None)]
+    below = [("g", f"({s.group_name}={escape(n)})") for n in names[1:]]
+    jobs += [
+        (s.group_bases, below[i : i + BATCH], attrs, None) for i in range(0, len(below), BATCH)
+    ]
+    got = p._split_search_many(jobs, p._round_filter)
+    p.counters.add(VALIDATE, 1, 0.0, len(names))
+    # The group the lookup finds, picked as the full path picks it (provider._group).
+    top = None
+    for e in got[0]:
+        g = p._group_entry(e)
+        if g is not None and (
+            name is None or p.cache.key(name) in {p.cache.key(n) for n in _names_of(p, e)}
+        ):
+            top = g
+            break
+    same: set[bytes] = set()
+    for g in [top] if top is not None else []:
+        k = p.cache.key(g.name)
+        if k == p.cache.key(names[0]) and unchanged(g, stored[names[0]], idents.get(names[0])):
+            same.add(k)
+    for e in (e for entries in got[1:] for e in entries):
+        g = p._group_entry(e)
+        k = p.cache.key(g.name) if g is not None else b""
+        # By name, then the stored DN: the entry the stored member group was read from.
+        if g is not None and k in by_key and k != p.cache.key(names[0]):
+            n = by_key[k]
+            if unchanged(g, stored[n], idents.get(n)):
+                same.add(k)
+    if len(same) != len(by_key):
+        p.counters.add(VALIDATE_FETCHED, 0, 0.0, 1)
+        return False
+    with p.cache.write() as batch:
+        for n in names:
+            p.cache.touch_group(batch, n, stored[n].modstamp, stored[n].usn)
+    return True
+
+
+def _names_of(p: LdapProvider, e: Entry) -> list[str]:
+    """Every value of a group entry's name attribute (any of them finds it)."""
+    from cached.ldap.provider import _entry_names
+
+    return _entry_names(e, p.schema.group_name)
