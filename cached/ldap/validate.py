@@ -38,7 +38,6 @@ import calendar
 import time
 from typing import TYPE_CHECKING
 
-from cached.cache import Times
 from cached.counters import (
     LDAP_DECODE,
     NESTED_LEVELS,
@@ -79,15 +78,18 @@ def trusted_stamp(modstamp: str, usn: str, fetched: float) -> str:
     return modstamp if t is not None and t < fetched - STAMP_MARGIN else ""
 
 
-def unchanged(g: _GroupEntry, stored: Times | None, ident: tuple[int, str] | None) -> bool:
-    """Does the stored group still describe ``g``? Same stamp, gid and DN."""
+def unchanged(g: _GroupEntry, stored: tuple[str, str, int, str] | None) -> bool:
+    """Does the stored group (``DomainCache.group_stamps``) still describe ``g``? Same
+    stamp, gid and DN."""
+    if stored is None:
+        return False
+    modstamp, usn, gid, dn = stored
     return (
-        stored is not None
-        and ident is not None
-        and bool(stored.modstamp)
-        and (stored.modstamp, stored.usn) == (g.modstamp, g.usn)
-        and ident[0] == g.gid
-        and normalize_dn(ident[1]) == normalize_dn(g.entry.dn)
+        bool(modstamp)
+        and modstamp == g.modstamp
+        and usn == g.usn
+        and gid == g.gid
+        and (dn == g.entry.dn or normalize_dn(dn) == normalize_dn(g.entry.dn))
     )
 
 
@@ -191,10 +193,8 @@ def refresh_initgroups(
         # Validated like the others: `id` asks for it next, and finds it valid.
         posix.setdefault(normalize_dn(prim.entry.dn), prim)
     names = [g.name for g in posix.values()]
-    stored = p.cache.times("group", names)
-    idents = p.cache.group_idents(names)
-    stale = {k for k, g in posix.items()
-             if not unchanged(g, stored.get(g.name), idents.get(g.name))}  # fmt: skip
+    stored = p.cache.group_stamps(names)
+    stale = {k for k, g in posix.items() if not unchanged(g, stored.get(g.name))}
 
     p.counters.add(VALIDATE, 1, 0.0, len(posix))
     # The changed and new groups, whole, by name (a hint, matched back by DN), with
@@ -253,10 +253,9 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, gid: int | None)
     names = p.cache.group_closure(view.name) if view is not None else None
     if not names:
         return False
-    stored = p.cache.times("group", names)
-    if any(not (t := stored.get(n)) or not t.modstamp for n in names):
+    stored = p.cache.group_stamps(names)
+    if any(not (t := stored.get(n)) or not t[0] for n in names):
         return False  # nothing trusted to compare with
-    idents = p.cache.group_idents(names)
     by_key = {p.cache.key(n): n for n in names}
     attrs = stamp_attrs(p)
     jobs: list[_Job] = [(s.group_bases, [("x", filt)], attrs, None)]
@@ -278,7 +277,7 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, gid: int | None)
     same: set[bytes] = set()
     for g in [top] if top is not None else []:
         k = p.cache.key(g.name)
-        if k == p.cache.key(names[0]) and unchanged(g, stored[names[0]], idents.get(names[0])):
+        if k == p.cache.key(names[0]) and unchanged(g, stored[names[0]]):
             same.add(k)
     for e in (e for entries in got[1:] for e in entries):
         g = p._group_entry(e)
@@ -286,14 +285,14 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, gid: int | None)
         # By name, then the stored DN: the entry the stored member group was read from.
         if g is not None and k in by_key and k != p.cache.key(names[0]):
             n = by_key[k]
-            if unchanged(g, stored[n], idents.get(n)):
+            if unchanged(g, stored[n]):
                 same.add(k)
     if len(same) != len(by_key):
         p.counters.add(VALIDATE_FETCHED, 0, 0.0, 1)
         return False
     with p.cache.write() as batch:
         for n in names:
-            p.cache.touch_group(batch, n, stored[n].modstamp, stored[n].usn)
+            p.cache.touch_group(batch, n, stored[n][0], stored[n][1])
     return True
 
 
