@@ -131,9 +131,11 @@ def ab(args: argparse.Namespace, s: Slapd) -> None:
             print(f"{v} {repo}: cpu median {statistics.median(cpus) * 1000:.1f} ms, "
                   f"min {min(cpus) * 1000:.1f} ms; wall median "
                   f"{statistics.median(walls) * 1000:.1f} ms")  # fmt: skip
-        ratios = [b["cpu"] / a["cpu"] for a, b in zip(samples["A"], samples["B"], strict=True)]
-        print(f"paired cpu ratio B/A: median {statistics.median(ratios):.3f} "
-              f"over {len(ratios)} rounds")  # fmt: skip
+        for what in ("cpu", "wall"):
+            pairs = zip(samples["A"], samples["B"], strict=True)
+            ratios = [b[what] / a[what] for a, b in pairs]
+            print(f"paired {what} ratio B/A: median {statistics.median(ratios):.3f} "
+                  f"over {len(ratios)} rounds")  # fmt: skip
     finally:
         for proc in procs.values():
             if proc.stdin:

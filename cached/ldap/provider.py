@@ -689,7 +689,10 @@ class LdapProvider:
         return any_of(branches)
 
     def _split_search_many(
-        self, jobs: list[_Job], build: Callable[[list[tuple[str, str]]], str]
+        self,
+        jobs: list[_Job],
+        build: Callable[[list[tuple[str, str]]], str],
+        paged: bool | list[bool] = True,
     ) -> list[list[Entry]]:
         """Search with the OR of each job's items, all jobs at once; when the server's
         size limit cuts an answer, split that batch in two and search again
@@ -697,7 +700,11 @@ class LdapProvider:
         groups than the limit) is split by name: entries whose name starts with one
         half of the letters and digits, then the other half and the rest, refining
         the prefix as needed. Only a part that cannot be split further fails the
-        request: a cut answer is never stored. Returns each job's entries."""
+        request: a cut answer is never stored. Returns each job's entries.
+        ``paged`` (one flag, or one per job): False sends a job without the paging
+        control, so that it goes out together with the others (slapd keeps one
+        paged state per connection); a size limit cuts it like a paged one.
+        """
         out: list[list[Entry]] = [[] for _ in jobs]
         wave: list[tuple[int, list[tuple[str, str]], _NamePart | None]] = [
             (j, items, None) for j, (_b, items, _a, _d) in enumerate(jobs) if items
@@ -711,8 +718,9 @@ class LdapProvider:
                 if part is not None:
                     filt = f"(&{filt}{part.filter(self._name_attr(bases))})"
                 for b in bases:
+                    pg = paged if isinstance(paged, bool) else paged[j]
                     searches.append(Search(b.dn, self.schema.with_base(filt, b), attrs,
-                                           b.scope, specs))  # fmt: skip
+                                           b.scope, specs, paged=pg))  # fmt: skip
                 spans.append(len(bases))
             got = self.client.search_many(searches, self._deref_seen)
             nxt: list[tuple[int, list[tuple[str, str]], _NamePart | None]] = []
