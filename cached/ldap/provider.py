@@ -206,6 +206,10 @@ class LdapProvider:
         self._deref_seen: set[bytes] = set()
         self.limit_time = 0.0
         self.request_started = 0.0
+        # When each group was last read whole, its members named from their entries
+        # (time.monotonic(), this process): its stamp is trusted for
+        # refresh_full_interval after it (validate.py, compatibility.md §9.2).
+        self.full_read: dict[bytes, float] = {}
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -876,7 +880,8 @@ class LdapProvider:
         """Store every fetched POSIX group. A group whose stamp (modifyTimestamp and
         CSN/USN) matches a stored, trusted one is only touched (the shortcut of §3.4);
         stamps are stored under validate.py's trust rule, and a group `cached cache -E`
-        expired is always written again (SSSD resets the stamp instead, #5596)."""
+        expired is always written again (SSSD resets the stamp instead, #5596), and so
+        is a group not read whole within refresh_full_interval (validate.py)."""
         posix = {k: g for k, g in found.items() if g.posix}
         if not posix:
             return
@@ -896,6 +901,7 @@ class LdapProvider:
                     and t is not None
                     and t.data_expire != EXPIRED
                     and (t.modstamp, t.usn) == (g.modstamp, g.usn)
+                    and not validate.due(self, [g.name])
                 ):
                     self.cache.touch_group(batch, g.name, g.modstamp, g.usn)
                     continue
@@ -911,6 +917,7 @@ class LdapProvider:
                     complete=ok,
                     aliases=_entry_names(g.entry, self.schema.group_name),
                 )
+                validate.read_whole(self, g.name)
 
     def _walks_through(
         self, g: _GroupEntry, found: dict[str, _GroupEntry], known: dict[str, Member]
@@ -927,13 +934,17 @@ class LdapProvider:
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()
+        # The stored group and the groups below it its answer is expanded from.
+        held = validate.stored_closure(self, name, gid)
         if (
-            not s.ad
+            held
+            and not validate.due(self, held)
+            and not s.ad
             and not self.cfg.ignore_group_members
-            and validate.refresh_group(self, filt, name, gid)
+            and validate.refresh_group(self, filt, name, held)
         ):
-            # Held and expired, and unchanged with every group below it: validated by
-            # stamps, no member value fetched (validate.py).
+            # Held, and unchanged with every group below it: validated by stamps, no
+            # member value fetched (validate.py).
             return Result(Outcome.FOUND)
         top = None
         for g in self._search_groups(filt):

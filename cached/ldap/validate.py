@@ -30,6 +30,11 @@ The stamp-trust rule (what makes a stored stamp worth believing, docs/ARCHITECTU
   parent's stamp changing.
 * ``cached cache -E`` keeps the stamps (it expires, it does not distrust); a full
   fetch of a group invalidated that way never takes the unchanged-stamp shortcut.
+* What no stamp covers — a member's own entry renamed or deleted without referential
+  integrity, which leaves its groups' entries alone (docs/compatibility.md §9.2) —
+  is bounded in time: a group not stored whole (members named from their entries)
+  by this process within ``refresh_full_interval`` (a day by default) is read whole
+  at its next refresh, stamp or not; after a start, every group is, once.
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ if TYPE_CHECKING:
     from cached.ldap.client import Entry
     from cached.ldap.provider import LdapProvider, Member, _GroupEntry, _Job
     from cached.model import User
+
+# Entries of LdapProvider.full_read kept at most (one per group and user read whole);
+# past it the record is dropped, and every refresh reads whole once again.
+FULL_READ_KEPT = 200_000
 
 # Seconds a modifyTimestamp-only stamp must lie before the fetch to be stored. Kerberos'
 # default allowed clock skew: directories in a realm keep within it. A group changed
@@ -206,7 +215,8 @@ def refresh_initgroups(
         posix.setdefault(normalize_dn(prim.entry.dn), prim)
     names = [g.name for g in posix.values()]
     stored = p.cache.group_stamps(names)
-    stale = {k for k, g in posix.items() if not unchanged(g, stored.get(g.name))}
+    stale = {k for k, g in posix.items()
+             if not unchanged(g, stored.get(g.name)) or due(p, [g.name])}  # fmt: skip
 
     p.counters.add(VALIDATE, 1, 0.0, len(posix))
     # The changed and new groups, whole, by name (a hint, matched back by DN), with
@@ -249,22 +259,49 @@ def refresh_initgroups(
         p.cache.put_initgroups(batch, user.name, gids, [walk[k].name for k in mine])
 
 
-def refresh_group(p: LdapProvider, filt: str, name: str | None, gid: int | None) -> bool:
-    """A group lookup (by ``name`` or ``gid``; ``filt`` is the lookup's filter) of a
-    group the cache holds, expired: validate it and the stored groups its answer is
-    expanded from (its member groups down to the nesting level, §6.2) by their
-    stamps, in one round trip, and touch them all when every one is unchanged — the
-    group's own stamp covers its member list, each member group's covers its own.
-    Returns False when the caller must fetch whole (no member value was fetched): a
-    stamp not stored under the trust rule, or a group changed, gone or renamed."""
-    s = p.schema
+def stored_closure(p: LdapProvider, name: str | None, gid: int | None) -> list[str] | None:
+    """The stored group a lookup by ``name`` or ``gid`` finds, and the stored groups
+    below it its answer is expanded from (``DomainCache.group_closure``); None when
+    it is not held whole."""
     if name is not None:
         view = p.cache.group_by_name(name).value
     else:
         view = p.cache.group_by_gid(gid).value if gid is not None else None
-    names = p.cache.group_closure(view.name) if view is not None else None
-    if not names:
+    return p.cache.group_closure(view.name) if view is not None else None
+
+
+def read_whole(p: LdapProvider, name: str) -> None:
+    """Note that group ``name`` was just stored whole, members named from their
+    entries."""
+    if len(p.full_read) >= FULL_READ_KEPT:
+        p.full_read.clear()  # forgotten: read whole at the next refresh, the safe side
+    p.full_read[p.cache.key(name)] = time.monotonic()
+
+
+def due(p: LdapProvider, names: list[str]) -> bool:
+    """Must one of these groups be read whole again? When it was not read whole by
+    this process within ``refresh_full_interval`` (the module doc's last rule)."""
+    every = p.cfg.refresh_full_interval
+    if every <= 0:
         return False
+    now = time.monotonic()
+    for n in names:
+        t = p.full_read.get(p.cache.key(n))
+        if t is None or now - t >= every:
+            return True
+    return False
+
+
+def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]) -> bool:
+    """A group lookup (by ``name`` or gid; ``filt`` is the lookup's filter) of a
+    group the cache holds: validate it and the stored groups its answer is expanded
+    from (``names``, from :func:`stored_closure`: its member groups down to the
+    nesting level, §6.2) by their stamps, in one round trip, and touch them all when
+    every one is unchanged — the group's own stamp covers its member list, each
+    member group's covers its own. Returns False when the caller must fetch whole
+    (no member value was fetched): a stamp not stored under the trust rule, or a
+    group changed, gone or renamed."""
+    s = p.schema
     stored = p.cache.group_stamps(names)
     if any(not (t := stored.get(n)) or not t[0] for n in names):
         return False  # nothing trusted to compare with

@@ -338,6 +338,57 @@ def test_expired_group_lookup_sees_changes_in_the_same_second(tmp_path, slapd_sm
         cache.close()
 
 
+def test_member_renamed_without_refint_is_seen_within_the_full_interval(
+    tmp_path, slapd_small_fresh
+):
+    # A member user's entry renamed on a server without referential integrity: the
+    # group entry still names the old DN and keeps its stamp, so validation keeps the
+    # old member (docs/compatibility.md §9.2). Once refresh_full_interval has passed
+    # since the group was read whole, the next refresh — initgroups or a group
+    # lookup — reads it whole and the member is dropped (its DN names no entry).
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    sc = exp.scenario
+    user = exp.big_user
+    cfg = make_domain([s.uri], s.base_dn)
+    every = cfg.refresh_full_interval
+    assert every > 0
+    with _resolved(tmp_path, cfg, user) as (p, cache, counters):
+        direct = sorted(exp.direct_groups(user))
+        group = next(g for g in direct if not exp.group(g).member_groups)
+        gone = sorted(u for u in exp.group(group).members if u != user)[0]
+        s.ldap_modify(
+            f"dn: {sc.user_dn(gone)}\nchangetype: modrdn\nnewrdn: uid={gone}-new\n"
+            "deleteoldrdn: 1\n\n"
+        )
+        _refresh(p, cache, user)
+        assert counters.get(VALIDATE_FETCHED).amount == 0
+        assert gone in _state(cache, user)[1][group][1]  # the blind spot, within the bound
+
+        def age(name: str) -> None:
+            # As if refresh_full_interval had passed since it was read whole.
+            p.full_read[cache.key(name)] -= every + 1
+
+        age(group)
+        _refresh(p, cache, user)
+        assert counters.get(VALIDATE_FETCHED).amount == 1  # that group alone, whole
+        assert gone not in _state(cache, user)[1][group][1]
+        # As a cold read has it (the user's other groups, not aged, still name it).
+        assert _state(cache, user)[1][group] == _oracle(tmp_path, cfg, user)[1][group]
+
+        # A group lookup likewise: validated while fresh, read whole once aged.
+        other = next(g for g in direct if g != group and not exp.group(g).member_groups)
+        gone2 = sorted(u for u in exp.group(other).members if u not in (user, gone))[0]
+        s.ldap_modify(f"dn: {sc.user_dn(gone2)}\nchangetype: delete\n\n")
+        for aged in (False, True):
+            if aged:
+                age(other)
+            cache.invalidate_all()
+            offset = s.log_offset()
+            assert p.group_by_name(other).outcome is Outcome.FOUND
+            assert bool(_member_searches(s, offset)) is aged
+            assert (gone2 in _group_answer(cache, other)[1]) is not aged
+
+
 def test_modify_timestamp_alone_trusts_only_old_stamps(tmp_path, slapd_small_fresh):
     # A server without entryCSN (here: an attribute it does not have is configured):
     # modifyTimestamp has one-second resolution, so the stamps of groups written
