@@ -325,19 +325,18 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
         ):
             top = g
             break
+    first = p.cache.key(names[0])
     same: set[bytes] = set()
-    for g in [top] if top is not None else []:
-        k = p.cache.key(g.name)
-        if k == p.cache.key(names[0]) and unchanged(g, stored[names[0]]):
-            same.add(k)
+    if top is not None and p.cache.key(top.name) == first and unchanged(top, stored[names[0]]):
+        same.add(first)
     for e in (e for entries in got[1:] for e in entries):
         g = p._group_entry(e)
-        k = p.cache.key(g.name) if g is not None else b""
+        if g is None:
+            continue
         # By name, then the stored DN: the entry the stored member group was read from.
-        if g is not None and k in by_key and k != p.cache.key(names[0]):
-            n = by_key[k]
-            if unchanged(g, stored[n]):
-                same.add(k)
+        k = p.cache.key(g.name)
+        if k in by_key and k != first and unchanged(g, stored[by_key[k]]):
+            same.add(k)
     if len(same) != len(by_key):
         p.counters.add(VALIDATE_FETCHED, 0, 0.0, 1)
         return False
