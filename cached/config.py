@@ -374,6 +374,14 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "refresh_expired_interval": Option(
         _int(0), 0, "Seconds between background refreshes of expiring entries; 0 = off."
     ),
+    "refresh_full_interval": Option(
+        _int(0),
+        86400,
+        "Seconds after which a refresh by change stamps reads a user's groups, or a group, "
+        "whole again (members named from their entries: a member's own entry renamed or "
+        "deleted leaves its groups' stamps unchanged, docs/compatibility.md §9.2); the first "
+        "refresh after a start reads whole; 0 = always by stamps.",
+    ),
     "offline_timeout": Option(_int(1), 60, "First retry after going offline, seconds."),
     "offline_timeout_max": Option(_int(0), 3600, "Retry backoff cap, seconds."),
     "offline_timeout_random_offset": Option(_int(0), 30, "Random seconds added to each retry."),
@@ -620,6 +628,7 @@ class DomainConfig:
     entry_cache_user_timeout: int
     entry_cache_group_timeout: int
     refresh_expired_interval: int
+    refresh_full_interval: int
     offline_timeout: int
     offline_timeout_max: int
     offline_timeout_random_offset: int

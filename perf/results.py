@@ -21,6 +21,7 @@ STEPS: dict[str, str] = {
     "id_warm_mc": "warm `id {user}`, memory cache allowed",
     "invalidate": "`{inval}` alone",
     "id_after_inval": "`id {user}` after `-E` (server unchanged)",
+    "id_after_inval_1changed": "`id {user}` after `-E`, one group changed on the server",
     "initgr_cold": "cold `getent initgroups {user}`",
     "group_cold": "cold `getent group {group}`",
     "group_warm_socket": "warm `getent group {group}`, socket only",

@@ -16,7 +16,9 @@ Steps per daemon (``perf.results.STEPS``), every one through glibc and the real
 
 * an *id cycle*: start with an empty cache → cold ``id`` → warm ``id`` over the socket
   (``SSS_NSS_USE_MEMCACHE=NO``) → warm ``id`` with the memory cache allowed → ``cache
-  -E`` → ``id`` again (server unchanged);
+  -E`` → ``id`` again (server unchanged) → one of the user's direct groups gains a
+  member on the server, ``cache -E``, ``id`` again (that group alone is fetched whole
+  by cached), and the change is undone;
 * an *initgroups cycle*: empty cache → ``getent initgroups``;
 * a *group cycle*: empty cache → ``getent group large01`` → warm, socket only → warm,
   memory cache allowed.
@@ -156,7 +158,7 @@ def estimate(target: str, point: Point, plan: Plan) -> float:
     lg = point.scenario.large_size / BIGROUPUSER.large_size
     per_id = e["fresh"] + g * (e["id_cold"] + 2 * plan.warm_reps * e["id_warm"])
     if plan.inval:
-        per_id += g * e["inval"]
+        per_id += 2 * g * e["inval"]  # id after -E: server unchanged, one group changed
     return (
         plan.id_cycles * per_id
         + plan.initgr_cycles * (e["fresh"] + g * e["initgr"])
@@ -306,6 +308,7 @@ class Runner:
                         g * e["inval"],
                         rep,
                     )
+                    self.one_group_changed(target, point, exp, slapd, step, g * e["inval"], rep)
 
         for c in range(plan.initgr_cycles):
             rep = f"(cycle {c + 1}/{plan.initgr_cycles})"
@@ -343,6 +346,50 @@ class Runner:
             if c == 0:
                 self.snapshot_store(target, point, f"after getent group {LARGE_GROUP}")
         target.stop()
+
+
+    def one_group_changed(
+        self,
+        target: Target,
+        point: Point,
+        exp: Expected,
+        slapd: Slapd,
+        step: Callable[[str, Callable[[], Outcome], float, str], Sample],
+        weight: float,
+        rep: str,
+    ) -> None:
+        """``id`` after ``-E`` with one of the user's direct groups changed on the
+        server (a member added, another user: the user's answer stays the same and is
+        checked exactly). The change is undone right after the step, so the
+        directory every later step reads is the generated one again."""
+        user = exp.big_user
+        sc = exp.scenario
+        direct = sorted(exp.direct_groups(user))
+        group = next(g for g in direct if not exp.group(g).member_groups and g != LARGE_GROUP)
+        other = next(u for u in exp.user_names() if u not in exp.members(group, 0))
+
+        def change(op: str) -> None:
+            slapd.ldap_modify(
+                f"dn: {sc.group_dn(group)}\nchangetype: modify\n"
+                f"{op}: member\nmember: {sc.user_dn(other)}\n\n"
+            )
+
+        change("add")
+        try:
+            self.progress.label(f"{target.name} {point.key} invalidate {rep}")
+            timing, why = target.invalidate_all()  # not a step: measured just before
+            if timing is None:
+                self.results.get_or_add(target.name, point.key, "id_after_inval_1changed").na = why
+                self.progress.advance(weight)
+                return
+            step(
+                "id_after_inval_1changed",
+                nss_step(target, ["id", user], lambda out: check_id(exp, target.level, user, out)),
+                weight,
+                rep,
+            )
+        finally:
+            change("delete")
 
 
 def _vm_hwm(pid: int) -> int:

@@ -32,14 +32,29 @@ from testing.slapd import SearchOp, Slapd, _messages
 NO_MEMCACHE = {"SSS_NSS_USE_MEMCACHE": "NO"}
 _RESULT_ETIME = re.compile(r"conn=\d+ op=\d+ SEARCH RESULT .*?etime=([0-9.]+)")
 
-# The id_perf-style breakdown of a step (reference §5.2), from cached's counter diff.
-BREAKDOWN = ("ldap_wait", "ber_decode", "entry_txn", "ts_write", "other")
+# The id_perf-style breakdown of a step (reference §5.2), from cached's counter diff,
+# and the rest of the wall time split by the CPU each process used (/proc): what the
+# counters do not time — the backend's own Python (walk, validation, filters), the
+# responder (cache reads, NSS replies), the client — and what is left: waiting and IPC.
+BREAKDOWN = (
+    "ldap_wait",
+    "ber_decode",
+    "entry_txn",
+    "ts_write",
+    "backend_cpu",
+    "responder_cpu",
+    "client_cpu",
+    "other",
+)
 BREAKDOWN_LABELS = {
-    "ldap_wait": "LDAP wait (server, network, ldap3 I/O)",
-    "ber_decode": "BER decoding (ldap3)",
+    "ldap_wait": "LDAP wait (server, network, receive loop)",
+    "ber_decode": "BER decoding",
     "entry_txn": "entry-store transactions",
     "ts_write": "timestamp writes",
-    "other": "other (responder, client, IPC, Python)",
+    "backend_cpu": "backend CPU, the rest (walk, validation, filters)",
+    "responder_cpu": "responder CPU (cache reads, replies)",
+    "client_cpu": "client CPU (id, glibc, libnss_sss)",
+    "other": "other (waiting, IPC, scheduling)",
 }
 
 
@@ -152,7 +167,13 @@ def breakdown(sample: Sample) -> dict[str, float] | None:
 
     ``ldap.wait`` is the receive loop's time without our BER decoding (``ldap.ber``,
     shown apart; cached/ldap/client.py reads the answers itself since it stopped using
-    ldap3's response objects); ``other`` is the rest of the wall time.
+    ldap3's response objects). The backend's CPU (/proc) beyond what the counters
+    timed (BER decoding and the store writes, all CPU-bound) is its Python; the
+    responder's (with the monitor's, ~0) and the client's CPU come next; ``other`` is
+    what remains of the wall time (waiting for each other, IPC). The receive loop's own
+    CPU (framing) counts in both LDAP wait and backend CPU, and the processes may
+    overlap a little on the 2 cores: the parts can then add up to a little more than
+    the wall time, and ``other`` is 0. /proc's CPU has a 10 ms resolution.
     """
     d = sample.counters
     if d is None:
@@ -168,6 +189,12 @@ def breakdown(sample: Sample) -> dict[str, float] | None:
         "entry_txn": sec(C.ENTRY_TXN),
         "ts_write": sec(C.TS_WRITE),
     }
+    backend = sum(v for k, v in sample.daemon_cpu.items() if "backend" in k)
+    parts["backend_cpu"] = max(0.0, backend - ber - parts["entry_txn"] - parts["ts_write"])
+    parts["responder_cpu"] = sum(
+        v for k, v in sample.daemon_cpu.items() if "backend" not in k
+    )
+    parts["client_cpu"] = sample.client_cpu
     parts["other"] = max(0.0, sample.wall - sum(parts.values()))
     return parts
 

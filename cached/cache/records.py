@@ -102,6 +102,18 @@ def decode_group(data: Data) -> GroupRecord:
     return GroupRecord(name, gid, dn, members, count, tuple(member_groups))
 
 
+def decode_group_ident(data: Data) -> tuple[int, str]:
+    """A stored group's gid and DN, nothing else built: the refresh validation reads
+    2,000 of them at once, and a GroupRecord took three quarters of the time."""
+    try:
+        v, _name, gid, dn, *_rest = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise RecordError(f"group record does not decode: {e}") from None
+    if v != FORMAT or not isinstance(gid, int) or not isinstance(dn, str):
+        raise RecordError(f"group record has format {v}, expected {FORMAT}")
+    return gid, dn
+
+
 # -- initgroups ----------------------------------------------------------------
 
 
@@ -161,6 +173,18 @@ def decode_times(data: Data) -> Times:
     except ValueError:
         raise RecordError("timestamp record is damaged") from None
     return Times(lu, de, ie, modstamp, usn)
+
+
+def decode_stamp(data: Data) -> tuple[str, str]:
+    """The (modstamp, USN/CSN) of a timestamp record, no Times built (refresh
+    validation: a frozen dataclass per record was half the cost)."""
+    if len(data) < _TS.size + 1 or data[0] != TS_VERSION:
+        raise RecordError("timestamp record is damaged")
+    try:
+        modstamp, usn = bytes(data[_TS.size :]).decode("utf-8").split("\0")
+    except ValueError:
+        raise RecordError("timestamp record is damaged") from None
+    return modstamp, usn
 
 
 _INVALIDATED = struct.pack("<dd", EXPIRED, EXPIRED)

@@ -303,6 +303,9 @@ class Search:
     deref_specs: list[tuple[str, list[str]]] | None = None
     asq: str = ""
     max_entries: int = 0  # stop (LdapTooMany) once a page takes the answer past it
+    # False: never paged, so it goes out with the others (slapd keeps one paged state
+    # per connection: paged searches go one at a time, see _exchange).
+    paged: bool = True
 
 
 class LdapTooMany(LdapError):
@@ -725,7 +728,7 @@ class LdapClient:
             controls.append((deref.DEREF_OID, True, deref.encode_request(spec.deref_specs)))
         info = self.info
         page = self.cfg.ldap_page_size
-        paged = page > 0 and info is not None and PAGED_RESULTS_OID in info.controls
+        paged = spec.paged and page > 0 and info is not None and PAGED_RESULTS_OID in info.controls
         if spec.asq:
             # Critical, as SSSD sends it; not paged (one base entry's values: Samba
             # returned 5,000 members in one answer, 2.7 s).

@@ -260,6 +260,10 @@ class LdapProvider:
         self._settled_known: dict[str, Member] | None = None
         # Member values read in this request (_group_entry): value -> (text, DN key).
         self._member_memo: dict[bytes, tuple[str, str] | tuple[()]] = {}
+        # When each group was last read whole, its members named from their entries
+        # (time.monotonic(), this process): its stamp is trusted for
+        # refresh_full_interval after it (validate.py, compatibility.md §9.2).
+        self.full_read: dict[bytes, float] = {}
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -883,7 +887,10 @@ class LdapProvider:
         return any_of(branches)
 
     def _split_search_many(
-        self, jobs: list[_Job], build: Callable[[list[tuple[str, str]]], str]
+        self,
+        jobs: list[_Job],
+        build: Callable[[list[tuple[str, str]]], str],
+        paged: bool | list[bool] = True,
     ) -> list[list[Entry]]:
         """Search with the OR of each job's items, all jobs at once; when the server's
         size limit cuts an answer, split that batch in two and search again
@@ -891,7 +898,11 @@ class LdapProvider:
         groups than the limit) is split by name: entries whose name starts with one
         half of the letters and digits, then the other half and the rest, refining
         the prefix as needed. Only a part that cannot be split further fails the
-        request: a cut answer is never stored. Returns each job's entries."""
+        request: a cut answer is never stored. Returns each job's entries.
+        ``paged`` (one flag, or one per job): False sends a job without the paging
+        control, so that it goes out together with the others (slapd keeps one
+        paged state per connection); a size limit cuts it like a paged one.
+        """
         out: list[list[Entry]] = [[] for _ in jobs]
         wave: list[tuple[int, list[tuple[str, str]], _NamePart | None]] = [
             (j, items, None) for j, (_b, items, _a, _d) in enumerate(jobs) if items
@@ -905,8 +916,9 @@ class LdapProvider:
                 if part is not None:
                     filt = f"(&{filt}{part.filter(self._name_attr(bases))})"
                 for b in bases:
+                    pg = paged if isinstance(paged, bool) else paged[j]
                     searches.append(Search(b.dn, self.schema.with_base(filt, b), attrs,
-                                           b.scope, specs))  # fmt: skip
+                                           b.scope, specs, paged=pg))  # fmt: skip
                 spans.append(len(bases))
             got = self.client.search_many(searches, self._deref_seen)
             nxt: list[tuple[int, list[tuple[str, str]], _NamePart | None]] = []
@@ -1094,7 +1106,8 @@ class LdapProvider:
         """Store every fetched POSIX group. A group whose stamp (modifyTimestamp and
         CSN/USN) matches a stored, trusted one is only touched (the shortcut of §3.4);
         stamps are stored under validate.py's trust rule, and a group `cached cache -E`
-        expired is always written again (SSSD resets the stamp instead, #5596)."""
+        expired is always written again (SSSD resets the stamp instead, #5596), and so
+        is a group not read whole within refresh_full_interval (validate.py)."""
         posix = {k: g for k, g in found.items() if g.posix}
         if not posix:
             return
@@ -1115,6 +1128,7 @@ class LdapProvider:
                     and t is not None
                     and t.data_expire != EXPIRED
                     and (t.modstamp, t.usn) == (g.modstamp, g.usn)
+                    and not validate.due(self, [g.name])
                 ):
                     self.cache.touch_group(batch, g.name, g.modstamp, g.usn)
                     continue
@@ -1132,9 +1146,22 @@ class LdapProvider:
                     complete=ok,
                     aliases=_entry_names(g.entry, self.schema.group_name),
                 )
+                validate.read_whole(self, g.name)
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()
+        # The stored group and the groups below it its answer is expanded from.
+        held = validate.stored_closure(self, name, gid)
+        if (
+            held
+            and not validate.due(self, held)
+            and not s.ad
+            and not self.cfg.ignore_group_members
+            and validate.refresh_group(self, filt, name, held)
+        ):
+            # Held, and unchanged with every group below it: validated by stamps, no
+            # member value fetched (validate.py).
+            return Result(Outcome.FOUND)
         top = None
         for g in self._search_groups(filt):
             if name is None or self.cache.key(name) in {
@@ -1227,11 +1254,15 @@ class LdapProvider:
         known: dict[str, Member] = {}
         # The primary group, when the cache does not hold it (§6.3 step 5): asked in
         # the first search of the walk, not in a search of its own.
-        primary = user.gid if self.cache.group_by_gid(user.gid).state is State.MISSING else None
+        primary_state = self.cache.group_by_gid(user.gid).state
+        primary = user.gid if primary_state is State.MISSING else None
         stored = self.cache.initgroups(user.name).value
         if not s.ad and not self.cfg.ignore_group_members and stored and stored.fetched:
             # A refresh: stamps first, whole entries only for what changed (validate.py).
-            validate.refresh_initgroups(self, user, entries, primary)
+            # The primary group expired too (`cached cache -E`) is validated in the same
+            # round trip, so `id`'s getgrgid of it is answered from the cache.
+            expired = primary_state in (State.MISSING, State.EXPIRED)
+            validate.refresh_initgroups(self, user, entries, user.gid if expired else None)
             return Result(Outcome.FOUND)
         if s.bis:
             with self.counters.timer(NESTED_RESOLVE):

@@ -11,6 +11,11 @@ with their members (by name, matched back by DN) and their member groups below t
 the others get fresh timestamps only. Groups the user left are re-read as on the full
 path (``LdapProvider._vanished``): removed memberships, deleted and renamed groups.
 
+A group lookup of a group the cache holds (``getent group X`` after ``-E``) is
+validated likewise (``refresh_group``): the stamps of the group and of the stored
+groups its answer is expanded from, in one round trip; all unchanged, all touched;
+else the lookup fetches whole.
+
 The stamp-trust rule (what makes a stored stamp worth believing, docs/ARCHITECTURE.md §5):
 
 * A stamp is a group's (``modifyTimestamp``, CSN/USN) as fetched *with* the member
@@ -25,6 +30,11 @@ The stamp-trust rule (what makes a stored stamp worth believing, docs/ARCHITECTU
   parent's stamp changing.
 * ``cached cache -E`` keeps the stamps (it expires, it does not distrust); a full
   fetch of a group invalidated that way never takes the unchanged-stamp shortcut.
+* What no stamp covers — a member's own entry renamed or deleted without referential
+  integrity, which leaves its groups' entries alone (docs/compatibility.md §9.2) —
+  is bounded in time: a group not stored whole (members named from their entries)
+  by this process within ``refresh_full_interval`` (a day by default) is read whole
+  at its next refresh, stamp or not; after a start, every group is, once.
 """
 
 from __future__ import annotations
@@ -33,7 +43,6 @@ import calendar
 import time
 from typing import TYPE_CHECKING
 
-from cached.cache import Times
 from cached.counters import (
     LDAP_DECODE,
     NESTED_LEVELS,
@@ -48,6 +57,10 @@ if TYPE_CHECKING:
     from cached.ldap.client import Entry
     from cached.ldap.provider import LdapProvider, Member, _GroupEntry, _Job
     from cached.model import User
+
+# Entries of LdapProvider.full_read kept at most (one per group and user read whole);
+# past it the record is dropped, and every refresh reads whole once again.
+FULL_READ_KEPT = 200_000
 
 # Seconds a modifyTimestamp-only stamp must lie before the fetch to be stored. Kerberos'
 # default allowed clock skew: directories in a realm keep within it. A group changed
@@ -74,15 +87,18 @@ def trusted_stamp(modstamp: str, usn: str, fetched: float) -> str:
     return modstamp if t is not None and t < fetched - STAMP_MARGIN else ""
 
 
-def unchanged(g: _GroupEntry, stored: Times | None, ident: tuple[int, str] | None) -> bool:
-    """Does the stored group still describe ``g``? Same stamp, gid and DN."""
+def unchanged(g: _GroupEntry, stored: tuple[str, str, int, str] | None) -> bool:
+    """Does the stored group (``DomainCache.group_stamps``) still describe ``g``? Same
+    stamp, gid and DN."""
+    if stored is None:
+        return False
+    modstamp, usn, gid, dn = stored
     return (
-        stored is not None
-        and ident is not None
-        and bool(stored.modstamp)
-        and (stored.modstamp, stored.usn) == (g.modstamp, g.usn)
-        and ident[0] == g.gid
-        and normalize_dn(ident[1]) == normalize_dn(g.entry.dn)
+        bool(modstamp)
+        and modstamp == g.modstamp
+        and usn == g.usn
+        and gid == g.gid
+        and (dn == g.entry.dn or normalize_dn(dn) == normalize_dn(g.entry.dn))
     )
 
 
@@ -92,40 +108,72 @@ def stamp_attrs(p: LdapProvider) -> list[str]:
     return [a for a in p.schema.group_attrs(members=False) if a.lower() != "objectclass"]
 
 
-def _level(p: LdapProvider, items: list[tuple[str, str]], attrs: list[str]) -> list[Entry]:
+def _level(
+    p: LdapProvider,
+    items: list[tuple[str, str]],
+    attrs: list[str],
+    extra: list[_Job],
+    paged: bool,
+) -> tuple[list[Entry], list[list[Entry]]]:
     """One level's searches under the group bases: ORs of up to BATCH walk-up
-    assertions, split when a server limit cuts an answer (as the cold walk's)."""
+    assertions, split when a server limit cuts an answer (as the cold walk's), and
+    the ``extra`` jobs (one entry each, never paged) in the same round trip. Returns
+    (the level's entries, the extra jobs' entries, each)."""
     jobs: list[_Job] = [
         (p.schema.group_bases, items[i : i + BATCH], attrs, None)
         for i in range(0, len(items), BATCH)
     ]
-    return [e for got in p._split_search_many(jobs, p._round_filter) for e in got]
+    flags = [paged] * len(jobs) + [False] * len(extra)
+    got = p._split_search_many(jobs + extra, p._round_filter, flags)
+    return [e for entries in got[: len(jobs)] for e in entries], got[len(jobs) :]
 
 
-def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], set[str]]:
+def walk_stamps(
+    p: LdapProvider, user: User, primary: int | None = None
+) -> tuple[dict[str, _GroupEntry], set[str], _GroupEntry | None]:
     """The groups above ``user`` (rfc2307bis: level by level to the nesting level, as
-    the full walk; rfc2307: the ``memberUid`` search), stamps only. Returns
-    ({DN key: group, POSIX or walked through}, keys of the POSIX ones)."""
+    the full walk; rfc2307: the ``memberUid`` search), stamps only; with ``primary``,
+    the stamp of the group of that gid too, searched alongside the first level (one
+    round trip: ``search_many``), apart so that its entry is not taken for a
+    membership. Returns ({DN key: group, POSIX or walked through}, keys of the POSIX
+    ones, the primary group or None)."""
     from cached.ldap.provider import WALK
 
     s = p.schema
     attrs = stamp_attrs(p)
     found: dict[str, _GroupEntry] = {}
+    extra: list[_Job] = []
+    if primary is not None:
+        extra.append((s.group_bases, [("x", p._group_by_gid_filter(primary))], attrs, None))
     if not s.bis:
-        for e in p._search(s.group_bases, s.groups_with_members([user.name]), attrs):
+        walk: list[_Job] = [(s.group_bases, [("x", s.groups_with_members([user.name]))],
+                             attrs, None)]  # fmt: skip
+        got = p._split_search_many(walk + extra, p._round_filter, [True] + [False] * len(extra))
+        for e in got[0]:
             g = p._group_entry(e)
             if g is not None:
                 found.setdefault(normalize_dn(e.dn), g)
-        return found, set(found)
+        return found, set(found), _primary(p, got[1:], primary)
     mine: set[str] = set()
     walked = {normalize_dn(user.dn)}
     up = [user.dn]
     level = 0
+    prim: _GroupEntry | None = None
     with p.counters.timer(NESTED_RESOLVE):
         while up:
             nxt: list[str] = []
             items = [("u", f"({s.group_member}={escape(dn)})") for dn in up]
-            for e in _level(p, items, attrs):
+            # The first level (the user's direct groups: thousands for bigroupuser)
+            # is paged; the levels above, the groups that hold those, are answers of
+            # a few entries per batch: unpaged, the batches of a level go out
+            # together instead of one after another (measured on bigroupuser: the
+            # second batch of level 1 waited ~15 ms for the first). A size limit
+            # cuts them as it cuts paged ones (slapd: size.prtotal follows the
+            # hard limit), and the split handles it.
+            entries, rest = _level(p, items, attrs, extra, paged=level == 0)
+            if extra:
+                prim, extra = _primary(p, rest, primary), []
+            for e in entries:
                 k = normalize_dn(e.dn)
                 g = p._group_entry(e, WALK)
                 if g is None:
@@ -139,22 +187,36 @@ def walk_stamps(p: LdapProvider, user: User) -> tuple[dict[str, _GroupEntry], se
             p.counters.add(NESTED_LEVELS, 1, 0.0, 1)
             level += 1
             up = nxt if level <= s.nesting_level else []
-    return found, mine
+    return found, mine, prim
+
+
+def _primary(p: LdapProvider, got: list[list[Entry]], gid: int | None) -> _GroupEntry | None:
+    """The first POSIX group of ``gid`` among the answers (as the full path's [:1])."""
+    for entries in got:
+        for e in entries:
+            g = p._group_entry(e)
+            if g is not None and g.gid == gid:
+                return g
+    return None
 
 
 def refresh_initgroups(
     p: LdapProvider, user: User, entries: list[Entry], primary: int | None
 ) -> None:
     """initgroups of ``user`` whose groups the cache holds: validate, then fetch only
-    what changed (module doc). Stores like the full path, in one write."""
+    what changed (module doc). Stores like the full path, in one write. ``primary``:
+    the user's primary gid when its group is missing or expired in the cache (§6.3
+    step 5), validated by stamp like the groups of the walk."""
     s = p.schema
-    walk, mine = walk_stamps(p, user)
+    walk, mine, prim = walk_stamps(p, user, primary)
     posix = {k: g for k, g in walk.items() if g.posix}
+    if prim is not None:
+        # Validated like the others: `id` asks for it next, and finds it valid.
+        posix.setdefault(normalize_dn(prim.entry.dn), prim)
     names = [g.name for g in posix.values()]
-    stored = p.cache.times("group", names)
-    idents = p.cache.group_idents(names)
+    stored = p.cache.group_stamps(names)
     stale = {k for k, g in posix.items()
-             if not unchanged(g, stored.get(g.name), idents.get(g.name))}  # fmt: skip
+             if not unchanged(g, stored.get(g.name)) or due(p, [g.name])}  # fmt: skip
 
     p.counters.add(VALIDATE, 1, 0.0, len(posix))
     # The changed and new groups, whole, by name (a hint, matched back by DN), with
@@ -167,9 +229,6 @@ def refresh_initgroups(
             k = normalize_dn(g.entry.dn)
             if k in stale:
                 full.setdefault(k, g)
-    if primary is not None:
-        for g in p._search_groups(p._group_by_gid_filter(primary))[:1]:
-            full.setdefault(normalize_dn(g.entry.dn), g)
     if full and s.bis and not p.cfg.ignore_group_members:
         with p.counters.timer(NESTED_RESOLVE):
             p._closure(full, dict.fromkeys(full, s.nesting_level), known, [])
@@ -198,3 +257,97 @@ def refresh_initgroups(
             p.cache.delete_group(batch, g_name)
         gids = {user.gid} | {walk[k].gid for k in mine}
         p.cache.put_initgroups(batch, user.name, gids, [walk[k].name for k in mine])
+
+
+def stored_closure(p: LdapProvider, name: str | None, gid: int | None) -> list[str] | None:
+    """The stored group a lookup by ``name`` or ``gid`` finds, and the stored groups
+    below it its answer is expanded from (``DomainCache.group_closure``); None when
+    it is not held whole."""
+    if name is not None:
+        view = p.cache.group_by_name(name).value
+    else:
+        view = p.cache.group_by_gid(gid).value if gid is not None else None
+    return p.cache.group_closure(view.name) if view is not None else None
+
+
+def read_whole(p: LdapProvider, name: str) -> None:
+    """Note that group ``name`` was just stored whole, members named from their
+    entries."""
+    if len(p.full_read) >= FULL_READ_KEPT:
+        p.full_read.clear()  # forgotten: read whole at the next refresh, the safe side
+    p.full_read[p.cache.key(name)] = time.monotonic()
+
+
+def due(p: LdapProvider, names: list[str]) -> bool:
+    """Must one of these groups be read whole again? When it was not read whole by
+    this process within ``refresh_full_interval`` (the module doc's last rule)."""
+    every = p.cfg.refresh_full_interval
+    if every <= 0:
+        return False
+    now = time.monotonic()
+    for n in names:
+        t = p.full_read.get(p.cache.key(n))
+        if t is None or now - t >= every:
+            return True
+    return False
+
+
+def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]) -> bool:
+    """A group lookup (by ``name`` or gid; ``filt`` is the lookup's filter) of a
+    group the cache holds: validate it and the stored groups its answer is expanded
+    from (``names``, from :func:`stored_closure`: its member groups down to the
+    nesting level, §6.2) by their stamps, in one round trip, and touch them all when
+    every one is unchanged — the group's own stamp covers its member list, each
+    member group's covers its own. Returns False when the caller must fetch whole
+    (no member value was fetched): a stamp not stored under the trust rule, or a
+    group changed, gone or renamed."""
+    s = p.schema
+    stored = p.cache.group_stamps(names)
+    if any(not (t := stored.get(n)) or not t[0] for n in names):
+        return False  # nothing trusted to compare with
+    by_key = {p.cache.key(n): n for n in names}
+    attrs = stamp_attrs(p)
+    jobs: list[_Job] = [(s.group_bases, [("x", filt)], attrs, None)]
+    below = [("g", f"({s.group_name}={escape(n)})") for n in names[1:]]
+    jobs += [
+        (s.group_bases, below[i : i + BATCH], attrs, None) for i in range(0, len(below), BATCH)
+    ]
+    # Unpaged, so they go out together (one round trip): answers of one entry per
+    # name; a size limit cuts them as it cuts paged ones, and the split handles it.
+    got = p._split_search_many(jobs, p._round_filter, paged=False)
+    p.counters.add(VALIDATE, 1, 0.0, len(names))
+    # The group the lookup finds, picked as the full path picks it (provider._group).
+    top = None
+    for e in got[0]:
+        g = p._group_entry(e)
+        if g is not None and (
+            name is None or p.cache.key(name) in {p.cache.key(n) for n in _names_of(p, e)}
+        ):
+            top = g
+            break
+    first = p.cache.key(names[0])
+    same: set[bytes] = set()
+    if top is not None and p.cache.key(top.name) == first and unchanged(top, stored[names[0]]):
+        same.add(first)
+    for e in (e for entries in got[1:] for e in entries):
+        g = p._group_entry(e)
+        if g is None:
+            continue
+        # By name, then the stored DN: the entry the stored member group was read from.
+        k = p.cache.key(g.name)
+        if k in by_key and k != first and unchanged(g, stored[by_key[k]]):
+            same.add(k)
+    if len(same) != len(by_key):
+        p.counters.add(VALIDATE_FETCHED, 0, 0.0, 1)
+        return False
+    with p.cache.write() as batch:
+        for n in names:
+            p.cache.touch_group(batch, n, stored[n][0], stored[n][1])
+    return True
+
+
+def _names_of(p: LdapProvider, e: Entry) -> list[str]:
+    """Every value of a group entry's name attribute (any of them finds it)."""
+    from cached.ldap.provider import _entry_names
+
+    return _entry_names(e, p.schema.group_name)

@@ -148,8 +148,11 @@ def test_unchanged_directory_refresh_fetches_no_member_values(tmp_path, slapd_sm
         assert ops and all(op.attrs for op in ops)  # () would mean every attribute
         # No search asked for member values; slapd's log says what each asked for.
         assert _member_searches(s, offset) == []
-        # Our counters: groups checked, none fetched again, a fraction of the bytes.
-        assert counters.get(VALIDATE).amount == len(before[1])
+        # Our counters: groups checked (and the user's primary group, expired by -E
+        # and validated in the first level's round trip), none fetched again, a
+        # fraction of the bytes.
+        assert counters.get(VALIDATE).amount == len(before[1]) + 1
+        assert cache.group_by_gid(exp.primary_gid).state is State.VALID
         assert counters.get(VALIDATE_FETCHED).amount == 0
         # Groups of ~4 members here, so the stamps are a larger share than for
         # bigroupuser (measured in perf/results/*-validate: well under 15 %).
@@ -234,6 +237,156 @@ def test_one_changed_group_is_the_one_fetched(tmp_path, slapd_small_fresh):
         assert all("(uid=" in op.filter for op in ops if op not in whole), ops
         assert _state(cache, user) == _oracle(tmp_path, cfg, user)
         assert gone not in _state(cache, user)[1][target][1]
+
+
+def _nested_group(exp) -> tuple[str, str]:
+    """A group with member groups, and one member group below it with members."""
+    for g in sorted(exp.group_names()):
+        for sub in sorted(exp.group(g).member_groups):
+            if exp.group(sub).members:
+                return g, sub
+    raise AssertionError("the generated directory has no nested group")
+
+
+def _group_answer(cache, name: str) -> tuple[int, set[str]]:
+    got = cache.group_by_name(name)
+    assert got.value is not None and got.state is State.VALID, (name, got.state)
+    return got.value.gid, set(split_members(got.value.members))
+
+
+def test_expired_group_lookup_validates_by_stamps(tmp_path, slapd_small):
+    # `getent group X` after -E: X and the member groups its answer is expanded from
+    # are validated by their stamps in one round trip; no member value is fetched.
+    s, exp = slapd_small.slapd, slapd_small.expected
+    cfg = make_domain([s.uri], s.base_dn)
+    top, _sub = _nested_group(exp)
+    p, cache, counters = make_backend(tmp_path / "db", cfg)
+    try:
+        b0 = COUNTERS.get(LDAP_BYTES).amount
+        assert p.group_by_name(top).outcome is Outcome.FOUND
+        cold_bytes = COUNTERS.get(LDAP_BYTES).amount - b0
+        before = _group_answer(cache, top)
+        assert before[1] == exp.members(top, cfg.ldap_group_nesting_level)
+        closure = cache.group_closure(top)
+        assert closure is not None and len(closure) > 1 and closure[0] == top
+        txns = counters.get(ENTRY_TXN).count
+        for lookup in (lambda: p.group_by_name(top), lambda: p.group_by_gid(before[0])):
+            cache.invalidate_all()
+            assert cache.group_by_name(top).state is State.EXPIRED
+            offset = s.log_offset()
+            v0, f0 = counters.get(VALIDATE).amount, counters.get(VALIDATE_FETCHED).amount
+            b0 = COUNTERS.get(LDAP_BYTES).amount
+            assert lookup().outcome is Outcome.FOUND
+            # slapd's log: every search asked for attributes, none for member values.
+            ops = s.searches(offset)
+            assert ops and all(op.attrs for op in ops)
+            assert _member_searches(s, offset) == []
+            # Two searches, sent together: the lookup's filter, and the member groups
+            # below it by name.
+            assert len(ops) == 2, ops
+            # Our counters: the whole closure checked, nothing fetched, nothing durable
+            # written; every group of the closure valid again, the answer the same.
+            assert counters.get(VALIDATE).amount - v0 == len(closure)
+            assert counters.get(VALIDATE_FETCHED).amount == f0
+            assert counters.get(ENTRY_TXN).count == txns
+            assert COUNTERS.get(LDAP_BYTES).amount - b0 < 0.5 * cold_bytes
+            assert all(cache.group_by_name(g).state is State.VALID for g in closure)
+            assert _group_answer(cache, top) == before
+    finally:
+        p.client.close()
+        cache.close()
+
+
+def test_expired_group_lookup_sees_changes_in_the_same_second(tmp_path, slapd_small_fresh):
+    # A change of the group itself, and of a member group below it, each within the
+    # second of the fetch (entryCSN tells them apart): fetched whole, answer exact.
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    sc = exp.scenario
+    cfg = make_domain([s.uri], s.base_dn)
+    level = cfg.ldap_group_nesting_level
+    top, sub = _nested_group(exp)
+    p, cache, counters = make_backend(tmp_path / "db", cfg)
+    try:
+        assert p.group_by_name(top).outcome is Outcome.FOUND
+        members = exp.members(top, level)
+        outside = [u for u in sorted(exp.user_names()) if u not in members]
+        for dn, added in ((sc.group_dn(top), outside[0]), (sc.group_dn(sub), outside[1])):
+            s.ldap_modify(
+                f"dn: {dn}\nchangetype: modify\nadd: member\nmember: {sc.user_dn(added)}\n\n"
+            )
+            cache.invalidate_all()
+            offset = s.log_offset()
+            f0 = counters.get(VALIDATE_FETCHED).amount
+            assert p.group_by_name(top).outcome is Outcome.FOUND
+            assert counters.get(VALIDATE_FETCHED).amount == f0 + 1
+            assert _member_searches(s, offset)  # fetched whole
+            members = members | {added}
+            assert _group_answer(cache, top)[1] == members
+        # Unchanged since: validated again, nothing fetched.
+        cache.invalidate_all()
+        offset = s.log_offset()
+        assert p.group_by_name(top).outcome is Outcome.FOUND
+        assert _member_searches(s, offset) == []
+        assert _group_answer(cache, top)[1] == members
+        # Deleted: not found, and gone from the cache.
+        s.ldap_modify(f"dn: {sc.group_dn(top)}\nchangetype: delete\n\n")
+        cache.invalidate_all()
+        assert p.group_by_name(top).outcome is Outcome.NOT_FOUND
+        assert cache.group_by_name(top).value is None
+    finally:
+        p.client.close()
+        cache.close()
+
+
+def test_member_renamed_without_refint_is_seen_within_the_full_interval(
+    tmp_path, slapd_small_fresh
+):
+    # A member user's entry renamed on a server without referential integrity: the
+    # group entry still names the old DN and keeps its stamp, so validation keeps the
+    # old member (docs/compatibility.md §9.2). Once refresh_full_interval has passed
+    # since the group was read whole, the next refresh — initgroups or a group
+    # lookup — reads it whole and the member is dropped (its DN names no entry).
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    sc = exp.scenario
+    user = exp.big_user
+    cfg = make_domain([s.uri], s.base_dn)
+    every = cfg.refresh_full_interval
+    assert every > 0
+    with _resolved(tmp_path, cfg, user) as (p, cache, counters):
+        direct = sorted(exp.direct_groups(user))
+        group = next(g for g in direct if not exp.group(g).member_groups)
+        gone = sorted(u for u in exp.group(group).members if u != user)[0]
+        s.ldap_modify(
+            f"dn: {sc.user_dn(gone)}\nchangetype: modrdn\nnewrdn: uid={gone}-new\n"
+            "deleteoldrdn: 1\n\n"
+        )
+        _refresh(p, cache, user)
+        assert counters.get(VALIDATE_FETCHED).amount == 0
+        assert gone in _state(cache, user)[1][group][1]  # the blind spot, within the bound
+
+        def age(name: str) -> None:
+            # As if refresh_full_interval had passed since it was read whole.
+            p.full_read[cache.key(name)] -= every + 1
+
+        age(group)
+        _refresh(p, cache, user)
+        assert counters.get(VALIDATE_FETCHED).amount == 1  # that group alone, whole
+        assert gone not in _state(cache, user)[1][group][1]
+        # As a cold read has it (the user's other groups, not aged, still name it).
+        assert _state(cache, user)[1][group] == _oracle(tmp_path, cfg, user)[1][group]
+
+        # A group lookup likewise: validated while fresh, read whole once aged.
+        other = next(g for g in direct if g != group and not exp.group(g).member_groups)
+        gone2 = sorted(u for u in exp.group(other).members if u not in (user, gone))[0]
+        s.ldap_modify(f"dn: {sc.user_dn(gone2)}\nchangetype: delete\n\n")
+        for aged in (False, True):
+            if aged:
+                age(other)
+            cache.invalidate_all()
+            offset = s.log_offset()
+            assert p.group_by_name(other).outcome is Outcome.FOUND
+            assert bool(_member_searches(s, offset)) is aged
+            assert (gone2 in _group_answer(cache, other)[1]) is not aged
 
 
 def test_modify_timestamp_alone_trusts_only_old_stamps(tmp_path, slapd_small_fresh):

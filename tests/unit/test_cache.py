@@ -233,6 +233,27 @@ def test_touch_group_writes_timestamps_only(tmp_path):
     assert c.group_by_name("never-stored").state is State.MISSING
 
 
+def test_group_stamps_and_closure_for_validation(tmp_path):
+    # What the refresh validation reads (cached/ldap/validate.py): each group's stored
+    # stamp, gid and DN; and the groups an answer is expanded from, as _expand reads them.
+    c = backend(tmp_path, nesting_level=1)
+    with c.write() as b:
+        c.put_group(b, Group("top", 1, "cn=top", ("a",), ("mid",)), modstamp="m1", usn="c1")
+        c.put_group(b, Group("mid", 2, "cn=mid", ("b",), ("low", "top")))  # a loop too
+        c.put_group(b, Group("low", 3, "cn=low", ("c",)))
+        c.put_group(b, Group("dangling", 4, "cn=d", (), ("nosuch",)))
+    c.invalidate_all()  # -E keeps the stamps
+    got = c.group_stamps(["top", "mid", "nosuch"])
+    assert got == {"top": ("m1", "c1", 1, "cn=top"), "mid": ("", "", 2, "cn=mid")}
+    assert c.group_closure("top") == ["top", "mid"]  # nesting level 1: "low" not read
+    assert c.group_closure("dangling") is None  # a member group not stored
+    assert c.group_closure("nosuch") is None
+    with pytest.raises(rec.RecordError):
+        rec.decode_stamp(b"\x01short")
+    with pytest.raises(rec.RecordError):
+        rec.decode_group_ident(b"\xc1")
+
+
 def test_delete_removes_record_indexes_and_timestamps(tmp_path):
     c = backend(tmp_path)
     with c.write() as b:
