@@ -56,7 +56,7 @@ def assert_clean(path: Path) -> None:
 # --- MurmurHash3 ------------------------------------------------------------------------------
 
 # Published MurmurHash3_x86_32 vectors (SMHasher / Wikipedia), plus keys in the shape the
-# memory cache hashes; all checked against PyPI mmh3.hash(key, seed, signed=False).
+# memory cache hashes (the last two from pysss_murmur.murmurhash3, SSSD's own binding).
 MURMUR_VECTORS = [
     (b"", 0, 0),
     (b"", 1, 0x514E28B7),
