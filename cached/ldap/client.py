@@ -289,7 +289,15 @@ class Entry:
     deref_raw: bytes | None = None  # the control value, to read again in full
 
     def get(self, name: str) -> list[bytes]:
-        return self.attrs.get(name.lower(), [])
+        # The schema's names (``uidNumber``) lower-cased once, not on every call:
+        # ~60,000 calls per cold initgroups of bigroupuser, where ``lower()`` built
+        # and hashed a new string each time (py-spy, perf.readpath).
+        key = _LOWER.get(name)
+        if key is None:
+            key = name.lower()
+            if len(_LOWER) < _ATTR_NAMES_MAX:
+                _LOWER[name] = key
+        return self.attrs.get(key, [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +381,8 @@ class _Request:
 # server may send any number of different ones.
 _ATTR_NAMES: dict[bytes, str] = {}
 _ATTR_NAMES_MAX = 1024
+# Attribute names asked for (Entry.get) -> lower case; bounded like _ATTR_NAMES.
+_LOWER: dict[str, str] = {}
 
 
 _DEREF_OID = deref.DEREF_OID.encode()
