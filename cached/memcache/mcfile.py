@@ -272,8 +272,8 @@ class McWriter:
             os.unlink(self.path)
             raise
         # The new file is all zeros: header b1 = b2 = 0 reads as invalid until ALIVE below.
-        mm[geo.data_table : geo.data_table + geo.dt_size] = b"\xff" * geo.dt_size
-        mm[geo.hash_table : geo.hash_table + geo.ht_size] = b"\xff" * geo.ht_size
+        _fill_ff(fd, geo.data_table, geo.dt_size)
+        _fill_ff(fd, geo.hash_table, geo.ht_size)
         self._fd = fd
         self._mm = mm
         self._u32 = memoryview(mm).cast("I")
@@ -491,11 +491,15 @@ class McWriter:
         return pos, evicted
 
     def _mark_used(self, rec: _Rec) -> None:
-        a, b = rec.start, rec.start + rec.nslots
-        self._used[a:b] = b"\x01" * rec.nslots
-        self._owner[a:b] = array("i", [a]) * rec.nslots
-        self._free -= rec.nslots
-        self._write_free_bits(a, b)
+        a, n = rec.start, rec.nslots
+        if n == 1:  # most records (a group with a few members) fit one slot
+            self._used[a] = 1
+            self._owner[a] = a
+        else:
+            self._used[a : a + n] = b"\x01" * n
+            self._owner[a : a + n] = array("i", [a]) * n
+        self._free -= n
+        self._write_free_bits(a, a + n)
 
     def _mark_free(self, rec: _Rec) -> None:
         a, b = rec.start, rec.start + rec.nslots
@@ -511,6 +515,12 @@ class McWriter:
         ft = self._ft
         used = self._used
         lo, hi = a >> 3, ((b - 1) >> 3) + 1
+        if hi - lo == 1:
+            # One bitmap byte (nearly every store): no intermediate buffer. The gather
+            # below was a tenth of a fresh store's CPU (py-spy, 2,085 stores after a reset).
+            bits = int.from_bytes(used[lo << 3 : (lo << 3) + 8], "big")
+            mm[ft + lo] = ((bits * 0x0102040810204080) >> 56) & 0xFF
+            return
         out = bytearray(hi - lo)
         for i in range(lo, hi):
             bits = int.from_bytes(used[i << 3 : (i << 3) + 8], "big")  # 0x01 per used slot
@@ -619,6 +629,23 @@ class McWriter:
             self._wipe(rec)
         self._reset_state()
         return len(recs)
+
+
+#: Chunk of 0xFF bytes used to fill a new file: pwrite(2) of a reused 1 MiB buffer costs
+#: less than half the CPU of assigning one file-sized ``b"\xff" * n`` to the mapping (no
+#: temporary buffer to allocate and fault in, no user-space page faults on the mapping;
+#: 2.3 ms instead of 6.0 ms for SSSD's default group file, median of 9).
+_FF_CHUNK: Final = 1 << 20
+
+
+def _fill_ff(fd: int, offset: int, size: int) -> None:
+    """Write ``size`` bytes of 0xFF at ``offset`` (a new file, before it is ALIVE)."""
+    chunk = b"\xff" * min(size, _FF_CHUNK)
+    end = offset + size
+    while offset < end:
+        n = min(len(chunk), end - offset)
+        written = os.pwrite(fd, chunk if n == len(chunk) else chunk[:n], offset)
+        offset += written
 
 
 def _barrier_store(u32: memoryview, first: int, values: Sequence[int]) -> None:
