@@ -30,6 +30,7 @@ __all__ = [
     "PackedMembers",
     "Status",
     "encode_group",
+    "encode_group_keyed",
     "encode_initgroups",
     "encode_passwd",
     "id_key",
@@ -239,10 +240,15 @@ class PackedMembers:
 
 def encode_group(name: str, passwd: str, gid: int, members: PackedMembers) -> bytes:
     """``name_off(16) gid num_members strs_len`` then ``name\\0 passwd\\0 m1\\0 … mn\\0``."""
-    head = name_key(name) + _cstr(passwd, "group passwd field")
-    strs_len = len(head) + len(members.blob)
+    return encode_group_keyed(name_key(name), _cstr(passwd, "group passwd field"), gid, members)
+
+
+def encode_group_keyed(key: bytes, passwd: bytes, gid: int, members: PackedMembers) -> bytes:
+    """:func:`encode_group` from the name's hash1 key (:func:`name_key`, which the writer
+    computes anyway) and the NUL-terminated passwd field."""
+    strs_len = len(key) + len(passwd) + len(members.blob)
     prefix = PW_GR_PREFIX.pack(_STRS_OFF, _u32(gid, "gid"), members.count, strs_len)
-    return b"".join((prefix, head, members.blob))
+    return b"".join((prefix, key, passwd, members.blob))
 
 
 def encode_initgroups(name: str, unique_name: str, gids: Sequence[int]) -> bytes:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Final, Self
+from typing import Any, ClassVar, Final, Self
 
 from ..model import Group, User
 from .layout import (
@@ -62,15 +62,16 @@ from .layout import (
     Kind,
     PackedMembers,
     Status,
-    bucket,
+    _cstr,
     default_mb,
-    encode_group,
+    encode_group_keyed,
     encode_initgroups,
     encode_passwd,
     id_key,
     name_key,
     next_barrier,
 )
+from .murmur import murmurhash3
 
 __all__ = [
     "DEFAULT_MODE",
@@ -188,6 +189,7 @@ class McWriter:
         self._dt: Final = geo.data_table
         self._ft: Final = geo.free_table
         self._ht_word: Final = geo.hash_table >> 2
+        self._ht_elems: Final = geo.ht_elems
         self.timeout: Final = timeout
         self.mode: Final = mode
         self._clock = clock
@@ -388,13 +390,15 @@ class McWriter:
     # --- keys ----------------------------------------------------------------------------
 
     def _hash(self, key: bytes) -> int:
-        return bucket(key, self._seed, self.geometry.ht_elems)
+        # = layout.bucket, one call less: two per store, 4,170 per `id` after a reset.
+        return murmurhash3(key, self._seed) % self._ht_elems
 
     # --- store ---------------------------------------------------------------------------
 
     def _store(self, key1: bytes, key2: bytes, payload: bytes) -> StoreResult:
-        mm, u32 = self._require_open()
-        assert self._u64 is not None
+        mm, u32, u64 = self._mm, self._u32, self._u64
+        if mm is None or u32 is None or u64 is None:
+            raise McError(f"memory cache {self.path} is closed")
         length = SLOT_SIZE + len(payload)
         nslots = -(-length // SLOT_SIZE)
         if nslots > self.geometry.slots:
@@ -416,7 +420,7 @@ class McWriter:
                 w = old1.word
                 b = next_barrier(u32[w + R_B1])
                 u32[w + R_B2] = b
-                self._u64[(start + R_EXPIRE_OFF) >> 3] = expire
+                u64[(start + R_EXPIRE_OFF) >> 3] = expire
                 u32[w + R_B1] = b
                 return StoreResult(True, slot=old1.start, refreshed=True)
 
@@ -437,15 +441,23 @@ class McWriter:
         # 2. Raise b2, write header fields and payload, lower b1 = b2.
         b = next_barrier(INVALID32)
         u32[w + R_B2] = b
-        self._u64[(off + R_EXPIRE_OFF) >> 3] = expire
+        u64[(off + R_EXPIRE_OFF) >> 3] = expire
         u32[w + R_HASH1] = hash1
         u32[w + R_HASH2] = hash2
         mm[off + SLOT_SIZE : off + length] = payload
         u32[w + R_B1] = b
-        # 3. Only now make it reachable: tail of both chains.
-        self._link(rec, hash1)
+        # 3. Only now make it reachable: tail of both chains. An empty bucket (most of
+        #    them in a file of SSSD's size) takes the record without a call.
+        ht = self._ht_word
+        if u32[ht + hash1] == INVALID32:
+            u32[ht + hash1] = start_slot
+        else:
+            self._link(rec, hash1)
         if hash2 != hash1:
-            self._link(rec, hash2)
+            if u32[ht + hash2] == INVALID32:
+                u32[ht + hash2] = start_slot
+            else:
+                self._link(rec, hash2)
         # 4. Drop whatever the new record supersedes (same name or same id), unless the
         #    allocation already evicted it.
         for old in (old1, old2):
@@ -695,6 +707,11 @@ class GroupWriter(McWriter):
 
     KIND = Kind.GROUP
 
+    def __init__(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
+        #: NUL-terminated passwd fields by value (one or two per responder).
+        self._passwd_fields: dict[str, bytes] = {}
+        super().__init__(path, **kwargs)
+
     def store(
         self,
         name: str,
@@ -708,8 +725,11 @@ class GroupWriter(McWriter):
         packed = (
             members if isinstance(members, PackedMembers) else PackedMembers.from_names(members)
         )
-        payload = encode_group(name, passwd, gid, packed)
-        return self._store(name_key(name), id_key(gid), payload)
+        key1 = name_key(name)
+        pw = self._passwd_fields.get(passwd)
+        if pw is None:
+            pw = self._passwd_fields[passwd] = _cstr(passwd, "group passwd field")
+        return self._store(key1, id_key(gid), encode_group_keyed(key1, pw, gid, packed))
 
     def store_group(
         self,
