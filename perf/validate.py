@@ -142,8 +142,8 @@ def main() -> None:
                     added = not added
                     since = _cpu(d)
                     assert d.cli("cache", "-E").returncode == 0
-                    step = _step(d, s, ["id", user], check, since)
-                    out["id_after_inval_1changed"].append(step)
+                    res = _step(d, s, ["id", user], check, since)
+                    out["id_after_inval_1changed"].append(res)
                 print(f"cycle {cycle + 1}/{args.cycles} {v} done", file=sys.stderr, flush=True)
 
     summary: dict[str, Any] = {"changed_group": target, "variants": {}}

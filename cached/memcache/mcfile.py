@@ -63,6 +63,7 @@ from .layout import (
     PackedMembers,
     Status,
     _cstr,
+    check_members,
     default_mb,
     encode_group_keyed,
     encode_initgroups,
@@ -725,11 +726,25 @@ class GroupWriter(McWriter):
         packed = (
             members if isinstance(members, PackedMembers) else PackedMembers.from_names(members)
         )
+        return self._store_group(name, gid, packed.count, packed.blob, passwd)
+
+    def store_blob(
+        self, name: str, gid: int, count: int, blob: bytes, *, passwd: str = "*"
+    ) -> StoreResult:
+        """:meth:`store` of ``count`` members joined as ``m1\\0…mn\\0`` (the cache's and
+        the socket reply's form), without building a :class:`PackedMembers` per record:
+        the responder stores thousands at once after a reset."""
+        check_members(blob, count)
+        return self._store_group(name, gid, count, blob, passwd)
+
+    def _store_group(
+        self, name: str, gid: int, count: int, blob: bytes, passwd: str
+    ) -> StoreResult:
         key1 = name_key(name)
         pw = self._passwd_fields.get(passwd)
         if pw is None:
             pw = self._passwd_fields[passwd] = _cstr(passwd, "group passwd field")
-        return self._store(key1, id_key(gid), encode_group_keyed(key1, pw, gid, packed))
+        return self._store(key1, id_key(gid), encode_group_keyed(key1, pw, gid, count, blob))
 
     def store_group(
         self,
