@@ -32,6 +32,7 @@ from perf.targets import CACHED_NSS, DOMAIN_OPTIONS, TIMECMD
 from perf.timecmd import parse
 from testing.daemon import CachedDaemon
 from testing.gendir import BIGROUPUSER, generate
+from testing.procstat import cpu_seconds
 from testing.slapd import Slapd
 
 STEPS = ("id_cold", "id_after_inval", "id_after_inval_1changed")
@@ -41,8 +42,18 @@ def _counter(snap: dict[str, list[float]], name: str, i: int) -> float:
     return snap.get(name, [0, 0.0, 0])[i]
 
 
-def _step(d: CachedDaemon, s: Slapd, argv: list[str], check: Any) -> dict[str, Any]:
+def _cpu(d: CachedDaemon) -> dict[str, float]:
+    """CPU seconds so far of the responder and the backend (/proc, 10 ms ticks)."""
+    return cpu_seconds({"resp": d.child_pid("responder"), "be": d.child_pid("backend LDAP")})
+
+
+def _step(
+    d: CachedDaemon, s: Slapd, argv: list[str], check: Any, since: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """One timed command; ``since``: a CPU snapshot taken before the `cached cache -E`
+    that precedes it (its CPU counted too, the file reset included)."""
     before = d.counters()
+    cpu0 = _cpu(d)
     offset = s.log_offset()
     p = d.run_nss([*TIMECMD, *argv])
     timing, rest = parse(p.stderr)
@@ -51,8 +62,10 @@ def _step(d: CachedDaemon, s: Slapd, argv: list[str], check: Any) -> dict[str, A
     ok, note = check(p.stdout)
     if not ok:
         raise RuntimeError(f"{argv}: wrong answer: {note}")
+    cpu1 = _cpu(d)
     after = d.counters()
     ops = s.searches(offset)
+    start = since or cpu0
     whole = [op for op in ops if "member" in {a.lower() for a in op.attrs}]
     return {
         "wall": timing.wall,
@@ -61,6 +74,10 @@ def _step(d: CachedDaemon, s: Slapd, argv: list[str], check: Any) -> dict[str, A
         "checked": _counter(after, "be.validate", 2) - _counter(before, "be.validate", 2),
         "fetched": _counter(after, "be.validate.fetched", 2)
         - _counter(before, "be.validate.fetched", 2),
+        "resp_cpu": cpu1["resp"] - cpu0["resp"],
+        "be_cpu": cpu1["be"] - cpu0["be"],
+        "resp_cpu_with_inval": cpu1["resp"] - start["resp"],
+        "be_cpu_with_inval": cpu1["be"] - start["be"],
         "slapd_searches": len(ops),
         "slapd_etime": slapd_etime(s, offset),
         "slapd_member_searches": len(whole),
@@ -115,15 +132,18 @@ def main() -> None:
                     out = samples[v]
                     out["id_cold"].append(_step(d, s, ["id", user], check))
                     for _ in range(2):
+                        since = _cpu(d)
                         assert d.cli("cache", "-E").returncode == 0
-                        out["id_after_inval"].append(_step(d, s, ["id", user], check))
+                        out["id_after_inval"].append(_step(d, s, ["id", user], check, since))
                     s.ldap_modify(
                         f"dn: {sc.group_dn(target)}\nchangetype: modify\n"
                         f"{'delete' if added else 'add'}: member\nmember: {sc.user_dn(other)}\n\n"
                     )
                     added = not added
+                    since = _cpu(d)
                     assert d.cli("cache", "-E").returncode == 0
-                    out["id_after_inval_1changed"].append(_step(d, s, ["id", user], check))
+                    res = _step(d, s, ["id", user], check, since)
+                    out["id_after_inval_1changed"].append(res)
                 print(f"cycle {cycle + 1}/{args.cycles} {v} done", file=sys.stderr, flush=True)
 
     summary: dict[str, Any] = {"changed_group": target, "variants": {}}
@@ -133,7 +153,8 @@ def main() -> None:
             xs = samples[v][step]
             rows[step] = {
                 k: statistics.median(x[k] for x in xs)
-                for k in ("wall", "ldap_bytes", "searches", "checked", "fetched",
+                for k in ("wall", "resp_cpu", "be_cpu", "resp_cpu_with_inval",
+                          "be_cpu_with_inval", "ldap_bytes", "searches", "checked", "fetched",
                           "slapd_searches", "slapd_etime", "slapd_member_searches",
                           "slapd_member_entries")
             }  # fmt: skip

@@ -7,6 +7,7 @@ groups list member *DNs* in ``member``, users and groups alike, and nest (refere
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cached.config import DomainConfig, SearchBase, parse_search_bases
@@ -25,13 +26,16 @@ MEMBER_BATCH = 1000
 
 
 _ESCAPES = str.maketrans({ch: f"\\{ord(ch):02x}" for ch in "*()\\\0"})
+_SPECIAL = re.compile("[*()\\\\\0]")
 
 
 def escape(value: str) -> str:
     """Escape an assertion value per RFC 4515 §3: ``*``, ``(``, ``)``, ``\\`` and NUL
     always; every other byte is passed as UTF-8. (One ``str.translate``: a loop per
-    character was 3 % of a refresh's CPU, escaping the 2,000 DNs of a walk level.)"""
-    return value.translate(_ESCAPES)
+    character was 3 % of a refresh's CPU, escaping the 2,000 DNs of a walk level. The
+    translate itself, with its multi-character replacements, takes 1.8 µs for a
+    40-character DN, the search that finds nothing to escape 0.3 µs: most values.)"""
+    return value.translate(_ESCAPES) if _SPECIAL.search(value) else value
 
 
 def first(values: list[bytes] | None) -> str:

@@ -29,7 +29,9 @@ __all__ = [
     "Kind",
     "PackedMembers",
     "Status",
+    "check_members",
     "encode_group",
+    "encode_group_keyed",
     "encode_initgroups",
     "encode_passwd",
     "id_key",
@@ -217,6 +219,14 @@ def encode_passwd(
     return prefix + strs
 
 
+def check_members(blob: bytes, count: int) -> None:
+    """Raise ValueError unless ``blob`` is exactly ``count`` NUL-terminated names."""
+    if blob.count(b"\0") != count or (blob and blob[-1] != 0):
+        raise ValueError(
+            f"member blob of {len(blob)} bytes does not hold exactly {count} NUL-terminated names"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class PackedMembers:
     """Group members already joined as ``m1\\0m2\\0…mn\\0`` (how the cache keeps them)."""
@@ -225,11 +235,7 @@ class PackedMembers:
     count: int
 
     def __post_init__(self) -> None:
-        if self.blob.count(b"\0") != self.count or (self.blob and self.blob[-1] != 0):
-            raise ValueError(
-                f"member blob of {len(self.blob)} bytes does not hold exactly {self.count} "
-                "NUL-terminated names"
-            )
+        check_members(self.blob, self.count)
 
     @classmethod
     def from_names(cls, names: Sequence[str]) -> PackedMembers:
@@ -239,10 +245,16 @@ class PackedMembers:
 
 def encode_group(name: str, passwd: str, gid: int, members: PackedMembers) -> bytes:
     """``name_off(16) gid num_members strs_len`` then ``name\\0 passwd\\0 m1\\0 … mn\\0``."""
-    head = name_key(name) + _cstr(passwd, "group passwd field")
-    strs_len = len(head) + len(members.blob)
-    prefix = PW_GR_PREFIX.pack(_STRS_OFF, _u32(gid, "gid"), members.count, strs_len)
-    return b"".join((prefix, head, members.blob))
+    pw = _cstr(passwd, "group passwd field")
+    return encode_group_keyed(name_key(name), pw, gid, members.count, members.blob)
+
+
+def encode_group_keyed(key: bytes, passwd: bytes, gid: int, count: int, blob: bytes) -> bytes:
+    """:func:`encode_group` from the name's hash1 key (:func:`name_key`, which the writer
+    computes anyway), the NUL-terminated passwd field and a checked member blob."""
+    strs_len = len(key) + len(passwd) + len(blob)
+    prefix = PW_GR_PREFIX.pack(_STRS_OFF, _u32(gid, "gid"), count, strs_len)
+    return b"".join((prefix, key, passwd, blob))
 
 
 def encode_initgroups(name: str, unique_name: str, gids: Sequence[int]) -> bytes:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Final, Self
+from typing import Any, ClassVar, Final, Self
 
 from ..model import Group, User
 from .layout import (
@@ -62,15 +62,17 @@ from .layout import (
     Kind,
     PackedMembers,
     Status,
-    bucket,
+    _cstr,
+    check_members,
     default_mb,
-    encode_group,
+    encode_group_keyed,
     encode_initgroups,
     encode_passwd,
     id_key,
     name_key,
     next_barrier,
 )
+from .murmur import murmurhash3
 
 __all__ = [
     "DEFAULT_MODE",
@@ -188,6 +190,7 @@ class McWriter:
         self._dt: Final = geo.data_table
         self._ft: Final = geo.free_table
         self._ht_word: Final = geo.hash_table >> 2
+        self._ht_elems: Final = geo.ht_elems
         self.timeout: Final = timeout
         self.mode: Final = mode
         self._clock = clock
@@ -272,8 +275,8 @@ class McWriter:
             os.unlink(self.path)
             raise
         # The new file is all zeros: header b1 = b2 = 0 reads as invalid until ALIVE below.
-        mm[geo.data_table : geo.data_table + geo.dt_size] = b"\xff" * geo.dt_size
-        mm[geo.hash_table : geo.hash_table + geo.ht_size] = b"\xff" * geo.ht_size
+        _fill_ff(mm, geo.data_table, geo.dt_size)
+        _fill_ff(mm, geo.hash_table, geo.ht_size)
         self._fd = fd
         self._mm = mm
         self._u32 = memoryview(mm).cast("I")
@@ -388,13 +391,15 @@ class McWriter:
     # --- keys ----------------------------------------------------------------------------
 
     def _hash(self, key: bytes) -> int:
-        return bucket(key, self._seed, self.geometry.ht_elems)
+        # = layout.bucket, one call less: two per store, 4,170 per `id` after a reset.
+        return murmurhash3(key, self._seed) % self._ht_elems
 
     # --- store ---------------------------------------------------------------------------
 
     def _store(self, key1: bytes, key2: bytes, payload: bytes) -> StoreResult:
-        mm, u32 = self._require_open()
-        assert self._u64 is not None
+        mm, u32, u64 = self._mm, self._u32, self._u64
+        if mm is None or u32 is None or u64 is None:
+            raise McError(f"memory cache {self.path} is closed")
         length = SLOT_SIZE + len(payload)
         nslots = -(-length // SLOT_SIZE)
         if nslots > self.geometry.slots:
@@ -416,7 +421,7 @@ class McWriter:
                 w = old1.word
                 b = next_barrier(u32[w + R_B1])
                 u32[w + R_B2] = b
-                self._u64[(start + R_EXPIRE_OFF) >> 3] = expire
+                u64[(start + R_EXPIRE_OFF) >> 3] = expire
                 u32[w + R_B1] = b
                 return StoreResult(True, slot=old1.start, refreshed=True)
 
@@ -437,15 +442,23 @@ class McWriter:
         # 2. Raise b2, write header fields and payload, lower b1 = b2.
         b = next_barrier(INVALID32)
         u32[w + R_B2] = b
-        self._u64[(off + R_EXPIRE_OFF) >> 3] = expire
+        u64[(off + R_EXPIRE_OFF) >> 3] = expire
         u32[w + R_HASH1] = hash1
         u32[w + R_HASH2] = hash2
         mm[off + SLOT_SIZE : off + length] = payload
         u32[w + R_B1] = b
-        # 3. Only now make it reachable: tail of both chains.
-        self._link(rec, hash1)
+        # 3. Only now make it reachable: tail of both chains. An empty bucket (most of
+        #    them in a file of SSSD's size) takes the record without a call.
+        ht = self._ht_word
+        if u32[ht + hash1] == INVALID32:
+            u32[ht + hash1] = start_slot
+        else:
+            self._link(rec, hash1)
         if hash2 != hash1:
-            self._link(rec, hash2)
+            if u32[ht + hash2] == INVALID32:
+                u32[ht + hash2] = start_slot
+            else:
+                self._link(rec, hash2)
         # 4. Drop whatever the new record supersedes (same name or same id), unless the
         #    allocation already evicted it.
         for old in (old1, old2):
@@ -491,11 +504,15 @@ class McWriter:
         return pos, evicted
 
     def _mark_used(self, rec: _Rec) -> None:
-        a, b = rec.start, rec.start + rec.nslots
-        self._used[a:b] = b"\x01" * rec.nslots
-        self._owner[a:b] = array("i", [a]) * rec.nslots
-        self._free -= rec.nslots
-        self._write_free_bits(a, b)
+        a, n = rec.start, rec.nslots
+        if n == 1:  # most records (a group with a few members) fit one slot
+            self._used[a] = 1
+            self._owner[a] = a
+        else:
+            self._used[a : a + n] = b"\x01" * n
+            self._owner[a : a + n] = array("i", [a]) * n
+        self._free -= n
+        self._write_free_bits(a, a + n)
 
     def _mark_free(self, rec: _Rec) -> None:
         a, b = rec.start, rec.start + rec.nslots
@@ -511,6 +528,12 @@ class McWriter:
         ft = self._ft
         used = self._used
         lo, hi = a >> 3, ((b - 1) >> 3) + 1
+        if hi - lo == 1:
+            # One bitmap byte (nearly every store): no intermediate buffer. The gather
+            # below was a tenth of a fresh store's CPU (py-spy, 2,085 stores after a reset).
+            bits = int.from_bytes(used[lo << 3 : (lo << 3) + 8], "big")
+            mm[ft + lo] = ((bits * 0x0102040810204080) >> 56) & 0xFF
+            return
         out = bytearray(hi - lo)
         for i in range(lo, hi):
             bits = int.from_bytes(used[i << 3 : (i << 3) + 8], "big")  # 0x01 per used slot
@@ -621,6 +644,25 @@ class McWriter:
         return len(recs)
 
 
+#: Chunk of 0xFF bytes a new file is filled with, through the mapping: assigning one
+#: reused 1 MiB run at a time costs less than one file-sized ``b"\xff" * n`` (no
+#: temporary buffer to allocate and fault in: 4.8 ms instead of 7.2 ms for SSSD's
+#: default group file, median of 7). Through the mapping rather than pwrite(2) (2-3 ms):
+#: the stores that follow then find their pages mapped writable, where after a pwrite
+#: each first store to a page faults (ext4: page_mkwrite), inside the `id` that fills it.
+_FF_CHUNK: Final = 1 << 20
+
+
+def _fill_ff(mm: mmap.mmap, offset: int, size: int) -> None:
+    """Write ``size`` bytes of 0xFF at ``offset`` (a new file, before it is ALIVE)."""
+    chunk = b"\xff" * min(size, _FF_CHUNK)
+    end = offset + size
+    while offset < end:
+        n = min(len(chunk), end - offset)
+        mm[offset : offset + n] = chunk if n == len(chunk) else chunk[:n]
+        offset += n
+
+
 def _barrier_store(u32: memoryview, first: int, values: Sequence[int]) -> None:
     """Write header words ``first…`` under the header barriers (§2.4)."""
     b = next_barrier(u32[H_B1])
@@ -668,6 +710,11 @@ class GroupWriter(McWriter):
 
     KIND = Kind.GROUP
 
+    def __init__(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
+        #: NUL-terminated passwd fields by value (one or two per responder).
+        self._passwd_fields: dict[str, bytes] = {}
+        super().__init__(path, **kwargs)
+
     def store(
         self,
         name: str,
@@ -681,8 +728,25 @@ class GroupWriter(McWriter):
         packed = (
             members if isinstance(members, PackedMembers) else PackedMembers.from_names(members)
         )
-        payload = encode_group(name, passwd, gid, packed)
-        return self._store(name_key(name), id_key(gid), payload)
+        return self._store_group(name, gid, packed.count, packed.blob, passwd)
+
+    def store_blob(
+        self, name: str, gid: int, count: int, blob: bytes, *, passwd: str = "*"
+    ) -> StoreResult:
+        """:meth:`store` of ``count`` members joined as ``m1\\0…mn\\0`` (the cache's and
+        the socket reply's form), without building a :class:`PackedMembers` per record:
+        the responder stores thousands at once after a reset."""
+        check_members(blob, count)
+        return self._store_group(name, gid, count, blob, passwd)
+
+    def _store_group(
+        self, name: str, gid: int, count: int, blob: bytes, passwd: str
+    ) -> StoreResult:
+        key1 = name_key(name)
+        pw = self._passwd_fields.get(passwd)
+        if pw is None:
+            pw = self._passwd_fields[passwd] = _cstr(passwd, "group passwd field")
+        return self._store(key1, id_key(gid), encode_group_keyed(key1, pw, gid, count, blob))
 
     def store_group(
         self,

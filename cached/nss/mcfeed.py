@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Sequence
 
 from cached.config import NssConfig
-from cached.memcache import McError, MemoryCache, PackedMembers
+from cached.memcache import McError, MemoryCache
 from cached.model import User
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class MemcacheFeed:
         ):
             return
         try:
-            writer.store(name, gid, PackedMembers(blob, count), passwd=pwfield)
+            writer.store_blob(name, gid, count, blob, passwd=pwfield)
         except (McError, ValueError, OSError) as e:
             self._failed(f"group {name!r}", e)
             return

@@ -33,13 +33,13 @@ def feed(tmp_path: Path) -> Any:
 def stores(feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     assert feed.mc is not None and feed.mc.group is not None
-    real = feed.mc.group.store
+    real = feed.mc.group.store_blob
 
     def counting(name: str, *args: Any, **kw: Any) -> Any:
         calls.append(name)
         return real(name, *args, **kw)
 
-    monkeypatch.setattr(feed.mc.group, "store", counting)
+    monkeypatch.setattr(feed.mc.group, "store_blob", counting)
     return calls
 
 
