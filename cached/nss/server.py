@@ -40,7 +40,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic
 
-from cached.cache import GroupView, Initgroups
+from cached.cache import GroupView, Initgroups, State
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, NSS_REQUEST
 from cached.ipc import aio, framing
@@ -59,6 +59,7 @@ from cached.responder.flow import (
     Found,
     K,
     Lookups,
+    NegKey,
     Plugin,
     V,
 )
@@ -128,6 +129,22 @@ class _Record:
     blob: bytes
     rec: bytes
     fed: float = -1e9  # when it was last stored in the memory cache (monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A small group's complete reply to one (command, key), given again while the
+    cache hands out the very same GroupView object (a held lookup: neither store has
+    committed since it was read, docs/ARCHITECTURE.md) still VALID, and the negative
+    cache does not hide the domain. The flow would then find exactly ``found`` in the
+    same, first admitting domain, and the reply would be the same bytes; only the
+    memory-cache feed is done again."""
+
+    plugin: Plugin[Any, GroupView]
+    found: Found[GroupView]
+    nkey: NegKey
+    record: _Record
+    reply: bytes
 
 
 class _Watchdog:
@@ -208,6 +225,7 @@ class NssResponder:
         self.reply_budget = nss.max_reply_buffer_per_uid << 20
         self._records: dict[tuple[str, str], _Record] = {}  # (domain, group name)
         self._small: dict[tuple[str, str], _Record] = {}  # the same, smaller groups
+        self._answers: dict[tuple[int, str | int], _Answer] = {}
 
     # -- encoding ---------------------------------------------------------------------
 
@@ -243,18 +261,49 @@ class NssResponder:
         self.feed.user(name, found.value, self.pwfield)
         return p.passwd_reply(cmd, [rec])
 
-    def fill_group(self, cmd: int, _key: str | int, found: Found[GroupView]) -> bytes:
+    def fill_group(self, cmd: int, key: str | int, found: Found[GroupView]) -> bytes:
         g = found.value
         r = self._group_record(found.domain, g)
+        self._feed_group(r)
+        reply = p.group_reply(cmd, [r.rec])
+        if g.member_count < MEMO_MEMBERS and found.state is State.VALID:
+            plugin: Plugin[Any, GroupView] = COMMANDS[cmd].plugin
+            lookups = self.lookups
+            # Only an answer of the first domain that admits the key: an earlier one
+            # skipped for a negative entry or offline could answer once that ends.
+            first = next(
+                (d for d in lookups.config.domains if plugin.admits(lookups.policy, d, key)),
+                None,
+            )
+            if first is found.domain:
+                if len(self._answers) >= MEMO_SMALL_GROUPS:
+                    self._answers.clear()
+                self._answers[(cmd, key)] = _Answer(
+                    plugin, found, plugin.negative_key(key), r, reply
+                )
+        return reply
+
+    def _answer_again(self, a: _Answer, key: str | int) -> bytes | None:
+        """The kept reply ``a`` if the flow would give the same one now (see _Answer)."""
+        f = a.found
+        if self.lookups.negative.hit(f.domain.name, a.nkey):
+            return None
+        got = a.plugin.read(f.cache, key)
+        if got.value is not f.value or got.state is not State.VALID:
+            return None
+        self._feed_group(a.record)
+        return a.reply
+
+    def _feed_group(self, r: _Record) -> None:
+        g = r.view
         if g.member_count < MEMO_MEMBERS:
             # The feed skips a record it stored moments ago with the same content.
             self.feed.group(r.name, g.gid, r.count, r.blob, self.pwfield)
-            return p.group_reply(cmd, [r.rec])
+            return
         now = time.monotonic()
         if now - r.fed >= self._prefill_every:
-            self.feed.group(r.name, r.view.gid, r.count, r.blob, self.pwfield)
+            self.feed.group(r.name, g.gid, r.count, r.blob, self.pwfield)
             r.fed = now
-        return p.group_reply(cmd, [r.rec])
 
     def fill_initgr(self, _cmd: int, raw_name: str, found: Found[Initgroups]) -> bytes:
         ig = found.value
@@ -297,6 +346,7 @@ class NssResponder:
         for memo in (self._records, self._small):
             for r in memo.values():
                 r.fed = -1e9
+        self._answers.clear()
         asyncio.get_running_loop().call_soon(self.feed.reopen)
 
     # -- answering ---------------------------------------------------------------------
@@ -305,10 +355,16 @@ class NssResponder:
         """The reply, if it needs nothing to wait for (the cache has the answer, or the
         backend is known to be unreachable); None: :meth:`answer` must wait for it."""
         if isinstance(req, p.ById):
-            return COMMANDS[req.cmd].now(self, req.cmd, req.id)
-        if isinstance(req, p.ByName):
-            return COMMANDS[req.cmd].now(self, req.cmd, req.name)
-        return self._answer_other(req, state)
+            key: str | int = req.id
+        elif isinstance(req, p.ByName):
+            key = req.name
+        else:
+            return self._answer_other(req, state)
+        cmd = req.cmd
+        a = self._answers.get((cmd, key))
+        if a is not None and (reply := self._answer_again(a, key)) is not None:
+            return reply
+        return COMMANDS[cmd].now(self, cmd, key)
 
     async def answer(self, req: p.Request, state: _Enum) -> bytes:
         if isinstance(req, p.ByName | p.ById):

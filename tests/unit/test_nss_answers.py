@@ -1,0 +1,93 @@
+"""The NSS responder's kept group replies: given again only while the lookup flow would
+give the very same bytes (same store snapshot, VALID, not hidden by the negative cache),
+and the memory cache is still fed on every answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cached.cache import open_domain_cache
+from cached.cache.writer import open_backend_cache
+from cached.config import parse_config
+from cached.counters import Counters
+from cached.model import Group
+from cached.nss import protocol as p
+from cached.nss.mcfeed import MemcacheFeed
+from cached.nss.server import NssResponder, _Enum
+from cached.responder.flow import GETGRGID, Lookups
+
+BASE = "dc=example,dc=test"
+
+
+def group(members: tuple[str, ...]) -> Group:
+    return Group("grp", 20001, f"cn=grp,ou=groups,{BASE}", members)
+
+
+def test_a_kept_group_reply_follows_writes_invalidation_and_negative_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = parse_config(
+        f"""[cached]
+domains = LDAP
+db_dir = {tmp_path}/db
+pipes_dir = {tmp_path}/pipes
+mc_dir = {tmp_path}/mc
+dbus_address = none
+[domain/LDAP]
+id_provider = ldap
+ldap_uri = ldap://127.0.0.1:1
+ldap_search_base = {BASE}
+"""
+    )
+    (tmp_path / "db").mkdir(mode=0o700)
+    (tmp_path / "mc").mkdir()
+    writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
+    with writer.write() as b:
+        writer.put_group(b, group(("alice", "bob")))
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0])
+    lookups = Lookups(cfg, {"LDAP": cache}, {})
+    feed = MemcacheFeed(cfg.daemon.mc_dir, cfg.nss)
+    responder = NssResponder(cfg, lookups, feed)
+    fed: list[int] = []
+    real_group = feed.group
+
+    def group_fed(name: str, gid: int, *rest: object) -> None:
+        fed.append(gid)
+        real_group(name, gid, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(feed, "group", group_fed)
+    req = p.ById(p.Command.GETGRGID, 20001)
+    state = _Enum()
+
+    first = responder.answer_now(req, state)
+    assert first is not None and b"alice\0bob\0" in first
+    # Kept: the next answer does not go through the lookup flow, and is fed again.
+    real_lookup_now = lookups.lookup_now
+    monkeypatch.setattr(lookups, "lookup_now", lambda *a: pytest.fail("not kept"))
+    assert responder.answer_now(req, state) == first
+    assert fed == [20001, 20001]
+    monkeypatch.setattr(lookups, "lookup_now", real_lookup_now)
+
+    # A backend write: the very next answer has it.
+    with writer.write() as b:
+        writer.put_group(b, group(("alice", "carol")))
+    second = responder.answer_now(req, state)
+    assert second is not None and b"alice\0carol\0" in second and second != first
+    assert responder.answer_now(req, state) == second
+
+    # A negative entry hides the domain: not found, as the flow answers.
+    nkey = GETGRGID.negative_key(20001)
+    lookups.negative.timeout = 3600
+    lookups.negative.add("LDAP", nkey)
+    assert responder.answer_now(req, state) == p.not_found_reply(p.Command.GETGRGID)
+    lookups.clear_negative()
+    assert responder.answer_now(req, state) == second
+
+    # Invalidated (`cached cache`): expired, so it waits for the backend.
+    assert cache.invalidate_group("grp")
+    assert responder.answer_now(req, state) is None
+    feed.close()
+    cache.close()
+    writer.close(clean=True)
