@@ -399,16 +399,13 @@ class DomainCache:
             self._expanded[bytes(key)] = _Expanded(snap, view, [(bytes(key), data), *deps])
         return view
 
-    def _expand(
-        self, txn: lmdb.Transaction, key: rec.Data, top: GroupRecord
-    ) -> tuple[GroupView, list[tuple[bytes, rec.Data | None]], int]:
-        """The expanded view of ``top``, the sub-group records it read (key, bytes or
-        None), and how many direct members those sub-groups had."""
+    def _below(
+        self, txn: lmdb.Transaction, key: bytes, top: GroupRecord
+    ) -> Iterator[tuple[str, bytes, rec.Data | None, GroupRecord | None]]:
+        """The groups below ``top`` down to the nesting level (§6.2), each once,
+        level by level: (name, key, stored bytes or None, record or None)."""
         groups = self.entries.tables["groups"]
-        sub_members = 0
-        deps: list[tuple[bytes, rec.Data | None]] = []
         seen = {key}
-        blobs = [top.members]
         frontier = list(top.member_groups)
         for _ in range(self.nesting_level):
             nxt: list[str] = []
@@ -418,16 +415,27 @@ class DomainCache:
                     continue
                 seen.add(gkey)
                 sub = txn.get(gkey, db=groups)
-                deps.append((gkey, sub))
-                if sub is None:
-                    continue
-                subrec = rec.decode_group(sub)
-                sub_members += subrec.member_count
-                blobs.append(subrec.members)
-                nxt.extend(subrec.member_groups)
+                subrec = None if sub is None else rec.decode_group(sub)
+                yield gname, gkey, sub, subrec
+                if subrec is not None:
+                    nxt.extend(subrec.member_groups)
             frontier = nxt
             if not frontier:
                 break
+
+    def _expand(
+        self, txn: lmdb.Transaction, key: rec.Data, top: GroupRecord
+    ) -> tuple[GroupView, list[tuple[bytes, rec.Data | None]], int]:
+        """The expanded view of ``top``, the sub-group records it read (key, bytes or
+        None), and how many direct members those sub-groups had."""
+        sub_members = 0
+        deps: list[tuple[bytes, rec.Data | None]] = []
+        blobs = [top.members]
+        for _name, gkey, sub, subrec in self._below(txn, bytes(key), top):
+            deps.append((gkey, sub))
+            if subrec is not None:
+                sub_members += subrec.member_count
+                blobs.append(subrec.members)
         names: set[str] = set()
         for blob in blobs:
             names.update(rec.split_members(blob))
@@ -561,21 +569,10 @@ class DomainCache:
             try:
                 top = rec.decode_group(data)
                 out = [top.name]
-                seen = {self.key(top.name)}
-                frontier = list(top.member_groups)
-                for _ in range(self.nesting_level):
-                    nxt: list[str] = []
-                    for gname in frontier:
-                        gkey = self.key(gname)
-                        if gkey in seen:
-                            continue
-                        seen.add(gkey)
-                        sub = txn.get(gkey, db=groups)
-                        if sub is None:
-                            return None
-                        out.append(gname)
-                        nxt.extend(rec.decode_group(sub).member_groups)
-                    frontier = nxt
+                for gname, _key, sub, _rec in self._below(txn, self.key(top.name), top):
+                    if sub is None:
+                        return None
+                    out.append(gname)
             except RecordError:
                 return None
         return out

@@ -17,7 +17,7 @@ import contextvars
 import enum
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -284,38 +284,31 @@ class Lookups:
 
     async def lookup(self, plugin: Plugin[K, V], key: K) -> Found[V] | None:
         """The cached answer of ``plugin`` for ``key`` in the first domain that has it."""
-        nkey = plugin.negative_key(key)
-        for domain in self.config.domains:
-            if not plugin.admits(self.policy, domain, key):
-                continue
-            if self.negative.hit(domain.name, nkey):
-                continue
+        for domain, nkey in self._domains(plugin, key):
             found = await self._lookup_domain(plugin, domain, key, nkey)
             if found is not None:
-                if not self.servable(plugin, domain, found.value):
-                    return None
-                return found
+                return found if self.servable(plugin, domain, found.value) else None
         return None
 
     def lookup_now(self, plugin: Plugin[K, V], key: K) -> Found[V] | NotNow | None:
         """:meth:`lookup` where it needs no backend answer (the warm path: valid,
         midpoint, offline or stalled); :data:`NOT_NOW` where it would wait, and then
         :meth:`lookup` does it all again (a cache read; nothing was started)."""
-        nkey = plugin.negative_key(key)
-        for domain in self.config.domains:
-            if not plugin.admits(self.policy, domain, key):
-                continue
-            if self.negative.hit(domain.name, nkey):
-                continue
-            cache = self.caches[domain.name]
-            found = self._cached(plugin, domain, cache, key)
+        for domain, _nkey in self._domains(plugin, key):
+            found = self._cached(plugin, domain, self.caches[domain.name], key)
             if isinstance(found, Lookup):
                 return NOT_NOW
             if found is not None:
-                if not self.servable(plugin, domain, found.value):
-                    return None
-                return found
+                return found if self.servable(plugin, domain, found.value) else None
         return None
+
+    def _domains(self, plugin: Plugin[K, V], key: K) -> Iterator[tuple[DomainConfig, NegKey]]:
+        """The domains to ask for ``key``, in order: those whose filters and id
+        ranges admit it and whose negative cache does not hold it."""
+        nkey = plugin.negative_key(key)
+        for domain in self.config.domains:
+            if plugin.admits(self.policy, domain, key) and not self.negative.hit(domain.name, nkey):
+                yield domain, nkey
 
     def _cached(
         self, plugin: Plugin[K, V], domain: DomainConfig, cache: DomainCache, key: K
