@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
+from cached.cache.records import split_members
 from cached.cache.writer import BackendCache, open_backend_cache
 from cached.config import Config, DomainConfig, parse_config
 from cached.counters import Counters
@@ -11,6 +13,29 @@ from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.provider import LdapProvider
 from testing.daemon import config_text as daemon_config_text
+
+# Every backend's LDAP client, closed after each test (tests/conftest.py), so that a
+# test that fails half-way leaves no connection to a shared slapd behind.
+OPEN_CLIENTS: list[LdapClient] = []
+
+
+def close_clients() -> None:
+    while OPEN_CLIENTS:
+        OPEN_CLIENTS.pop().close()
+
+
+def stored_gids(cache: BackendCache, user: str) -> set[int]:
+    """The gids of ``user``'s stored initgroups answer (it must be stored)."""
+    got = cache.initgroups(user).value
+    assert got is not None, user
+    return set(array("I", got.gids))
+
+
+def stored_members(cache: BackendCache, group: str) -> set[str]:
+    """The member names of the stored group (it must be stored)."""
+    got = cache.group_by_name(group).value
+    assert got is not None, group
+    return set(split_members(got.members))
 
 
 def config_text(uris: list[str], base: str, **opts) -> str:
@@ -32,5 +57,6 @@ def make_backend(
     counters = counters or Counters()
     cache = open_backend_cache(str(db_dir), cfg, counters=counters, boot_id="test-boot")
     client = LdapClient(cfg, counters=counters)
+    OPEN_CLIENTS.append(client)
     provider = AdProvider if cfg.ldap_schema == "ad" else LdapProvider
     return provider(cfg, client, cache, counters=counters), cache, counters

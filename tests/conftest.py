@@ -25,9 +25,17 @@ from typing import Any
 import pytest
 
 from testing import addc, addir
+from testing.backend import close_clients
 from testing.daemon import CachedDaemon
 from testing.gendir import BIGROUPUSER, BIGROUPUSER_CN, SMALL, SMALL_CN, Scenario, generate
 from testing.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
+
+
+@pytest.fixture(autouse=True)
+def _close_backend_clients() -> Iterator[None]:
+    """The LDAP connections of the backends a test made (testing.backend) end with it."""
+    yield
+    close_clients()
 
 
 def _dataset(scenario: Scenario, outdir: Path) -> Dataset:

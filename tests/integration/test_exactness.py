@@ -6,20 +6,17 @@ names, aliases never followed, and the same answer whatever was looked up before
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cached.cache import State
-from cached.cache.records import split_members
 from cached.config import ConfigError, SearchBase, parse_search_bases
 from cached.counters import VALIDATE, VALIDATE_FETCHED
 from cached.dn import in_scope, normalize_dn
-from cached.ldap.client import LdapClient
 from cached.ldap.provider import Outcome
-from testing.backend import make_backend, make_config, make_domain
+from testing.backend import make_backend, make_config, make_domain, stored_gids, stored_members
 from testing.slapd import Slapd
 
 BASE = "dc=zoo,dc=test"
@@ -109,33 +106,16 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slapd]:
         yield s
 
 
-def members(cache, group: str) -> set[str]:
-    got = cache.group_by_name(group)
-    assert got.value is not None, group
-    return set(split_members(got.value.members))
 
 
-def gids(cache, user: str) -> set[int]:
-    got = cache.initgroups(user)
-    assert got.value is not None
-    return set(array("I", got.value.gids))
 
 
-_clients: list[LdapClient] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _clients:
-        _clients.pop().close()
 
 
 def backend(tmp_path: Path, s: Slapd, **opts):
     opts.setdefault("ldap_user_search_base", P)  # ou=contractors lies outside it
     cfg = make_domain([s.uri], BASE, ldap_schema="rfc2307bis", **opts)
     p, cache, _ = make_backend(tmp_path, cfg)
-    _clients.append(p.client)
     return p, cache
 
 
@@ -216,7 +196,7 @@ def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order, sweep
         assert p.initgroups("bob").outcome is Outcome.FOUND
     for g, want in EXPECTED.items():
         assert p.group_by_name(g).outcome is Outcome.FOUND
-        assert members(cache, g) == want, g
+        assert stored_members(cache, g) == want, g
         # Unresolvable members do not make the group incomplete (stored expired).
         assert cache.group_by_name(g).state is State.VALID, g
     assert p.group_by_name("middle").outcome is Outcome.NOT_FOUND  # non-POSIX
@@ -227,15 +207,15 @@ def test_initgroups_through_a_non_posix_group(tmp_path, zoo, sweep):
     p, cache = backend(tmp_path / "posix", zoo)
     p.sweep_min = 1 if sweep else p.sweep_min
     assert p.initgroups("bob").outcome is Outcome.FOUND
-    assert gids(cache, "bob") == {5000, 7001, 7003, 7004}
+    assert stored_gids(cache, "bob") == {5000, 7001, 7003, 7004}
     # Groups are groupOfNames: "middle", without a gidNumber, is walked through (as
     # SSSD) and never answered; "top" is reached at level 2.
     p, cache = backend(tmp_path / "gon", zoo, ldap_group_object_class="groupOfNames")
     p.sweep_min = 1 if sweep else p.sweep_min
     assert p.initgroups("bob").outcome is Outcome.FOUND
-    assert gids(cache, "bob") == {5000, 7001, 7003, 7004, 7005}
+    assert stored_gids(cache, "bob") == {5000, 7001, 7003, 7004, 7005}
     assert p.group_by_name("top").outcome is Outcome.FOUND
-    assert members(cache, "top") == {"bob"}
+    assert stored_members(cache, "top") == {"bob"}
     assert p.group_by_name("middle").outcome is Outcome.NOT_FOUND
 
 
@@ -255,7 +235,7 @@ def test_initgroups_by_another_name_value(tmp_path, zoo):
     # the groups are stored under the RDN value and read back by either name.
     p, cache = backend(tmp_path, zoo)
     assert p.initgroups("maxv").outcome is Outcome.FOUND
-    assert gids(cache, "maxv") == gids(cache, "mvx")
+    assert stored_gids(cache, "maxv") == stored_gids(cache, "mvx")
     assert cache.initgroups("maxv").value.user.name == "mvx"
     assert cache.initgroups("maxv").state is State.VALID
 
@@ -269,7 +249,7 @@ def test_search_base_with_filter_and_scope(tmp_path, zoo):
     assert p.user_by_name("bob").outcome is Outcome.FOUND
     assert p.user_by_name("alice").outcome is Outcome.NOT_FOUND
     assert p.group_by_name("spell").outcome is Outcome.FOUND
-    assert members(cache, "spell") == EXPECTED["spell"] - {"alice"}
+    assert stored_members(cache, "spell") == EXPECTED["spell"] - {"alice"}
 
 
 def _limited(tmp_path: Path, limit: int) -> Slapd:
@@ -292,11 +272,11 @@ def test_size_limit_is_split_or_refused(tmp_path):
         p, cache = backend(tmp_path / "db", s)
         # 30 member look-ups in one batch: cut at 10, split, exact.
         assert p.group_by_name("big").outcome is Outcome.FOUND
-        assert members(cache, "big") == {f"u{i}" for i in range(30)}
+        assert stored_members(cache, "big") == {f"u{i}" for i in range(30)}
         # u0 is in 13 groups: its direct-groups search, one assertion, is split by
         # group name prefix (g0..g11 and big), exact.
         assert p.initgroups("u0").outcome is Outcome.FOUND
-        assert gids(cache, "u0") == {5000, 9000} | {9001 + i for i in range(12)}
+        assert stored_gids(cache, "u0") == {5000, 9000} | {9001 + i for i in range(12)}
         # u1's 12 groups x-0..x-11 share the prefix "x-": the part cannot be split,
         # the request fails loudly and nothing is stored as complete.
         r = p.initgroups("u1")
@@ -311,7 +291,7 @@ def test_size_limit_is_split_or_refused(tmp_path):
         s.ldap_modify("".join(f"dn: cn=x-{i},ou=groups,{BASE}\nchangetype: delete\n\n"
                               for i in range(5)))  # fmt: skip
         assert p.initgroups("u1").outcome is Outcome.FOUND
-        assert gids(cache, "u1") == {5000, 9000} | {9101 + i for i in range(5, 12)}
+        assert stored_gids(cache, "u1") == {5000, 9000} | {9101 + i for i in range(5, 12)}
         assert p.limit_error == ""
 
 
@@ -332,16 +312,16 @@ def test_a_group_left_is_stored_complete(tmp_path):
         # entryCSN tells a change in the same second as the first fetch apart.
         p, cache = backend(tmp_path / "db", s, ldap_group_entry_usn="entryCSN")
         assert p.initgroups("u0").outcome is Outcome.FOUND
-        assert gids(cache, "u0") == {5000, 9000, 9001}
+        assert stored_gids(cache, "u0") == {5000, 9000, 9001}
         s.ldap_modify(
             f"dn: cn=team,ou=groups,{BASE}\nchangetype: modify\n"
             f"delete: member\nmember: uid=u0,{P}\n\n"
         )
         assert p.initgroups("u0").outcome is Outcome.FOUND
-        assert gids(cache, "u0") == {5000, 9001}
+        assert stored_gids(cache, "u0") == {5000, 9001}
         team = cache.group_by_name("team")
         assert team.state is State.VALID
-        assert members(cache, "team") == {"p0", "p1", "p2"}
+        assert stored_members(cache, "team") == {"p0", "p1", "p2"}
 
 
 def test_refresh_by_stamps_under_a_size_limit(tmp_path):
@@ -359,8 +339,8 @@ def test_refresh_by_stamps_under_a_size_limit(tmp_path):
         assert p.user_by_name("u0").outcome is Outcome.FOUND
         assert p.initgroups("u0").outcome is Outcome.FOUND
         assert p.counters.get(VALIDATE_FETCHED).amount - before == 1
-        assert gids(cache, "u0") == {5000, 9000} | {9001 + i for i in range(12)}
-        assert members(cache, "g3") == {"u0", "u5"}
+        assert stored_gids(cache, "u0") == {5000, 9000} | {9001 + i for i in range(12)}
+        assert stored_members(cache, "g3") == {"u0", "u5"}
         assert cache.initgroups("u0").state is State.VALID
 
 
@@ -370,15 +350,15 @@ def test_refresh_by_stamps_keeps_names_from_entries(tmp_path, zoo):
     p, cache = backend(tmp_path, zoo)
     for user in ("bob", "jsmith", "mvx"):
         assert p.initgroups(user).outcome is Outcome.FOUND
-    cold = {u: gids(cache, u) for u in ("bob", "jsmith", "mvx")}
-    spell = members(cache, "spell")
+    cold = {u: stored_gids(cache, u) for u in ("bob", "jsmith", "mvx")}
+    spell = stored_members(cache, "spell")
     cache.invalidate_all()
     for user in ("bob", "jsmith", "mvx"):
         assert p.user_by_name(user).outcome is Outcome.FOUND
         assert p.initgroups(user).outcome is Outcome.FOUND
-        assert gids(cache, user) == cold[user]
+        assert stored_gids(cache, user) == cold[user]
     assert p.counters.get(VALIDATE).amount > 0
-    assert members(cache, "spell") == spell == EXPECTED["spell"]
+    assert stored_members(cache, "spell") == spell == EXPECTED["spell"]
     assert cache.group_by_name("spell").state is State.VALID
 
 

@@ -4,48 +4,16 @@ hostile names, failover, TLS."""
 from __future__ import annotations
 
 import socket
-from array import array
 
 import pytest
 
 from cached.cache import State
-from cached.cache.records import split_members
 from cached.counters import LDAP_CONNECT, LDAP_SEARCH, Counters
 from cached.ldap import deref
 from cached.ldap.client import LdapClient, LdapOffline, Search
 from cached.ldap.provider import Outcome
 from cached.ldap.schema import escape
-from testing.backend import make_backend as _make_backend
-from testing.backend import make_domain
-
-_clients: list[LdapClient] = []
-
-
-def make_backend(*args, **kwargs):
-    """testing.backend.make_backend, with the LDAP connection closed after the test."""
-    p, cache, counters = _make_backend(*args, **kwargs)
-    _clients.append(p.client)
-    return p, cache, counters
-
-
-@pytest.fixture(autouse=True)
-def _close_clients():
-    yield
-    while _clients:
-        _clients.pop().close()
-
-
-def gids(cache, user: str) -> set[int]:
-    got = cache.initgroups(user)
-    assert got.value is not None
-    return set(array("I", got.value.gids))
-
-
-def members(cache, group: str) -> set[str]:
-    got = cache.group_by_name(group)
-    assert got.value is not None
-    return set(split_members(got.value.members))
-
+from testing.backend import OPEN_CLIENTS, make_backend, make_domain, stored_gids, stored_members
 
 # -- pure parts ------------------------------------------------------------------
 
@@ -155,10 +123,10 @@ def test_small_directory_every_answer_at_every_level(tmp_path, slapd_small, leve
         assert p.user_by_name(name).outcome is Outcome.FOUND
         assert cache.user_by_name(name).value == exp.user(name)
         assert p.initgroups(name).outcome is Outcome.FOUND
-        assert gids(cache, name) == exp.initgroups(name, level), name
+        assert stored_gids(cache, name) == exp.initgroups(name, level), name
     for name in exp.group_names():
         assert p.group_by_name(name).outcome is Outcome.FOUND
-        assert members(cache, name) == exp.members(name, level), name
+        assert stored_members(cache, name) == exp.members(name, level), name
         assert cache.group_by_name(name).state is State.VALID
 
 
@@ -168,10 +136,10 @@ def test_small_rfc2307_directory(tmp_path, slapd_small_2307):
     p, cache, _ = make_backend(tmp_path, cfg)
     for name in exp.user_names():
         assert p.initgroups(name).outcome is Outcome.FOUND
-        assert gids(cache, name) == exp.initgroups(name, 0)
+        assert stored_gids(cache, name) == exp.initgroups(name, 0)
     for name in exp.group_names():
         assert p.group_by_gid(exp.group(name).gid).outcome is Outcome.FOUND
-        assert members(cache, name) == exp.members(name, 0)
+        assert stored_members(cache, name) == exp.members(name, 0)
 
 
 @pytest.mark.parametrize("level,count", [(2, 2085), (3, 2086)])
@@ -183,13 +151,13 @@ def test_bigroupuser_initgroups_in_a_handful_of_searches(tmp_path, slapd_big, le
     before = counters.get(LDAP_SEARCH).count
     offset = s.log_offset()
     assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
-    assert gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", level)
-    assert len(gids(cache, "bigroupuser")) == count
+    assert stored_gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", level)
+    assert len(stored_gids(cache, "bigroupuser")) == count
     searches = counters.get(LDAP_SEARCH).count - before
     assert searches <= 10
     assert s.count_logical_searches(offset) == searches
     # Every group of the answer is stored complete: getgrgid needs no backend.
-    for gid in list(gids(cache, "bigroupuser"))[:300]:
+    for gid in list(stored_gids(cache, "bigroupuser"))[:300]:
         assert cache.group_by_gid(gid).state is State.VALID
 
 
@@ -200,7 +168,7 @@ def test_bigroupuser_rfc2307(tmp_path, slapd_big_2307):
     p.client.connect()
     before = counters.get(LDAP_SEARCH).count
     assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
-    assert gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 0)
+    assert stored_gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 0)
     assert counters.get(LDAP_SEARCH).count - before <= 3
 
 
@@ -211,7 +179,7 @@ def test_large_group_in_at_most_three_searches(tmp_path, slapd_big):
     before = counters.get(LDAP_SEARCH).count
     offset = s.log_offset()
     assert p.group_by_name("large01").outcome is Outcome.FOUND
-    got = members(cache, "large01")
+    got = stored_members(cache, "large01")
     assert got == exp.members("large01", 2) and len(got) == 5000
     searches = counters.get(LDAP_SEARCH).count - before
     assert searches <= 3
@@ -225,7 +193,7 @@ def test_the_deref_control_names_members(tmp_path, slapd_small):
     big = max(exp.group_names(), key=lambda g: len(exp.members(g, 0)))
     offset = s.log_offset()
     assert p.group_by_name(big).outcome is Outcome.FOUND
-    assert members(cache, big) == exp.members(big, 2)
+    assert stored_members(cache, big) == exp.members(big, 2)
     bases = [op.base for op in s.searches(offset)]
     assert exp.group(big).dn in bases  # the base search that carried the deref control
 
@@ -237,7 +205,7 @@ def test_searches_sent_together_give_what_each_gives_alone(slapd_small):
     included."""
     s = slapd_small.slapd
     client = LdapClient(make_domain([s.uri], s.base_dn, ldap_page_size=3))
-    _clients.append(client)
+    OPEN_CLIENTS.append(client)
     filters = ["(objectClass=posixGroup)", "(uid=user0000*)", "(objectClass=posixAccount)",
                "(uid=nobody-at-all)", "(cn=*)"]  # fmt: skip
     specs = [Search(s.base_dn, f, ["cn", "uid"]) for f in filters]
@@ -256,10 +224,10 @@ def test_small_directory_exact_with_tiny_pages(tmp_path, slapd_small):
     p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn, ldap_page_size=2))
     for name in exp.user_names():
         assert p.initgroups(name).outcome is Outcome.FOUND
-        assert gids(cache, name) == exp.initgroups(name, 2), name
+        assert stored_gids(cache, name) == exp.initgroups(name, 2), name
     for name in exp.group_names():
         assert p.group_by_name(name).outcome is Outcome.FOUND
-        assert members(cache, name) == exp.members(name, 2), name
+        assert stored_members(cache, name) == exp.members(name, 2), name
 
 
 # -- changes on the server -------------------------------------------------------
@@ -274,7 +242,7 @@ def test_changes_on_the_server_are_seen_after_invalidation(tmp_path, slapd_small
     direct = sorted(exp.direct_groups(user))
     other = next(g for g in exp.group_names() if user not in exp.members(g, 3) and g != "users")
     assert p.initgroups(user).outcome is Outcome.FOUND
-    before = gids(cache, user)
+    before = stored_gids(cache, user)
 
     s.ldap_modify(
         f"dn: {exp.group(other).dn}\nchangetype: modify\nadd: member\nmember: {udn}\n\n"
@@ -283,20 +251,21 @@ def test_changes_on_the_server_are_seen_after_invalidation(tmp_path, slapd_small
     )
     cache.invalidate_all()
     assert p.user_by_name(user).outcome is Outcome.FOUND
-    assert cache.user_by_name(user).value.shell == "/bin/zsh"
+    u = cache.user_by_name(user).value
+    assert u is not None and u.shell == "/bin/zsh"
     assert p.initgroups(user).outcome is Outcome.FOUND
-    after = gids(cache, user)
+    after = stored_gids(cache, user)
     assert exp.group(other).gid in after and exp.group(other).gid not in before
     # The direct group may still be reached through a parent; its own membership is gone.
-    assert user not in members(cache, direct[0]) or direct[0] in exp.direct_groups(user)
-    assert user not in set(split_members(cache.group_by_name(direct[0]).value.members))
+    assert user not in stored_members(cache, direct[0]) or direct[0] in exp.direct_groups(user)
+    assert user not in stored_members(cache, direct[0])
 
     # Delete a group the user is in: the next refresh deletes it from the cache.
     victim = direct[1]
     s.ldap_modify(f"dn: {exp.group(victim).dn}\nchangetype: delete\n")
     cache.invalidate_all()
     assert p.initgroups(user).outcome is Outcome.FOUND
-    assert exp.group(victim).gid not in gids(cache, user)
+    assert exp.group(victim).gid not in stored_gids(cache, user)
     assert cache.group_by_name(victim).state is State.MISSING
     assert p.group_by_name(victim).outcome is Outcome.NOT_FOUND
     assert p.user_by_name("nosuchuser").outcome is Outcome.NOT_FOUND
@@ -346,7 +315,7 @@ def test_all_servers_dead_goes_offline_then_back(tmp_path, slapd_small_fresh):
     counters = Counters()
     p.client.close()
     p.client = LdapClient(cfg, counters=counters, clock=lambda: now[0])
-    _clients.append(p.client)
+    OPEN_CLIENTS.append(p.client)
     assert p.user_by_name(exp.big_user).outcome is Outcome.FOUND
     s.stop()
     r = p.user_by_name(exp.big_user)

@@ -7,27 +7,15 @@ tests/integration/test_exactness.py."""
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cached.cache import State
-from cached.cache.records import split_members
 from cached.ldap.client import LdapClient, LdapTooMany, Search
 from cached.ldap.provider import LdapProvider, Outcome
-from testing.backend import make_backend, make_domain
-
-_clients: list[LdapClient] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _clients:
-        _clients.pop().close()
+from testing.backend import make_backend, make_domain, stored_gids, stored_members
 
 
 class _Spy:
@@ -61,20 +49,11 @@ class _Spy:
 def _backend(tmp: Path, slapd: Any, **opts: Any) -> tuple[LdapProvider, Any, _Spy]:
     s = slapd.slapd
     p, cache, _ = make_backend(tmp, make_domain([s.uri], s.base_dn, **opts))
-    _clients.append(p.client)
     return p, cache, _Spy(p.client)
 
 
-def _gids(cache: Any, user: str) -> set[int]:
-    got = cache.initgroups(user).value
-    assert got is not None, user
-    return set(array("I", got.gids))
 
 
-def _members(cache: Any, group: str) -> set[str]:
-    got = cache.group_by_name(group).value
-    assert got is not None, group
-    return set(split_members(got.members))
 
 
 def test_small_directory_exact_when_every_request_sweeps(tmp_path, slapd_small):
@@ -89,7 +68,7 @@ def test_small_directory_exact_when_every_request_sweeps(tmp_path, slapd_small):
         assert p.user_by_name(name).outcome is Outcome.FOUND
         spy.clear()
         assert p.initgroups(name).outcome is Outcome.FOUND
-        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        assert stored_gids(cache, name) == exp.initgroups(name, 2), name
         assert spy.sweeps() <= 1, spy.calls
         swept += spy.sweeps()
         if spy.sweeps():
@@ -104,7 +83,7 @@ def test_small_directory_exact_when_every_request_sweeps(tmp_path, slapd_small):
     for name in exp.group_names():
         spy.clear()
         assert p.group_by_name(name).outcome is Outcome.FOUND
-        assert _members(cache, name) == exp.members(name, 2), name
+        assert stored_members(cache, name) == exp.members(name, 2), name
         assert cache.group_by_name(name).state is State.VALID
         assert spy.sweeps() <= 1, spy.calls
         swept += spy.sweeps()
@@ -123,7 +102,7 @@ def test_sweep_gives_up_at_its_bound_and_deref_names_the_members(tmp_path, slapd
     p.sweep_factor = 1  # as many users as unknown members: fewer than exist
     offset = slapd_small.slapd.log_offset()
     assert p.group_by_name(big).outcome is Outcome.FOUND
-    assert _members(cache, big) == exp.members(big, 2)
+    assert stored_members(cache, big) == exp.members(big, 2)
     assert spy.sweeps() == 1, spy.calls
     assert spy.stopped == 1  # it gave up at the bound: nothing named from it
     # The base search with the deref control on the group named its members.
@@ -131,7 +110,7 @@ def test_sweep_gives_up_at_its_bound_and_deref_names_the_members(tmp_path, slapd
     for name in exp.user_names():
         spy.clear()
         assert p.initgroups(name).outcome is Outcome.FOUND
-        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        assert stored_gids(cache, name) == exp.initgroups(name, 2), name
         assert spy.stopped == spy.sweeps(), name  # every sweep stopped at its bound
 
 
@@ -144,11 +123,11 @@ def test_no_sweep_unpaged(tmp_path, slapd_small):
     for name in exp.user_names():
         spy.clear()
         assert p.initgroups(name).outcome is Outcome.FOUND
-        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        assert stored_gids(cache, name) == exp.initgroups(name, 2), name
         assert spy.sweeps() == 0 and spy.derefs() >= 1, spy.calls
     for name in exp.group_names():
         assert p.group_by_name(name).outcome is Outcome.FOUND
-        assert _members(cache, name) == exp.members(name, 2), name
+        assert stored_members(cache, name) == exp.members(name, 2), name
 
 
 def test_bigroupuser_swept_once_and_never_dereferenced(tmp_path, slapd_big):
@@ -158,11 +137,11 @@ def test_bigroupuser_swept_once_and_never_dereferenced(tmp_path, slapd_big):
     exp = slapd_big.expected
     p, cache, spy = _backend(tmp_path / "i", slapd_big)
     assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
-    assert _gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 2)
+    assert stored_gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 2)
     assert (spy.sweeps(), spy.stopped, spy.derefs()) == (1, 0, 0), spy.calls
     p, cache, spy = _backend(tmp_path / "g", slapd_big)
     assert p.group_by_name("large01").outcome is Outcome.FOUND
-    assert _members(cache, "large01") == exp.members("large01", 2)
+    assert stored_members(cache, "large01") == exp.members("large01", 2)
     assert (spy.sweeps(), spy.derefs()) == (1, 0), spy.calls
 
 
@@ -183,7 +162,7 @@ def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_smal
     for name in exp.user_names():
         spy.clear()
         assert p.initgroups(name).outcome is Outcome.FOUND
-        assert _gids(cache, name) == exp.initgroups(name, 2), name
+        assert stored_gids(cache, name) == exp.initgroups(name, 2), name
         # The user's own groups, (member=<the user's DN>): first without deref.
         mine = [d for f, _cap, d in spy.calls if "(member=uid=" in f]
         assert mine and not mine[0], spy.calls
@@ -192,4 +171,4 @@ def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_smal
     assert again > 0  # the first level's search ran again, with deref
     for name in exp.group_names():
         assert p.group_by_name(name).outcome is Outcome.FOUND
-        assert _members(cache, name) == exp.members(name, 2), name
+        assert stored_members(cache, name) == exp.members(name, 2), name
