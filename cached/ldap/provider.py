@@ -286,6 +286,10 @@ class LdapProvider:
         # user bases hold at least that many, so a sweep whose bound is below it is
         # not tried (a lower bound: a directory that shrank costs a sweep not tried).
         self.users_at_least = 0
+        # A server size limit cut a sweep: it caps every search of the user bases
+        # (Debian's slapd: sizelimit 500, paged searches included), so no sweep is
+        # tried again and the first level keeps the deref control (_deref_walk).
+        self.sweep_cut = False
         # _unknown's groups that need nothing more, at their budget, for one ``known``.
         self._settled: dict[str, int] = {}
         self._settled_known: dict[str, Member] | None = None
@@ -782,7 +786,10 @@ class LdapProvider:
         bound could stop it."""
         info = self.client.info
         return (
-            self.cfg.ldap_page_size > 0 and info is not None and PAGED_RESULTS_OID in info.controls
+            not self.sweep_cut
+            and self.cfg.ldap_page_size > 0
+            and info is not None
+            and PAGED_RESULTS_OID in info.controls
         )
 
     def _sweep_users(self, lookup: dict[str, tuple[str, int]], known: dict[str, Member]) -> None:
@@ -829,6 +836,14 @@ class LdapProvider:
         except LdapTooMany as too_many:
             log.debug("%s: member users left to batched look-ups", too_many)
             self.users_at_least = max(self.users_at_least, cap)
+            return {}
+        except LdapLimitExceeded as cut:
+            # Not an error of the lookup: the members are named as without a sweep
+            # (deref, or the look-ups, which split under a limit: §9.5).
+            if cut.code == "sizeLimitExceeded":
+                self.sweep_cut = True
+            log.info("sweep of the user bases cut by the server (%s after %d entries): "
+                     "members named by deref or look-ups", cut.code, cut.partial)  # fmt: skip
             return {}
         return {normalize_dn(e.dn): e for e in entries}
 

@@ -16,6 +16,7 @@ from cached.cache import State
 from cached.ldap.client import LdapClient, LdapTooMany, Search
 from cached.ldap.provider import LdapProvider, Outcome
 from testing.backend import make_backend, make_domain, stored_gids, stored_members
+from testing.slapd import Slapd
 
 
 class _Spy:
@@ -172,3 +173,24 @@ def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_smal
     for name in exp.group_names():
         assert p.group_by_name(name).outcome is Outcome.FOUND
         assert stored_members(cache, name) == exp.members(name, 2), name
+
+
+def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(tmp_path, small_2307bis):
+    """Debian's slapd caps every search at its sizelimit, paged ones included: a sweep
+    of more users is cut. The lookup does not fail: its members are named by deref or
+    the look-ups, exactly, and no sweep is tried again (each would be cut)."""
+    exp = small_2307bis.expected
+    with Slapd(tmp_path / "s", small_2307bis.ldif, exp.base_dn, sizelimit=10) as s:
+        p, cache, _ = make_backend(tmp_path / "db", make_domain([s.uri], s.base_dn))
+        spy = _Spy(p.client)
+        p.sweep_min = 1
+        p.sweep_factor = 100  # the bound never stops it: the server's limit does
+        for name in exp.user_names():
+            assert p.initgroups(name).outcome is Outcome.FOUND, name
+            assert stored_gids(cache, name) == exp.initgroups(name, 2), name
+        for name in exp.group_names():
+            assert p.group_by_name(name).outcome is Outcome.FOUND, name
+            assert stored_members(cache, name) == exp.members(name, 2), name
+        assert p.sweep_cut
+        assert spy.sweeps() == 1, spy.calls
+        assert p.limit_error == ""  # `cached status` shows no lookup cut by a limit
