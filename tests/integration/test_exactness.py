@@ -360,6 +360,13 @@ def test_refresh_by_stamps_keeps_names_from_entries(tmp_path, zoo):
     assert p.counters.get(VALIDATE).amount > 0
     assert stored_members(cache, "spell") == spell == EXPECTED["spell"]
     assert cache.group_by_name("spell").state is State.VALID
+    # A group lookup after `-E` is validated by stamps too, its answer unchanged.
+    cache.invalidate_all()
+    validated = p.counters.get(VALIDATE).amount
+    assert p.group_by_name("spell").outcome is Outcome.FOUND
+    assert p.counters.get(VALIDATE).amount > validated
+    assert stored_members(cache, "spell") == EXPECTED["spell"]
+    assert cache.group_by_name("spell").state is State.VALID
 
 
 def test_status_shows_a_lookup_cut_by_the_size_limit(tmp_path):
