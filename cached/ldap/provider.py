@@ -1017,8 +1017,12 @@ class LdapProvider:
             or any(b.filter for b in s.user_bases + s.group_bases)  # as SSSD: no filters
         ):
             return
+        # The member values come along: this search reads the group again, later than
+        # the search that found it, and only a member it still lists and did not
+        # dereference names nothing. One replaced in between is left to the look-ups
+        # (dropping it stored the old and new versions' intersection: the kill soak).
         entries = self.client.search(
-            g.entry.dn, "(objectClass=*)", [s.group_gid], scope="base",
+            g.entry.dn, "(objectClass=*)", [s.group_member], scope="base",
             deref_specs=[(s.group_member, s.deref_attrs)],
         )  # fmt: skip
         results = entries[0].deref if entries else None
@@ -1043,7 +1047,8 @@ class LdapProvider:
             known[k] = m
             del lookup[k]
         returned = {normalize_dn(r.dn) for r in results}
-        for k in [k for k in lookup if k not in returned]:
+        listed = {normalize_dn(dn) for dn in _names_each(entries[0].get(s.group_member))}
+        for k in [k for k in lookup if k not in returned and k in listed]:
             known[k] = None  # the server dereferences only entries that exist
             del lookup[k]
 

@@ -233,6 +233,43 @@ def test_small_directory_exact_with_tiny_pages(tmp_path, slapd_small):
 # -- changes on the server -------------------------------------------------------
 
 
+def test_a_group_changed_between_its_search_and_its_deref_keeps_one_version(
+    tmp_path, slapd_small_fresh
+):
+    """The deref control reads the group again, later than the search that found it:
+    a member replaced in between is not dereferenced, yet it named a user when the
+    group was read. It must be looked up, not dropped as naming nothing (the kill
+    soak's reader caught a group stored as the old version's members minus the
+    replaced ones: old and new intersected)."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    users = exp.user_names()
+    old, new = set(users[:4]), set(users[1:5])  # users[0] replaced by users[4]
+    dn = f"cn=racegrp,ou=groups,{s.base_dn}"
+    s.ldap_modify(
+        f"dn: {dn}\nobjectClass: groupOfNames\nobjectClass: posixGroup\ncn: racegrp\n"
+        f"gidNumber: 47000\n" + "".join(f"member: {exp.user(u).dn}\n" for u in sorted(old))
+    )
+    cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=1)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    p.sweep_min = 10**9  # named by deref, not by a sweep
+    search = p.client.search
+    changed = []
+
+    def change_before_deref(*args, **kw):
+        if kw.get("deref_specs") and not changed:
+            changed.append(True)
+            s.ldap_modify(
+                f"dn: {dn}\nchangetype: modify\nreplace: member\n"
+                + "".join(f"member: {exp.user(u).dn}\n" for u in sorted(new))
+            )
+        return search(*args, **kw)
+
+    p.client.search = change_before_deref  # type: ignore[method-assign]
+    assert p.group_by_name("racegrp").outcome is Outcome.FOUND
+    assert changed  # the deref search ran, after the change
+    assert stored_members(cache, "racegrp") == old  # the version the search read, whole
+
+
 def test_changes_on_the_server_are_seen_after_invalidation(tmp_path, slapd_small_fresh):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
     cfg = make_domain([s.uri], s.base_dn, ldap_group_nesting_level=3)

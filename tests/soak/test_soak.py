@@ -223,6 +223,15 @@ class Reader(threading.Thread):
             raise ConnectionError("no answer")
         return reply[2]
 
+    def _which(self, g: str, members: frozenset[str]) -> str:
+        """Name the invalid answer by its distance to the nearest published version."""
+        with self.lock:
+            versions = list(self.valid_groups[g])
+        near = min(versions, key=lambda v: len(v ^ members))
+        return (f"{g}: {len(members)} members, no version; nearest lacks"
+                f" {sorted(near - members)[:5]}.. ({len(near - members)}), adds"
+                f" {sorted(members - near)[:5]}.. ({len(members - near)})")  # fmt: skip
+
     def run(self) -> None:
         sock: socket.socket | None = None
         while not self.stop.is_set():
@@ -239,7 +248,7 @@ class Reader(threading.Thread):
                         with self.lock:
                             ok = members in self.valid_groups[g]
                         if not ok:
-                            self.problems.append(f"{g}: {len(members)} members, no version")
+                            self.problems.append(self._which(g, members))
                         self.checked += 1
                 body = self._ask(sock, p.Command.INITGR, p.name_body(K))
                 gids = frozenset(p.decode_initgr(body))
@@ -401,7 +410,7 @@ def test_backend_killed_inside_cache_writes_100_times(daemon_factory, slapd_smal
                 )  # fmt: skip
             last = verify_entry_store(d.db_dir)
             records_verified += last.records
-            assert not reader.problems, reader.problems[:5]
+            assert not reader.problems, (f"round {rounds}", whole, how, reader.problems[:5])
         # Nothing lost: after the last kill, one more refresh brings the newest version.
         assert d.cli("cache", "-E").returncode == 0
         assert d.run_nss(workload, env=SOCKET_ONLY).returncode == 0
