@@ -300,6 +300,10 @@ class Entry:
         return self.attrs.get(key, [])
 
 
+# A search's entry as a row: (DN, values of each attribute asked for, [] if absent).
+Row = tuple[str, list[list[bytes]]]
+
+
 @dataclass(frozen=True, slots=True)
 class Search:
     """One search for :meth:`LdapClient.search_many`."""
@@ -314,6 +318,10 @@ class Search:
     # False: never paged, so it goes out with the others (slapd keeps one paged state
     # per connection: paged searches go one at a time, see _exchange).
     paged: bool = True
+    # A list: the entries are put in it as rows, (DN, the values of each of ``attrs``
+    # in its order), with no Entry built; the search's list of entries stays empty
+    # (LdapClient.search_rows).
+    rows: list[Row] | None = field(default=None, compare=False)
 
 
 class LdapTooMany(LdapError):
@@ -325,8 +333,8 @@ class _Request:
     """A search on the wire: its encoded filter and controls, its pages so far."""
 
     __slots__ = (
-        "added", "controls", "cookie", "deadline", "entries", "error", "filt", "page", "seen",
-        "spec",
+        "added", "controls", "cookie", "deadline", "entries", "error", "filt", "page", "rows",
+        "seen", "slots", "spec",
     )  # fmt: skip
 
     def __init__(
@@ -343,12 +351,31 @@ class _Request:
         self.error: LdapError | None = None
         self.added: list[bytes] = []  # DNs this search put into ``seen``
         self.deadline = 0.0  # monotonic time its last page must have come by
+        self.rows = spec.rows
+        # Rows wanted (Search.rows): the attributes asked for, lower-cased, by slot
+        # (deref.decode_row adds the spellings the server uses).
+        self.slots: tuple[dict[bytes, int], int] | None = None
+        if self.rows is not None:
+            lowered = [a.lower().encode() for a in spec.attrs]
+            if len(set(lowered)) != len(lowered):
+                raise ValueError(f"rows: an attribute asked twice in {spec.attrs!r}")
+            self.slots = ({a: i for i, a in enumerate(lowered)}, len(lowered))
 
     def reset(self) -> None:
         """Start again (a new connection): what the last try saw is forgotten."""
         if self.seen is not None and self.added:
             self.seen.difference_update(self.added)
         self.cookie, self.entries, self.error, self.added = None, [], None, []
+        if self.rows is not None:
+            self.rows.clear()
+
+    def count(self) -> int:
+        """Entries received so far."""
+        return len(self.rows) if self.rows is not None else len(self.entries)
+
+    def row(self, row: deref.Row) -> None:
+        assert self.rows is not None
+        self.rows.append((_server_text(row[1]), row[2]))
 
     def entry(self, e: deref.SearchEntry) -> None:
         dn = _server_text(e.dn)
@@ -373,6 +400,10 @@ class _Request:
                 if len(_ATTR_NAMES) < _ATTR_NAMES_MAX:
                     _ATTR_NAMES[k] = name
             attrs[name] = v
+        if self.rows is not None:
+            # An entry deref.decode_row left to the generic reader: the same row.
+            self.rows.append((dn, [attrs.get(a.lower(), []) for a in self.spec.attrs]))
+            return
         self.entries.append(Entry(dn, attrs, results, total, raw))
 
 
@@ -672,6 +703,21 @@ class LdapClient:
             raise got
         return got
 
+    def search_rows(
+        self, base: str, filt: str, attrs: list[str], *, scope: str = "sub", max_entries: int = 0
+    ) -> list[Row]:
+        """Like :meth:`search`, each entry as a row: (DN, [values of each of ``attrs``,
+        in its order; [] where the entry has none]), attribute types matched without
+        regard to case as :meth:`Entry.get` does, ranged values (AD) not completed.
+        For searches of thousands of small entries (the sweep of the user bases):
+        most are read by deref.decode_row, and no Entry is built."""
+        rows: list[Row] = []
+        spec = Search(base, filt, attrs, scope, max_entries=max_entries, rows=rows)
+        (got,) = self.search_many([spec])
+        if isinstance(got, LdapError):
+            raise got
+        return rows
+
     def search_many(
         self, specs: list[Search], deref_seen: set[bytes] | None = None
     ) -> list[list[Entry] | LdapLimitExceeded]:
@@ -728,7 +774,7 @@ class LdapClient:
         finally:
             took = (time.perf_counter() - start) / max(len(reqs), 1)
             for r in reqs:
-                self.counters.add(LDAP_SEARCH, 1, took, len(r.entries))
+                self.counters.add(LDAP_SEARCH, 1, took, r.count())
 
     def _request(self, spec: Search, deref_seen: set[bytes] | None) -> _Request:
         controls: list[wire.Control] = []
@@ -769,6 +815,8 @@ class LdapClient:
         timeout = self.cfg.ldap_search_timeout
         queue = list(reversed(reqs))
         pending: dict[int, _Request] = {}
+        # The outstanding requests that want rows, by message ID (deref.decode_row).
+        row_slots: dict[int, tuple[dict[bytes, int], int]] = {}
 
         def can_start(r: _Request) -> bool:
             return not r.page or not any(x.page for x in pending.values())
@@ -780,7 +828,9 @@ class LdapClient:
 
         def send(r: _Request) -> None:
             setattr(conn, _DEADLINE_ATTR, min(x.deadline for x in (r, *pending.values())))
-            self._send(conn, r, pending)
+            msgid = self._send(conn, r, pending)
+            if r.slots is not None:
+                row_slots[msgid] = r.slots
 
         def fill() -> None:
             while queue and len(pending) < OUTSTANDING and can_start(queue[-1]):
@@ -798,6 +848,11 @@ class LdapClient:
                     raise lexc.LDAPSessionTerminatedByServerError("session terminated by server")
                 t0 = time.perf_counter()
                 for m in messages:
+                    if row_slots:
+                        row = deref.decode_row(m, row_slots)
+                        if row is not None:
+                            pending[row[0]].row(row)
+                            continue
                     e = deref.decode_search_entry(m)
                     if e is not None:
                         got = pending.get(e.message_id)
@@ -818,6 +873,7 @@ class LdapClient:
                     if res.op != wire.SEARCH_RESULT_DONE:
                         continue  # continuation references, intermediate responses
                     del pending[res.message_id]
+                    row_slots.pop(res.message_id, None)
                     if self._done(req, res):
                         send(req)  # the next page
                     fill()
@@ -828,11 +884,11 @@ class LdapClient:
             self.counters.add(LDAP_BER, 0, ber)
             self.counters.add(LDAP_WAIT, 0, time.perf_counter() - t_start - ber)
 
-    def _send(self, conn: ldap3.Connection, r: _Request, pending: dict[int, _Request]) -> None:
+    def _send(self, conn: ldap3.Connection, r: _Request, pending: dict[int, _Request]) -> int:
         sock = conn.socket
         if sock is None or conn.closed:
             raise lexc.LDAPSocketOpenError("unable to send message, socket is not open")
-        msgid = conn.server.next_message_id()
+        msgid: int = conn.server.next_message_id()
         controls = r.controls
         if r.page:
             controls = [*controls, wire.paged_control(r.page, r.cookie)]
@@ -858,13 +914,14 @@ class LdapClient:
             _close_quietly(conn.strategy)
             raise lexc.LDAPSocketSendError(f"error sending data: {e}") from None
         pending[msgid] = r
+        return msgid
 
     def _done(self, r: _Request, res: wire.Response) -> bool:
         """Take a searchResDone; True when another page is to be asked for."""
         code = res.code
         spec = r.spec
         if code in (3, 4):  # timeLimitExceeded, sizeLimitExceeded (RFC 4511 §4.1.9)
-            r.error = self._limit(spec.base, spec.filt, code, len(r.entries))
+            r.error = self._limit(spec.base, spec.filt, code, r.count())
             return False
         if code == 32:  # noSuchObject: the base is not there, nothing under it
             return False
@@ -875,7 +932,7 @@ class LdapClient:
                 + (f": {res.message.decode('utf-8', 'replace')[:300]}" if res.message else "")
             )
             return False
-        if spec.max_entries and len(r.entries) > spec.max_entries:
+        if spec.max_entries and r.count() > spec.max_entries:
             # The server keeps the abandoned page state until the connection ends or
             # newer paged searches evict it (Samba and Windows keep a few).
             r.error = LdapTooMany(f"search of {spec.base!r} passed {spec.max_entries} entries")

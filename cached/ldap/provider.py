@@ -72,6 +72,7 @@ from cached.ldap.client import (
     LdapLimitExceeded,
     LdapOffline,
     LdapTooMany,
+    Row,
     Search,
 )
 from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, escape, first
@@ -275,8 +276,9 @@ class LdapProvider:
         self.limit_time = 0.0
         self.request_started = 0.0
         # The users of this request's sweep of the user bases (once at most), by DN
-        # key: members of later rounds are named from it; None: not swept.
-        self._swept: dict[str, Entry] | None = None
+        # key, as rows of _member_user_attrs(): members of later rounds are named
+        # from it; None: not swept.
+        self._swept: dict[str, Row] | None = None
         # The users a sweep had passed when it gave up at its bound (0: none did): the
         # user bases hold at least that many, so a sweep whose bound is below it is
         # not tried (a lower bound: a directory that shrank costs a sweep not tried).
@@ -399,25 +401,30 @@ class LdapProvider:
         """A POSIX user's name, uid and gid, or None for an entry that is no user
         of this domain: what names a member (no gecos, home, shell or User built for
         the thousands of members of a sweep)."""
+        return self._name_ids(e.dn, e.get(self.schema.user_name), *self._user_ids(e))
+
+    def _name_ids(
+        self, dn: str, name_values: list[bytes], uid: int | None, gid: int | None
+    ) -> tuple[str, int, int] | None:
+        """_user_name_ids from the entry's DN, its name values and its ids."""
         s = self.schema
-        names = _names(e.get(s.user_name))
+        names = _names(name_values)
         if names is None:
-            log.warning("%s: %s is not UTF-8 text; user ignored", e.dn, s.user_name)
+            log.warning("%s: %s is not UTF-8 text; user ignored", dn, s.user_name)
             return None
         if not names:
             return None
         # A multi-valued name attribute: the value the RDN spells, whatever was asked
         # (SSSD's primary name, docs/compatibility.md §9.5).
-        name = self._primary_name(e, s.user_name, names)
-        uid, gid = self._user_ids(e)
+        name = names[0] if len(names) == 1 else self._primary_name(dn, s.user_name, names)
         if uid is None or gid is None:
-            log.warning("%s: no numeric %s/%s; not a POSIX user", e.dn, s.user_uid, s.user_gid)
+            log.warning("%s: no numeric %s/%s; not a POSIX user", dn, s.user_uid, s.user_gid)
             return None
         if not self.cfg.id_in_range(uid):
             return None
         if not self.cfg.id_in_range(gid):
             # SSSD: "filtered out! (primary gid out of range)"; gid 0 always is.
-            log.debug("%s: primary gid %d out of range; user filtered out", e.dn, gid)
+            log.debug("%s: primary gid %d out of range; user filtered out", dn, gid)
             return None
         return name, uid, gid
 
@@ -488,7 +495,7 @@ class LdapProvider:
             posix = False
         if not posix and want != WALK:
             return None
-        name = self._primary_name(e, s.group_name, names) if names else ""
+        name = self._primary_name(e.dn, s.group_name, names) if names else ""
         if posix and gid is not None and not self.cache.storable_group(name, gid, e.dn):
             return None  # skipped alone, one log line; the rest is stored (docs/threat-model.md)
         g = _GroupEntry(
@@ -528,13 +535,13 @@ class LdapProvider:
         return keys
 
     @staticmethod
-    def _primary_name(e: Entry, attr: str, names: list[str]) -> str:
+    def _primary_name(dn: str, attr: str, names: list[str]) -> str:
         """The name of an entry with several values of its name attribute: the one
         its RDN spells, else the first (SSSD's sdap_get_primary_name, item 9)."""
         if len(names) == 1:
             return names[0]
         a = attr.lower()
-        for rattr, rvalue in rdn_avas(e.dn):
+        for rattr, rvalue in rdn_avas(dn):
             if rattr == a:
                 folded = rvalue.lower()
                 return next((n for n in names if n.lower() == folded), names[0])
@@ -834,23 +841,35 @@ class LdapProvider:
             ):
                 return
             self._swept = self._sweep(len(lookup))
-        for k in [k for k in lookup if k in self._swept]:
-            known[k] = self._user_member(self._swept[k], k, False)
+        swept = self._swept
+        for k in [k for k in lookup if k in swept]:
+            known[k] = self._swept_member(swept[k])
             del lookup[k]
 
-    def _sweep(self, wanted: int) -> dict[str, Entry]:
+    def _swept_member(self, row: Row) -> Member:
+        """A swept user as a member: named by its entry, with ids, as _user_member
+        (in a user base: the sweep searched only those)."""
+        dn, values = row
+        if self.schema.ad:  # ids mapped from SIDs (cached/ldap/ad.py)
+            attrs = [a.lower() for a in self._member_user_attrs()]
+            return self._user_member(Entry(dn, dict(zip(attrs, values, strict=True))), "", False)
+        named = self._name_ids(dn, values[0], _int(values[1]), _int(values[2]))
+        return ("user", named[0]) if named is not None else None
+
+    def _sweep(self, wanted: int) -> dict[str, Row]:
         """Every user of the user bases by DN key, or none past the bound."""
         s = self.schema
         # No objectClass asked for: the filter admits users of the class only.
+        # Rows: name, uid, gid (then AD's SIDs), no Entry per user (Search.rows).
         attrs = self._member_user_attrs()
         cap = self.sweep_factor * wanted
-        entries: list[Entry] = []
+        entries: list[Row] = []
         try:
             for b in s.user_bases:
                 left = cap - len(entries)  # > 0: max_entries=0 would mean no bound
                 if left <= 0:
                     raise LdapTooMany(f"the user bases passed {cap} entries")
-                entries += self.client.search(
+                entries += self.client.search_rows(
                     b.dn, s.with_base(f"(objectClass={s.user_oc})", b), attrs, scope=b.scope,
                     max_entries=left,
                 )  # fmt: skip
@@ -866,7 +885,7 @@ class LdapProvider:
             log.info("sweep of the user bases cut by the server (%s after %d entries): "
                      "members named by deref or look-ups", cut.code, cut.partial)  # fmt: skip
             return {}
-        return {normalize_dn(e.dn): e for e in entries}
+        return {normalize_dn(r[0]): r for r in entries}
 
     def _round(
         self,

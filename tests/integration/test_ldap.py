@@ -10,7 +10,7 @@ import pytest
 from cached.cache import State
 from cached.counters import LDAP_CONNECT, LDAP_SEARCH, Counters
 from cached.ldap import deref
-from cached.ldap.client import LdapClient, LdapOffline, Search
+from cached.ldap.client import LdapClient, LdapOffline, LdapTooMany, Search
 from cached.ldap.provider import Outcome
 from cached.ldap.schema import escape
 from testing.backend import OPEN_CLIENTS, make_backend, make_domain, stored_gids, stored_members
@@ -214,6 +214,38 @@ def test_searches_sent_together_give_what_each_gives_alone(slapd_small):
     together = client.search_many(specs)
     assert [sorted(e.dn for e in got) for got in together] == alone  # type: ignore[union-attr]
     assert len(alone[0]) > 3 and alone[3] == [] and alone[-1] == []
+
+
+def test_rows_are_the_entries_search_gives(slapd_small, monkeypatch):
+    """client.search_rows: each entry as (DN, the values of each attribute asked, in
+    the order asked, any case), the same as search() gives, whether deref.decode_row
+    read it (small entries) or the generic reader did (entries of 130 bytes or more);
+    paged (3 entries a page); bounded by max_entries like search()."""
+    s = slapd_small.slapd
+    client = LdapClient(make_domain([s.uri], s.base_dn, ldap_page_size=3))
+    OPEN_CLIENTS.append(client)
+    fast: list[deref.Row] = []
+    decode_row = deref.decode_row
+
+    def counted(buf, slots):
+        got = decode_row(buf, slots)
+        if got is not None:
+            fast.append(got)
+        return got
+
+    monkeypatch.setattr(deref, "decode_row", counted)
+    filt = "(objectClass=posixAccount)"
+    small = ["UID", "uidNumber", "gidnumber"]
+    big = ["uid", "homeDirectory", "loginShell", "cn", "uidNumber", "description"]
+    for attrs, by_rows in ((small, True), (big, False)):
+        want = {e.dn: [e.get(a) for a in attrs] for e in client.search(s.base_dn, filt, attrs)}
+        fast.clear()
+        rows = client.search_rows(s.base_dn, filt, attrs)
+        assert len(rows) == len(want) > 3 and dict(rows) == want
+        assert all(r[1][0] and r[1][1] for r in rows)
+        assert len(fast) == (len(rows) if by_rows else 0)
+    with pytest.raises(LdapTooMany):
+        client.search_rows(s.base_dn, filt, small, max_entries=2)
 
 
 def test_small_directory_exact_with_tiny_pages(tmp_path, slapd_small):

@@ -1,0 +1,184 @@
+"""cached/ldap/deref.py decode_row: the reader of small SearchResultEntry messages of a
+search whose entries are wanted as rows (the sweep of the user bases). It must give
+what the generic reader (decode_search_entry) gives, or decline (None) and leave the
+message to it; hostile bytes — truncated, lengths past their container, long-form
+and huge lengths — are declined, never read past their end. Each malformed case
+below is built so that it is declined only by its own bounds check: without that
+check it would give a row (a wrong one) or raise. Pure logic."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from cached.ldap import deref
+
+DN = b"uid=user00042,ou=people,dc=example,dc=test"
+ATTRS = ["uid", "uidNumber", "gidNumber"]
+
+
+def _slots(msgid: int = 7) -> dict[int, tuple[dict[bytes, int], int]]:
+    """What LdapClient's _exchange passes for one row search (client._Request)."""
+    return {msgid: ({a.lower().encode(): i for i, a in enumerate(ATTRS)}, len(ATTRS))}
+
+
+def tlv(tag: int, body: bytes) -> bytes:
+    n = len(body)
+    return bytes((tag, n) if n < 0x80 else (tag, 0x81, n)) + body
+
+
+def attr(kind: bytes, *values: bytes) -> bytes:
+    return tlv(0x30, tlv(0x04, kind) + tlv(0x31, b"".join(tlv(0x04, v) for v in values)))
+
+
+def entry(*attrs: bytes, msgid: bytes = b"\x07", dn: bytes = DN, controls: bytes = b"") -> bytes:
+    op = tlv(0x64, tlv(0x04, dn) + tlv(0x30, b"".join(attrs)))
+    return tlv(0x30, tlv(0x02, msgid) + op + controls)
+
+
+GOOD = entry(attr(b"gidNumber", b"10000"), attr(b"UID", b"user00042"), attr(b"uidNumber", b"1"))
+
+
+def generic_row(buf: bytes) -> tuple[int, bytes, list[list[bytes]]]:
+    """The row the client builds from the generic reader (client._Request.entry)."""
+    e = deref.decode_search_entry(buf)
+    assert e is not None
+    attrs = {k.decode().lower(): v for k, v in e.attrs.items()}
+    return e.message_id, e.dn, [attrs.get(a.lower(), []) for a in ATTRS]
+
+
+def test_a_small_entry_is_read_in_slot_order_as_the_generic_reader_reads_it():
+    got = deref.decode_row(GOOD, _slots())
+    assert got == (7, DN, [[b"user00042"], [b"1"], [b"10000"]])
+    assert got == generic_row(GOOD)
+
+
+def test_missing_unasked_and_multivalued_attributes():
+    buf = entry(attr(b"cn", b"x"), attr(b"uid", b"a", b"b"), attr(b"objectClass", b"top"))
+    got = deref.decode_row(buf, _slots())
+    assert got == (7, DN, [[b"a", b"b"], [], []]) == generic_row(buf)
+    assert deref.decode_row(entry(), _slots()) == (7, DN, [[], [], []]) == generic_row(entry())
+
+
+def test_a_spelling_met_is_remembered_and_the_table_is_bounded():
+    slots = _slots()
+    deref.decode_row(GOOD, slots)
+    table, _ = slots[7]
+    assert table[b"UID"] == 0  # looked up lower-cased once, then directly
+    for i in range(200):  # a server sending ever new attribute types
+        deref.decode_row(entry(attr(b"x%d" % i, b"v")), slots)
+    assert len(table) <= 64
+
+
+@pytest.mark.parametrize(
+    "buf",
+    [
+        entry(attr(b"uid", b"a"), msgid=b"\x08"),  # another search's message
+        tlv(0x30, tlv(0x02, b"\x07") + tlv(0x65, b"\x0a\x01\x00\x04\x00\x04\x00")),  # done
+        entry(attr(b"uid", b"a"), controls=tlv(0xA0, tlv(0x30, tlv(0x04, b"1.2.3")))),
+        entry(attr(b"uid", b"a"), attr(b"uid", b"b")),  # the generic reader joins them
+        entry(attr("uİd".encode(), b"a")),  # non-ASCII type: str.lower() rules apply
+        entry(attr(b"uid", b"a" * 90)),  # 130 bytes or more
+    ],
+)
+def test_declined_but_read_by_the_generic_reader(buf):
+    assert deref.decode_row(buf, _slots()) is None
+    deref.decode_search_entry(buf)  # no BerError: well-formed, just not for decode_row
+
+
+def _past_end() -> bytes:
+    body = entry(attr(b"gidNumber", b"1"), attr(b"uid", b"abc"))
+    at = len(body) - len(b"abc") - 1  # the value's length octet
+    grown = bytearray(body)
+    for k in (at, at - 2, at - 9):  # value, SET, attribute lengths
+        grown[k] += 2
+    return bytes(grown)
+
+
+def _long_form_read_as_short() -> bytes:
+    """30 81 …: a 131-byte message whose first length octet, 0x81 (long form, one
+    octet: 2), read as a short form would say 129, which is what follows: an
+    INTEGER and a valid entry. The generic reader refuses it (BerError)."""
+    inner = tlv(0x02, b"\x07") + tlv(0x64, tlv(0x04, DN) + tlv(0x30, attr(b"uid", b"x" * 67)))
+    assert len(inner) == 129
+    return b"\x30\x81" + inner
+
+
+def _hostile() -> list[tuple[str, bytes]]:
+    good = bytearray(GOOD)
+    n = len(good)
+    dn_at = good.index(DN) - 1  # the objectName's length octet
+    list_at = dn_at + 1 + len(DN)  # the PartialAttributeList's tag
+    a1 = list_at + 2  # the first PartialAttribute (gidNumber)
+    set1 = a1 + 4 + len(b"gidNumber")  # its SET's tag
+    val1 = set1 + 2  # its value's tag
+
+    def patch(at: int, *octets: int) -> bytes:
+        b = bytearray(good)
+        b[at : at + len(octets)] = bytes(octets)
+        return bytes(b)
+
+    return [
+        ("truncated message", bytes(good[:-1])),
+        ("message length past the buffer", patch(1, n - 1)),
+        ("message length short of the buffer", patch(1, n - 3)),
+        ("message length in long form", bytes((0x30, 0x81, n - 2)) + bytes(good[2:])),
+        ("huge message length", bytes((0x30, 0x84, 0xFF, 0xFF, 0xFF, 0xFF)) + bytes(good[2:])),
+        ("long form read as short", _long_form_read_as_short()),
+        ("messageID of no octets", entry(attr(b"uid", b"a"), msgid=b"")),
+        ("messageID of five octets", entry(attr(b"uid", b"a"), msgid=b"\x00\x00\x00\x00\x07")),
+        ("entry length past the message", patch(6, good[6] + 1)),
+        ("objectName length past the message", patch(dn_at, n)),
+        ("objectName in long form", patch(dn_at, 0x81)),
+        ("attribute list length past the message", patch(list_at + 1, good[list_at + 1] + 2)),
+        ("attribute length past the list", patch(a1 + 1, n)),
+        ("attribute length in long form", patch(a1 + 1, 0x84)),
+        ("type length past its attribute", patch(a1 + 3, 0x7F)),
+        ("SET length past its attribute", patch(set1 + 1, good[set1 + 1] + 2)),
+        ("SET length short of its attribute", patch(set1 + 1, good[set1 + 1] - 1)),
+        ("value length past its SET", patch(val1 + 1, good[val1 + 1] + 4)),
+        ("value length in long form (huge)", patch(val1 + 1, 0x84)),
+        ("value header cut by its SET", entry(attr(b"uid", b"a")[:-3] + b"\x01\x04")),
+        ("value not an OCTET STRING", patch(val1, 0x05)),
+        ("attribute not a SEQUENCE", patch(a1, 0x31)),
+        ("type not an OCTET STRING", patch(a1 + 2, 0x05)),
+        ("values not a SET", patch(set1, 0x30)),
+        ("attribute header cut by the message end", entry(attr(b"uid", b"a"), b"\x30\x00")),
+        ("entry header cut by the message end", bytes.fromhex("300702040000000764")),
+        # The last attribute, its SET and its value each 2 longer than what is left:
+        # consistent with each other, past the message.
+        ("attribute and its parts past the message", _past_end()),
+        # The last value's header: its tag the SET's last octet, its length beyond it.
+        (
+            "value header cut by its SET, at the message end",
+            entry(attr(b"gidNumber", b"1"), b"\x30\x0b\x04\x03uid\x31\x04\x04\x01a\x04"),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", _hostile(), ids=lambda c: c[0])
+def test_hostile_bytes_are_declined(case):
+    _name, buf = case
+    # Every bounds check on its own: declined (None), never a row, never an exception.
+    assert deref.decode_row(buf, _slots()) is None
+    # Left to the generic reader, which refuses it too or reads it as the BER it is.
+    with contextlib.suppress(deref.BerError):
+        deref.decode_search_entry(buf)
+
+
+def test_hostile_lengths_give_no_row_at_any_cut():
+    """Every prefix of a valid message, and every single octet changed to a length
+    that points past its container, is declined or read exactly as the generic
+    reader reads it: never a value from past its container."""
+    for cut in range(len(GOOD)):
+        assert deref.decode_row(GOOD[:cut], _slots()) is None
+    for at in range(1, len(GOOD)):
+        for octet in (0x7F, 0x80, 0x81, 0x84, 0xFF, GOOD[at] + 1, max(GOOD[at] - 1, 0)):
+            bad = GOOD[:at] + bytes((octet,)) + GOOD[at + 1 :]
+            got = deref.decode_row(bad, _slots())
+            if got is None:
+                continue
+            # Accepted only where the change left a well-formed message (a value's
+            # bytes): then it is what the generic reader gives.
+            assert got == generic_row(bad), (at, octet)
