@@ -170,6 +170,7 @@ RECV_SIZE = 1 << 20
 # (the buffer, the copy and the decoded values: about 4x the message).
 MAX_MESSAGE = 64 << 20
 _DEADLINE_ATTR = "_cached_deadline"  # monotonic time an operation must finish by
+_RECV_BUFFER_ATTR = "_cached_recv_buffer"  # the connection's receive buffer
 # Searches outstanding at once on the connection (LdapClient.search_many): enough for
 # the server to work on the next while the client decodes the last (two cores here;
 # the walk of bigroupuser has at most 2 per level), few enough to bound what a level
@@ -207,6 +208,13 @@ def _receiving_linear(self: Any) -> list[bytes]:
     if conn.sasl_mechanism == ldap3.DIGEST_MD5:
         return list(_receiving(self))  # signed SASL framing: not a mechanism cached offers
     deadline: float | None = getattr(conn, _DEADLINE_ATTR, None)
+    # One receive buffer per connection, reused: recv(RECV_SIZE) allocated (and the
+    # kernel faulted in) a fresh 1 MiB per read, the largest cost of this loop in a
+    # cold initgroups of bigroupuser (py-spy, perf/readpath.py).
+    into: memoryview | None = getattr(conn, _RECV_BUFFER_ATTR, None)
+    if into is None:
+        into = memoryview(bytearray(RECV_SIZE))
+        setattr(conn, _RECV_BUFFER_ATTR, into)
     buf = bytearray()
     pos = 0
     need = -1
@@ -218,34 +226,43 @@ def _receiving_linear(self: Any) -> list[bytes]:
                 if left <= 0:
                     raise TimeoutError("deadline passed")
                 conn.socket.settimeout(left)
-            data = conn.socket.recv(RECV_SIZE)
+            got = conn.socket.recv_into(into)
         except TimeoutError:
             _close_quietly(self)
             raise LdapTimeout(f"{conn.server.name}: timed out (no complete answer)") from None
         except (OSError, AttributeError) as e:
             _close_quietly(self)
             raise lexc.LDAPSocketReceiveError(f"error receiving data: {e}") from None
-        if not data:
+        if not got:
             return messages  # EOF; ldap3 reports "session terminated" when empty
-        COUNTERS.add(LDAP_BYTES, 0, 0.0, len(data))
-        buf += data
+        COUNTERS.add(LDAP_BYTES, 0, 0.0, got)
+        buf += into[:got]
+        end = len(buf)
+        # The complete messages are sliced from one bytes copy of the buffer, made
+        # once a message is complete (a message still arriving is never copied).
+        whole = b""
         while True:
             if need < 0:
-                need = _message_size(buf, pos)
-                if need < 0:
-                    break
-                if need > MAX_MESSAGE:
-                    _close_quietly(self)
-                    raise LdapMessageTooLarge(
-                        f"{conn.server.name} sent an LDAP message of {need} bytes, over the "
-                        f"{MAX_MESSAGE} byte limit of one message"
-                    )
-            if len(buf) - pos < need:
+                if end - pos >= 2 and buf[pos + 1] < 0x80:
+                    need = buf[pos + 1] + 2  # short form: every entry of a sweep
+                else:
+                    need = _message_size(buf, pos)
+                    if need < 0:
+                        break
+                    if need > MAX_MESSAGE:
+                        _close_quietly(self)
+                        raise LdapMessageTooLarge(
+                            f"{conn.server.name} sent an LDAP message of {need} bytes, over "
+                            f"the {MAX_MESSAGE} byte limit of one message"
+                        )
+            if end - pos < need:
                 break
-            messages.append(bytes(memoryview(buf)[pos : pos + need]))
+            if not whole:
+                whole = bytes(buf)
+            messages.append(whole[pos : pos + need])
             pos += need
             need = -1
-        if pos == len(buf):
+        if pos == end:
             return messages
         if pos:
             del buf[:pos]

@@ -650,10 +650,10 @@ class LdapProvider:
         # settled group is checked at C speed.
         named = found.keys() | known.keys()
         deep = found.keys() | {mk for mk, m in known.items() if m is None or m[0] == "user"}
-        # Members still to look up, by their parent's budget: filtered in C, each
-        # distinct member then taken once at the highest budget (bigroupuser's first
-        # round: 44,000 values, 5,000 distinct).
-        wanted: dict[int, dict[str, None]] = {}
+        # The members of the groups with something left, pooled by the group's budget,
+        # then each distinct member taken once, at the highest budget, in C where it
+        # can be (bigroupuser's first round: 44,000 values, 5,000 distinct).
+        pools: dict[int, list[str]] = {}
         for k, g in found.items():
             b = budget.get(k, -1)
             if b < 0 or settled.get(k) == b:
@@ -662,13 +662,14 @@ class LdapProvider:
             if done.issuperset(g.member_keys):
                 settled[k] = b
                 continue
-            acc = wanted.get(b)
-            if acc is None:
-                acc = wanted[b] = {}
-            acc.update(dict.fromkeys(filterfalse(done.__contains__, g.member_keys)))
+            pool = pools.get(b)
+            if pool is None:
+                pool = pools[b] = []
+            pool += g.member_keys
         spelled = self._member_dn
-        for b in sorted(wanted, reverse=True):
-            for mk in wanted[b]:
+        for b in sorted(pools, reverse=True):
+            done = deep if b >= 1 else named
+            for mk in filterfalse(done.__contains__, dict.fromkeys(pools[b])):
                 if mk not in out:
                     out[mk] = (spelled[mk], b - 1)
         if out:

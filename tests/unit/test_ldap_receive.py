@@ -105,6 +105,21 @@ def test_a_message_cut_inside_is_completed_by_later_reads(pair):
     assert receive_all(_Strategy(a), len(m1 + m2 + m3)) == [m1, m2, m3]
 
 
+def test_messages_stay_intact_when_later_reads_reuse_the_buffer(pair):
+    """The connection's receive buffer is reused by every read: what one call
+    returned are copies, unchanged by the reads of the next calls."""
+    a, b = pair
+    st = _Strategy(a)
+    first = [ber(b"1" * 50), ber(b"2" * 3000)]
+    feed(b, [b"".join(first)]).join()
+    got = receive_all(st, sum(map(len, first)))
+    assert all(type(m) is bytes for m in got)
+    second = [ber(b"3" * 3050)]
+    feed(b, second).join()
+    assert receive_all(st, len(second[0])) == second
+    assert got == first
+
+
 def test_a_large_message_arrives_intact(pair):
     a, b = pair
     m = ber(bytes(range(256)) * 40_000, long_form=True)  # ~10 MB
