@@ -61,6 +61,18 @@ def test_missing_unasked_and_multivalued_attributes():
     assert deref.decode_row(entry(), _slots()) == (7, DN, [[], [], []]) == generic_row(entry())
 
 
+def test_empty_value_sets_and_message_ids_as_the_generic_reader_reads_them():
+    # A SET without values, last in the message: nothing is read past its end.
+    for buf in (entry(attr(b"uid")), entry(attr(b"gidNumber", b"5"), attr(b"uid"))):
+        got = deref.decode_row(buf, _slots())
+        assert got == generic_row(buf) and got is not None and got[2][0] == []
+    # The messageID is a signed INTEGER: 0xff is -1, 0x00 0xff is 255.
+    for msgid, wire in ((-1, b"\xff"), (255, b"\x00\xff"), (0x1234, b"\x12\x34")):
+        buf = entry(attr(b"uid", b"a"), msgid=wire)
+        assert deref.decode_row(buf, _slots(msgid)) == (msgid, DN, [[b"a"], [], []])
+        assert generic_row(buf)[0] == msgid
+
+
 def test_a_spelling_met_is_remembered_and_the_table_is_bounded():
     slots = _slots()
     deref.decode_row(GOOD, slots)
