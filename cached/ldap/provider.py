@@ -1101,12 +1101,21 @@ class LdapProvider:
         member groups, whether a member is still unknown, and the non-POSIX member
         groups walked through (item 8). A member fetched as a group counts as that
         group, whatever else named it. Four passes over the lists were 20 % of a cold
-        initgroups's storing (py-spy, perf.readpath)."""
+        initgroups's storing (py-spy, perf.readpath). The member users, most of the
+        values, are named in C (a map over a dict of the users); the loop reads the
+        rest, usually none."""
         out: dict[str, _Scan] = {}
         get, fget = known.get, found.get
+        users = {mk: m[1] for mk, m in known.items() if m is not None and m[0] == "user"}
+        for mk in found.keys() & users.keys():
+            del users[mk]  # fetched as a group: counts as the group
+        is_user, user_name = users.__contains__, users.__getitem__
         for k, g in found.items():
             sc = _Scan()
-            for mk in g.member_keys:
+            keys = g.member_keys
+            rest = list(filterfalse(is_user, keys))
+            sc.users = dict.fromkeys(map(user_name, filter(is_user, keys) if rest else keys))
+            for mk in rest:
                 f = fget(mk)
                 if f is not None:
                     sc.children.append(mk)
