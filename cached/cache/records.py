@@ -160,8 +160,16 @@ MISSING_TIMES = Times()
 
 
 def encode_times(t: Times) -> bytes:
-    tail = (t.modstamp + "\0" + t.usn).encode("utf-8")
-    return _TS.pack(TS_VERSION, t.last_update, t.data_expire, t.initgr_expire) + tail
+    return pack_times(t.last_update, t.data_expire, t.initgr_expire, t.modstamp, t.usn)
+
+
+def pack_times(
+    last_update: float, data_expire: float, initgr_expire: float, modstamp: str, usn: str
+) -> bytes:
+    """encode_times without a Times built (the writer stores thousands at once, and a
+    frozen dataclass costs a setattr per field)."""
+    tail = (modstamp + "\0" + usn).encode("utf-8")
+    return _TS.pack(TS_VERSION, last_update, data_expire, initgr_expire) + tail
 
 
 def decode_times(data: Data) -> Times:

@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import lmdb
 
@@ -164,16 +164,36 @@ class Store:
         Returns the bytes written and the seconds spent in commit (which includes the
         fsync of a synchronous store: SSSD's "time spent writing to LDB", §5.2).
         """
-        written = sum(len(k) + len(v) for _, k, v in ops if v is not None)
+        # Operations on different tables commute, so each table's are applied together,
+        # in their order; a table with puts only takes them in one putmulti (half the
+        # CPU of a put per record, measured on 6,000 records: what a cold initgroups
+        # of bigroupuser writes), where the last put of a key wins as before.
+        written = 0
+        by_table: dict[str, list[tuple[bytes, bytes | None]]] = {}
+        deleting: set[str] = set()
+        for table, key, value in ops:
+            items = by_table.get(table)
+            if items is None:
+                items = by_table[table] = []
+            items.append((key, value))
+            if value is None:
+                deleting.add(table)
+            else:
+                written += len(key) + len(value)
         while True:
             txn = self.env.begin(write=True)
             try:
-                for table, key, value in ops:
+                for table, items in by_table.items():
                     db = self.tables[table]
-                    if value is None:
-                        txn.delete(key, db=db)
-                    else:
-                        txn.put(key, value, db=db)
+                    if table not in deleting:
+                        # No None among a table's values without a delete.
+                        txn.cursor(db=db).putmulti(cast("list[tuple[bytes, bytes]]", items))
+                        continue
+                    for key, value in items:
+                        if value is None:
+                            txn.delete(key, db=db)
+                        else:
+                            txn.put(key, value, db=db)
                 start = time.perf_counter()
                 txn.commit()
                 return written, time.perf_counter() - start

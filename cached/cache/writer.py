@@ -144,10 +144,11 @@ class BackendCache(DomainCache):
         yield batch
         self.commit(batch)
 
-    def _refused(self, kind: str, name: str, ident: int, dn: str) -> bool:
+    def _refused(self, kind: str, name: str, ident: int, dn: str, key: bytes | None = None) -> bool:
         """Refuse an entry the store cannot hold, alone, with one log line (SSSD:
-        "Failed to store group … Ignoring"): the rest of the write goes on."""
-        why = unstorable(kind, name, ident, dn, self.key(name))
+        "Failed to store group … Ignoring"): the rest of the write goes on. ``key``:
+        the name's key when the caller has it."""
+        why = unstorable(kind, name, ident, dn, self.key(name) if key is None else key)
         if why:
             self.counters.add(ENTRY_SKIPPED, 1, 0.0)
             limited.log(("unstorable", kind, dn or name), logging.WARNING,
@@ -195,7 +196,8 @@ class BackendCache(DomainCache):
         """Store a group. ``complete=False``: its member groups down to the nesting
         level were not all fetched, so it is stored already expired, as SSSD stores
         the incomplete groups of initgroups (reference §6.3 step 4)."""
-        if self._refused("group", group.name, group.gid, group.dn):
+        key = self.key(group.name)
+        if self._refused("group", group.name, group.gid, group.dn, key):
             return
         # One join and a search in C, not a test per member (5,000 for large01).
         if "\0" in "".join(group.members) or "\0" in "".join(group.member_groups):
@@ -206,8 +208,8 @@ class BackendCache(DomainCache):
             group = Group(group.name, group.gid, group.dn,
                           tuple(m for m in group.members if "\0" not in m),
                           tuple(m for m in group.member_groups if "\0" not in m))  # fmt: skip
-        self._put_aliases(batch, b"g", self.key(group.name), aliases)
-        batch.groups[self.key(group.name)] = (
+        self._put_aliases(batch, b"g", key, aliases)
+        batch.groups[key] = (
             GroupRecord.from_group(group),
             modstamp,
             usn,
@@ -267,13 +269,13 @@ class BackendCache(DomainCache):
                                   p.modstamp, p.usn)  # fmt: skip
                     ts_ops.append(("users", key, rec.encode_times(times)))
 
+            groups_db, fresh, stale = t["groups"], now + self.timeouts.group, now - 1
             for key, (group, modstamp, usn, complete) in batch.groups.items():
                 new = rec.encode_group(group)
-                old = txn.get(key, db=t["groups"])
+                old = txn.get(key, db=groups_db)
                 ops += self._put_ops("groups", key, new, old, (group.gid, group.dn))
-                expire = now + self.timeouts.group if complete else now - 1
-                times = Times(now, expire, 0.0, modstamp, usn)
-                ts_ops.append(("groups", key, rec.encode_times(times)))
+                expire = fresh if complete else stale
+                ts_ops.append(("groups", key, rec.pack_times(now, expire, 0.0, modstamp, usn)))
 
             for akey, target in batch.aliases.items():
                 if txn.get(akey, db=t["alias"]) != target:
@@ -282,8 +284,8 @@ class BackendCache(DomainCache):
             for key, (modstamp, usn) in batch.touched_groups.items():
                 if key in batch.groups or txn.get(key, db=t["groups"]) is None:
                     continue
-                times = Times(now, now + self.timeouts.group, 0.0, modstamp, usn)
-                ts_ops.append(("groups", key, rec.encode_times(times)))
+                times_data = rec.pack_times(now, now + self.timeouts.group, 0.0, modstamp, usn)
+                ts_ops.append(("groups", key, times_data))
 
             for table, keys, tstable in (
                 ("users", batch.deleted_users, tsu),

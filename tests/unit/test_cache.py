@@ -578,3 +578,24 @@ def test_held_group_lookups_are_bounded(tmp_path, monkeypatch):
         assert reader._held_bytes <= 500 + 300  # one more group's members at most
     # The backend keeps none: it reads what it has just written.
     assert c.group_by_gid(20001).value is not None and not c._held
+
+
+def test_store_write_keeps_each_tables_order(tmp_path):
+    """Store.write applies each table's operations together (puts only: one putmulti):
+    within a table their order decides, as one put after another did — the last put
+    of a key wins, a delete then a put leaves the put, a put then a delete nothing."""
+    from cached.cache.store import Store
+
+    st = Store(str(tmp_path / "s.ldb"), ("a", "b"), writer=True, sync=False, map_size=1 << 20)
+    try:
+        written, _ = st.write(
+            [("a", b"k", b"1"), ("b", b"k", b"x"), ("a", b"k", b"2"), ("a", b"j", b"3")]
+        )
+        assert written == 8
+        st.write([("b", b"k", None), ("b", b"k", b"y"), ("b", b"m", b"z"), ("b", b"m", None)])
+        with st.read() as txn:
+            a = dict(txn.cursor(db=st.tables["a"]))
+            b = dict(txn.cursor(db=st.tables["b"]))
+        assert a == {b"k": b"2", b"j": b"3"} and b == {b"k": b"y"}
+    finally:
+        st.close()
