@@ -211,3 +211,34 @@ def test_search_entry_every_length_form_and_every_truncation(form, n_values):
         if short is not None:
             with pytest.raises((deref.BerError, IndexError)):
                 deref.decode_search_entry(short)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "member=uid=user00001,ou=people,dc=example,dc=test",
+        "cn=User 00001",
+        "cn=  padded value  ",
+        "cn=",
+        "cn=   ",
+        "2.5.4.3=x",
+        "cn;lang-en=Zoë",
+        "uid=a\0b",
+        "member=cn=Smith\\2c John,ou=people",  # an escape: the general path
+        "cn =x",  # space before '=': the general path
+        "cn~=smith",
+        "uidNumber>=1000",
+        "cn:caseExactMatch:=x",
+        "cn=a*b",
+    ],
+)
+def test_equality_fast_path_gives_what_the_general_reader_gives(item):
+    """encode_filter reads plain equality items by one regex match: the same BER as
+    _item, the reader of every item, whatever the spaces, options or characters."""
+    want = wire._item(item)
+    assert wire.encode_filter(f"({item})") == want
+    assert wire.encode_filter(f"(|({item})( {item} ))") == tlv_or([want, wire._item(item)])
+
+
+def tlv_or(children: list[bytes]) -> bytes:
+    return deref.tlv(0xA1, b"".join(children))
