@@ -905,7 +905,9 @@ class LdapProvider:
                 )  # fmt: skip
         except LdapTooMany as too_many:
             log.debug("%s: member users left to batched look-ups", too_many)
-            self.users_at_least = max(self.users_at_least, cap)
+            # It passed the cap: the bases hold more than ``cap`` users, so a request
+            # with as many unknown members would give up again.
+            self.users_at_least = max(self.users_at_least, cap + 1)
             return {}
         except LdapLimitExceeded as cut:
             # Not an error of the lookup: the members are named as without a sweep

@@ -43,11 +43,10 @@ NOTICE_OF_DISCONNECTION = b"1.3.6.1.4.1.1466.20036"  # RFC 4511 §4.4.1
 PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
 
 SCOPES = {"base": 0, "one": 1, "sub": 2}
-# BOOLEAN TRUE as ldap3 2.9.1 (pyasn1's BER encoder) sends it, so the bytes on the
-# wire do not change with this module. RFC 4511 §5.1 asks for 0xFF; a server that
-# reads only 0xFF as TRUE would see critical controls as non-critical (as it always
-# has with ldap3): switching is one byte here, with its own test against servers.
-TRUE = b"\x01"
+# BOOLEAN TRUE is 0xFF (RFC 4511 §5.1: "the encoding of the value octet is set to hex
+# FF"), as ldap3 2.9.1 sends it too: its strategies encode with ldap3.utils.asn1's
+# Boolean encoder, not pyasn1's BER one (which writes 0x01).
+TRUE = b"\xff"
 
 
 class FilterError(ValueError):

@@ -146,6 +146,25 @@ def test_bigroupuser_swept_once_and_never_dereferenced(tmp_path, slapd_big):
     assert (spy.sweeps(), spy.derefs()) == (1, 0), spy.calls
 
 
+def test_a_sweep_that_gave_up_is_not_tried_again_for_as_many_members(tmp_path, slapd_small):
+    """A sweep stopped past its bound shows the bases hold more users than it: the
+    next request with as many unknown members does not sweep again (the kill soak's
+    log showed each group lookup of 1,000 unknown members reading 2,000 users in vain)."""
+    exp = slapd_small.expected
+    p, _cache, spy = _backend(tmp_path, slapd_small)
+    p.client.connect()  # the root DSE: paging offered, so a sweep is possible
+    p.sweep_min, p.sweep_factor = 1, 1
+    wanted = len(exp.user_names()) // 2  # a bound the 31 users pass
+    base = slapd_small.slapd.base_dn
+    for _request in range(3):
+        p._swept = None  # a new request (LdapProvider._run resets it)
+        lookup = {f"uid=nobody{i},ou=people,{base}": (f"uid=nobody{i},ou=people,{base}", 0)
+                  for i in range(wanted)}  # fmt: skip
+        p._sweep_users(lookup, {})
+        assert len(lookup) == wanted  # left to the look-ups: the sweep named none
+    assert (spy.sweeps(), spy.stopped) == (1, 1), spy.calls
+
+
 @pytest.mark.parametrize("why", ["too-few-to-sweep", "sweep-gave-up"])
 def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_small, why):
     """The first level went without deref for a sweep that did not name its members:

@@ -22,6 +22,7 @@ import os
 import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -300,7 +301,8 @@ def process_report(pids: list[int]) -> str:
             cmd = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (base / "stat").read_text().rsplit(")", 1)[1].split()[0]
             wchan = (base / "wchan").read_text()
-            syscall = (base / "syscall").read_text().split(" ", 1)[0]
+            syscall = (base / "syscall").read_text().strip()
+            syscall += _pollfds(pid, syscall)
             fds = []
             for fd in os.listdir(base / "fd"):
                 with contextlib.suppress(OSError):  # closed meanwhile
@@ -310,6 +312,24 @@ def process_report(pids: list[int]) -> str:
             continue
         lines.append(f"{pid} [{state}] wchan={wchan} syscall={syscall} {cmd[:120]}\n  fds: {fds}")
     return "\n".join(lines)
+
+
+def _pollfds(pid: int, syscall: str) -> str:
+    """For a process inside poll(2) (x86_64: 7): the pollfd array it waits on, read
+    from its memory, e.g. " pollfds=[(-1, 0x1)] timeout=300000" (a negative fd is
+    ignored by poll, which then only sleeps)."""
+    parts = syscall.split()
+    if not parts or parts[0] != "7" or len(parts) < 4:
+        return ""
+    addr, nfds, timeout = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    try:
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            mem.seek(addr)
+            raw = mem.read(8 * min(nfds, 8))
+    except OSError as e:
+        return f" pollfds=unreadable ({e.strerror})"
+    fds = [struct.unpack_from("<ihh", raw, 8 * i) for i in range(len(raw) // 8)]
+    return f" pollfds={[(fd, hex(ev)) for fd, ev, _ in fds]} timeout={timeout}"
 
 
 def kill_during_writes(pids: list[int], rng: random.Random, window: float) -> str:

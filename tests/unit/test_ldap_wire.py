@@ -9,7 +9,7 @@ from ldap3.operation.search import search_operation
 from ldap3.protocol.convert import build_controls_list
 from ldap3.protocol.rfc2696 import paged_search_control
 from ldap3.protocol.rfc4511 import LDAPMessage, MessageID, ProtocolOp
-from pyasn1.codec.ber.encoder import encode  # type: ignore[import-untyped]
+from ldap3.utils.asn1 import encode  # what ldap3's strategies send with
 
 from cached.ldap import client, deref, wire
 from cached.ldap.provider import _NamePart
@@ -58,7 +58,8 @@ def ldap3_bytes(
     controls: list[wire.Control] | None,
     paged: tuple[int, bytes | None] | None,
 ) -> bytes:
-    """What ldap3's Connection.search and SyncStrategy.send put on the wire."""
+    """What ldap3's Connection.search and SyncStrategy.send put on the wire (its own
+    Boolean encoder: TRUE is 0xFF, RFC 4511 §5.1)."""
     ctrls = list(controls or [])
     if paged is not None:
         ctrls.append(paged_search_control(False, paged[0], paged[1]))
