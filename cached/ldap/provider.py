@@ -198,8 +198,6 @@ def _names_each(values: list[bytes]) -> list[str]:
     return out
 
 
-
-
 def _int(values: list[bytes]) -> int | None:
     try:
         return int(values[0]) if values else None
