@@ -69,6 +69,10 @@ EXPAND_MEMO_NAMES = 2_000_000
 # getgrgid (perf/warmsocket.py). Bounded in entries and member bytes; dropped whole.
 HELD_LOOKUPS = 50_000
 HELD_MEMBER_BYTES = 64 << 20
+# Users whose decoded group list is kept (_decode_initgr): a few logins at once, and
+# records of at most this many bytes in all (bigroupuser's: 33 KB).
+INITGR_MEMO = 16
+INITGR_MEMO_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,9 @@ class DomainCache:
         # gid or name key -> the lookup as last read; see _Held.
         self._held: dict[int | bytes, _Held] = {}
         self._held_bytes = 0
+        # user key -> (initgroups record, its gids, its group names); see _decode_initgr.
+        self._initgr: dict[bytes, tuple[bytes, bytes, tuple[str, ...]]] = {}
+        self._initgr_bytes = 0
         self.entries: Store
         self.ts: Store | None = None
         self._open()
@@ -331,14 +338,10 @@ class DomainCache:
         return got
 
     def _versions(self) -> tuple[int, int]:
-        """The last committed transaction of the entry and the timestamp store, read
-        from their meta pages without a read transaction (mdb_env_info): a commit of
-        any process has updated them by the time it returns."""
+        """The last committed transaction of the entry and the timestamp store: a commit
+        of any process is seen by the next read transaction once it returns."""
         ts = self.ts
-        return (
-            self.entries.env.info()["last_txnid"],
-            -1 if ts is None else ts.env.info()["last_txnid"],
-        )
+        return _last_txnid(self.entries), -1 if ts is None else _last_txnid(ts)
 
     def _held_lookup(self, asked: int | bytes) -> Lookup[GroupView] | None:
         """The lookup kept under ``asked`` if neither store has changed since it was
@@ -458,9 +461,29 @@ class DomainCache:
                 # must (offline), but ask the backend first.
                 value = Initgroups(user, _ID_NATIVE.pack(user.gid), (), fetched=False)
                 return Lookup(State.EXPIRED, value, times)
-            gids, groups = rec.decode_initgr(idata)
+            gids, groups = self._decode_initgr(key, idata)
             state = self._classify(times, times.initgr_expire)
-            return Lookup(state, Initgroups(user, gids, tuple(groups)), times)
+            return Lookup(state, Initgroups(user, gids, groups), times)
+
+    def _decode_initgr(self, key: bytes, data: rec.Data) -> tuple[bytes, tuple[str, ...]]:
+        """A stored group list, decoded once while its record holds the same bytes:
+        `id` asks for a user's groups two or three times (getgrouplist sizes its
+        buffer first), and decoding bigroupuser's 2,086 names each time was a
+        twentieth of the responder's CPU for a warm `id` over the socket (py-spy).
+        Comparing the record is a memcmp; the last few users are kept."""
+        memo = self._initgr.get(key)
+        if memo is not None and memo[0] == data:
+            return memo[1], memo[2]
+        gids, groups = rec.decode_initgr(data)
+        kept = (bytes(data), gids, tuple(groups))
+        if len(self._initgr) >= INITGR_MEMO or self._initgr_bytes > INITGR_MEMO_BYTES:
+            self._initgr.clear()
+            self._initgr_bytes = 0
+        if (old := self._initgr.get(key)) is not None:
+            self._initgr_bytes -= len(old[0])
+        self._initgr[key] = kept
+        self._initgr_bytes += len(kept[0])
+        return kept[1], kept[2]
 
     def groups_by_name(self, names: Iterable[str]) -> list[GroupView]:
         """Many groups in one snapshot (memory-cache prefill after initgroups)."""
@@ -673,6 +696,25 @@ class DomainCache:
 
 
 _ID_NATIVE = struct.Struct("=I")
+
+
+def _last_txnid(store: Store) -> int:
+    """The id of the last transaction committed to ``store``: that of a new read
+    snapshot. A read transaction (py-lmdb reuses its reader slot) costs half of
+    mdb_env_info, which builds a dictionary of six fields: the two of them per kept
+    group answer were 5 % of the responder's CPU for a warm `id` over the socket
+    (py-spy; perf/warmsocket.py)."""
+    env = store.env
+    try:
+        txn = env.begin(write=False, buffers=False)
+    except lmdb.MapResizedError:
+        env.set_mapsize(0)
+        txn = env.begin(write=False, buffers=False)
+    try:
+        txnid: int = txn.id()
+    finally:
+        txn.abort()
+    return txnid
 
 
 def times_or_missing(data: rec.Data | None) -> Times:

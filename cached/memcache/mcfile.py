@@ -782,7 +782,8 @@ class InitgroupsWriter(McWriter):
 
     KIND = Kind.INITGR
 
-    def store(self, name: str, unique_name: str, gids: Sequence[int]) -> StoreResult:
+    def store(self, name: str, unique_name: str, gids: Sequence[int] | bytes) -> StoreResult:
+        """``gids``: ints, or packed native u32 (see ``encode_initgroups``)."""
         payload = encode_initgroups(name, unique_name, gids)
         return self._store(name_key(name), name_key(unique_name), payload)
 
