@@ -768,8 +768,10 @@ class GroupWriter(McWriter):
         return self._invalidate_key(self._by2, id_key(gid))
 
     def holds_gid(self, gid: int) -> bool:
-        """Whether the file holds a record of ``gid`` (the writer's own index)."""
-        return id_key(gid) in self._by2
+        """Whether the file holds a record of ``gid`` (the writer's own index). The key
+        formatted here, not by ``id_key``: asked for every warm getgrgid, and an id out
+        of range is simply not held."""
+        return b"%d\0" % gid in self._by2
 
 
 class InitgroupsWriter(McWriter):

@@ -288,7 +288,9 @@ class NssResponder:
         f = a.found
         if self.lookups.negative.hit(f.domain.name, a.nkey):
             return None
-        got = a.plugin.read(f.cache, key)
+        got = f.cache.kept_group(key)
+        if got is None:
+            got = a.plugin.read(f.cache, key)
         if got.value is not f.value or got.state is not State.VALID:
             return None
         self._feed_group(a.record)
