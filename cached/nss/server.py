@@ -326,9 +326,9 @@ class NssResponder:
         last = self._prefilled.get(key)
         if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
             return
-        policy = self.lookups.policy
+        ok = self.lookups.policy.group_view_filter(domain)
         for g in found.cache.groups_by_name(ig.groups):
-            if not policy.group_view_ok(domain, g):
+            if not ok(g):
                 continue
             r = self._group_record(domain, g)
             self.feed.group(r.name, g.gid, r.count, r.blob, self.pwfield)

@@ -296,3 +296,37 @@ def test_lookup_now_answers_what_needs_no_backend_and_starts_nothing_else() -> N
     assert out["expired stalled"].value == ALICE
     assert out["missing stalled"] is NOT_NOW  # nothing stored: it waits for the backend
     assert len(backend.calls) == 1
+
+
+@pytest.mark.parametrize("users", ["root, Mallory", "root, Mallory, jürgen"])
+@pytest.mark.parametrize("case", ["true", "false", "preserving"])
+def test_policy_batch_group_filter_and_member_search_answer_as_the_per_group_checks(
+    case: str, users: str
+) -> None:
+    """What the memory-cache prefill and the member filter use (a filter looked up
+    once, filtered names searched as prepared bytes) answers as the checks of one
+    group: filters in any case, non-ASCII names, ids out of range."""
+    from cached.cache.records import join_members
+    from cached.responder.policy import ServePolicy
+
+    cfg = parse_config(
+        CONF.format(first_wait=0).replace("[domain/D]", "[domain/D]\ncase_sensitive = " + case)
+        .replace("[nss]", f"[nss]\nfilter_users = {users}\n"
+                          "filter_groups = root, Wheel\nmin_id = 10")
+    )  # fmt: skip
+    policy, domain = ServePolicy(cfg), cfg.domains[0]
+    ok = policy.group_view_filter(domain)
+    names = ["root", "wheel", "Wheel", "WHEEL", "staff", "Ünïcode"]
+    for name in names:
+        for gid in (0, 5, 10, 20000, 0xFFFFFFFF):
+            g = GroupView(name, gid, "", b"", 0)
+            assert ok(g) == policy.group_view_ok(domain, g), (name, gid)
+    for members in (["alice", "bob"], ["alice", "mallory"], ["Mallory"], ["jürgen", "x"],
+                    ["JÜRGEN"], ["rooty", "xroot"], []):  # fmt: skip
+        blob = join_members(members)
+        g = GroupView("g", 20000, "", blob, len(set(members)))
+        count, got = policy.members(domain, g)
+        kept = [n for n in sorted(set(members)) if not policy.name_filtered(domain, Kind.USER, n)]
+        if case == "false":
+            kept = [n.lower() for n in kept]
+        assert (count, got) == (len(set(kept)), join_members(kept)), members
