@@ -164,8 +164,15 @@ class ServePolicy:
         if primary is None or not self._member_of(cache, primary.name, ig.groups):
             drop.add(ig.user.gid)
         ids = array("I", ig.gids)
-        # The range is an interval: its ends decide for every gid between them.
+        # The range is an interval: its ends decide for every gid between them. Then
+        # the few dropped gids are taken out in C: a test per gid in Python was a
+        # twelfth of the responder's CPU for `id` over the socket (py-spy).
         in_range = domain.id_in_range
-        if not drop and (not ids or (in_range(min(ids)) and in_range(max(ids)))):
-            return ig.gids
-        return array("I", [g for g in ids if g not in drop and domain.id_in_range(g)]).tobytes()
+        if not ids or (in_range(min(ids)) and in_range(max(ids))):
+            if not drop:
+                return ig.gids
+            for g in drop:
+                while g in ids:
+                    ids.remove(g)
+            return ids.tobytes()
+        return array("I", [g for g in ids if g not in drop and in_range(g)]).tobytes()
