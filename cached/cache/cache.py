@@ -310,10 +310,16 @@ class DomainCache:
         start = time.perf_counter()
         got = self._held_lookup(gid)
         if got is None:
-            with self._reader() as txn:
+            # The transaction without Store.read's context manager: this is the read of
+            # every getgrgid of a warm `id` once a commit has dropped the kept lookups.
+            self._check_identity()
+            txn = _begin(self.entries)
+            try:
                 key = txn.get(ID_KEY.pack(gid), db=self.entries.tables["gid"])
                 view = None if key is None else self._group_view(txn, key)
                 version = txn.id()
+            finally:
+                txn.abort()
             got = self._group_lookup(gid, key or b"", view, version)
         self.counters.add(CACHE_READ, 1, time.perf_counter() - start)
         return got
@@ -330,9 +336,12 @@ class DomainCache:
         if self.ts is None:
             times, ts_version = rec.MISSING_TIMES, -1
         else:
-            with self.ts.read() as txn:
+            txn = _begin(self.ts)
+            try:
                 times = times_or_missing(txn.get(key, db=self.ts.tables["groups"]))
                 ts_version = txn.id()
+            finally:
+                txn.abort()
         got = Lookup(self._classify(times, times.data_expire), view, times)
         if self._hold_lookups:
             if len(self._held) >= HELD_LOOKUPS or self._held_bytes > HELD_MEMBER_BYTES:
@@ -719,18 +728,23 @@ class DomainCache:
 _ID_NATIVE = struct.Struct("=I")
 
 
+def _begin(store: Store) -> lmdb.Transaction:
+    """A read transaction of ``store`` as ``Store.read`` begins it; the caller aborts it."""
+    env = store.env
+    try:
+        return env.begin(write=False, buffers=False)
+    except lmdb.MapResizedError:
+        env.set_mapsize(0)
+        return env.begin(write=False, buffers=False)
+
+
 def _last_txnid(store: Store) -> int:
     """The id of the last transaction committed to ``store``: that of a new read
     snapshot. A read transaction (py-lmdb reuses its reader slot) costs half of
     mdb_env_info, which builds a dictionary of six fields: the two of them per kept
     group answer were 5 % of the responder's CPU for a warm `id` over the socket
     (py-spy; perf/warmsocket.py)."""
-    env = store.env
-    try:
-        txn = env.begin(write=False, buffers=False)
-    except lmdb.MapResizedError:
-        env.set_mapsize(0)
-        txn = env.begin(write=False, buffers=False)
+    txn = _begin(store)
     try:
         txnid: int = txn.id()
     finally:

@@ -271,10 +271,11 @@ class NssResponder:
             lookups = self.lookups
             # Only an answer of the first domain that admits the key: an earlier one
             # skipped for a negative entry or offline could answer once that ends.
-            first = next(
-                (d for d in lookups.config.domains if plugin.admits(lookups.policy, d, key)),
-                None,
-            )
+            for first in lookups.config.domains:
+                if plugin.admits(lookups.policy, first, key):
+                    break
+            else:
+                first = None
             if first is found.domain:
                 if len(self._answers) >= MEMO_SMALL_GROUPS:
                     self._answers.clear()
