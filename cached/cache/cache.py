@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import lmdb
 
 from cached.cache import records as rec
-from cached.cache.expiry import State, classify
+from cached.cache.expiry import State, classify, midpoint
 from cached.cache.integrity import ENTRY_TABLES, TS_TABLES, cache_paths
 from cached.cache.records import GroupRecord, RecordError, Times
 from cached.cache.store import (
@@ -69,6 +69,10 @@ EXPAND_MEMO_NAMES = 2_000_000
 # getgrgid (perf/warmsocket.py). Bounded in entries and member bytes; dropped whole.
 HELD_LOOKUPS = 50_000
 HELD_MEMBER_BYTES = 64 << 20
+# Users whose decoded group list is kept (_decode_initgr): a few logins at once, and
+# records of at most this many bytes in all (bigroupuser's: 33 KB).
+INITGR_MEMO = 16
+INITGR_MEMO_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,9 @@ class _Held:
     versions: tuple[int, int]
     lookup: Lookup[GroupView]
     size: int  # bytes of member names held
+    # Before this time (unix) the lookup is VALID: the earlier of its expiry and its
+    # refresh midpoint (classify); from then on the class is computed at each hit.
+    valid_until: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +165,9 @@ class DomainCache:
         # gid or name key -> the lookup as last read; see _Held.
         self._held: dict[int | bytes, _Held] = {}
         self._held_bytes = 0
+        # user key -> (initgroups record, its gids, its group names); see _decode_initgr.
+        self._initgr: dict[bytes, tuple[bytes, bytes, tuple[str, ...]]] = {}
+        self._initgr_bytes = 0
         self.entries: Store
         self.ts: Store | None = None
         self._open()
@@ -240,6 +250,10 @@ class DomainCache:
     def _classify(self, times: Times, expire: float) -> State:
         return classify(times.last_update, expire, time.time(), self.nowait_percentage)
 
+    def _midpoint(self, times: Times, expire: float) -> float:
+        """Until when ``classify`` answers VALID, expiry aside."""
+        return midpoint(times.last_update, expire, self.nowait_percentage)
+
     def _reader(self) -> AbstractContextManager[lmdb.Transaction]:
         self._check_identity()
         return self.entries.read()
@@ -296,10 +310,16 @@ class DomainCache:
         start = time.perf_counter()
         got = self._held_lookup(gid)
         if got is None:
-            with self._reader() as txn:
+            # The transaction without Store.read's context manager: this is the read of
+            # every getgrgid of a warm `id` once a commit has dropped the kept lookups.
+            self._check_identity()
+            txn = _begin(self.entries)
+            try:
                 key = txn.get(ID_KEY.pack(gid), db=self.entries.tables["gid"])
                 view = None if key is None else self._group_view(txn, key)
                 version = txn.id()
+            finally:
+                txn.abort()
             got = self._group_lookup(gid, key or b"", view, version)
         self.counters.add(CACHE_READ, 1, time.perf_counter() - start)
         return got
@@ -316,9 +336,12 @@ class DomainCache:
         if self.ts is None:
             times, ts_version = rec.MISSING_TIMES, -1
         else:
-            with self.ts.read() as txn:
+            txn = _begin(self.ts)
+            try:
                 times = times_or_missing(txn.get(key, db=self.ts.tables["groups"]))
                 ts_version = txn.id()
+            finally:
+                txn.abort()
         got = Lookup(self._classify(times, times.data_expire), view, times)
         if self._hold_lookups:
             if len(self._held) >= HELD_LOOKUPS or self._held_bytes > HELD_MEMBER_BYTES:
@@ -326,19 +349,18 @@ class DomainCache:
             old = self._held.get(asked)
             if old is not None:
                 self._held_bytes -= old.size
-            self._held[asked] = _Held((version, ts_version), got, len(view.members))
+            until = 0.0
+            if got.state is State.VALID:
+                until = min(times.data_expire, self._midpoint(times, times.data_expire))
+            self._held[asked] = _Held((version, ts_version), got, len(view.members), until)
             self._held_bytes += len(view.members)
         return got
 
     def _versions(self) -> tuple[int, int]:
-        """The last committed transaction of the entry and the timestamp store, read
-        from their meta pages without a read transaction (mdb_env_info): a commit of
-        any process has updated them by the time it returns."""
+        """The last committed transaction of the entry and the timestamp store: a commit
+        of any process is seen by the next read transaction once it returns."""
         ts = self.ts
-        return (
-            self.entries.env.info()["last_txnid"],
-            -1 if ts is None else ts.env.info()["last_txnid"],
-        )
+        return _last_txnid(self.entries), -1 if ts is None else _last_txnid(ts)
 
     def _held_lookup(self, asked: int | bytes) -> Lookup[GroupView] | None:
         """The lookup kept under ``asked`` if neither store has changed since it was
@@ -350,11 +372,22 @@ class DomainCache:
         if held is None or held.versions != self._versions():
             return None
         got = held.lookup
-        times = got.times
-        state = self._classify(times, times.data_expire)
+        if time.time() < held.valid_until:
+            state = State.VALID  # = classify's answer, without its arithmetic
+        else:
+            times = got.times
+            state = self._classify(times, times.data_expire)
         if state is not got.state:
-            got = held.lookup = Lookup(state, got.value, times)
+            got = held.lookup = Lookup(state, got.value, got.times)
         return got
+
+    def kept_group(self, key: int | str) -> Lookup[GroupView] | None:
+        """The lookup of a group by gid or name as last read, if neither store has
+        committed since (see _Held); None: ask :meth:`group_by_gid` or
+        :meth:`group_by_name`. Not counted as a cache read: the NSS responder asks
+        this first for the answers it keeps, and the timer and the count were a tenth
+        of its CPU per warm getgrgid (py-spy; perf/warmsocket.py)."""
+        return self._held_lookup(key if isinstance(key, int) else self.key(key))
 
     def _drop_held(self) -> None:
         self._held.clear()
@@ -458,9 +491,29 @@ class DomainCache:
                 # must (offline), but ask the backend first.
                 value = Initgroups(user, _ID_NATIVE.pack(user.gid), (), fetched=False)
                 return Lookup(State.EXPIRED, value, times)
-            gids, groups = rec.decode_initgr(idata)
+            gids, groups = self._decode_initgr(key, idata)
             state = self._classify(times, times.initgr_expire)
-            return Lookup(state, Initgroups(user, gids, tuple(groups)), times)
+            return Lookup(state, Initgroups(user, gids, groups), times)
+
+    def _decode_initgr(self, key: bytes, data: rec.Data) -> tuple[bytes, tuple[str, ...]]:
+        """A stored group list, decoded once while its record holds the same bytes:
+        `id` asks for a user's groups two or three times (getgrouplist sizes its
+        buffer first), and decoding bigroupuser's 2,086 names each time was a
+        twentieth of the responder's CPU for a warm `id` over the socket (py-spy).
+        Comparing the record is a memcmp; the last few users are kept."""
+        memo = self._initgr.get(key)
+        if memo is not None and memo[0] == data:
+            return memo[1], memo[2]
+        gids, groups = rec.decode_initgr(data)
+        kept = (bytes(data), gids, tuple(groups))
+        if len(self._initgr) >= INITGR_MEMO or self._initgr_bytes > INITGR_MEMO_BYTES:
+            self._initgr.clear()
+            self._initgr_bytes = 0
+        if (old := self._initgr.get(key)) is not None:
+            self._initgr_bytes -= len(old[0])
+        self._initgr[key] = kept
+        self._initgr_bytes += len(kept[0])
+        return kept[1], kept[2]
 
     def groups_by_name(self, names: Iterable[str]) -> list[GroupView]:
         """Many groups in one snapshot (memory-cache prefill after initgroups)."""
@@ -673,6 +726,30 @@ class DomainCache:
 
 
 _ID_NATIVE = struct.Struct("=I")
+
+
+def _begin(store: Store) -> lmdb.Transaction:
+    """A read transaction of ``store`` as ``Store.read`` begins it; the caller aborts it."""
+    env = store.env
+    try:
+        return env.begin(write=False, buffers=False)
+    except lmdb.MapResizedError:
+        env.set_mapsize(0)
+        return env.begin(write=False, buffers=False)
+
+
+def _last_txnid(store: Store) -> int:
+    """The id of the last transaction committed to ``store``: that of a new read
+    snapshot. A read transaction (py-lmdb reuses its reader slot) costs half of
+    mdb_env_info, which builds a dictionary of six fields: the two of them per kept
+    group answer were 5 % of the responder's CPU for a warm `id` over the socket
+    (py-spy; perf/warmsocket.py)."""
+    txn = _begin(store)
+    try:
+        txnid: int = txn.id()
+    finally:
+        txn.abort()
+    return txnid
 
 
 def times_or_missing(data: rec.Data | None) -> Times:

@@ -6,6 +6,7 @@ Pure logic: the caller passes the clock.
 from __future__ import annotations
 
 import enum
+import math
 
 # Reference §6.4: the midpoint is lastUpdate + (expire - lastUpdate) * p / 100, but
 # never earlier than 10 s after lastUpdate, so a burst of lookups right after a
@@ -29,8 +30,14 @@ def classify(last_update: float, expire: float, now: float, nowait_percentage: i
     """
     if expire <= now:
         return State.EXPIRED
+    mid = midpoint(last_update, expire, nowait_percentage)
+    return State.VALID if mid >= now else State.MIDPOINT
+
+
+def midpoint(last_update: float, expire: float, nowait_percentage: int) -> float:
+    """When an unexpired entry stops being VALID and becomes MIDPOINT (infinity when
+    ``nowait_percentage`` is 0: it stays VALID until it expires)."""
     if nowait_percentage <= 0:
-        return State.VALID
-    midpoint = last_update + (expire - last_update) * nowait_percentage / 100.0
-    midpoint = max(midpoint, last_update + MIDPOINT_MIN_SECONDS)
-    return State.VALID if midpoint >= now else State.MIDPOINT
+        return math.inf
+    mid = last_update + (expire - last_update) * nowait_percentage / 100.0
+    return max(mid, last_update + MIDPOINT_MIN_SECONDS)

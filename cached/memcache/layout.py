@@ -257,20 +257,26 @@ def encode_group_keyed(key: bytes, passwd: bytes, gid: int, count: int, blob: by
     return b"".join((prefix, key, passwd, blob))
 
 
-def encode_initgroups(name: str, unique_name: str, gids: Sequence[int]) -> bytes:
+def encode_initgroups(name: str, unique_name: str, gids: Sequence[int] | bytes) -> bytes:
     """§2.2 initgroups payload: prefix, the gids, then ``unique_name\\0 name\\0``.
 
     ``name`` is the raw name as the client asked (hash1 key), ``unique_name`` the canonical
-    name (hash2 key).
+    name (hash2 key). ``gids`` may be packed already (native u32, as the cache and the
+    INITGR reply hold them): copied as they are instead of unpacked and packed again.
     """
     raw = name_key(name)
     unique = _cstr(unique_name, "unique name")
-    n = len(gids)
-    try:
-        gid_bytes = struct.pack(f"={n}I", *gids)
-    except struct.error:
-        bad = next(g for g in gids if not 0 <= g <= INVALID32)
-        raise ValueError(f"gid {bad} is outside 0..4294967295") from None
+    if isinstance(gids, bytes):
+        if len(gids) % 4:
+            raise ValueError(f"packed gids are {len(gids)} bytes, not a multiple of 4")
+        gid_bytes, n = gids, len(gids) // 4
+    else:
+        n = len(gids)
+        try:
+            gid_bytes = struct.pack(f"={n}I", *gids)
+        except struct.error:
+            bad = next(g for g in gids if not 0 <= g <= INVALID32)
+            raise ValueError(f"gid {bad} is outside 0..4294967295") from None
     unique_off = INITGR_PREFIX.size + 4 * n
     strs_len = len(unique) + len(raw)
     prefix = INITGR_PREFIX.pack(

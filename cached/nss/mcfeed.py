@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from array import array
 from collections.abc import Sequence
 
 from cached.config import NssConfig
@@ -86,9 +85,8 @@ class MemcacheFeed:
     def initgroups(self, raw_name: str, name: str, gids: bytes | Sequence[int]) -> None:
         if self.mc is None or self.mc.initgroups is None or self.mc.initgroups.closed:
             return
-        seq = array("I", gids) if isinstance(gids, bytes) else gids
         try:
-            self.mc.initgroups.store(raw_name, name, seq)
+            self.mc.initgroups.store(raw_name, name, gids)
         except (McError, ValueError, OSError) as e:
             self._failed(f"initgroups of {name!r}", e)
 

@@ -271,10 +271,11 @@ class NssResponder:
             lookups = self.lookups
             # Only an answer of the first domain that admits the key: an earlier one
             # skipped for a negative entry or offline could answer once that ends.
-            first = next(
-                (d for d in lookups.config.domains if plugin.admits(lookups.policy, d, key)),
-                None,
-            )
+            for first in lookups.config.domains:
+                if plugin.admits(lookups.policy, first, key):
+                    break
+            else:
+                first = None
             if first is found.domain:
                 if len(self._answers) >= MEMO_SMALL_GROUPS:
                     self._answers.clear()
@@ -288,7 +289,9 @@ class NssResponder:
         f = a.found
         if self.lookups.negative.hit(f.domain.name, a.nkey):
             return None
-        got = a.plugin.read(f.cache, key)
+        got = f.cache.kept_group(key)
+        if got is None:
+            got = a.plugin.read(f.cache, key)
         if got.value is not f.value or got.state is not State.VALID:
             return None
         self._feed_group(a.record)
@@ -324,9 +327,9 @@ class NssResponder:
         last = self._prefilled.get(key)
         if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
             return
-        policy = self.lookups.policy
+        ok = self.lookups.policy.group_view_filter(domain)
         for g in found.cache.groups_by_name(ig.groups):
-            if not policy.group_view_ok(domain, g):
+            if not ok(g):
                 continue
             r = self._group_record(domain, g)
             self.feed.group(r.name, g.gid, r.count, r.blob, self.pwfield)

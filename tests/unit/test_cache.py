@@ -599,3 +599,35 @@ def test_store_write_keeps_each_tables_order(tmp_path):
         assert a == {b"k": b"2", b"j": b"3"} and b == {b"k": b"y"}
     finally:
         st.close()
+
+
+def test_a_kept_group_list_is_given_only_while_its_record_is_unchanged(tmp_path):
+    """The responder keeps a user's decoded group list (`id` asks for it two or three
+    times); a new list written by the backend is read at once, even one of the same
+    size, and so is the list of another user or the one stored under an alias."""
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_user(b, user(1), aliases=["alias1"])
+        c.put_user(b, user(2))
+        c.put_initgroups(b, "user00001", [20001, 20002], ["group00000", "group00001"])
+        c.put_initgroups(b, "user00002", [20003], ["group00002"])
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+
+    def groups(name: str) -> tuple[list[int], tuple[str, ...]]:
+        got = reader.initgroups(name).value
+        assert got is not None
+        return array("I", got.gids).tolist(), got.groups
+
+    first = groups("user00001")
+    assert first == ([20001, 20002], ("group00000", "group00001"))
+    assert groups("user00001") == first and groups("alias1") == first
+    assert groups("user00002") == ([20003], ("group00002",))
+    # Same number of groups, same record size: only the bytes differ.
+    with c.write() as b:
+        c.put_initgroups(b, "user00001", [20001, 20003], ["group00000", "group00002"])
+    assert groups("user00001") == ([20001, 20003], ("group00000", "group00002"))
+    assert groups("alias1") == ([20001, 20003], ("group00000", "group00002"))
+    with c.write() as b:
+        c.put_initgroups(b, "user00001", [], [])
+    assert groups("user00001") == ([], ())
+    reader.close()

@@ -296,3 +296,88 @@ def test_lookup_now_answers_what_needs_no_backend_and_starts_nothing_else() -> N
     assert out["expired stalled"].value == ALICE
     assert out["missing stalled"] is NOT_NOW  # nothing stored: it waits for the backend
     assert len(backend.calls) == 1
+
+
+@pytest.mark.parametrize("users", ["root, Mallory", "root, Mallory, jürgen"])
+@pytest.mark.parametrize("case", ["true", "false", "preserving"])
+def test_policy_batch_group_filter_and_member_search_answer_as_the_per_group_checks(
+    case: str, users: str
+) -> None:
+    """What the memory-cache prefill and the member filter use (a filter looked up
+    once, filtered names searched as prepared bytes) answers as the checks of one
+    group: filters in any case, non-ASCII names, ids out of range."""
+    from cached.cache.records import join_members
+    from cached.responder.policy import ServePolicy
+
+    cfg = parse_config(
+        CONF.format(first_wait=0).replace("[domain/D]", "[domain/D]\ncase_sensitive = " + case)
+        .replace("[nss]", f"[nss]\nfilter_users = {users}\n"
+                          "filter_groups = root, Wheel")
+        .replace("[domain/D]", "[domain/D]\nmin_id = 10")
+    )  # fmt: skip
+    policy, domain = ServePolicy(cfg), cfg.domains[0]
+    ok = policy.group_view_filter(domain)
+    names = ["root", "wheel", "Wheel", "WHEEL", "staff", "Ünïcode"]
+    for name in names:
+        for gid in (0, 5, 10, 20000, 0xFFFFFFFF):
+            g = GroupView(name, gid, "", b"", 0)
+            assert ok(g) == policy.group_view_ok(domain, g), (name, gid)
+    for members in (["alice", "bob"], ["alice", "mallory"], ["Mallory"], ["jürgen", "x"],
+                    ["JÜRGEN"], ["rooty", "xroot"], []):  # fmt: skip
+        blob = join_members(members)
+        g = GroupView("g", 20000, "", blob, len(set(members)))
+        count, got = policy.members(domain, g)
+        kept = [n for n in sorted(set(members)) if not policy.name_filtered(domain, Kind.USER, n)]
+        if case == "false":
+            kept = [n.lower() for n in kept]
+        assert (count, got) == (len(set(kept)), join_members(kept)), members
+
+
+@pytest.mark.parametrize("sensitive", [True, False])
+def test_initgroups_gids_drop_the_primary_filtered_and_out_of_range_gids(
+    sensitive: bool,
+) -> None:
+    """INITGR's gid list: the primary gid only when the user is an explicit member of
+    that group, never a filtered group's gid, never an id out of range; all others
+    kept, in order, whether the list is in range (dropped gids taken out in C) or not."""
+    from array import array
+
+    from cached.responder.policy import ServePolicy
+
+    cfg = parse_config(
+        CONF.format(first_wait=0).replace("[nss]", "[nss]\nfilter_groups = Wheel")
+        .replace("[domain/D]", "[domain/D]\nmin_id = 10\ncase_sensitive = " + str(sensitive))
+    )  # fmt: skip
+    policy, domain = ServePolicy(cfg), cfg.domains[0]
+    views = {
+        500: GroupView("Primary", 500, "", b"", 0),
+        600: GroupView("Wheel" if sensitive else "wheel", 600, "", b"", 0),
+    }
+
+    class Cache:
+        case_sensitive = sensitive
+
+        def group_by_gid(self, gid: int) -> Lookup[GroupView]:
+            v = views.get(gid)
+            return Lookup(State.VALID if v else State.MISSING, v)
+
+        def group_by_name(self, name: str) -> Lookup[GroupView]:
+            v = next((v for v in views.values() if (v.name if sensitive else v.name.lower())
+                      == (name if sensitive else name.lower())), None)  # fmt: skip
+            return Lookup(State.VALID if v else State.MISSING, v)
+
+    def gids(listed: list[int], groups: tuple[str, ...]) -> list[int]:
+        user = User("u", 1000, 500)
+        ig = Initgroups(user, array("I", listed).tobytes(), groups)
+        got = policy.initgroups_gids(domain, Cache(), ig)  # type: ignore[arg-type]
+        return array("I", got).tolist()
+
+    assert gids([500, 600, 700], ("g700",)) == [700]
+    member = "primary" if not sensitive else "Primary"
+    assert gids([500, 600, 700], ("g700", member)) == [500, 700]
+    if sensitive:
+        assert gids([500, 700], ("g700", "primary")) == [700]  # another name
+    assert gids([5, 500, 600, 700, 0xFFFFFFFF], ("g700",)) == [700]
+    assert gids([5, 500, 700], ("g700", member)) == [500, 700]
+    assert gids([700, 800], ("g700", "g800", member)) == [700, 800]
+    assert gids([], ()) == []

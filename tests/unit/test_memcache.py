@@ -645,3 +645,17 @@ def test_random_operations_with_eviction(
 def test_kind_names() -> None:
     assert [k.value for k in Kind] == ["passwd", "group", "initgroups"]
     assert [default_mb(k) for k in Kind] == [8, 6, 10]
+
+
+def test_initgroups_payload_from_packed_gids_is_the_payload_from_ints():
+    """The responder hands the memory cache the INITGR reply's packed gids as they are."""
+    from array import array
+
+    from cached.memcache.layout import encode_initgroups
+
+    gids = [10000, 20001, 4294967294]
+    packed = array("I", gids).tobytes()
+    assert encode_initgroups("Bob", "bob", packed) == encode_initgroups("Bob", "bob", gids)
+    assert encode_initgroups("bob", "bob", b"") == encode_initgroups("bob", "bob", [])
+    with pytest.raises(ValueError, match="multiple of 4"):
+        encode_initgroups("bob", "bob", packed[:-1])

@@ -4,11 +4,12 @@ and the memory cache is still fed on every answer."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from cached.cache import open_domain_cache
+from cached.cache import State, open_domain_cache
 from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
 from cached.counters import Counters
@@ -89,5 +90,56 @@ ldap_search_base = {BASE}
     assert cache.invalidate_group("grp")
     assert responder.answer_now(req, state) is None
     feed.close()
+    cache.close()
+    writer.close(clean=True)
+
+
+def test_a_kept_group_reply_stops_when_its_entry_expires_or_reaches_its_midpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept answers and kept lookups carry when they stop being VALID: past the refresh
+    midpoint the lookup says MIDPOINT, past the expiry the answer waits for the backend,
+    with no store written in between."""
+    cfg = parse_config(
+        f"""[cached]
+domains = LDAP
+db_dir = {tmp_path}/db
+pipes_dir = {tmp_path}/pipes
+mc_dir = {tmp_path}/mc
+dbus_address = none
+[domain/LDAP]
+id_provider = ldap
+ldap_uri = ldap://127.0.0.1:1
+ldap_search_base = {BASE}
+entry_cache_timeout = 1000
+"""
+    )
+    (tmp_path / "db").mkdir(mode=0o700)
+    (tmp_path / "mc").mkdir()
+    writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
+    start = time.time()
+    with writer.write() as b:
+        writer.put_group(b, group(("alice", "bob")))
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0])
+    responder = NssResponder(cfg, Lookups(cfg, {"LDAP": cache}, {}), MemcacheFeed(
+        cfg.daemon.mc_dir, cfg.nss))  # fmt: skip
+    req = p.ById(p.Command.GETGRGID, 20001)
+    first = responder.answer_now(req, _Enum())
+    assert first is not None and b"alice\0bob\0" in first
+    assert responder.answer_now(req, _Enum()) == first
+    kept = cache.kept_group(20001)
+    assert kept is not None and kept.state is State.VALID
+
+    # Past the midpoint (half of the 1,000 s lifetime, nowait_percentage = 50).
+    monkeypatch.setattr(time, "time", lambda: start + 700)
+    kept = cache.kept_group(20001)
+    assert kept is not None and kept.state is State.MIDPOINT
+    assert cache.kept_group("grp") is None  # never asked by name: nothing kept
+    # Expired: the kept reply is not given, the answer waits for the backend.
+    monkeypatch.setattr(time, "time", lambda: start + 1100)
+    kept = cache.kept_group(20001)
+    assert kept is not None and kept.state is State.EXPIRED
+    assert responder.answer_now(req, _Enum()) is None
+    responder.feed.close()
     cache.close()
     writer.close(clean=True)
