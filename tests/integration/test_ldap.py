@@ -253,7 +253,7 @@ def test_a_group_changed_between_its_search_and_its_deref_keeps_one_version(
     p, cache, _ = make_backend(tmp_path, cfg)
     p.sweep_min = 10**9  # named by deref, not by a sweep
     search = p.client.search
-    changed = []
+    changed: list[bool] = []
 
     def change_before_deref(*args, **kw):
         if kw.get("deref_specs") and not changed:
