@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import ldap3
 import pytest
 
 from cached.cache.writer import open_backend_cache
@@ -323,6 +324,52 @@ def test_group_members_by_asq_only_when_the_root_dse_lists_it(
         # Unpaged, no sweep: 1,600 members in batches of member_batch (name=…) look-ups.
         assert spy.sweeps() == 0
         assert spy.batches() == -(-len(want) // p.member_batch), spy.calls
+
+
+@contextlib.contextmanager
+def _scratch_group(dc: addc.SambaDC, name: str, gid: int, members: list[str]) -> Iterator[str]:
+    """A group of the test's own on the module's DC, deleted after it (the other tests
+    read the loaded directory as testing/addir.py built it)."""
+    dn = f"CN={name},{addir.GROUPS}"
+    conn = dc.connect()
+    try:
+        assert conn.add(dn, "group", {"sAMAccountName": name, "gidNumber": str(gid),
+                                      "member": members}), conn.result  # fmt: skip
+        yield dn
+    finally:
+        conn.delete(dn)
+        conn.unbind()
+
+
+def test_a_group_changed_between_its_search_and_its_asq_keeps_one_version(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """ASQ reads the group's member values again, later than the search that found
+    it: a member replaced in between is not returned, yet it named a user when the
+    group was read. It must be looked up, not dropped as naming nothing (that stored
+    the old and new versions intersected, as the deref control did on LDAP)."""
+    dc, _ = ad
+    people = [f"CN=Member {i:04d},{addir.PEOPLE}" for i in range(21)]
+    old, new = people[:20], people[1:21]  # m0000 replaced by m0020
+    with _scratch_group(dc, "racebig", 40990, old) as dn, _provider(dc, tmp_path) as (p, spy):
+        search = p.client.search
+        changed: list[bool] = []
+
+        def change_before_asq(*args: Any, **kw: Any) -> Any:
+            if kw.get("asq") and not changed:
+                changed.append(True)
+                conn = dc.connect()
+                try:
+                    assert conn.modify(dn, {"member": [(ldap3.MODIFY_REPLACE, new)]}), conn.result
+                finally:
+                    conn.unbind()
+            return search(*args, **kw)
+
+        p.client.search = change_before_asq  # type: ignore[method-assign]
+        assert p.group_by_name("racebig").outcome is Outcome.FOUND
+        assert changed and spy.asq() == 1  # the ASQ search ran, after the change
+        # The version the group's search read, whole.
+        assert _members(p, "racebig") == {f"m{i:04d}" for i in range(20)}
 
 
 def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(
