@@ -372,6 +372,46 @@ def test_a_group_changed_between_its_search_and_its_asq_keeps_one_version(
         assert _members(p, "racebig") == {f"m{i:04d}" for i in range(20)}
 
 
+def test_ranged_values_of_a_group_changed_between_ranges_are_one_version(
+    ad: tuple[addc.SambaDC, addir.ADDirectory],
+) -> None:
+    """Each range is a search of its own: a member removed from the first range
+    before the next is read shifts the values after it, so one that is still a member
+    was skipped (the old and new versions mixed). The client reads every range again
+    when the entry's uSNChanged moved between them."""
+    dc, _ = ad
+    people = [f"CN=Member {i:04d},{addir.PEOPLE}" for i in range(25)]
+    text = config_text([dc.ldapi_uri], dc.base_dn, Path("/nonexistent"), **_opts(dc))
+    client = LdapClient(parse_config(text).domains[0])
+    with _scratch_group(dc, "racerange", 40991, people) as dn:
+        fill = client._fill_ranges
+        gone: list[bytes] = []
+
+        def change_between_ranges(conn: Any, e: Any) -> None:
+            if not gone:
+                gone.append(e.attrs["member;range=0-9"][0])  # read, then removed
+                admin = dc.connect()
+                try:
+                    assert admin.modify(dn, {"member": [(ldap3.MODIFY_DELETE, [gone[0]])]})
+                finally:
+                    admin.unbind()
+            fill(conn, e)
+
+        client._fill_ranges = change_between_ranges  # type: ignore[method-assign]
+        try:
+            (e,) = client.search(dn, "(objectClass=*)", ["member;range=0-9", "uSNChanged"],
+                                 scope="base")  # fmt: skip
+        finally:
+            client.close()
+        (now,) = dc.search(dn, "(objectClass=*)", ["uSNChanged"], scope=ldap3.BASE)
+    assert gone
+    got = {v.decode().lower() for v in e.get("member")}
+    old = {p.lower() for p in people}
+    assert got == old - {gone[0].decode().lower()}, (len(got), sorted(old - got))
+    # The stamp that comes with the values is the version they were read from.
+    assert e.get("uSNChanged") == now["raw_attributes"]["uSNChanged"]
+
+
 def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(
     tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
 ) -> None:
