@@ -295,6 +295,10 @@ class LdapProvider:
         self._settled_known: dict[str, Member] | None = None
         # Member values read in this request (_group_entry): value -> (text, DN key).
         self._member_memo: dict[bytes, tuple[str, str] | tuple[()]] = {}
+        # Members the look-ups found nowhere in this request (_closure), and whether
+        # this is its last run: validate.changed_since_read.
+        self.missing: set[str] = set()
+        self._last_run = False
         # When each group was last read whole, its members named from their entries
         # (time.monotonic(), this process): its stamp is trusted for
         # refresh_full_interval after it (validate.py, compatibility.md §9.2).
@@ -333,7 +337,7 @@ class LdapProvider:
             # trust rule, cached/ldap/validate.py).
             self.request_started = time.time()
             try:
-                result = fn()
+                result = self._runs(fn)
                 if self._limit_lookup == (kind, key):
                     self.limit_error, self._limit_lookup = "", None
                 return result
@@ -358,6 +362,22 @@ class LdapProvider:
             finally:
                 # What one request read to name members is not kept past it.
                 self._swept, self._settled_known, self._member_memo = None, None, {}
+                self.missing = set()
+
+    def _runs(self, fn: Callable[[], Result]) -> Result:
+        """``fn`` again when a group changed under it (validate.changed_since_read),
+        at most CHANGED_RETRIES times; its last run stores such groups incomplete."""
+        for _ in range(validate.CHANGED_RETRIES):
+            try:
+                return fn()
+            except validate.ChangedDuringRequest as e:
+                log.info("%s; reading again", e)
+                self._swept, self._settled_known, self.missing = None, None, set()
+        self._last_run = True
+        try:
+            return fn()
+        finally:
+            self._last_run = False
 
     # -- ids and filters (the AD provider, cached/ldap/ad.py, maps SIDs instead) ----
 
@@ -716,7 +736,9 @@ class LdapProvider:
                     found.setdefault(k, g)
                     budget[k] = max(budget.get(k, -1), s.nesting_level)
             for k in lookup:
-                known.setdefault(k, None)  # exists nowhere we may look: not a member
+                if k not in known:
+                    known[k] = None  # exists nowhere we may look: not a member
+                    self.missing.add(k)  # unless renamed since its group was read
             self.counters.add(NESTED_LEVELS, 1, 0.0, 1)
             level += 1
             up = up_next if level <= s.nesting_level else []
@@ -1164,8 +1186,16 @@ class LdapProvider:
         posix = {k: g for k, g in found.items() if g.posix}
         if not posix:
             return
+        changed = validate.changed_since_read(self, found) if self.missing else set()
+        if changed and not self._last_run:
+            raise validate.ChangedDuringRequest(
+                f"{len(changed)} group(s) changed while their members were named, e.g. "
+                f"{found[next(iter(changed))].entry.dn}"
+            )
         stored = self.cache.times("group", [g.name for g in posix.values()])
         scans = self._scan(found, known) if self.schema.bis else {}
+        for k in changed:
+            scans[k].unknown = True  # still changing: stored incomplete (expired)
         complete = self._complete(found, scans) if self.schema.bis else set(posix)
         with self.counters.timer(NESTED_COMPARE):
             for k, g in posix.items():

@@ -412,6 +412,49 @@ def test_ranged_values_of_a_group_changed_between_ranges_are_one_version(
     assert e.get("uSNChanged") == now["raw_attributes"]["uSNChanged"]
 
 
+def test_a_member_renamed_between_its_group_search_and_its_look_up_is_kept_on_ad(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """AD keeps ``member`` in step with a renamed member (links follow the object):
+    renamed after its group was read and before its look-up by RDN value, the old DN
+    names nothing, yet the member is in both of the group's versions. Kept."""
+    dc, _ = ad
+    people = [f"CN=Member {i:04d},{addir.PEOPLE}" for i in range(4)]
+    moved = f"CN=Member 0000r,{addir.PEOPLE}"
+    with _scratch_group(dc, "racerename", 40992, people) as dn, \
+            _provider(dc, tmp_path, ldap_deref_threshold="0") as (p, spy):  # fmt: skip
+        search_many = spy._search_many
+        usns: list[bytes] = []
+
+        def usn() -> bytes:
+            (g,) = dc.search(dn, "(objectClass=*)", ["uSNChanged"], scope=ldap3.BASE)
+            return bytes(g["raw_attributes"]["uSNChanged"][0])
+
+        def rename_before_look_up(specs: list[Search], *args: Any, **kw: Any) -> Any:
+            if not usns and any("(name=Member 0000)" in sp.filt for sp in specs):
+                usns.append(usn())
+                admin = dc.connect()
+                try:
+                    assert admin.modify_dn(people[0], "CN=Member 0000r"), admin.result
+                finally:
+                    admin.unbind()
+                usns.append(usn())
+            return search_many(specs, *args, **kw)
+
+        spy._search_many = rename_before_look_up
+        try:
+            assert p.group_by_name("racerename").outcome is Outcome.FOUND
+            # The group's uSNChanged did not move: only its member values tell.
+            assert len(usns) == 2 and usns[0] == usns[1], usns
+            assert _members(p, "racerename") == {f"m{i:04d}" for i in range(4)}
+        finally:
+            admin = dc.connect()
+            try:
+                admin.modify_dn(moved, "CN=Member 0000")
+            finally:
+                admin.unbind()
+
+
 def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(
     tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
 ) -> None:
