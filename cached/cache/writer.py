@@ -240,6 +240,12 @@ class BackendCache(DomainCache):
         now = time.time() if now is None else now
         ops: list[Op] = []
         ts_ops: list[Op] = []
+        # Timestamp records that vouch for nothing (expired, no stamp): written before
+        # the entry commit, the others after it. A kill between the two commits then
+        # leaves an entry either with its own record or with an older one that still
+        # describes a version the server had (stamps only move forward), never an
+        # incomplete member list under the old record's validity and trusted stamp.
+        early: list[Op] = []
         t = self.entries.tables
         with self.entries.read() as txn, self.ts.read() as tstxn:
             tsu, tsg = self.ts.tables["users"], self.ts.tables["groups"]
@@ -273,7 +279,7 @@ class BackendCache(DomainCache):
                 ops += self._put_ops("groups", key, new, old, (group.gid, group.dn))
                 expire = now + self.timeouts.group if complete else now - 1
                 times = Times(now, expire, 0.0, modstamp, usn)
-                ts_ops.append(("groups", key, rec.encode_times(times)))
+                (ts_ops if complete else early).append(("groups", key, rec.encode_times(times)))
 
             for akey, target in batch.aliases.items():
                 if txn.get(akey, db=t["alias"]) != target:
@@ -297,6 +303,10 @@ class BackendCache(DomainCache):
                         ts_ops.append((table, key, None))
 
         result = WriteResult()
+        if ops and early:
+            self._write_ts(early)
+            result.timestamps_written, early = len(early), []
+        ts_ops = early + ts_ops
         if ops:
             with self.counters.transaction(ENTRY_TXN):
                 written, commit_s = self.entries.write(ops)
@@ -306,7 +316,7 @@ class BackendCache(DomainCache):
             result.entries_written, result.entry_bytes = len(ops), written
         if ts_ops:
             self._write_ts(ts_ops)
-            result.timestamps_written = len(ts_ops)
+            result.timestamps_written += len(ts_ops)
         return result
 
     def _put_ops(
