@@ -1300,13 +1300,18 @@ class LdapProvider:
         return self._run(REQ_INITGR, "initgroups", name, lambda: self._initgroups(name))
 
     def _initgroups_user(self, name: str) -> tuple[User | None, list[Entry]]:
-        """The user of an initgroups: from the cache when it is fresh (the getpwnam
-        that `id` makes first has just stored it), else one search; (None, []) and the
-        cached entry deleted when the server has no such user."""
+        """The user of an initgroups: from the cache when it was stored within
+        ``validate.USER_JUST_STORED`` seconds (the getpwnam that `id` or a login makes
+        first), else one search; (None, []) and the cached entry deleted when the server
+        has no such user."""
         s = self.schema
         cached = self.cache.user_by_name(name)
         user = cached.value if cached.state is State.VALID else None
-        if user is not None and user.dn:
+        if (
+            user is not None
+            and user.dn
+            and time.time() - cached.times.last_update < validate.USER_JUST_STORED
+        ):
             return user, []
         entries = self._search(s.user_bases, s.user_by_name(name), s.user_attrs)
         key = self.cache.key(name)

@@ -347,6 +347,15 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
     return True
 
 
+# Seconds a cached user's DN is walked up from without searching the user again
+# (LdapProvider._initgroups_user). The walk looks for groups listing that DN: a user
+# moved or renamed since it was stored is in none under its old DN, and was stored in
+# no group though in the same ones under both. Valid for hours (entry_cache_timeout),
+# the stored DN could be that old; the getpwnam that `id` or a login sends just before
+# its initgroups stored it within this bound, so their initgroups costs no user search.
+USER_JUST_STORED = 30.0
+
+
 class ChangedDuringRequest(Exception):
     """A group read by this request changed before its members were all named: the
     request runs again (LdapProvider._run)."""

@@ -4,10 +4,12 @@ hostile names, failover, TLS."""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
 from cached.cache import State
+from cached.cache.writer import WriteBatch
 from cached.counters import LDAP_CONNECT, LDAP_SEARCH, Counters
 from cached.ldap import deref
 from cached.ldap.client import LdapClient, LdapOffline, Search
@@ -383,6 +385,37 @@ def test_a_group_changing_at_every_read_is_stored_incomplete(tmp_path, slapd_sma
     assert len(names) == 4  # three runs, each renamed the member before its look-up
     assert cache.group_by_name("racegrp4").state is State.EXPIRED
     assert cache.group_stamps(["racegrp4"])["racegrp4"][0] == ""  # no trusted stamp
+
+
+def test_a_user_moved_since_it_was_cached_keeps_its_groups(tmp_path, slapd_small_fresh):
+    """initgroups walks up from the user's DN, taken from the cache when the user is
+    fresh there (the getpwnam `id` makes first). Moved since (another OU, same name;
+    referential integrity moves the groups' values along), the stored DN is in no
+    group any more: the user, in the same groups under both DNs, was stored in none."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    u = next(n for n in exp.user_names() if exp.direct_groups(n))
+    cfg = make_domain([s.uri], s.base_dn, ldap_group_nesting_level=2)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    # Stored ten minutes ago and still valid (a getpwnam then; `id` asks only now).
+    batch = WriteBatch()
+    cache.put_user(batch, exp.user(u))
+    cache.commit(batch, now=time.time() - 600)
+    assert cache.user_by_name(u).state is State.VALID
+    old_dn = exp.user(u).dn
+    rdn = old_dn.split(",", 1)[0]
+    moved = f"ou=moved,{s.base_dn}"
+    s.ldap_modify(
+        f"dn: {moved}\nobjectClass: organizationalUnit\nou: moved\n\n"
+        f"dn: {old_dn}\nchangetype: modrdn\nnewrdn: {rdn}\ndeleteoldrdn: 1\n"
+        f"newsuperior: {moved}\n\n"
+        + "".join(
+            f"dn: {exp.group(g).dn}\nchangetype: modify\ndelete: member\nmember: {old_dn}\n"
+            f"-\nadd: member\nmember: {rdn},{moved}\n\n"
+            for g in sorted(exp.direct_groups(u))
+        )
+    )  # the move, and what the refint overlay does
+    assert p.initgroups(u).outcome is Outcome.FOUND
+    assert stored_gids(cache, u) == exp.initgroups(u, 2)
 
 
 def test_changes_on_the_server_are_seen_after_invalidation(tmp_path, slapd_small_fresh):
