@@ -735,10 +735,15 @@ class LdapProvider:
                 if extra and g.posix and g.gid == primary_gid:
                     found.setdefault(k, g)
                     budget[k] = max(budget.get(k, -1), s.nesting_level)
-            for k in lookup:
+            for k, (dn, _b) in lookup.items():
                 if k not in known:
                     known[k] = None  # exists nowhere we may look: not a member
-                    self.missing.add(k)  # unless renamed since its group was read
+                    # ... unless renamed since its group was read (a DN in a base:
+                    # one that never named an entry there is dropped whatever).
+                    if self._member_assertion(dn) is not None and self._in_bases(
+                        k, s.user_bases + s.group_bases
+                    ):
+                        self.missing.add(k)
             self.counters.add(NESTED_LEVELS, 1, 0.0, 1)
             level += 1
             up = up_next if level <= s.nesting_level else []
