@@ -473,9 +473,16 @@ class DomainCache:
         return out
 
     def resolve_dns(self, dns: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """Cached entries by DN: ``{dn: ("user"|"group", name)}`` for those known."""
+        """Cached entries by DN: ``{dn: ("user"|"group", name)}`` for those known and
+        not expired. An expired entry may be long gone from the server, and a group
+        still listing its DN (no referential integrity) would keep it as a member: it
+        is looked up instead, as SSSD skips only valid cached members
+        (``sdap_nested_group_check_cache``)."""
         out: dict[str, tuple[str, str]] = {}
-        with self._reader() as txn:
+        if self.ts is None:
+            return out  # every entry reads as expired (invariant 3)
+        now = time.time()
+        with self._reader() as txn, self.ts.read() as tstxn:
             dndb = self.entries.tables["dn"]
             for dn in dns:
                 v = txn.get(self.dn_key(dn), db=dndb)
@@ -483,7 +490,8 @@ class DomainCache:
                     kind = "user" if v[:1] == b"u" else "group"
                     table = "users" if kind == "user" else "groups"
                     data = txn.get(v[1:], db=self.entries.tables[table])
-                    if data is not None:
+                    stamp = tstxn.get(v[1:], db=self.ts.tables[table])
+                    if data is not None and times_or_missing(stamp).data_expire > now:
                         name = (
                             rec.decode_user(data).name
                             if kind == "user"

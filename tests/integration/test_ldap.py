@@ -15,6 +15,7 @@ from cached.ldap import deref
 from cached.ldap.client import LdapClient, LdapOffline, Search
 from cached.ldap.provider import Outcome
 from cached.ldap.schema import escape
+from cached.model import User
 from testing.backend import OPEN_CLIENTS, make_backend, make_domain, stored_gids, stored_members
 
 # -- pure parts ------------------------------------------------------------------
@@ -416,6 +417,26 @@ def test_a_user_moved_since_it_was_cached_keeps_its_groups(tmp_path, slapd_small
     )  # the move, and what the refint overlay does
     assert p.initgroups(u).outcome is Outcome.FOUND
     assert stored_gids(cache, u) == exp.initgroups(u, 2)
+
+
+def test_an_expired_cached_user_does_not_name_a_dangling_member(tmp_path, slapd_small_fresh):
+    """Members already cached are named by DN without a search, as SSSD does for
+    entries that are valid (sdap_nested_group_check_cache). An expired one may be
+    long gone from the server: a group still listing its DN (no referential
+    integrity) kept it as a member though no such user existed in the request."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    users = exp.user_names()[:3]
+    ghost = User("ghostuser", 47999, 100, "", "/home/ghostuser", "/bin/sh",
+                 f"uid=ghostuser,ou=people,{s.base_dn}")  # fmt: skip
+    _racegroup(s, exp, "racegrp5", 47004, [exp.user(u).dn for u in users] + [ghost.dn])
+    cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=0)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    batch = WriteBatch()
+    cache.put_user(batch, ghost)  # read long ago, deleted from the server since
+    cache.commit(batch, now=time.time() - 10**6)
+    assert cache.user_by_name("ghostuser").state is State.EXPIRED
+    assert p.group_by_name("racegrp5").outcome is Outcome.FOUND
+    assert stored_members(cache, "racegrp5") == set(users)
 
 
 def test_changes_on_the_server_are_seen_after_invalidation(tmp_path, slapd_small_fresh):
