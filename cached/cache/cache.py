@@ -474,14 +474,18 @@ class DomainCache:
 
     def resolve_dns(self, dns: Iterable[str]) -> dict[str, tuple[str, str]]:
         """Cached entries by DN: ``{dn: ("user"|"group", name)}`` for those known and
-        not expired. An expired entry may be long gone from the server, and a group
-        still listing its DN (no referential integrity) would keep it as a member: it
-        is looked up instead, as SSSD skips only valid cached members
-        (``sdap_nested_group_check_cache``)."""
+        read from the server within their cache timeout. One read earlier may be long
+        gone from the server, and a group still listing its DN (no referential
+        integrity) would keep it as a member: it is looked up instead, as SSSD skips
+        only valid cached members (``sdap_nested_group_check_cache``). Unlike SSSD,
+        `cached cache -E` does not make them look-ups (it keeps lastUpdate as it keeps
+        the stamps, compatibility.md §3.7): a group's refresh after it names its
+        thousands of members as before."""
         out: dict[str, tuple[str, str]] = {}
         if self.ts is None:
-            return out  # every entry reads as expired (invariant 3)
-        now = time.time()
+            return out  # no lastUpdate known (invariant 3)
+        since = {"users": time.time() - self.timeouts.user,
+                 "groups": time.time() - self.timeouts.group}  # fmt: skip
         with self._reader() as txn, self.ts.read() as tstxn:
             dndb = self.entries.tables["dn"]
             for dn in dns:
@@ -491,7 +495,7 @@ class DomainCache:
                     table = "users" if kind == "user" else "groups"
                     data = txn.get(v[1:], db=self.entries.tables[table])
                     stamp = tstxn.get(v[1:], db=self.ts.tables[table])
-                    if data is not None and times_or_missing(stamp).data_expire > now:
+                    if data is not None and times_or_missing(stamp).last_update > since[table]:
                         name = (
                             rec.decode_user(data).name
                             if kind == "user"

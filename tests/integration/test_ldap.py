@@ -421,9 +421,10 @@ def test_a_user_moved_since_it_was_cached_keeps_its_groups(tmp_path, slapd_small
 
 def test_an_expired_cached_user_does_not_name_a_dangling_member(tmp_path, slapd_small_fresh):
     """Members already cached are named by DN without a search, as SSSD does for
-    entries that are valid (sdap_nested_group_check_cache). An expired one may be
-    long gone from the server: a group still listing its DN (no referential
-    integrity) kept it as a member though no such user existed in the request."""
+    entries that are valid (sdap_nested_group_check_cache). One read longer ago than
+    its cache timeout may be long gone from the server: a group still listing its DN
+    (no referential integrity) kept it as a member though no such user existed in the
+    request."""
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
     users = exp.user_names()[:3]
     ghost = User("ghostuser", 47999, 100, "", "/home/ghostuser", "/bin/sh",
