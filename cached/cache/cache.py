@@ -526,9 +526,20 @@ class DomainCache:
         return out
 
     def resolve_dns(self, dns: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """Cached entries by DN: ``{dn: ("user"|"group", name)}`` for those known."""
+        """Cached entries by DN: ``{dn: ("user"|"group", name)}`` for those known and
+        read from the server within their cache timeout. One read earlier may be long
+        gone from the server, and a group still listing its DN (no referential
+        integrity) would keep it as a member: it is looked up instead, as SSSD skips
+        only valid cached members (``sdap_nested_group_check_cache``). Unlike SSSD,
+        `cached cache -E` does not make them look-ups (it keeps lastUpdate as it keeps
+        the stamps, compatibility.md §3.7): a group's refresh after it names its
+        thousands of members as before."""
         out: dict[str, tuple[str, str]] = {}
-        with self._reader() as txn:
+        if self.ts is None:
+            return out  # no lastUpdate known (invariant 3)
+        since = {"users": time.time() - self.timeouts.user,
+                 "groups": time.time() - self.timeouts.group}  # fmt: skip
+        with self._reader() as txn, self.ts.read() as tstxn:
             dndb = self.entries.tables["dn"]
             for dn in dns:
                 v = txn.get(self.dn_key(dn), db=dndb)
@@ -536,7 +547,8 @@ class DomainCache:
                     kind = "user" if v[:1] == b"u" else "group"
                     table = "users" if kind == "user" else "groups"
                     data = txn.get(v[1:], db=self.entries.tables[table])
-                    if data is not None:
+                    stamp = tstxn.get(v[1:], db=self.ts.tables[table])
+                    if data is not None and times_or_missing(stamp).last_update > since[table]:
                         name = (
                             rec.decode_user(data).name
                             if kind == "user"

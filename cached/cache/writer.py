@@ -242,6 +242,12 @@ class BackendCache(DomainCache):
         now = time.time() if now is None else now
         ops: list[Op] = []
         ts_ops: list[Op] = []
+        # Timestamp records that vouch for nothing (expired, no stamp): written before
+        # the entry commit, the others after it. A kill between the two commits then
+        # leaves an entry either with its own record or with an older one that still
+        # describes a version the server had (stamps only move forward), never an
+        # incomplete member list under the old record's validity and trusted stamp.
+        early: list[Op] = []
         t = self.entries.tables
         with self.entries.read() as txn, self.ts.read() as tstxn:
             tsu, tsg = self.ts.tables["users"], self.ts.tables["groups"]
@@ -275,7 +281,8 @@ class BackendCache(DomainCache):
                 old = txn.get(key, db=groups_db)
                 ops += self._put_ops("groups", key, new, old, (group.gid, group.dn))
                 expire = fresh if complete else stale
-                ts_ops.append(("groups", key, rec.pack_times(now, expire, 0.0, modstamp, usn)))
+                packed = rec.pack_times(now, expire, 0.0, modstamp, usn)
+                (ts_ops if complete else early).append(("groups", key, packed))
 
             for akey, target in batch.aliases.items():
                 if txn.get(akey, db=t["alias"]) != target:
@@ -299,6 +306,10 @@ class BackendCache(DomainCache):
                         ts_ops.append((table, key, None))
 
         result = WriteResult()
+        if ops and early:
+            self._write_ts(early)
+            result.timestamps_written, early = len(early), []
+        ts_ops = early + ts_ops
         if ops:
             with self.counters.transaction(ENTRY_TXN):
                 written, commit_s = self.entries.write(ops)
@@ -308,7 +319,7 @@ class BackendCache(DomainCache):
             result.entries_written, result.entry_bytes = len(ops), written
         if ts_ops:
             self._write_ts(ts_ops)
-            result.timestamps_written = len(ts_ops)
+            result.timestamps_written += len(ts_ops)
         return result
 
     def _put_ops(

@@ -223,18 +223,19 @@ class AdProvider(LdapProvider):
         """AD has no deref control but ASQ: one base search on a big group returns the
         entries its ``member`` values name (SSSD uses it the same way, past
         ``ldap_deref_threshold``; measured in :meth:`_asq_big_groups`). Member groups
-        to expand are left to the look-ups, which fetch their members too. ``lookup``
-        holds members of ``g`` only: what ASQ does not return does not exist."""
+        to expand are left to the look-ups, which fetch their members too, and so are
+        the members ASQ does not return: it reads the group's values again, later than
+        the search that found it, so one replaced in between is missing from its answer
+        yet named a user when the group was read (taking it for a dangling DN stored the
+        old and new versions intersected; a dangling one costs a look-up, rare)."""
         s = self.schema
         if not self._asq_usable(len(lookup)):
             return
         entries = self.client.search(
             g.entry.dn, "(objectClass=*)", s.deref_attrs, scope="base", asq=s.group_member
         )
-        returned = set()
         for e in entries:
             k = normalize_dn(e.dn)
-            returned.add(k)
             if k not in lookup:
                 continue
             # ASQ ignores the search bases: each entry is checked against them here.
@@ -247,9 +248,6 @@ class AdProvider(LdapProvider):
                 known[k] = ("group" if m.posix else WALK, m.name)
             else:
                 known[k] = m
-            del lookup[k]
-        for k in [k for k in lookup if k not in returned]:
-            known[k] = None  # ASQ returns every entry that exists: this one does not
             del lookup[k]
 
     def _asq_big_groups(

@@ -176,6 +176,9 @@ _RECV_BUFFER_ATTR = "_cached_recv_buffer"  # the connection's receive buffer
 # the walk of bigroupuser has at most 2 per level), few enough to bound what a level
 # of many batches makes the server hold at once.
 OUTSTANDING = 4
+# Times the ranged values of one entry are read again from 0 because the entry changed
+# between its range searches (_fill_ranges) before the search fails.
+RANGE_RESTARTS = 3
 _receiving = ldap3.strategy.sync.SyncStrategy.receiving
 
 
@@ -963,15 +966,24 @@ class LdapClient:
         """Complete the ranged values of ``e`` (``member;range=0-1499``: a Windows DC
         returns at most MaxValRange values of an attribute per entry, Samba does when
         asked): base searches for ``member;range=<next>-*`` until the server says
-        ``*`` (RFC-less, [MS-ADTS] 3.1.1.3.1.3.3). Each is a search of its own."""
+        ``*`` (RFC-less, [MS-ADTS] 3.1.1.3.1.3.3). Each is a search of its own, so
+        the entry can change between them: a value removed from a range already read
+        shifts the later ones, and one still there is skipped. Each search asks for
+        the entry's USN too (AD: ``uSNChanged``, which every write moves); when it is
+        not the one the entry was first read with (or that was not asked for), every
+        ranged attribute is read again from 0, so the values are one version's."""
         pending = merge_ranges(e.attrs, e.dn)
+        ranged = set(pending)
+        usn = self.cfg.ldap_group_entry_usn.lower()
+        stamp: bytes | None = (e.attrs.get(usn) or [b""])[0] or None if usn else None
+        restarts = 0
         while pending:
             name, start = pending.popitem()
             t0 = time.perf_counter()
             try:
                 conn.search(
                     e.dn, "(objectClass=*)", ldap3.BASE,
-                    attributes=[f"{name};range={start}-*"],
+                    attributes=[f"{name};range={start}-*", *([usn] if usn else [])],
                     time_limit=self.cfg.ldap_search_timeout,
                     dereference_aliases=ldap3.DEREF_NEVER,
                 )  # fmt: skip
@@ -983,6 +995,18 @@ class LdapClient:
             for item in conn.response or []:
                 if item.get("type") == "searchResEntry":
                     more = {k.lower(): v for k, v in item["raw_attributes"].items()}
+            now = (more.pop(usn, None) or [b""])[0] or None if usn else None
+            if now is not None and now != stamp:
+                if restarts >= RANGE_RESTARTS:
+                    raise LdapError(f"{e.dn}: changed while its ranges of {name} were read, "
+                                    f"{restarts + 1} times")  # fmt: skip
+                restarts += 1
+                stamp = now
+                e.attrs[usn] = [now]  # the stamp stored with the values is theirs
+                for a in ranged:
+                    e.attrs[a] = []
+                pending = dict.fromkeys(ranged, 0)
+                continue  # this answer is dropped with the rest: read again from 0
             got = merge_ranges(more, e.dn)
             e.attrs.setdefault(name, []).extend(more.get(name, []))
             nxt = got.get(name)

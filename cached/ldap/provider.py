@@ -299,6 +299,10 @@ class LdapProvider:
         # spelling of each key (the member look-ups batch by its RDN value).
         self._member_memo: dict[bytes, str] = {}
         self._member_dn: dict[str, str] = {}
+        # Members the look-ups found nowhere in this request (_closure), and whether
+        # this is its last run: validate.changed_since_read.
+        self.missing: set[str] = set()
+        self._last_run = False
         # When each group was last read whole, its members named from their entries
         # (time.monotonic(), this process): its stamp is trusted for
         # refresh_full_interval after it (validate.py, compatibility.md §9.2).
@@ -337,7 +341,7 @@ class LdapProvider:
             # trust rule, cached/ldap/validate.py).
             self.request_started = time.time()
             try:
-                result = fn()
+                result = self._runs(fn)
                 if self._limit_lookup == (kind, key):
                     self.limit_error, self._limit_lookup = "", None
                 return result
@@ -363,6 +367,22 @@ class LdapProvider:
                 # What one request read to name members is not kept past it.
                 self._swept, self._settled_known = None, None
                 self._member_memo, self._member_dn = {}, {}
+                self.missing = set()
+
+    def _runs(self, fn: Callable[[], Result]) -> Result:
+        """``fn`` again when a group changed under it (validate.changed_since_read),
+        at most CHANGED_RETRIES times; its last run stores such groups incomplete."""
+        for _ in range(validate.CHANGED_RETRIES):
+            try:
+                return fn()
+            except validate.ChangedDuringRequest as e:
+                log.info("%s; reading again", e)
+                self._swept, self._settled_known, self.missing = None, None, set()
+        self._last_run = True
+        try:
+            return fn()
+        finally:
+            self._last_run = False
 
     # -- ids and filters (the AD provider, cached/ldap/ad.py, maps SIDs instead) ----
 
@@ -755,8 +775,15 @@ class LdapProvider:
                 if extra and g.posix and g.gid == primary_gid:
                     found.setdefault(k, g)
                     budget[k] = max(budget.get(k, -1), s.nesting_level)
-            for k in lookup:
-                known.setdefault(k, None)  # exists nowhere we may look: not a member
+            for k, (dn, _b) in lookup.items():
+                if k not in known:
+                    known[k] = None  # exists nowhere we may look: not a member
+                    # ... unless renamed since its group was read (a DN in a base:
+                    # one that never named an entry there is dropped whatever).
+                    if self._member_assertion(dn) is not None and self._in_bases(
+                        k, s.user_bases + s.group_bases
+                    ):
+                        self.missing.add(k)
             self.counters.add(NESTED_LEVELS, 1, 0.0, 1)
             level += 1
             up = up_next if level <= s.nesting_level else []
@@ -1243,8 +1270,16 @@ class LdapProvider:
         posix = {k: g for k, g in found.items() if g.posix}
         if not posix:
             return
+        changed = validate.changed_since_read(self, found) if self.missing else set()
+        if changed and not self._last_run:
+            raise validate.ChangedDuringRequest(
+                f"{len(changed)} group(s) changed while their members were named, e.g. "
+                f"{found[next(iter(changed))].entry.dn}"
+            )
         stored = self.cache.times("group", [g.name for g in posix.values()])
         scans = self._scan(found, known) if self.schema.bis else {}
+        for k in changed:
+            scans[k].unknown = True  # still changing: stored incomplete (expired)
         complete = self._complete(found, scans) if self.schema.bis else set(posix)
         with self.counters.timer(NESTED_COMPARE):
             for k, g in posix.items():
@@ -1349,13 +1384,18 @@ class LdapProvider:
         return self._run(REQ_INITGR, "initgroups", name, lambda: self._initgroups(name))
 
     def _initgroups_user(self, name: str) -> tuple[User | None, list[Entry]]:
-        """The user of an initgroups: from the cache when it is fresh (the getpwnam
-        that `id` makes first has just stored it), else one search; (None, []) and the
-        cached entry deleted when the server has no such user."""
+        """The user of an initgroups: from the cache when it was stored within
+        ``validate.USER_JUST_STORED`` seconds (the getpwnam that `id` or a login makes
+        first), else one search; (None, []) and the cached entry deleted when the server
+        has no such user."""
         s = self.schema
         cached = self.cache.user_by_name(name)
         user = cached.value if cached.state is State.VALID else None
-        if user is not None and user.dn:
+        if (
+            user is not None
+            and user.dn
+            and time.time() - cached.times.last_update < validate.USER_JUST_STORED
+        ):
             return user, []
         entries = self._search(s.user_bases, s.user_by_name(name), s.user_attrs)
         key = self.cache.key(name)

@@ -43,6 +43,7 @@ import calendar
 import time
 from typing import TYPE_CHECKING
 
+from cached.config import SearchBase
 from cached.counters import (
     LDAP_DECODE,
     NESTED_LEVELS,
@@ -51,7 +52,7 @@ from cached.counters import (
     VALIDATE_FETCHED,
 )
 from cached.dn import normalize_dn
-from cached.ldap.schema import BATCH, escape
+from cached.ldap.schema import BATCH, escape, first
 
 if TYPE_CHECKING:
     from cached.ldap.client import Entry
@@ -344,6 +345,77 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
         for n in names:
             p.cache.touch_group(batch, n, stored[n][0], stored[n][1])
     return True
+
+
+# Seconds a cached user's DN is walked up from without searching the user again
+# (LdapProvider._initgroups_user). The walk looks for groups listing that DN: a user
+# moved or renamed since it was stored is in none under its old DN, and was stored in
+# no group though in the same ones under both. Valid for hours (entry_cache_timeout),
+# the stored DN could be that old; the getpwnam that `id` or a login sends just before
+# its initgroups stored it within this bound, so their initgroups costs no user search.
+USER_JUST_STORED = 30.0
+
+
+class ChangedDuringRequest(Exception):
+    """A group read by this request changed before its members were all named: the
+    request runs again (LdapProvider._run)."""
+
+
+# Times a request runs again for a group that changed under it (changed_since_read);
+# the last run stores such a group incomplete (expired, no stamp) rather than fail.
+CHANGED_RETRIES = 2
+
+
+def changed_since_read(p: LdapProvider, found: dict[str, _GroupEntry]) -> set[str]:
+    """The fetched groups, among those listing a member the look-ups found nowhere
+    (``p.missing``), whose entry changed since this request read it.
+
+    Such a member was looked up after its group was read. When it was renamed or
+    moved in between, a server with referential integrity moved the group's value
+    along: the old DN names nothing, yet the member is in both of the group's
+    versions, and dropping it stores a member list the group never had. Read again,
+    the group tells: unchanged, the value dangles (deleted member, no referential
+    integrity) and dropping it is right. Compared by CSN/USN where the server has
+    one, else by member values: AD keeps ``member`` in step with a renamed member
+    without moving the group's ``uSNChanged``, and ``modifyTimestamp`` has one-second
+    resolution. One round trip, by name in batches, matched back by DN (a group
+    renamed or deleted since counts as changed); nothing when no member was missing."""
+    missing = p.missing
+    suspects = {k: g for k, g in found.items() if not missing.isdisjoint(g.member_keys)}
+    if not suspects:
+        return set()
+    s = p.schema
+    by_values = s.ad or not all(g.usn for g in suspects.values())
+    attrs = stamp_attrs(p) + ([s.group_member] if by_values else [])
+    names = sorted({g.name for g in suspects.values() if g.name})
+    items = [("g", f"({s.group_name}={escape(n)})") for n in names]
+    jobs: list[_Job] = [
+        (s.group_bases, items[i : i + BATCH], attrs, None) for i in range(0, len(items), BATCH)
+    ]
+    # A non-POSIX group without a name (walked through): its own base search.
+    jobs += [((SearchBase(g.entry.dn, "base"),), [("x", "(objectClass=*)")], attrs, None)
+             for g in suspects.values() if not g.name]  # fmt: skip
+    again: dict[str, Entry] = {}
+    for entries in p._split_search_many(jobs, p._round_filter, paged=False):
+        for got in entries:
+            again.setdefault(normalize_dn(got.dn), got)
+    changed = set()
+    for k, g in suspects.items():
+        now = again.get(k)
+        if now is None:
+            changed.add(k)  # renamed or deleted since
+        elif by_values:
+            if {normalize_dn(v) for v in _member_texts(now, s.group_member)} != set(g.member_keys):
+                changed.add(k)
+        elif (first(now.get(s.group_modstamp)), first(now.get(s.group_usn))) != (g.modstamp, g.usn):
+            changed.add(k)
+    return changed
+
+
+def _member_texts(e: Entry, attr: str) -> list[str]:
+    from cached.ldap.provider import _names_each
+
+    return _names_each(e.get(attr))
 
 
 def _names_of(p: LdapProvider, e: Entry) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import ldap3
 import pytest
 
 from cached.cache.writer import open_backend_cache
@@ -323,6 +324,135 @@ def test_group_members_by_asq_only_when_the_root_dse_lists_it(
         # Unpaged, no sweep: 1,600 members in batches of member_batch (name=…) look-ups.
         assert spy.sweeps() == 0
         assert spy.batches() == -(-len(want) // p.member_batch), spy.calls
+
+
+@contextlib.contextmanager
+def _scratch_group(dc: addc.SambaDC, name: str, gid: int, members: list[str]) -> Iterator[str]:
+    """A group of the test's own on the module's DC, deleted after it (the other tests
+    read the loaded directory as testing/addir.py built it)."""
+    dn = f"CN={name},{addir.GROUPS}"
+    conn = dc.connect()
+    try:
+        assert conn.add(dn, "group", {"sAMAccountName": name, "gidNumber": str(gid),
+                                      "member": members}), conn.result  # fmt: skip
+        yield dn
+    finally:
+        conn.delete(dn)
+        conn.unbind()
+
+
+def test_a_group_changed_between_its_search_and_its_asq_keeps_one_version(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """ASQ reads the group's member values again, later than the search that found
+    it: a member replaced in between is not returned, yet it named a user when the
+    group was read. It must be looked up, not dropped as naming nothing (that stored
+    the old and new versions intersected, as the deref control did on LDAP)."""
+    dc, _ = ad
+    people = [f"CN=Member {i:04d},{addir.PEOPLE}" for i in range(21)]
+    old, new = people[:20], people[1:21]  # m0000 replaced by m0020
+    with _scratch_group(dc, "racebig", 40990, old) as dn, _provider(dc, tmp_path) as (p, spy):
+        search = p.client.search
+        changed: list[bool] = []
+
+        def change_before_asq(*args: Any, **kw: Any) -> Any:
+            if kw.get("asq") and not changed:
+                changed.append(True)
+                conn = dc.connect()
+                try:
+                    assert conn.modify(dn, {"member": [(ldap3.MODIFY_REPLACE, new)]}), conn.result
+                finally:
+                    conn.unbind()
+            return search(*args, **kw)
+
+        p.client.search = change_before_asq  # type: ignore[method-assign]
+        assert p.group_by_name("racebig").outcome is Outcome.FOUND
+        assert changed and spy.asq() == 1  # the ASQ search ran, after the change
+        # The version the group's search read, whole.
+        assert _members(p, "racebig") == {f"m{i:04d}" for i in range(20)}
+
+
+def test_ranged_values_of_a_group_changed_between_ranges_are_one_version(
+    ad: tuple[addc.SambaDC, addir.ADDirectory],
+) -> None:
+    """Each range is a search of its own: a member removed from the first range
+    before the next is read shifts the values after it, so one that is still a member
+    was skipped (the old and new versions mixed). The client reads every range again
+    when the entry's uSNChanged moved between them."""
+    dc, _ = ad
+    people = [f"CN=Member {i:04d},{addir.PEOPLE}" for i in range(25)]
+    text = config_text([dc.ldapi_uri], dc.base_dn, Path("/nonexistent"), **_opts(dc))
+    client = LdapClient(parse_config(text).domains[0])
+    with _scratch_group(dc, "racerange", 40991, people) as dn:
+        fill = client._fill_ranges
+        gone: list[bytes] = []
+
+        def change_between_ranges(conn: Any, e: Any) -> None:
+            if not gone:
+                gone.append(e.attrs["member;range=0-9"][0])  # read, then removed
+                admin = dc.connect()
+                try:
+                    assert admin.modify(dn, {"member": [(ldap3.MODIFY_DELETE, [gone[0]])]})
+                finally:
+                    admin.unbind()
+            fill(conn, e)
+
+        client._fill_ranges = change_between_ranges  # type: ignore[method-assign]
+        try:
+            (e,) = client.search(dn, "(objectClass=*)", ["member;range=0-9", "uSNChanged"],
+                                 scope="base")  # fmt: skip
+        finally:
+            client.close()
+        (now,) = dc.search(dn, "(objectClass=*)", ["uSNChanged"], scope=ldap3.BASE)
+    assert gone
+    got = {v.decode().lower() for v in e.get("member")}
+    old = {p.lower() for p in people}
+    assert got == old - {gone[0].decode().lower()}, (len(got), sorted(old - got))
+    # The stamp that comes with the values is the version they were read from.
+    assert e.get("uSNChanged") == now["raw_attributes"]["uSNChanged"]
+
+
+def test_a_member_renamed_between_its_group_search_and_its_look_up_is_kept_on_ad(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """AD keeps ``member`` in step with a renamed member (links follow the object):
+    renamed after its group was read and before its look-up by RDN value, the old DN
+    names nothing, yet the member is in both of the group's versions. Kept."""
+    dc, _ = ad
+    people = [f"CN=Member {i:04d},{addir.PEOPLE}" for i in range(4)]
+    moved = f"CN=Member 0000r,{addir.PEOPLE}"
+    with _scratch_group(dc, "racerename", 40992, people) as dn, \
+            _provider(dc, tmp_path, ldap_deref_threshold="0") as (p, spy):  # fmt: skip
+        search_many = spy._search_many
+        usns: list[bytes] = []
+
+        def usn() -> bytes:
+            (g,) = dc.search(dn, "(objectClass=*)", ["uSNChanged"], scope=ldap3.BASE)
+            return bytes(g["raw_attributes"]["uSNChanged"][0])
+
+        def rename_before_look_up(specs: list[Search], *args: Any, **kw: Any) -> Any:
+            if not usns and any("(name=Member 0000)" in sp.filt for sp in specs):
+                usns.append(usn())
+                admin = dc.connect()
+                try:
+                    assert admin.modify_dn(people[0], "CN=Member 0000r"), admin.result
+                finally:
+                    admin.unbind()
+                usns.append(usn())
+            return search_many(specs, *args, **kw)
+
+        spy._search_many = rename_before_look_up
+        try:
+            assert p.group_by_name("racerename").outcome is Outcome.FOUND
+            # The group's uSNChanged did not move: only its member values tell.
+            assert len(usns) == 2 and usns[0] == usns[1], usns
+            assert _members(p, "racerename") == {f"m{i:04d}" for i in range(4)}
+        finally:
+            admin = dc.connect()
+            try:
+                admin.modify_dn(moved, "CN=Member 0000")
+            finally:
+                admin.unbind()
 
 
 def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(

@@ -4,15 +4,18 @@ hostile names, failover, TLS."""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
 from cached.cache import State
+from cached.cache.writer import WriteBatch
 from cached.counters import LDAP_CONNECT, LDAP_SEARCH, Counters
 from cached.ldap import deref
 from cached.ldap.client import LdapClient, LdapOffline, LdapTooMany, Search
 from cached.ldap.provider import Outcome
 from cached.ldap.schema import escape
+from cached.model import User
 from testing.backend import OPEN_CLIENTS, make_backend, make_domain, stored_gids, stored_members
 
 # -- pure parts ------------------------------------------------------------------
@@ -300,6 +303,173 @@ def test_a_group_changed_between_its_search_and_its_deref_keeps_one_version(
     assert p.group_by_name("racegrp").outcome is Outcome.FOUND
     assert changed  # the deref search ran, after the change
     assert stored_members(cache, "racegrp") == old  # the version the search read, whole
+
+
+def test_a_member_renamed_between_its_group_search_and_its_look_up_is_kept(
+    tmp_path, slapd_small_fresh
+):
+    """A member is named by a search after the one that read its group: renamed in
+    between (with referential integrity, which moves the group's member value along),
+    its old DN names nothing by then, yet it is a member of both of the group's
+    versions. The group must be stored as one version: its first read with the old
+    name, or its second with the new, never without the member (that dropped a member
+    that exists)."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    users = exp.user_names()[:4]
+    dn = f"cn=racegrp2,ou=groups,{s.base_dn}"
+    s.ldap_modify(
+        f"dn: {dn}\nobjectClass: groupOfNames\nobjectClass: posixGroup\ncn: racegrp2\n"
+        f"gidNumber: 47001\n" + "".join(f"member: {exp.user(u).dn}\n" for u in users)
+    )
+    old_dn = exp.user(users[0]).dn
+    rdn_attr, rest = old_dn.split("=", 1)[0], old_dn.split(",", 1)[1]
+    assert rdn_attr == "uid"  # the login name is the RDN's value: renamed with it
+    renamed = f"{users[0]}r"
+    new_dn = f"{rdn_attr}={renamed},{rest}"
+    # No deref and no sweep: members are named by look-ups after the group's search.
+    cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=0)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    p.sweep_min = 10**9
+    search_many = p.client.search_many
+    changed: list[bool] = []
+
+    def rename_before_look_up(specs, *args, **kw):
+        if not changed and any(escape(users[0]) in sp.filt for sp in specs):
+            changed.append(True)
+            s.ldap_modify(
+                f"dn: {old_dn}\nchangetype: modrdn\nnewrdn: {rdn_attr}={renamed}\n"
+                f"deleteoldrdn: 1\n\n"
+                f"dn: {dn}\nchangetype: modify\ndelete: member\nmember: {old_dn}\n-\n"
+                f"add: member\nmember: {new_dn}\n"
+            )  # what the refint overlay does: the group follows its member
+        return search_many(specs, *args, **kw)
+
+    p.client.search_many = rename_before_look_up  # type: ignore[method-assign]
+    assert p.group_by_name("racegrp2").outcome is Outcome.FOUND
+    assert changed  # the look-up ran after the rename
+    got = stored_members(cache, "racegrp2")
+    assert got in (set(users), {*users[1:], renamed}), got
+
+
+def _racegroup(s, exp, name: str, gid: int, members: list[str]) -> str:
+    dn = f"cn={name},ou=groups,{s.base_dn}"
+    s.ldap_modify(
+        f"dn: {dn}\nobjectClass: groupOfNames\nobjectClass: posixGroup\ncn: {name}\n"
+        f"gidNumber: {gid}\n" + "".join(f"member: {m}\n" for m in members)
+    )
+    return dn
+
+
+def test_a_dangling_member_is_dropped_after_one_read_of_its_group_again(
+    tmp_path, slapd_small_fresh
+):
+    """A member DN naming no entry, in a group that did not change: dropped, the group
+    stored complete with its stamp, the request run once (its group searched once,
+    then once more to see it unchanged)."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    users = exp.user_names()[:3]
+    ghost = f"uid=ghost,ou=people,{s.base_dn}"
+    _racegroup(s, exp, "racegrp3", 47002, [exp.user(u).dn for u in users] + [ghost])
+    cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=0)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    search_many = p.client.search_many
+    seen: list[str] = []
+
+    def count(specs, *args, **kw):
+        seen.extend(sp.filt for sp in specs if "racegrp3" in sp.filt)
+        return search_many(specs, *args, **kw)
+
+    p.client.search_many = count  # type: ignore[method-assign]
+    assert p.group_by_name("racegrp3").outcome is Outcome.FOUND
+    assert stored_members(cache, "racegrp3") == set(users)
+    assert cache.group_by_name("racegrp3").state is State.VALID
+    assert cache.group_stamps(["racegrp3"])["racegrp3"][1]  # its CSN: trusted
+    assert len(seen) == 2, seen
+
+
+def test_a_group_changing_at_every_read_is_stored_incomplete(tmp_path, slapd_small_fresh):
+    """A member renamed again before every look-up: the request runs again twice, then
+    stores the group incomplete (expired, no stamp), so the next lookup reads it
+    again rather than trust a member list the group never had."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    users = exp.user_names()[:4]
+    dn = _racegroup(s, exp, "racegrp4", 47003, [exp.user(u).dn for u in users])
+    rest = exp.user(users[0]).dn.split(",", 1)[1]
+    cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=0)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    p.sweep_min = 10**9
+    search_many = p.client.search_many
+    names = [users[0]]
+
+    def rename_before_every_look_up(specs, *args, **kw):
+        if any(f"(uid={escape(names[-1])})" in sp.filt for sp in specs):
+            old, new = f"uid={names[-1]},{rest}", f"uid={users[0]}r{len(names)},{rest}"
+            names.append(f"{users[0]}r{len(names)}")
+            s.ldap_modify(
+                f"dn: {old}\nchangetype: modrdn\nnewrdn: {new.split(',')[0]}\n"
+                f"deleteoldrdn: 1\n\n"
+                f"dn: {dn}\nchangetype: modify\ndelete: member\nmember: {old}\n-\n"
+                f"add: member\nmember: {new}\n"
+            )  # what the refint overlay does
+        return search_many(specs, *args, **kw)
+
+    p.client.search_many = rename_before_every_look_up  # type: ignore[method-assign]
+    assert p.group_by_name("racegrp4").outcome is Outcome.FOUND
+    assert len(names) == 4  # three runs, each renamed the member before its look-up
+    assert cache.group_by_name("racegrp4").state is State.EXPIRED
+    assert cache.group_stamps(["racegrp4"])["racegrp4"][0] == ""  # no trusted stamp
+
+
+def test_a_user_moved_since_it_was_cached_keeps_its_groups(tmp_path, slapd_small_fresh):
+    """initgroups walks up from the user's DN, taken from the cache when the user is
+    fresh there (the getpwnam `id` makes first). Moved since (another OU, same name;
+    referential integrity moves the groups' values along), the stored DN is in no
+    group any more: the user, in the same groups under both DNs, was stored in none."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    u = next(n for n in exp.user_names() if exp.direct_groups(n))
+    cfg = make_domain([s.uri], s.base_dn, ldap_group_nesting_level=2)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    # Stored ten minutes ago and still valid (a getpwnam then; `id` asks only now).
+    batch = WriteBatch()
+    cache.put_user(batch, exp.user(u))
+    cache.commit(batch, now=time.time() - 600)
+    assert cache.user_by_name(u).state is State.VALID
+    old_dn = exp.user(u).dn
+    rdn = old_dn.split(",", 1)[0]
+    moved = f"ou=moved,{s.base_dn}"
+    s.ldap_modify(
+        f"dn: {moved}\nobjectClass: organizationalUnit\nou: moved\n\n"
+        f"dn: {old_dn}\nchangetype: modrdn\nnewrdn: {rdn}\ndeleteoldrdn: 1\n"
+        f"newsuperior: {moved}\n\n"
+        + "".join(
+            f"dn: {exp.group(g).dn}\nchangetype: modify\ndelete: member\nmember: {old_dn}\n"
+            f"-\nadd: member\nmember: {rdn},{moved}\n\n"
+            for g in sorted(exp.direct_groups(u))
+        )
+    )  # the move, and what the refint overlay does
+    assert p.initgroups(u).outcome is Outcome.FOUND
+    assert stored_gids(cache, u) == exp.initgroups(u, 2)
+
+
+def test_an_expired_cached_user_does_not_name_a_dangling_member(tmp_path, slapd_small_fresh):
+    """Members already cached are named by DN without a search, as SSSD does for
+    entries that are valid (sdap_nested_group_check_cache). One read longer ago than
+    its cache timeout may be long gone from the server: a group still listing its DN
+    (no referential integrity) kept it as a member though no such user existed in the
+    request."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    users = exp.user_names()[:3]
+    ghost = User("ghostuser", 47999, 100, "", "/home/ghostuser", "/bin/sh",
+                 f"uid=ghostuser,ou=people,{s.base_dn}")  # fmt: skip
+    _racegroup(s, exp, "racegrp5", 47004, [exp.user(u).dn for u in users] + [ghost.dn])
+    cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=0)
+    p, cache, _ = make_backend(tmp_path, cfg)
+    batch = WriteBatch()
+    cache.put_user(batch, ghost)  # read long ago, deleted from the server since
+    cache.commit(batch, now=time.time() - 10**6)
+    assert cache.user_by_name("ghostuser").state is State.EXPIRED
+    assert p.group_by_name("racegrp5").outcome is Outcome.FOUND
+    assert stored_members(cache, "racegrp5") == set(users)
 
 
 def test_changes_on_the_server_are_seen_after_invalidation(tmp_path, slapd_small_fresh):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing as mp
 import os
+import signal
 import time
 from array import array
 from pathlib import Path
@@ -631,3 +632,42 @@ def test_a_kept_group_list_is_given_only_while_its_record_is_unchanged(tmp_path)
         c.put_initgroups(b, "user00001", [], [])
     assert groups("user00001") == ([], ())
     reader.close()
+
+
+def _store_incomplete_and_die_after_the_entry_commit(path: str) -> None:
+    c = BackendCache(path, "LDAP", boot_id="boot-1", counters=Counters())
+    write = c.entries.write
+
+    def commit_then_die(ops):
+        write(ops)
+        os.kill(os.getpid(), signal.SIGKILL)  # before anything after the entry commit
+
+    c.entries.write = commit_then_die  # type: ignore[method-assign]
+    with c.write() as b:
+        # Fewer members than the stored version: some member groups were not fetched.
+        # No stamp, as the provider stores an incomplete group (validate.py).
+        c.put_group(b, group(1, members=3), "", "csn-2", complete=False)
+
+
+def test_a_kill_after_an_entry_commit_never_leaves_an_incomplete_group_valid(tmp_path):
+    """A group stored incomplete (§6.3 step 4) is stored expired and without a stamp.
+    Killed between the entry store's commit and the timestamp store's, the old
+    timestamp record (valid, trusted stamp) would vouch for the incomplete member
+    list: served as valid, and touched by the next refresh by stamps. Its timestamp
+    record is written before the entry commit, so either order of death is safe."""
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_group(b, group(1), "20200101000000Z", "csn-1")
+    c.close(clean=False)
+    p = mp.get_context("spawn").Process(
+        target=_store_incomplete_and_die_after_the_entry_commit, args=(str(tmp_path),)
+    )
+    p.start()
+    p.join()
+    assert p.exitcode == -signal.SIGKILL
+    c = backend(tmp_path)  # same boot: the no-sync store is trusted, as after any kill
+    assert not c.ts_rebuilt_reason
+    got = c.group_by_name("group00001")
+    assert got.value is not None and got.value.member_count == 3  # the entry committed
+    assert got.state is State.EXPIRED
+    assert c.group_stamps(["group00001"])["group00001"][0] == ""  # nothing to trust
