@@ -11,7 +11,7 @@ import pytest
 
 from cached.cache import State, open_domain_cache
 from cached.cache.writer import open_backend_cache
-from cached.config import parse_config
+from cached.config import Config, parse_config
 from cached.counters import Counters
 from cached.model import Group
 from cached.nss import protocol as p
@@ -26,9 +26,9 @@ def group(members: tuple[str, ...]) -> Group:
     return Group("grp", 20001, f"cn=grp,ou=groups,{BASE}", members)
 
 
-def test_a_kept_group_reply_follows_writes_invalidation_and_negative_entries(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _config(tmp_path: Path, extra: str = "") -> Config:
+    """A one-domain configuration under ``tmp_path``, its cache and memory-cache
+    directories made; the LDAP server is never reached."""
     cfg = parse_config(
         f"""[cached]
 domains = LDAP
@@ -40,10 +40,18 @@ dbus_address = none
 id_provider = ldap
 ldap_uri = ldap://127.0.0.1:1
 ldap_search_base = {BASE}
+{extra}
 """
     )
     (tmp_path / "db").mkdir(mode=0o700)
     (tmp_path / "mc").mkdir()
+    return cfg
+
+
+def test_a_kept_group_reply_follows_writes_invalidation_and_negative_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _config(tmp_path)
     writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
     with writer.write() as b:
         writer.put_group(b, group(("alice", "bob")))
@@ -100,22 +108,7 @@ def test_a_kept_group_reply_stops_when_its_entry_expires_or_reaches_its_midpoint
     """Kept answers and kept lookups carry when they stop being VALID: past the refresh
     midpoint the lookup says MIDPOINT, past the expiry the answer waits for the backend,
     with no store written in between."""
-    cfg = parse_config(
-        f"""[cached]
-domains = LDAP
-db_dir = {tmp_path}/db
-pipes_dir = {tmp_path}/pipes
-mc_dir = {tmp_path}/mc
-dbus_address = none
-[domain/LDAP]
-id_provider = ldap
-ldap_uri = ldap://127.0.0.1:1
-ldap_search_base = {BASE}
-entry_cache_timeout = 1000
-"""
-    )
-    (tmp_path / "db").mkdir(mode=0o700)
-    (tmp_path / "mc").mkdir()
+    cfg = _config(tmp_path, "entry_cache_timeout = 1000")
     writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
     start = time.time()
     with writer.write() as b:
