@@ -1144,7 +1144,7 @@ class LdapProvider:
             known[k] = m
             del lookup[k]
         returned = {normalize_dn(r.dn) for r in results}
-        listed = {normalize_dn(dn) for dn in _names_each(entries[0].get(s.group_member))}
+        listed = set(self._member_keys(entries[0].get(s.group_member)))
         for k in [k for k in lookup if k not in returned and k in listed]:
             known[k] = None  # the server dereferences only entries that exist
             del lookup[k]

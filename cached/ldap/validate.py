@@ -405,17 +405,11 @@ def changed_since_read(p: LdapProvider, found: dict[str, _GroupEntry]) -> set[st
         if now is None:
             changed.add(k)  # renamed or deleted since
         elif by_values:
-            if {normalize_dn(v) for v in _member_texts(now, s.group_member)} != set(g.member_keys):
+            if set(p._member_keys(now.get(s.group_member))) != set(g.member_keys):
                 changed.add(k)
         elif (first(now.get(s.group_modstamp)), first(now.get(s.group_usn))) != (g.modstamp, g.usn):
             changed.add(k)
     return changed
-
-
-def _member_texts(e: Entry, attr: str) -> list[str]:
-    from cached.ldap.provider import _names_each
-
-    return _names_each(e.get(attr))
 
 
 def _names_of(p: LdapProvider, e: Entry) -> list[str]:
