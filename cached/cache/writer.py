@@ -146,11 +146,12 @@ class BackendCache(DomainCache):
 
     @contextmanager
     def request(self) -> Iterator[None]:
-        """Around one backend request, entered before its first search. An invalidation
-        (`cached cache`, D-Bus) that commits while it runs may predate nothing it read,
-        so what the request writes to an invalidated table is stored expired: the next
-        lookup asks the server again, as the administrator asked (docs/ARCHITECTURE.md
-        §5, "Invalidation and the backend's writes"). Nested: the outer start counts."""
+        """Around one backend request, entered before its first search. What it read
+        may predate an invalidation (`cached cache`, D-Bus) that commits while it runs,
+        and the change the administrator invalidated for: what it writes to a table
+        invalidated meanwhile is stored expired, so the next lookup asks the server
+        again (docs/ARCHITECTURE.md §5, "Invalidation and the backend's writes").
+        Nested: the outer start counts."""
         outer = self._since
         if outer is None:
             self._since = self.invalidations()
