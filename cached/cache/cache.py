@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import lmdb
 
@@ -35,6 +35,8 @@ from cached.cache.store import (
     TS_MAP_SIZE,
     Op,
     Store,
+    StoreWriteError,
+    describe_write_error,
 )
 from cached.config import DomainConfig
 from cached.counters import (
@@ -73,6 +75,11 @@ HELD_MEMBER_BYTES = 64 << 20
 # records of at most this many bytes in all (bigroupuser's: 33 KB).
 INITGR_MEMO = 16
 INITGR_MEMO_BYTES = 4 << 20
+# In the timestamp store's meta table: how many invalidating transactions each table has
+# had. A backend write compares it with the count when its request began (writer.py,
+# docs/ARCHITECTURE.md §5 "Invalidation and the backend's writes").
+INVALIDATIONS = {"users": b"invalidations_users", "groups": b"invalidations_groups"}
+_COUNT = struct.Struct(">Q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -677,6 +684,26 @@ class DomainCache:
         self.counters.add(TS_BYTES, 0, 0.0, written)
         self.counters.add(TS_RECORDS, 0, 0.0, len(ops))
 
+    def _write_ts_built(self, build: Callable[[lmdb.Transaction], list[Op]]) -> int:
+        """One timestamp-store write whose operations ``build`` makes from what the
+        store holds inside the write transaction (LMDB: one writer at a time, across
+        processes), so no other process's commit falls between what it read and what it
+        writes. Returns how many operations were written."""
+        assert self.ts is not None
+        with self.counters.timer(TS_WRITE):
+            written, count = write_built(self.ts, build)
+        self.counters.add(TS_BYTES, 0, 0.0, written)
+        self.counters.add(TS_RECORDS, 0, 0.0, count)
+        return count
+
+    def invalidations(self) -> dict[str, int]:
+        """How many invalidating transactions each timestamp table has had (none when
+        the store is not open: it is created empty)."""
+        if self.ts is None:
+            return dict.fromkeys(INVALIDATIONS, 0)
+        with self.ts.read() as txn:
+            return invalidation_counts(txn, self.ts)
+
     # -- invalidation (timestamp store only) ---------------------------------------
 
     def _require_ts(self) -> Store:
@@ -684,22 +711,34 @@ class DomainCache:
             raise RuntimeError(f"{self.ts_path}: timestamp store is not open")
         return self.ts
 
-    def _invalidate_keys(self, table: str, keys: list[bytes]) -> None:
+    def _invalidate(self, table: str, keys: list[bytes] | None) -> None:
+        """Expire ``keys`` of ``table`` (None: every record it holds) and count one more
+        invalidation of it, read and written in one write transaction: a backend commit
+        can come before it or after it, never between its read and its write (where
+        the invalidated form of a record read before that commit would overwrite what
+        the commit wrote, e.g. put back the stamp of a group it stored incomplete)."""
         ts = self._require_ts()
-        ops: list[Op] = []
-        with ts.read() as txn:
-            db = ts.tables[table]
-            for key in keys:
-                ops.append((table, key, _invalidated(txn.get(key, db=db))))
-        if ops:
-            self._write_ts(ops)
+        db, meta = ts.tables[table], ts.tables["meta"]
+
+        def build(txn: lmdb.Transaction) -> list[Op]:
+            if keys is None:
+                # Entries without a record already read as expired: only the existing
+                # records are rewritten (one cursor pass).
+                ops: list[Op] = [(table, bytes(k), _invalidated(v)) for k, v in txn.cursor(db=db)]
+            else:
+                ops = [(table, key, _invalidated(txn.get(key, db=db))) for key in keys]
+            count = _count(txn.get(INVALIDATIONS[table], db=meta))
+            ops.append(("meta", INVALIDATIONS[table], _COUNT.pack(count + 1)))
+            return ops
+
+        self._write_ts_built(build)
 
     def invalidate_user(self, name: str) -> bool:
         key = self.key(name)
         with self._reader() as txn:
             if txn.get(key, db=self.entries.tables["users"]) is None:
                 return False
-        self._invalidate_keys("users", [key])
+        self._invalidate("users", [key])
         return True
 
     def invalidate_group(self, name: str) -> bool:
@@ -707,24 +746,16 @@ class DomainCache:
         with self._reader() as txn:
             if txn.get(key, db=self.entries.tables["groups"]) is None:
                 return False
-        self._invalidate_keys("groups", [key])
+        self._invalidate("groups", [key])
         return True
 
     def _invalidate_table(self, table: str) -> int:
         """Expire every entry of ``table``; returns how many entries the cache holds.
-
-        Only timestamp records are rewritten. Entries without one already read as
-        expired, so only the existing records need rewriting (one cursor pass).
-        """
-        ts = self._require_ts()
+        Only timestamp records are rewritten."""
+        self._require_ts()
         with self._reader() as txn:
             count: int = txn.stat(self.entries.tables[table])["entries"]
-        with ts.read() as tstxn:
-            ops: list[Op] = [
-                (table, bytes(k), _invalidated(v)) for k, v in tstxn.cursor(db=ts.tables[table])
-            ]
-        if ops:
-            self._write_ts(ops)
+        self._invalidate(table, None)
         return count
 
     def invalidate_users(self) -> int:
@@ -762,6 +793,60 @@ def _last_txnid(store: Store) -> int:
     finally:
         txn.abort()
     return txnid
+
+
+def invalidation_counts(txn: lmdb.Transaction, ts: Store) -> dict[str, int]:
+    """The invalidation count of each timestamp table in ``txn`` (see INVALIDATIONS)."""
+    meta = ts.tables["meta"]
+    return {table: _count(txn.get(key, db=meta)) for table, key in INVALIDATIONS.items()}
+
+
+def _count(data: rec.Data | None) -> int:
+    return _COUNT.unpack(data)[0] if data is not None and len(data) == _COUNT.size else 0
+
+
+def write_built(store: Store, build: Callable[[lmdb.Transaction], list[Op]]) -> tuple[int, int]:
+    """Apply the operations ``build`` returns, built inside the same write transaction
+    (its reads see every commit before it and none can come between); returns the
+    bytes written and how many operations. Store.write's rules otherwise: a full map
+    is doubled and the transaction replayed (``build`` again: it only reads and
+    computes), a failure is a StoreWriteError and writes nothing."""
+    while True:
+        txn = store.env.begin(write=True)
+        try:
+            ops = build(txn)
+            # As Store.write: each table's operations in their order, one putmulti
+            # for a table with puts only (half the CPU of a put per record).
+            written = 0
+            by_table: dict[str, list[tuple[bytes, bytes | None]]] = {}
+            deleting: set[str] = set()
+            for table, key, value in ops:
+                by_table.setdefault(table, []).append((key, value))
+                if value is None:
+                    deleting.add(table)
+                else:
+                    written += len(key) + len(value)
+            for table, items in by_table.items():
+                db = store.tables[table]
+                if table not in deleting:
+                    txn.cursor(db=db).putmulti(cast("list[tuple[bytes, bytes]]", items))
+                    continue
+                for key, value in items:
+                    if value is None:
+                        txn.delete(key, db=db)
+                    else:
+                        txn.put(key, value, db=db)
+            txn.commit()
+            return written, len(ops)
+        except lmdb.MapFullError:
+            txn.abort()
+            store.env.set_mapsize(store.env.info()["map_size"] * 2)
+        except lmdb.Error as e:
+            txn.abort()
+            raise StoreWriteError(describe_write_error(store.path, e)) from None
+        except BaseException:
+            txn.abort()
+            raise
 
 
 def times_or_missing(data: rec.Data | None) -> Times:

@@ -26,6 +26,7 @@ from cached.cache.cache import (
     DomainCache,
     Timeouts,
     cache_options,
+    invalidation_counts,
     times_or_missing,
 )
 from cached.cache.integrity import mark_clean, open_backend_stores, open_ts_checked, read_boot_id
@@ -81,9 +82,13 @@ class WriteResult:
 
 
 class WriteBatch:
-    """What one backend request fetched; committed as one transaction per store."""
+    """What one backend request fetched; committed as one transaction per store.
 
-    def __init__(self) -> None:
+    ``since``: the timestamp tables' invalidation counts when the request began
+    (BackendCache.request); None: when the commit reads the stores."""
+
+    def __init__(self, since: dict[str, int] | None = None) -> None:
+        self.since = since
         self.users: dict[bytes, tuple[User, str, str]] = {}
         self.groups: dict[bytes, tuple[GroupRecord, str, str, bool]] = {}
         self.touched_groups: dict[bytes, tuple[str, str]] = {}
@@ -112,6 +117,8 @@ class BackendCache(DomainCache):
     ) -> None:
         self.boot_id = read_boot_id() if boot_id is None else boot_id
         self.store_id = b""
+        # The invalidation counts when the current request began (request()).
+        self._since: dict[str, int] | None = None
         super().__init__(
             db_dir,
             domain,
@@ -138,9 +145,26 @@ class BackendCache(DomainCache):
     # -- writing -------------------------------------------------------------------
 
     @contextmanager
+    def request(self) -> Iterator[None]:
+        """Around one backend request, entered before its first search. What it read
+        may predate an invalidation (`cached cache`, D-Bus) that commits while it runs,
+        and the change the administrator invalidated for: what it writes to a table
+        invalidated meanwhile is stored expired, so the next lookup asks the server
+        again (docs/ARCHITECTURE.md §5, "Invalidation and the backend's writes").
+        Nested: the outer start counts."""
+        outer = self._since
+        if outer is None:
+            self._since = self.invalidations()
+        try:
+            yield
+        finally:
+            self._since = outer
+
+    @contextmanager
     def write(self) -> Iterator[WriteBatch]:
-        """Collect one backend request's results; commit them when the block ends."""
-        batch = WriteBatch()
+        """Collect one backend request's results; commit them when the block ends.
+        Outside request(), the request is taken to begin here."""
+        batch = WriteBatch(self._since if self._since is not None else self.invalidations())
         yield batch
         self.commit(batch)
 
@@ -249,8 +273,10 @@ class BackendCache(DomainCache):
         # incomplete member list under the old record's validity and trusted stamp.
         early: list[Op] = []
         t = self.entries.tables
-        with self.entries.read() as txn, self.ts.read() as tstxn:
-            tsu, tsg = self.ts.tables["users"], self.ts.tables["groups"]
+        ts = self.ts
+        with self.entries.read() as txn, ts.read() as tstxn:
+            tsu, tsg = ts.tables["users"], ts.tables["groups"]
+            since = invalidation_counts(tstxn, ts) if batch.since is None else batch.since
 
             def old_times(table: lmdb._Database, key: bytes) -> Times:
                 return times_or_missing(tstxn.get(key, db=table))
@@ -318,8 +344,25 @@ class BackendCache(DomainCache):
             self.counters.add(ENTRY_RECORDS, 0, 0.0, len(ops))
             result.entries_written, result.entry_bytes = len(ops), written
         if ts_ops:
-            self._write_ts(ts_ops)
-            result.timestamps_written += len(ts_ops)
+            # The records above were computed from snapshots; an invalidation that
+            # committed since the request began (it may predate what the request
+            # read) is checked here, inside the write transaction, so none can fall
+            # between the check and the write: that table's records are stored in
+            # the invalidated form the invalidation would have given them had it
+            # come after (expired, stamps and lastUpdate kept).
+            def build(tstxn: lmdb.Transaction) -> list[Op]:
+                now_counts = invalidation_counts(tstxn, ts)
+                moved = {tb for tb, n in now_counts.items() if n != since.get(tb, 0)}
+                if not moved:
+                    return ts_ops
+                return [
+                    (tb, key, rec.invalidated_times(v))
+                    if v is not None and tb in moved
+                    else (tb, key, v)
+                    for tb, key, v in ts_ops
+                ]
+
+            result.timestamps_written += self._write_ts_built(build)
         return result
 
     def _put_ops(
