@@ -58,6 +58,8 @@ class _Job:
     fut: asyncio.Future[Result]
     started: bool = False
     queued_for: set[Hashable] = field(default_factory=set)
+    # The timestamp tables' invalidation counts when it started (see request()).
+    since: dict[str, int] | None = None
 
 
 class FairQueue:
@@ -142,6 +144,7 @@ class BackendService:
         while True:
             job = await queue.get()
             job.started = True
+            job.since = self.cache.invalidations()
             try:
                 result = await self._in_worker(functools.partial(self._do, job.op, job.key))
             except Exception as e:
@@ -158,6 +161,12 @@ class BackendService:
             self.queue = FairQueue()
             self._worker = asyncio.create_task(self._work(self.queue))
         job = self.inflight.get((op, key))
+        if job is not None and job.since is not None and job.since != self.cache.invalidations():
+            # Started before an invalidation (`cached cache`, D-Bus): what it reads may
+            # predate the change the administrator invalidated for, so a lookup asked
+            # for after it does not share its answer but runs again (docs/ARCHITECTURE.md
+            # §5, "Invalidation and the backend's writes").
+            job = None
         if job is None:
             job = _Job(op, key, asyncio.get_running_loop().create_future())
             self.inflight[(op, key)] = job

@@ -1,0 +1,61 @@
+"""An invalidation (`cached cache -E`) while the backend is mid-request, on real slapd:
+docs/ARCHITECTURE.md §5, "Invalidation and the backend's writes"."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from cached.config import parse_config
+from cached.ipc.ops import Op
+from cached.ldap.provider import Outcome
+from cached.ldap.service import BackendService
+from testing.backend import config_text
+
+# Generous: the worker thread waits on the test, never on a fixed sleep.
+WAIT = 60.0
+
+
+def test_a_lookup_after_an_invalidation_does_not_join_a_request_begun_before_it(
+    tmp_path, slapd_small
+):
+    s, exp = slapd_small.slapd, slapd_small.expected
+    cfg = parse_config(config_text([s.uri], s.base_dn, daemon={"db_dir": tmp_path / "db"}))
+    service = BackendService(cfg, cfg.domains[0])
+    lookup = service.provider.user_by_name
+    entered, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def held(name: str):
+        calls.append(name)
+        if len(calls) == 1:  # the first request stays in the backend until released
+            entered.set()
+            assert release.wait(WAIT)
+        return lookup(name)
+
+    service.provider.user_by_name = held  # type: ignore[method-assign]
+
+    async def run() -> list[Outcome]:
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(service.request(Op.USER_BY_NAME, exp.big_user, uid=1))
+        assert await loop.run_in_executor(None, entered.wait, WAIT)
+        # An identical lookup while it runs shares it ...
+        joined = asyncio.ensure_future(service.request(Op.USER_BY_NAME, exp.big_user, uid=2))
+        await asyncio.sleep(0)
+        assert len(service.inflight) == 1
+        # ... but not once the administrator has invalidated the cache.
+        service.cache.invalidate_all()
+        after = asyncio.ensure_future(service.request(Op.USER_BY_NAME, exp.big_user, uid=3))
+        await asyncio.sleep(0)
+        release.set()
+        got = await asyncio.wait_for(asyncio.gather(first, joined, after), WAIT)
+        return [r.outcome for r in got]
+
+    try:
+        assert asyncio.run(run()) == [Outcome.FOUND] * 3
+        assert calls == [exp.big_user, exp.big_user]
+    finally:
+        release.set()
+        service.executor.shutdown(wait=True)
+        service.client.close()
+        service.cache.close()
