@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import lmdb
 
@@ -35,8 +35,6 @@ from cached.cache.store import (
     TS_MAP_SIZE,
     Op,
     Store,
-    StoreWriteError,
-    describe_write_error,
 )
 from cached.config import DomainConfig
 from cached.counters import (
@@ -691,7 +689,7 @@ class DomainCache:
         writes. Returns how many operations were written."""
         assert self.ts is not None
         with self.counters.timer(TS_WRITE):
-            written, count = write_built(self.ts, build)
+            written, _, count = self.ts.write_built(build)
         self.counters.add(TS_BYTES, 0, 0.0, written)
         self.counters.add(TS_RECORDS, 0, 0.0, count)
         return count
@@ -803,50 +801,6 @@ def invalidation_counts(txn: lmdb.Transaction, ts: Store) -> dict[str, int]:
 
 def _count(data: rec.Data | None) -> int:
     return _COUNT.unpack(data)[0] if data is not None and len(data) == _COUNT.size else 0
-
-
-def write_built(store: Store, build: Callable[[lmdb.Transaction], list[Op]]) -> tuple[int, int]:
-    """Apply the operations ``build`` returns, built inside the same write transaction
-    (its reads see every commit before it and none can come between); returns the
-    bytes written and how many operations. Store.write's rules otherwise: a full map
-    is doubled and the transaction replayed (``build`` again: it only reads and
-    computes), a failure is a StoreWriteError and writes nothing."""
-    while True:
-        txn = store.env.begin(write=True)
-        try:
-            ops = build(txn)
-            # As Store.write: each table's operations in their order, one putmulti
-            # for a table with puts only (half the CPU of a put per record).
-            written = 0
-            by_table: dict[str, list[tuple[bytes, bytes | None]]] = {}
-            deleting: set[str] = set()
-            for table, key, value in ops:
-                by_table.setdefault(table, []).append((key, value))
-                if value is None:
-                    deleting.add(table)
-                else:
-                    written += len(key) + len(value)
-            for table, items in by_table.items():
-                db = store.tables[table]
-                if table not in deleting:
-                    txn.cursor(db=db).putmulti(cast("list[tuple[bytes, bytes]]", items))
-                    continue
-                for key, value in items:
-                    if value is None:
-                        txn.delete(key, db=db)
-                    else:
-                        txn.put(key, value, db=db)
-            txn.commit()
-            return written, len(ops)
-        except lmdb.MapFullError:
-            txn.abort()
-            store.env.set_mapsize(store.env.info()["map_size"] * 2)
-        except lmdb.Error as e:
-            txn.abort()
-            raise StoreWriteError(describe_write_error(store.path, e)) from None
-        except BaseException:
-            txn.abort()
-            raise
 
 
 def times_or_missing(data: rec.Data | None) -> Times:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar, cast
 
@@ -164,25 +164,37 @@ class Store:
         Returns the bytes written and the seconds spent in commit (which includes the
         fsync of a synchronous store: SSSD's "time spent writing to LDB", §5.2).
         """
-        # Operations on different tables commute, so each table's are applied together,
-        # in their order; a table with puts only takes them in one putmulti (half the
-        # CPU of a put per record, measured on 6,000 records: what a cold initgroups
-        # of bigroupuser writes), where the last put of a key wins as before.
-        written = 0
-        by_table: dict[str, list[tuple[bytes, bytes | None]]] = {}
-        deleting: set[str] = set()
-        for table, key, value in ops:
-            items = by_table.get(table)
-            if items is None:
-                items = by_table[table] = []
-            items.append((key, value))
-            if value is None:
-                deleting.add(table)
-            else:
-                written += len(key) + len(value)
+        written, seconds, _ = self.write_built(lambda _txn: ops)
+        return written, seconds
+
+    def write_built(self, build: Callable[[lmdb.Transaction], list[Op]]) -> tuple[int, float, int]:
+        """Apply the operations ``build`` returns, built inside the same write
+        transaction: its reads see every commit before it, and no other process's
+        commit can come between them and the write (LMDB has one writer at a time,
+        across processes). ``build`` only reads and computes: a full map is doubled
+        and the transaction replayed, ``build`` included. Returns the bytes written,
+        the seconds spent in commit and how many operations were applied."""
         while True:
             txn = self.env.begin(write=True)
             try:
+                ops = build(txn)
+                # Operations on different tables commute, so each table's are applied
+                # together, in their order; a table with puts only takes them in one
+                # putmulti (half the CPU of a put per record, measured on 6,000
+                # records: what a cold initgroups of bigroupuser writes), where the
+                # last put of a key wins as before.
+                written = 0
+                by_table: dict[str, list[tuple[bytes, bytes | None]]] = {}
+                deleting: set[str] = set()
+                for table, key, value in ops:
+                    items = by_table.get(table)
+                    if items is None:
+                        items = by_table[table] = []
+                    items.append((key, value))
+                    if value is None:
+                        deleting.add(table)
+                    else:
+                        written += len(key) + len(value)
                 for table, items in by_table.items():
                     db = self.tables[table]
                     if table not in deleting:
@@ -196,7 +208,7 @@ class Store:
                             txn.put(key, value, db=db)
                 start = time.perf_counter()
                 txn.commit()
-                return written, time.perf_counter() - start
+                return written, time.perf_counter() - start, len(ops)
             except lmdb.MapFullError:
                 txn.abort()
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
