@@ -63,9 +63,8 @@ from .layout import (
     PackedMembers,
     Status,
     _cstr,
-    check_members,
     default_mb,
-    encode_group_keyed,
+    encode_group_item,
     encode_initgroups,
     encode_passwd,
     id_key,
@@ -522,7 +521,7 @@ class McWriter:
         stored = 0
         pos = -1
         if len(fresh) > 1 and total <= self._free:
-            run = self._zero_run(total)
+            run = bytes(total)  # not kept as _zero_run's are: one size per batch
             cur = self._cursor if self._cursor + total <= self.geometry.slots else 0
             pos = self._used.find(run, cur)
             if pos < 0 and cur:
@@ -566,7 +565,7 @@ class McWriter:
             slot += nslots
         start = dt + pos * SLOT_SIZE
         mm[start : start + total * SLOT_SIZE] = b"".join(parts)
-        self._used[pos : pos + total] = self._one_run(total)
+        self._used[pos : pos + total] = b"\x01" * total
         self._free -= total
         self._write_free_bits(pos, pos + total)
         self._cursor = pos + total
@@ -871,7 +870,6 @@ class GroupWriter(McWriter):
         """:meth:`store` of ``count`` members joined as ``m1\\0…mn\\0`` (the cache's and
         the socket reply's form), without building a :class:`PackedMembers` per record:
         the responder stores thousands at once after a reset."""
-        check_members(blob, count)
         return self._store_group(name, gid, count, blob, passwd)
 
     def store_blobs(
@@ -889,9 +887,7 @@ class GroupWriter(McWriter):
         bad = []
         for name, gid, count, blob in groups:
             try:
-                check_members(blob, count)
-                key1 = name_key(name)
-                items.append((key1, id_key(gid), encode_group_keyed(key1, pw, gid, count, blob)))
+                items.append(encode_group_item(name, gid, count, blob, pw))
             except ValueError as e:
                 bad.append((name, e))
         return self._store_many(items), bad
@@ -899,11 +895,10 @@ class GroupWriter(McWriter):
     def _store_group(
         self, name: str, gid: int, count: int, blob: bytes, passwd: str
     ) -> StoreResult:
-        key1 = name_key(name)
         pw = self._passwd_fields.get(passwd)
         if pw is None:
             pw = self._passwd_fields[passwd] = _cstr(passwd, "group passwd field")
-        return self._store(key1, id_key(gid), encode_group_keyed(key1, pw, gid, count, blob))
+        return self._store(*encode_group_item(name, gid, count, blob, pw))
 
     def store_group(
         self,

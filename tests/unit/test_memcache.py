@@ -434,6 +434,39 @@ def _sequential(w: GroupWriter, items: list[tuple[str, int, int, bytes]]) -> Non
         w.store_blob(name, gid, count, blob)
 
 
+@pytest.mark.parametrize(
+    ("name", "gid", "count", "blob"),
+    [("staff", 50, 2, b"alice\0bob\0"), ("empty", 0, 0, b""), ("Ünï", 0xFFFFFFFF, 1, b"\xc3\x9c\0"),
+     ("n\0ul", 1, 0, b""), ("big", 1 << 32, 0, b""), ("neg", -1, 0, b""), ("short", 1, 2, b"a\0"),
+     ("unterminated", 1, 1, b"a\0b"), ("surrogate\udc80", 1, 0, b"")],
+)  # fmt: skip
+def test_group_item_is_the_keys_and_payload_of_the_helpers(
+    name: str, gid: int, count: int, blob: bytes
+) -> None:
+    from cached.memcache.layout import (
+        check_members,
+        encode_group_item,
+        encode_group_keyed,
+        id_key,
+        name_key,
+    )
+
+    def helpers() -> tuple[bytes, bytes, bytes]:
+        check_members(blob, count)
+        key1 = name_key(name)
+        return key1, id_key(gid), encode_group_keyed(key1, b"*\0", gid, count, blob)
+
+    try:
+        want: object = helpers()
+    except ValueError as e:
+        want = (type(e), str(e))
+    try:
+        got: object = encode_group_item(name, gid, count, blob, b"*\0")
+    except ValueError as e:
+        got = (type(e), str(e))
+    assert got == want
+
+
 def test_store_blobs_in_a_new_file_writes_what_one_store_each_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
