@@ -5,7 +5,16 @@ is not counted), the CPU of cached's processes + slapd, the logical searches in 
 log (root DSE reads left out) and whether the answer is exact; then the medians.
 With ``--group large01``: cold ``getent group large01`` instead of ``id``.
 
-    python -m perf.coldid [--reps 3] [--group NAME] [--deref both|yes|no]
+Each row also splits the CPU between the backend, the responder and slapd (``be``,
+``rsp``, ``slapd``): the cached processes from ``/proc/<pid>/task/*/schedstat``
+(nanoseconds, where ``/proc/<pid>/stat`` counts 10 ms ticks, coarser than the
+responder's share), slapd from ``/proc/<pid>/stat`` (threads that exit are counted).
+``--memcache``: the client reads the memory cache (production), where by default it
+uses the socket only, as SSSD's comparisons do; perf.run's cold ``id`` is
+``--memcache --log-level info``.
+
+    python -m perf.coldid [--reps 3] [--group NAME] [--deref both|yes|no] [--memcache]
+                          [--log-level debug|info|...]
 
 Built to compare checkouts on a shared machine: run it alternately from each
 (``cd checkout && PYTHONPATH=. python -m perf.coldid``) and compare medians; the CPU
@@ -15,11 +24,13 @@ figures move far less with other people's load than the wall times.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from perf.cnpeople import DATA_DIR, SOCKET_ONLY, _gids, _searches
 from perf.targets import TIMECMD
@@ -39,7 +50,18 @@ def main(argv: list[str] | None = None) -> int:
         default="both",
         help="slapd with the deref overlay, without, or both (default)",
     )
+    ap.add_argument(
+        "--memcache",
+        action="store_true",
+        help="the client reads the memory cache (default: socket only)",
+    )
+    ap.add_argument(
+        "--log-level",
+        default="debug",
+        help="cached's log level (default debug, as before; perf/targets.py runs info)",
+    )
     args = ap.parse_args(argv)
+    env: dict[str, Any] = {} if args.memcache else SOCKET_ONLY
     reason = nsenv.skip_reason()
     if reason:
         print(f"perf.coldid: {reason}", file=sys.stderr)
@@ -62,40 +84,79 @@ def main(argv: list[str] | None = None) -> int:
             return _gids(out) == want
 
     derefs = {"both": (True, False), "yes": (True,), "no": (False,)}[args.deref]
-    runs: dict[bool, list[tuple[float, float, int]]] = {d: [] for d in derefs}
+    runs: dict[bool, list[tuple[float, float, int, dict[str, float]]]] = {d: [] for d in derefs}
     with tempfile.TemporaryDirectory(prefix="coldid-", dir="/tmp") as tmp:
         for deref in derefs:
             with Slapd(Path(tmp) / f"slapd-{deref}", gen.ldif, sc.base_dn, deref=deref) as server:
                 for i in range(args.reps):
                     work = Path(tmp) / f"cached-{deref}-{i}"
-                    with CachedDaemon(work, [server.uri], server.base_dn) as d:
+                    with CachedDaemon(
+                        work, [server.uri], server.base_dn, log_level=args.log_level
+                    ) as d:
                         pids = {"cached": d.pid, "slapd": server.pid or 0}
 
                         def cpu(d: CachedDaemon = d, pids: dict[str, int] = pids) -> float:
                             kids = {f"{x.comm}.{x.pid}": x.pid for x in procstat.children(d.pid)}
                             return sum(procstat.cpu_seconds({**pids, **kids}).values())
 
-                        d.run_nss(["true"], env=SOCKET_ONLY, timeout=600)  # namespace warm
-                        offset, cpu0 = server.log_offset(), cpu()
+                        d.run_nss(["true"], env=env, timeout=600)  # namespace warm
+                        roles = _roles(d.pid, server.pid or 0)
+                        offset, cpu0, split0 = server.log_offset(), cpu(), _split(roles)
                         start = time.perf_counter()
-                        r = d.run_nss([*TIMECMD, *cmd], env=SOCKET_ONLY, timeout=1800)
+                        r = d.run_nss([*TIMECMD, *cmd], env=env, timeout=1800)
                         wall = time.perf_counter() - start
                         timing = parse(r.stderr)[0]
+                        split = {k: v - split0[k] for k, v in _split(roles).items()}
                         row = (timing.wall if timing else wall, cpu() - cpu0,
-                               _searches(server, offset))  # fmt: skip
+                               _searches(server, offset), split)  # fmt: skip
                         runs[deref].append(row)
                         print(
                             f"deref={deref} rep={i} {cmd[0]}_wall={row[0]:.3f}"
-                            f" cpu={row[1]:.3f} searches={row[2]} exact={exact(r.stdout)}",
+                            f" cpu={row[1]:.3f} {_fmt(split)} searches={row[2]}"
+                            f" exact={exact(r.stdout)}",
                             flush=True,
                         )
     for deref, rows in runs.items():
-        walls, cpus, searches = zip(*rows, strict=True)
+        walls, cpus, searches, splits = zip(*rows, strict=True)
+        med = {k: statistics.median(s[k] for s in splits) for k in splits[0]}
         print(
             f"deref={deref} median of {len(rows)}: {cmd[0]}_wall={statistics.median(walls):.3f}"
-            f" cpu={statistics.median(cpus):.3f} searches={statistics.median(searches):g}"
+            f" cpu={statistics.median(cpus):.3f} {_fmt(med)}"
+            f" searches={statistics.median(searches):g}"
         )
     return 0
+
+
+def _roles(monitor: int, slapd: int) -> dict[str, int]:
+    """pid of the backend, the responder and slapd."""
+    out = {"slapd": slapd}
+    for kid in procstat.children(monitor):
+        argv = Path(f"/proc/{kid.pid}/cmdline").read_bytes().split(b"\0")
+        if b"_responder" in argv:
+            out["rsp"] = kid.pid
+        elif b"_backend" in argv:
+            out["be"] = kid.pid
+    return out
+
+
+def _split(roles: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each role: its live threads' schedstat (ns) for cached's
+    processes, /proc/<pid>/stat for slapd, whose worker threads come and go."""
+    out = {}
+    for role, pid in roles.items():
+        if role == "slapd":
+            out[role] = procstat.cpu_seconds({role: pid})[role]
+            continue
+        ns = 0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):  # a thread that just ended
+                ns += int((task / "schedstat").read_text().split()[0])
+        out[role] = ns / 1e9
+    return out
+
+
+def _fmt(split: dict[str, float]) -> str:
+    return " ".join(f"{k}={split[k]:.3f}" for k in ("be", "rsp", "slapd") if k in split)
 
 
 if __name__ == "__main__":

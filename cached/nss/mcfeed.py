@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from cached.config import NssConfig
 from cached.memcache import McError, MemoryCache
@@ -81,6 +81,42 @@ class MemcacheFeed:
         if len(self._groups_fed) >= 100_000:
             self._groups_fed.clear()
         self._groups_fed[gid] = (name, blob, now)
+
+    def groups(self, groups: Iterable[tuple[str, int, int, bytes]], pwfield: str) -> None:
+        """:meth:`group` of many ``(name, gid, count, blob)`` at once (the prefill of a
+        user's groups after its initgroups answer): the same records, written in one
+        pass where they supersede nothing (``GroupWriter.store_blobs``)."""
+        writer = None if self.mc is None else self.mc.group
+        if writer is None or writer.closed:
+            return
+        now = time.monotonic()
+        fed, every = self._groups_fed, self.refeed_every
+        todo = []
+        for g in groups:
+            last = fed.get(g[1])
+            if (
+                last is not None
+                and now - last[2] < every
+                and last[0] == g[0]
+                and last[1] == g[3]
+                and writer.holds_gid(g[1])
+            ):
+                continue
+            todo.append(g)
+        try:
+            _, bad = writer.store_blobs(todo, passwd=pwfield)
+        except (McError, OSError) as e:
+            self._failed(f"{len(todo)} groups", e)
+            return
+        refused = set()
+        for name, why in bad:
+            self._failed(f"group {name!r}", why)
+            refused.add(name)
+        if len(fed) + len(todo) >= 100_000:
+            fed.clear()
+        for name, gid, _count, blob in todo:
+            if name not in refused:
+                fed[gid] = (name, blob, now)
 
     def initgroups(self, raw_name: str, name: str, gids: bytes | Sequence[int]) -> None:
         if self.mc is None or self.mc.initgroups is None or self.mc.initgroups.closed:

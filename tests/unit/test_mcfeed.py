@@ -74,3 +74,36 @@ def test_a_record_gone_from_the_file_is_stored_again(
     assert calls == ["staff", "staff", "staff"]
     with McReader(tmp_path / "group") as r:
         assert r.group("staff") is not None
+
+
+def test_many_groups_at_once_skip_what_was_stored_moments_ago(
+    feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: Any
+) -> None:
+    """The prefill's batch follows the same rule as one group at a time: a record stored
+    moments ago with the same content is left alone, a changed one is stored, and what
+    the batch stored is not stored again by the next single group."""
+    assert feed.mc is not None and feed.mc.group is not None
+    calls: list[list[str]] = []
+    real = feed.mc.group.store_blobs
+
+    def counting(groups: Any, **kw: Any) -> Any:
+        groups = list(groups)
+        calls.append([g[0] for g in groups])
+        return real(groups, **kw)
+
+    monkeypatch.setattr(feed.mc.group, "store_blobs", counting)
+    single = stores(feed, monkeypatch)
+    ab, a = join_members(["alice", "bob"]), join_members(["alice"])
+    feed.group("staff", 50, 2, ab, "*")
+    feed.groups([("staff", 50, 2, ab), ("wheel", 51, 1, a), ("bad\0name", 52, 1, a)], "*")
+    assert calls == [["wheel", "bad\0name"]]
+    assert "cannot store group 'bad\\x00name'" in caplog.text
+    feed.groups([("staff", 50, 1, a), ("wheel", 51, 1, a)], "*")
+    assert calls[-1] == ["staff"]
+    feed.group("wheel", 51, 1, a, "*")
+    assert single == ["staff"]  # only the first single store
+    with McReader(tmp_path / "group") as r:
+        staff, wheel = r.group(50), r.group("wheel")
+        assert staff is not None and staff.members == ("alice",)
+        assert wheel is not None and wheel.gid == 51
+        assert r.group(52) is None

@@ -417,6 +417,155 @@ def test_full_table_of_many_records_stays_consistent(tmp_path: Path) -> None:
             assert r.stats().records == w.records and r.stats().used_slots == w.used_slots
 
 
+# --- many groups at once (the responder's prefill) ------------------------------------------
+
+
+def _group_items(n: int, start: int = 0) -> list[tuple[str, int, int, bytes]]:
+    out = []
+    for i in range(start, start + n):
+        names = [f"m{(i * 7 + j) % 40:02d}" for j in range(i % 9)]
+        blob = b"".join(sorted({m.encode() + b"\0" for m in names}))
+        out.append((f"g{i}", 1000 + i, blob.count(b"\0"), blob))
+    return out
+
+
+def _sequential(w: GroupWriter, items: list[tuple[str, int, int, bytes]]) -> None:
+    for name, gid, count, blob in items:
+        w.store_blob(name, gid, count, blob)
+
+
+@pytest.mark.parametrize(
+    ("name", "gid", "count", "blob"),
+    [("staff", 50, 2, b"alice\0bob\0"), ("empty", 0, 0, b""), ("Ünï", 0xFFFFFFFF, 1, b"\xc3\x9c\0"),
+     ("n\0ul", 1, 0, b""), ("big", 1 << 32, 0, b""), ("neg", -1, 0, b""), ("short", 1, 2, b"a\0"),
+     ("unterminated", 1, 1, b"a\0b"), ("surrogate\udc80", 1, 0, b"")],
+)  # fmt: skip
+def test_group_item_is_the_keys_and_payload_of_the_helpers(
+    name: str, gid: int, count: int, blob: bytes
+) -> None:
+    from cached.memcache.layout import (
+        check_members,
+        encode_group_item,
+        encode_group_keyed,
+        id_key,
+        name_key,
+    )
+
+    def helpers() -> tuple[bytes, bytes, bytes]:
+        check_members(blob, count)
+        key1 = name_key(name)
+        return key1, id_key(gid), encode_group_keyed(key1, b"*\0", gid, count, blob)
+
+    try:
+        want: object = helpers()
+    except ValueError as e:
+        want = (type(e), str(e))
+    try:
+        got: object = encode_group_item(name, gid, count, blob, b"*\0")
+    except ValueError as e:
+        got = (type(e), str(e))
+    assert got == want
+
+
+def test_store_blobs_in_a_new_file_writes_what_one_store_each_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written together (one copy, then the barriers and links), the records make the
+    very same file as one store_blob each: same slots, same chains, same bytes."""
+    monkeypatch.setattr("cached.memcache.mcfile.secrets.randbits", lambda _bits: 0x5EED)
+    items = _group_items(300)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for hash_elems in (None, 7):  # SSSD's table, and chains of ~43 records
+        with (
+            GroupWriter(tmp_path / "a" / "group", slots=4096, hash_elems=hash_elems,
+                        clock=clock) as a,
+            GroupWriter(tmp_path / "b" / "group", slots=4096, hash_elems=hash_elems,
+                        clock=clock) as b,
+        ):  # fmt: skip
+            stored, bad = a.store_blobs(items)
+            assert (stored, bad) == (300, [])
+            _sequential(b, items)
+            assert a.path.read_bytes() == b.path.read_bytes()
+            assert (a.records, a.used_slots) == (b.records, b.used_slots)
+            with McReader(a.path) as r:
+                assert r.verify() == []
+                e = r.group("g17")
+                assert e is not None and e.gid == 1017 and len(e.members) == 17 % 9
+            # The writer's own index knows them: the next store supersedes.
+            assert a.store("g17", 1017, ["x"]).stored and a.records == 300
+            assert a.invalidate_gid(1018) and a.records == 299
+
+
+batch_items = st.lists(
+    st.tuples(st.integers(0, 15), st.integers(0, 15), st.integers(0, 12)), max_size=40
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch_items, batch_items, st.sampled_from([None, 3]))
+def test_store_blobs_answers_as_one_store_each(
+    before: list[tuple[int, int, int]], batch: list[tuple[int, int, int]], hash_elems: int | None
+) -> None:
+    """Whatever the batch holds (names or gids twice, records it supersedes, the same
+    content again), a reader finds by every name and gid what one store each gives."""
+
+    def item(n: int, gid: int, size: int) -> tuple[str, int, int, bytes]:
+        blob = b"".join(b"u%02d\0" % j for j in range(size))
+        return f"g{n}", 100 + gid, size, blob
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "a").mkdir()
+        (Path(d) / "b").mkdir()
+        a = GroupWriter(Path(d) / "a" / "group", slots=2048, hash_elems=hash_elems, clock=clock)
+        b = GroupWriter(Path(d) / "b" / "group", slots=2048, hash_elems=hash_elems, clock=clock)
+        for w in (a, b):
+            _sequential(w, [item(*x) for x in before])
+        a.store_blobs([item(*x) for x in batch])
+        _sequential(b, [item(*x) for x in batch])
+        assert a.records == b.records
+        with McReader(a.path) as ra, McReader(b.path) as rb:
+            assert ra.verify() == [] and rb.verify() == []
+            keys: list[str | int] = [f"g{n}" for n in range(16)]
+            for key in keys + [100 + g for g in range(16)]:
+                ga, gb = ra.group(key), rb.group(key)
+                assert (ga and (ga.name, ga.gid, ga.members)) == (
+                    gb and (gb.name, gb.gid, gb.members)
+                ), key
+        a.close()
+        b.close()
+
+
+def test_store_blobs_in_a_full_file_evicts_as_one_store_each(tmp_path: Path) -> None:
+    """No free run holds the batch: the records go one at a time, evicting the oldest."""
+    with GroupWriter(tmp_path / "group", slots=256, hash_elems=31, clock=clock) as w:
+        _sequential(w, _group_items(60))
+        stored, bad = w.store_blobs(_group_items(60, start=60))
+        assert (stored, bad) == (60, [])
+        with McReader(w.path) as r:
+            assert r.verify() == []
+            assert r.group("g119") is not None and r.group("g0") is None
+            assert sum(r.group(f"g{i}") is not None for i in range(120)) == w.records
+
+
+def test_store_blobs_refuses_bad_groups_and_stores_the_others(tmp_path: Path) -> None:
+    with GroupWriter(tmp_path / "group", slots=512, clock=clock) as w:
+        items = [
+            ("ok1", 1, 1, b"a\0"),
+            ("n\0ul", 2, 0, b""),
+            ("short", 3, 2, b"a\0"),
+            ("ok2", 4, 0, b""),
+            ("big-gid", 1 << 32, 0, b""),
+        ]
+        stored, bad = w.store_blobs(items)
+        assert stored == 2 and [name for name, _ in bad] == ["n\0ul", "short", "big-gid"]
+        assert all(isinstance(e, ValueError) for _, e in bad)
+        with McReader(w.path) as r:
+            assert r.verify() == []
+            assert r.group("ok1") is not None and r.group(4) is not None
+            assert r.group(3) is None
+
+
 # --- lifecycle ------------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from cached.model import Group
 from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
 from cached.nss.server import NssResponder, _Enum
-from cached.responder.flow import GETGRGID, Lookups
+from cached.responder.flow import GETGRGID, NOT_NOW, Lookups
 
 BASE = "dc=example,dc=test"
 
@@ -134,5 +134,55 @@ def test_a_kept_group_reply_stops_when_its_entry_expires_or_reaches_its_midpoint
     assert kept is not None and kept.state is State.EXPIRED
     assert responder.answer_now(req, _Enum()) is None
     responder.feed.close()
+    cache.close()
+    writer.close(clean=True)
+
+
+@pytest.mark.parametrize("extra", ["", "case_sensitive = false"])
+def test_the_prefill_stores_what_getgrgid_answers(tmp_path: Path, extra: str) -> None:
+    """After an INITGR answer, the memory cache holds each of the user's groups as the
+    socket would answer it (output case, filter_users left out of the members), and
+    the socket answers of the records the prefill built are those of a responder that
+    never prefilled."""
+    from cached.memcache import McReader
+    from cached.model import User
+    from cached.responder.flow import INITGR
+
+    cfg = _config(tmp_path, extra)
+    writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
+    user = User("Alice", 10001, 10001, "", "/home/alice", "/bin/sh", f"uid=alice,{BASE}")
+    groups = [
+        Group(f"G{i}", 20000 + i, f"cn=g{i},ou=groups,{BASE}",
+              tuple(f"u{j}" for j in range(i % 5)) + (("root",) if i % 3 == 0 else ()))
+        for i in range(40)
+    ]  # fmt: skip
+    with writer.write() as b:
+        writer.put_user(b, user)
+        for g in groups:
+            writer.put_group(b, g)
+        writer.put_initgroups(b, "Alice", [g.gid for g in groups], [g.name for g in groups])
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0])
+    lookups = Lookups(cfg, {"LDAP": cache}, {})
+    feed = MemcacheFeed(cfg.daemon.mc_dir, cfg.nss)
+    responder = NssResponder(cfg, lookups, feed)
+    found = lookups.lookup_now(INITGR, "Alice")
+    assert found is not None and found is not NOT_NOW
+    responder.fill_initgr(p.Command.INITGR, "Alice", found)
+    (tmp_path / "mc2").mkdir()
+    other = NssResponder(cfg, lookups, MemcacheFeed(str(tmp_path / "mc2"), cfg.nss))
+    with McReader(tmp_path / "mc" / "group") as r:
+        assert r.verify() == [] and r.stats().records == len(groups)
+        for g in groups:
+            req = p.ById(p.Command.GETGRGID, g.gid)
+            reply = responder.answer_now(req, _Enum())
+            assert reply is not None and reply == other.answer_now(req, _Enum())
+            (entry,) = p.decode_group(reply[16:])
+            mc = r.group(g.gid)
+            assert mc is not None
+            assert (mc.name, mc.gid, mc.members) == (entry.name, entry.gid, tuple(entry.members))
+            assert "root" not in mc.members
+            assert mc.name == (g.name.lower() if extra else g.name)
+    other.feed.close()
+    feed.close()
     cache.close()
     writer.close(clean=True)
