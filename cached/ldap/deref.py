@@ -493,7 +493,7 @@ def decode_entry(
     Why: the group entries of a cold initgroups of a user in 2,000 groups (2,160
     entries of 1.2 KiB, 61,000 values) went through a SearchEntry and a second dict
     per entry; read here, with the headers of the usual length forms inline, they
-    take 24 % fewer instructions (valgrind, perf/readpath.py's messages)."""
+    and their Entry cost 17 % fewer instructions (valgrind, perf/readpath.py's messages)."""
     n = len(buf)
     try:
         if buf[0] != 0x30:
