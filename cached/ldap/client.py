@@ -397,6 +397,15 @@ class _Request:
         assert self.rows is not None
         self.rows.append((_server_text(row[1]), row[2]))
 
+    def plain(self, raw_dn: bytes, attrs: dict[str, list[bytes]]) -> None:
+        """An entry without controls as deref.decode_entry reads it: what
+        :meth:`entry` makes of the same message."""
+        dn = _server_text(raw_dn)
+        if self.rows is not None:
+            self.rows.append((dn, [attrs.get(a.lower(), []) for a in self.spec.attrs]))
+            return
+        self.entries.append(Entry(dn, attrs))
+
     def entry(self, e: deref.SearchEntry) -> None:
         dn = _server_text(e.dn)
         results = None
@@ -873,6 +882,13 @@ class LdapClient:
                         if row is not None:
                             pending[row[0]].row(row)
                             continue
+                    plain = deref.decode_entry(m, _ATTR_NAMES, _ATTR_NAMES_MAX)
+                    if plain is not None:
+                        got = pending.get(plain[0])
+                        if got is None:
+                            raise lexc.LDAPSocketReceiveError("invalid messageId received")
+                        got.plain(plain[1], plain[2])
+                        continue
                     e = deref.decode_search_entry(m)
                     if e is not None:
                         got = pending.get(e.message_id)

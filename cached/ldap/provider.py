@@ -157,11 +157,10 @@ def _entry_names(e: Entry, attr: str) -> list[str]:
     return _names_each(e.get(attr))
 
 
-def _group_aliases(e: Entry, attr: str) -> list[str] | tuple[()]:
+def _group_aliases(g: _GroupEntry, attr: str) -> list[str] | tuple[()]:
     """The names a group is also found by: with one name value, that value is its
-    name and no alias (nothing decoded again for each of 2,085 groups)."""
-    values = e.get(attr)
-    return _names_each(values) if len(values) > 1 else ()
+    name and no alias (nothing read again for each of 2,085 groups)."""
+    return _names_each(g.entry.get(attr)) if g.several_names else ()
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
@@ -216,7 +215,7 @@ _DerefSpecs = list[tuple[str, list[str]]]
 _Job = tuple[tuple[SearchBase, ...], list[tuple[str, str]], list[str], _DerefSpecs | None]
 
 
-@dataclass
+@dataclass(slots=True)
 class _GroupEntry:
     """A group as fetched, before its members are resolved to names."""
 
@@ -229,6 +228,28 @@ class _GroupEntry:
     # a spelling of each key is in LdapProvider._member_dn.
     member_keys: list[str] = field(default_factory=list)
     posix: bool = True  # False: walked through by nesting, never stored (item 8)
+    several_names: bool = False  # more than one name value: aliases (_group_aliases)
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupKeys:
+    """The schema's group attributes as keys of Entry.attrs (lower-cased, as
+    Entry.get looks them up) and its group class as bytes, computed once per schema."""
+
+    schema: SchemaMap
+    name: str
+    modstamp: str
+    usn: str
+    member: str
+    oc: bytes  # as configured
+    oc_lower: bytes
+
+    @classmethod
+    def of(cls, s: SchemaMap) -> _GroupKeys:
+        return cls(
+            s, s.group_name.lower(), s.group_modstamp.lower(), s.group_usn.lower(),
+            s.group_member.lower(), s.group_oc.encode(), s.group_oc.lower().encode(),
+        )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -271,6 +292,7 @@ class LdapProvider:
         self.cache = cache
         self.counters = counters
         self.schema = SchemaMap.from_config(cfg)
+        self._group_keys: _GroupKeys | None = None  # _group_entry's, for self.schema
         self._bases_known = bool(self.schema.user_bases and self.schema.group_bases)
         # The last lookup a server limit cut beyond splitting (shown by `cached status`
         # until the same lookup succeeds: the limit was raised or the data shrank).
@@ -509,36 +531,44 @@ class LdapProvider:
         """A POSIX group, or — with ``want=WALK`` — any group, POSIX or not (a
         non-POSIX group is walked through by nesting, never answered: item 8)."""
         s = self.schema
-        names = _names(e.get(s.group_name))
+        keys = self._group_keys
+        if keys is None or keys.schema is not s:
+            keys = self._group_keys = _GroupKeys.of(s)
+        # The entry's values by the lower-cased names Entry.get would use, read from
+        # its dict directly: five Entry.get calls per group were a tenth of this
+        # method for the 2,085 groups of a cold initgroups (perf/readpath.py).
+        get = e.attrs.get
+        name_values = get(keys.name, [])
+        names = _names(name_values)
         gid = self._group_gid(e)
         if names is None:
             log.warning("%s: %s is not UTF-8 text; group ignored", e.dn, s.group_name)
             return None
         posix = bool(names) and gid is not None and self.cfg.id_in_range(gid)
-        ocs = e.get("objectclass")
+        ocs = get("objectclass")
         # The class as configured is usually spelled as sent: a list search in C
         # before the case-folded set (2,085 groups per cold initgroups).
-        if (
-            ocs
-            and s.group_oc.encode() not in ocs
-            and s.group_oc.lower().encode() not in {v.lower() for v in ocs}
-        ):
+        if ocs and keys.oc not in ocs and keys.oc_lower not in {v.lower() for v in ocs}:
             posix = False
         if not posix and want != WALK:
             return None
         name = self._primary_name(e.dn, s.group_name, names) if names else ""
         if posix and gid is not None and not self.cache.storable_group(name, gid, e.dn):
             return None  # skipped alone, one log line; the rest is stored (docs/threat-model.md)
+        modstamp = get(keys.modstamp)
+        usn = get(keys.usn) if keys.usn else None
         g = _GroupEntry(
-            e, name, gid if posix and gid is not None else 0, first(e.get(s.group_modstamp)),
-            first(e.get(s.group_usn)) if s.group_usn else "", posix=posix,
+            e, name, gid if posix and gid is not None else 0,
+            modstamp[0].decode("utf-8", "replace") if modstamp else "",
+            usn[0].decode("utf-8", "replace") if usn else "",  # as schema.first
+            posix=posix, several_names=len(name_values) > 1,
         )  # fmt: skip
         if s.bis:
             # Member values to DN keys, each distinct value read once per request: a
             # member of twenty groups comes twenty times (bigroupuser: 44,000 values,
             # 5,000 distinct). Values read before map in C; a group with a value not
             # read yet (or not text) takes the loop.
-            values = e.get(s.group_member)
+            values = get(keys.member, [])
             try:
                 g.member_keys = list(map(self._member_memo.__getitem__, values))
             except KeyError:
@@ -1311,7 +1341,7 @@ class LdapProvider:
                     stamp,
                     g.usn,
                     complete=ok,
-                    aliases=_group_aliases(g.entry, self.schema.group_name),
+                    aliases=_group_aliases(g, self.schema.group_name),
                 )
                 validate.read_whole(self, g.name)
 

@@ -251,6 +251,45 @@ def test_rows_are_the_entries_search_gives(slapd_small, monkeypatch):
         client.search_rows(s.base_dn, filt, small, max_entries=2)
 
 
+def test_plain_entries_are_the_entries_the_generic_reader_gives(slapd_small, monkeypatch):
+    """Entries without controls (users, groups with their member lists) are read by
+    deref.decode_entry: the same DNs and values, by the same lower-cased types, as
+    the generic reader's (decode_search_entry, then client._Request.entry), paged
+    or not, rows or entries; with the deref control they are left to the generic
+    reader."""
+    s = slapd_small.slapd
+    client = LdapClient(make_domain([s.uri], s.base_dn, ldap_page_size=3))
+    OPEN_CLIENTS.append(client)
+    fast: list[bytes] = []
+    decode_entry = deref.decode_entry
+
+    def counted(buf, names, names_max):
+        got = decode_entry(buf, names, names_max)
+        if got is not None:
+            fast.append(buf)
+        return got
+
+    def read(filt, attrs, specs=None):
+        entries = client.search(s.base_dn, filt, attrs, deref_specs=specs)
+        return sorted(((e.dn, e.attrs, e.deref) for e in entries), key=lambda t: t[0])
+
+    searches = [
+        ("(objectClass=posixGroup)", ["cn", "gidNumber", "member", "objectClass", "Member"]),
+        ("(objectClass=posixAccount)", ["uid", "UIDNUMBER", "gidNumber", "homeDirectory"]),
+    ]
+    monkeypatch.setattr(deref, "decode_entry", lambda *_a: None)
+    generic = [read(f, a) for f, a in searches]
+    with_deref = read(searches[0][0], ["cn", "member"], [("member", ["uid", "cn"])])
+    monkeypatch.setattr(deref, "decode_entry", counted)
+    assert [read(f, a) for f, a in searches] == generic
+    assert len(fast) == sum(map(len, generic)) and all(generic)
+    assert any(len(e[1].get("member", [])) > 3 for e in generic[0])
+    fast.clear()
+    got = read(searches[0][0], ["cn", "member"], [("member", ["uid", "cn"])])
+    assert got == with_deref and any(e[2] for e in got)
+    assert len(fast) == sum(1 for e in got if not e[1].get("member"))  # no control: plain
+
+
 def test_small_directory_exact_with_tiny_pages(tmp_path, slapd_small):
     """Every level of the walk with pages of 2 entries: the searches of one round go
     out through search_many, one paged search at a time on the connection (slapd
