@@ -358,7 +358,10 @@ class LdapProvider:
             # Not a name any directory can hold (the NSS codec already refuses such
             # bytes; this guards other callers).
             return Result(Outcome.NOT_FOUND, "name is not valid UTF-8")
-        with self.counters.timer(stat), _gc_paused():
+        # cache.request(): what this request stores is stored expired if an invalidation
+        # commits while it runs (docs/ARCHITECTURE.md §5, "Invalidation and the
+        # backend's writes").
+        with self.counters.timer(stat), _gc_paused(), self.cache.request():
             # Every entry this request stores was read after this moment (the stamp
             # trust rule, cached/ldap/validate.py).
             self.request_started = time.time()

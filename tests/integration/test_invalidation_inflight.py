@@ -4,13 +4,16 @@ docs/ARCHITECTURE.md §5, "Invalidation and the backend's writes"."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing as mp
 import threading
 
+from cached.cache import DomainCache, State
 from cached.config import parse_config
+from cached.counters import Counters
 from cached.ipc.ops import Op
 from cached.ldap.provider import Outcome
 from cached.ldap.service import BackendService
-from testing.backend import config_text
+from testing.backend import config_text, make_backend, make_domain
 
 # Generous: the worker thread waits on the test, never on a fixed sleep.
 WAIT = 60.0
@@ -59,3 +62,39 @@ def test_a_lookup_after_an_invalidation_does_not_join_a_request_begun_before_it(
         service.executor.shutdown(wait=True)
         service.client.close()
         service.cache.close()
+
+
+def _tool(path: str, domain: str) -> None:
+    c = DomainCache(path, domain, counters=Counters())
+    c.invalidate_all()
+    c.close()
+
+
+def test_an_entry_read_before_an_invalidation_is_stored_expired(tmp_path, slapd_small):
+    s, exp = slapd_small.slapd, slapd_small.expected
+    p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn))
+    try:
+        assert p.user_by_name(exp.big_user).outcome.value == "found"
+        search = p._search
+        ran: list[int | None] = []
+
+        def search_then_invalidate(*a, **kw):
+            got = search(*a, **kw)
+            if not ran:  # the administrator runs `cached cache -E` now
+                proc = mp.get_context("spawn").Process(
+                    target=_tool, args=(str(tmp_path), cache.domain)
+                )
+                proc.start()
+                proc.join()
+                ran.append(proc.exitcode)
+            return got
+
+        p._search = search_then_invalidate  # type: ignore[method-assign]
+        p.user_by_name(exp.big_user)
+        assert ran == [0]
+        assert cache.user_by_name(exp.big_user).state is State.EXPIRED
+        p._search = search  # type: ignore[method-assign]
+        p.user_by_name(exp.big_user)
+        assert cache.user_by_name(exp.big_user).state is State.VALID
+    finally:
+        p.client.close()
