@@ -26,6 +26,7 @@ from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
 from cached.nss.server import COMMANDS, NssResponder, _Enum
 from cached.responder.flow import Lookups
+from testing.daemon import config_text
 
 BASE = "dc=example,dc=test"
 GROUPS = 2085  # bigroupuser's groups besides its primary one (testing.gendir)
@@ -33,20 +34,7 @@ PARENTS = 85  # of them holding member groups
 
 
 def _config(workdir: str) -> Config:
-    return parse_config(
-        f"""[cached]
-domains = LDAP
-db_dir = {workdir}/db
-pipes_dir = {workdir}/pipes
-mc_dir = {workdir}/mc
-dbus_address = none
-[domain/LDAP]
-id_provider = ldap
-ldap_uri = ldap://127.0.0.1:1
-ldap_search_base = {BASE}
-ldap_schema = rfc2307bis
-"""
-    )
+    return parse_config(config_text(["ldap://127.0.0.1:1"], BASE, Path(workdir)))
 
 
 def _groups() -> list[Group]:

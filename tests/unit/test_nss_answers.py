@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
 from cached.nss.server import NssResponder, _Enum
 from cached.responder.flow import GETGRGID, NOT_NOW, Lookups
+from testing.daemon import config_text
 
 BASE = "dc=example,dc=test"
 
@@ -26,23 +28,10 @@ def group(members: tuple[str, ...]) -> Group:
     return Group("grp", 20001, f"cn=grp,ou=groups,{BASE}", members)
 
 
-def _config(tmp_path: Path, extra: str = "") -> Config:
-    """A one-domain configuration under ``tmp_path``, its cache and memory-cache
-    directories made; the LDAP server is never reached."""
-    cfg = parse_config(
-        f"""[cached]
-domains = LDAP
-db_dir = {tmp_path}/db
-pipes_dir = {tmp_path}/pipes
-mc_dir = {tmp_path}/mc
-dbus_address = none
-[domain/LDAP]
-id_provider = ldap
-ldap_uri = ldap://127.0.0.1:1
-ldap_search_base = {BASE}
-{extra}
-"""
-    )
+def _config(tmp_path: Path, **opts: Any) -> Config:
+    """A one-domain configuration under ``tmp_path`` (testing.daemon's), its cache and
+    memory-cache directories made; the LDAP server is never reached."""
+    cfg = parse_config(config_text(["ldap://127.0.0.1:1"], BASE, tmp_path, **opts))
     (tmp_path / "db").mkdir(mode=0o700)
     (tmp_path / "mc").mkdir()
     return cfg
@@ -108,7 +97,7 @@ def test_a_kept_group_reply_stops_when_its_entry_expires_or_reaches_its_midpoint
     """Kept answers and kept lookups carry when they stop being VALID: past the refresh
     midpoint the lookup says MIDPOINT, past the expiry the answer waits for the backend,
     with no store written in between."""
-    cfg = _config(tmp_path, "entry_cache_timeout = 1000")
+    cfg = _config(tmp_path, entry_cache_timeout=1000)
     writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
     start = time.time()
     with writer.write() as b:
@@ -138,8 +127,8 @@ def test_a_kept_group_reply_stops_when_its_entry_expires_or_reaches_its_midpoint
     writer.close(clean=True)
 
 
-@pytest.mark.parametrize("extra", ["", "case_sensitive = false"])
-def test_the_prefill_stores_what_getgrgid_answers(tmp_path: Path, extra: str) -> None:
+@pytest.mark.parametrize("case_sensitive", ["true", "false"])
+def test_the_prefill_stores_what_getgrgid_answers(tmp_path: Path, case_sensitive: str) -> None:
     """After an INITGR answer, the memory cache holds each of the user's groups as the
     socket would answer it (output case, filter_users left out of the members), and
     the socket answers of the records the prefill built are those of a responder that
@@ -148,7 +137,7 @@ def test_the_prefill_stores_what_getgrgid_answers(tmp_path: Path, extra: str) ->
     from cached.model import User
     from cached.responder.flow import INITGR
 
-    cfg = _config(tmp_path, extra)
+    cfg = _config(tmp_path, case_sensitive=case_sensitive)
     writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
     user = User("Alice", 10001, 10001, "", "/home/alice", "/bin/sh", f"uid=alice,{BASE}")
     groups = [
@@ -181,7 +170,7 @@ def test_the_prefill_stores_what_getgrgid_answers(tmp_path: Path, extra: str) ->
             assert mc is not None
             assert (mc.name, mc.gid, mc.members) == (entry.name, entry.gid, tuple(entry.members))
             assert "root" not in mc.members
-            assert mc.name == (g.name.lower() if extra else g.name)
+            assert mc.name == (g.name.lower() if case_sensitive == "false" else g.name)
     other.feed.close()
     feed.close()
     cache.close()
