@@ -241,25 +241,16 @@ class NssResponder:
         rec = p.encode_passwd_record(u.uid, u.gid, name, self.pwfield, u.gecos, u.home, u.shell)
         return name, rec
 
-    def _group_record(
-        self,
-        domain: DomainConfig,
-        g: GroupView,
-        members: Callable[[GroupView], tuple[int, bytes]] | None = None,
-    ) -> _Record:
+    def _group_record(self, domain: DomainConfig, g: GroupView) -> _Record:
         """The answer of a group: kept while the cache hands out an equal GroupView (for
-        a big group the very same object, while its snapshot is unchanged). ``members``:
-        ``policy.members_of(domain)``, when the caller has it."""
+        a big group the very same object, while its snapshot is unchanged)."""
         big = g.member_count >= MEMO_MEMBERS
         memo = self._records if big else self._small
         key = (domain.name, g.name)
         r = memo.get(key)
         if r is None or (r.view is not g and r.view != g):
             name = self._output_name(domain, g.name)
-            if members is None:
-                count, blob = self.lookups.policy.members(domain, g)
-            else:
-                count, blob = members(g)
+            count, blob = self.lookups.policy.members(domain, g)
             if len(memo) >= (MEMO_GROUPS if big else MEMO_SMALL_GROUPS):
                 memo.clear()
             r = memo[key] = _Record(g, name, count, blob)
@@ -344,12 +335,11 @@ class NssResponder:
         last = self._prefilled.get(key)
         if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
             return
-        policy = self.lookups.policy
-        ok, members = policy.group_view_filter(domain), policy.members_of(domain)
+        ok = self.lookups.policy.group_view_filter(domain)
         batch = []
         for g in found.cache.groups_by_name(ig.groups):
             if ok(g):
-                r = self._group_record(domain, g, members)
+                r = self._group_record(domain, g)
                 batch.append((r.name, g.gid, r.count, r.blob))
         self.feed.groups(batch, self.pwfield)
         if len(self._prefilled) > 10_000:
@@ -790,9 +780,7 @@ async def serve_nss(config: Config, responder: NssResponder) -> asyncio.Server:
     framing.prepare_socket_path(path)
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     loop = asyncio.get_running_loop()
-    server = await loop.create_unix_server(
-        lambda: _Client(responder), path=path, backlog=BACKLOG
-    )
+    server = await loop.create_unix_server(lambda: _Client(responder), path=path, backlog=BACKLOG)
     # Public, as SSSD's: NSS data is public and the client checks nothing (§1.9).
     os.chmod(path, 0o666)
     return server
