@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from cached.config import NssConfig
-from cached.memcache import McError, MemoryCache
+from cached.memcache import GroupWriter, McError, MemoryCache
 from cached.model import User
 
 log = logging.getLogger(__name__)
@@ -64,14 +64,7 @@ class MemcacheFeed:
         if writer is None or writer.closed:
             return
         now = time.monotonic()
-        last = self._groups_fed.get(gid)
-        if (
-            last is not None
-            and now - last[2] < self.refeed_every
-            and last[0] == name
-            and last[1] == blob
-            and writer.holds_gid(gid)  # not evicted for another record meanwhile
-        ):
+        if self._fed_already(writer, name, gid, blob, now):
             return
         try:
             writer.store_blob(name, gid, count, blob, passwd=pwfield)
@@ -82,6 +75,19 @@ class MemcacheFeed:
             self._groups_fed.clear()
         self._groups_fed[gid] = (name, blob, now)
 
+    def _fed_already(
+        self, writer: GroupWriter, name: str, gid: int, blob: bytes, now: float
+    ) -> bool:
+        """Stored moments ago with the same content, and still there: not stored again."""
+        last = self._groups_fed.get(gid)
+        return (
+            last is not None
+            and now - last[2] < self.refeed_every
+            and last[0] == name
+            and last[1] == blob
+            and writer.holds_gid(gid)  # not evicted for another record meanwhile
+        )
+
     def groups(self, groups: Iterable[tuple[str, int, int, bytes]], pwfield: str) -> None:
         """:meth:`group` of many ``(name, gid, count, blob)`` at once (the prefill of a
         user's groups after its initgroups answer): the same records, written in one
@@ -90,19 +96,8 @@ class MemcacheFeed:
         if writer is None or writer.closed:
             return
         now = time.monotonic()
-        fed, every = self._groups_fed, self.refeed_every
-        todo = []
-        for g in groups:
-            last = fed.get(g[1])
-            if (
-                last is not None
-                and now - last[2] < every
-                and last[0] == g[0]
-                and last[1] == g[3]
-                and writer.holds_gid(g[1])
-            ):
-                continue
-            todo.append(g)
+        fed = self._groups_fed
+        todo = [g for g in groups if not self._fed_already(writer, g[0], g[1], g[3], now)]
         try:
             _, bad = writer.store_blobs(todo, passwd=pwfield)
         except (McError, OSError) as e:
