@@ -455,18 +455,8 @@ class McWriter:
         u32[w + R_HASH2] = hash2
         mm[off + SLOT_SIZE : off + length] = payload
         u32[w + R_B1] = b
-        # 3. Only now make it reachable: tail of both chains. An empty bucket (most of
-        #    them in a file of SSSD's size) takes the record without a call.
-        ht = self._ht_word
-        if u32[ht + hash1] == INVALID32:
-            u32[ht + hash1] = start_slot
-        else:
-            self._link(rec, hash1)
-        if hash2 != hash1:
-            if u32[ht + hash2] == INVALID32:
-                u32[ht + hash2] = start_slot
-            else:
-                self._link(rec, hash2)
+        # 3. Only now make it reachable.
+        self._reach(rec)
         # 4. Drop whatever the new record supersedes (same name or same id), unless the
         #    allocation already evicted it.
         for old in (old1, old2):
@@ -545,7 +535,7 @@ class McWriter:
         b = _FIRST_BARRIER
         pack = REC_HEADER.pack
         hash_, seed, elems = murmurhash3, self._seed, self._ht_elems
-        dt, ht = self._dt, self._ht_word
+        dt = self._dt
         parts: list[bytes] = []
         recs: list[_Rec] = []
         slot = pos
@@ -572,20 +562,26 @@ class McWriter:
         recs_by_start, by1, by2 = self._recs, self._by1, self._by2
         for rec in recs:
             u32[rec.word + R_B1] = b
-            # Reachable only now: tail of both chains (see _store, step 3).
-            h1, h2, first = rec.hash1, rec.hash2, rec.start
-            if u32[ht + h1] == INVALID32:
-                u32[ht + h1] = first
-            else:
-                self._link(rec, h1)
-            if h2 != h1:
-                if u32[ht + h2] == INVALID32:
-                    u32[ht + h2] = first
-                else:
-                    self._link(rec, h2)
-            recs_by_start[first] = rec
+            self._reach(rec)  # only now, complete (see _store, step 3)
+            recs_by_start[rec.start] = rec
             by1[rec.key1] = rec
             by2[rec.key2] = rec
+
+    def _reach(self, rec: _Rec) -> None:
+        """Make a complete record reachable: the tail of both its hash chains. An empty
+        bucket (most of them in a file of SSSD's size) takes it without a call."""
+        u32, ht = self._u32, self._ht_word
+        assert u32 is not None
+        h1, h2 = rec.hash1, rec.hash2
+        if u32[ht + h1] == INVALID32:
+            u32[ht + h1] = rec.start
+        else:
+            self._link(rec, h1)
+        if h2 != h1:
+            if u32[ht + h2] == INVALID32:
+                u32[ht + h2] = rec.start
+            else:
+                self._link(rec, h2)
 
     def _ff_run(self, n: int) -> bytes:
         run = self._ff_runs.get(n)
