@@ -558,12 +558,9 @@ class LdapProvider:
         name = self._primary_name(e.dn, s.group_name, names) if names else ""
         if posix and gid is not None and not self.cache.storable_group(name, gid, e.dn):
             return None  # skipped alone, one log line; the rest is stored (docs/threat-model.md)
-        modstamp = get(keys.modstamp)
-        usn = get(keys.usn) if keys.usn else None
         g = _GroupEntry(
             e, name, gid if posix and gid is not None else 0,
-            modstamp[0].decode("utf-8", "replace") if modstamp else "",
-            usn[0].decode("utf-8", "replace") if usn else "",  # as schema.first
+            first(get(keys.modstamp)), first(get(keys.usn)) if keys.usn else "",
             posix=posix, several_names=len(name_values) > 1,
         )  # fmt: skip
         if s.bis:
