@@ -379,8 +379,9 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         86400,
         "Seconds after which a refresh by change stamps reads a user's groups, or a group, "
         "whole again (members named from their entries: a member's own entry renamed or "
-        "deleted leaves its groups' stamps unchanged, docs/compatibility.md §9.2); the first "
-        "refresh after a start reads whole; 0 = always by stamps.",
+        "deleted leaves its groups' stamps unchanged, docs/compatibility.md §9.2); counted "
+        "across restarts (kept in the timestamp store, whose loss makes every group due); "
+        "0 = always by stamps.",
     ),
     "offline_timeout": Option(_int(1), 60, "First retry after going offline, seconds."),
     "offline_timeout_max": Option(_int(0), 3600, "Retry backoff cap, seconds."),

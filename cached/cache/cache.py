@@ -3,7 +3,8 @@
 ``cache_<domain>.lmdb`` (synchronous commits) holds users, groups, each user's
 transitive group list, and the uid/gid/DN indexes. ``timestamps_<domain>.lmdb``
 (no sync) holds lastUpdate, the expiry times and the server's modifyTimestamp/USN
-per entry (reference §3.1-§3.2). A refresh that finds nothing changed writes only
+per entry (reference §3.1-§3.2), and when each group was last read whole
+(``READ_WHOLE``). A refresh that finds nothing changed writes only
 the timestamp store (docs/ARCHITECTURE.md, invariant 2); losing the timestamp store makes
 entries read as expired and loses nothing (invariant 3).
 
@@ -78,6 +79,11 @@ INITGR_MEMO_BYTES = 4 << 20
 # docs/ARCHITECTURE.md §5 "Invalidation and the backend's writes").
 INVALIDATIONS = {"users": b"invalidations_users", "groups": b"invalidations_groups"}
 _COUNT = struct.Struct(">Q")
+# In the timestamp store's read_whole table, under a group's key: when (unix time, the
+# commit's) the backend last stored the group read whole, its members named from their
+# entries (cached/ldap/validate.py, refresh_full_interval). Wall-clock, so it survives
+# a restart; kept by invalidation, deleted with the group, lost with the store.
+READ_WHOLE = struct.Struct(">d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -624,6 +630,20 @@ class DomainCache:
                     out[name] = (*rec.decode_stamp(t), *rec.decode_group_ident(data))
                 except RecordError:
                     continue
+        return out
+
+    def read_whole_times(self, names: Iterable[str]) -> dict[str, float]:
+        """When each of these groups was last stored read whole (``READ_WHOLE``), for
+        those with a record; none when the timestamp store is not open."""
+        out: dict[str, float] = {}
+        if self.ts is None:
+            return out
+        db = self.ts.tables["read_whole"]
+        with self.ts.read() as txn:
+            for name in names:
+                data = txn.get(self.key(name), db=db)
+                if data is not None and len(data) == READ_WHOLE.size:
+                    out[name] = READ_WHOLE.unpack(data)[0]
         return out
 
     def group_closure(self, name: str) -> list[str] | None:

@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 # alias: b"u"/b"g" + key of another value of a multi-valued name -> the entry's key
 # (docs/compatibility.md §9.5: a lookup by any of an entry's names finds it, answered under one).
 ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias")
-TS_TABLES = ("users", "groups", "meta")
+# read_whole: group key -> when the backend last stored it read whole, members named
+# from their entries (cache.READ_WHOLE; cached/ldap/validate.py, refresh_full_interval).
+TS_TABLES = ("users", "groups", "meta", "read_whole")
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 

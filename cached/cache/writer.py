@@ -23,6 +23,7 @@ from cached.cache import records as rec
 from cached.cache.cache import (
     DEFAULT_TIMEOUTS,
     ID_KEY,
+    READ_WHOLE,
     DomainCache,
     Timeouts,
     cache_options,
@@ -95,6 +96,7 @@ class WriteBatch:
         self.initgr: dict[bytes, tuple[tuple[int, ...], tuple[str, ...]]] = {}
         self.deleted_users: set[bytes] = set()
         self.deleted_groups: set[bytes] = set()
+        self.read_whole: set[bytes] = set()  # keys of groups stored read whole
         self.aliases: dict[bytes, bytes] = {}  # b"u"/b"g" + alias key -> entry key
 
 
@@ -240,6 +242,11 @@ class BackendCache(DomainCache):
             complete,
         )
 
+    def read_whole(self, batch: WriteBatch, name: str) -> None:
+        """Group ``name``, stored in this batch, was read whole (members named from
+        their entries): the commit records when (``READ_WHOLE``, validate.due)."""
+        batch.read_whole.add(self.key(name))
+
     def touch_group(self, batch: WriteBatch, name: str, modstamp: str = "", usn: str = "") -> None:
         """The group is known unchanged (same modifyTimestamp): timestamps only."""
         batch.touched_groups[self.key(name)] = (modstamp, usn)
@@ -275,7 +282,7 @@ class BackendCache(DomainCache):
         t = self.entries.tables
         ts = self.ts
         with self.entries.read() as txn, ts.read() as tstxn:
-            tsu, tsg = ts.tables["users"], ts.tables["groups"]
+            tsu, tsg, tsw = ts.tables["users"], ts.tables["groups"], ts.tables["read_whole"]
             since = invalidation_counts(tstxn, ts) if batch.since is None else batch.since
 
             def old_times(table: lmdb._Database, key: bytes) -> Times:
@@ -310,6 +317,12 @@ class BackendCache(DomainCache):
                 packed = rec.pack_times(now, expire, 0.0, modstamp, usn)
                 (ts_ops if complete else early).append(("groups", key, packed))
 
+            # After the entry commit (ts_ops, never early): the record vouches for the
+            # stored member list, as a stamp does.
+            whole = READ_WHOLE.pack(now)
+            ts_ops += [("read_whole", key, whole) for key in batch.read_whole
+                       if key in batch.groups]  # fmt: skip
+
             for akey, target in batch.aliases.items():
                 if txn.get(akey, db=t["alias"]) != target:
                     ops.append(("alias", akey, target))
@@ -330,6 +343,8 @@ class BackendCache(DomainCache):
                         ops.append(("initgr", key, None))
                     if tstxn.get(key, db=tstable) is not None:
                         ts_ops.append((table, key, None))
+                    if table == "groups" and tstxn.get(key, db=tsw) is not None:
+                        ts_ops.append(("read_whole", key, None))
 
         result = WriteResult()
         if ops and early:
@@ -349,7 +364,9 @@ class BackendCache(DomainCache):
             # read) is checked here, inside the write transaction, so none can fall
             # between the check and the write: that table's records are stored in
             # the invalidated form the invalidation would have given them had it
-            # come after (expired, stamps and lastUpdate kept).
+            # come after (expired, stamps and lastUpdate kept). Nor are the groups
+            # recorded as read whole then (their previous records, older or none,
+            # stay): what was read may predate the change invalidated for.
             def build(tstxn: lmdb.Transaction) -> list[Op]:
                 now_counts = invalidation_counts(tstxn, ts)
                 moved = {tb for tb, n in now_counts.items() if n != since.get(tb, 0)}
@@ -360,6 +377,7 @@ class BackendCache(DomainCache):
                     if v is not None and tb in moved
                     else (tb, key, v)
                     for tb, key, v in ts_ops
+                    if not (tb == "read_whole" and v is not None and "groups" in moved)
                 ]
 
             result.timestamps_written += self._write_ts_built(build)

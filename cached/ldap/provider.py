@@ -325,10 +325,6 @@ class LdapProvider:
         # this is its last run: validate.changed_since_read.
         self.missing: set[str] = set()
         self._last_run = False
-        # When each group was last read whole, its members named from their entries
-        # (time.monotonic(), this process): its stamp is trusted for
-        # refresh_full_interval after it (validate.py, compatibility.md §9.2).
-        self.full_read: dict[bytes, float] = {}
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -1343,7 +1339,7 @@ class LdapProvider:
                     complete=ok,
                     aliases=_group_aliases(g, self.schema.group_name),
                 )
-                validate.read_whole(self, g.name)
+                self.cache.read_whole(batch, g.name)
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()

@@ -33,8 +33,13 @@ The stamp-trust rule (what makes a stored stamp worth believing, docs/ARCHITECTU
 * What no stamp covers — a member's own entry renamed or deleted without referential
   integrity, which leaves its groups' entries alone (docs/compatibility.md §9.2) —
   is bounded in time: a group not stored whole (members named from their entries)
-  by this process within ``refresh_full_interval`` (a day by default) is read whole
-  at its next refresh, stamp or not; after a start, every group is, once.
+  within ``refresh_full_interval`` (a day by default) is read whole at its next
+  refresh, stamp or not. When it was is kept in the timestamp store's ``read_whole``
+  table (wall-clock time, written in the commit that stores the group), so a restart
+  does not make every group due; a missing record (never read whole, the store
+  recreated) or one in the future (the clock moved back) counts as due. ``cached
+  cache`` invalidation keeps it, as it keeps the stamps; a request that an
+  invalidation raced records none (``BackendCache.commit``).
 """
 
 from __future__ import annotations
@@ -58,10 +63,6 @@ if TYPE_CHECKING:
     from cached.ldap.client import Entry
     from cached.ldap.provider import LdapProvider, Member, _GroupEntry, _Job
     from cached.model import User
-
-# Entries of LdapProvider.full_read kept at most (one per group and user read whole);
-# past it the record is dropped, and every refresh reads whole once again.
-FULL_READ_KEPT = 200_000
 
 # Seconds a modifyTimestamp-only stamp must lie before the fetch to be stored. Kerberos'
 # default allowed clock skew: directories in a realm keep within it. A group changed
@@ -216,8 +217,9 @@ def refresh_initgroups(
         posix.setdefault(normalize_dn(prim.entry.dn), prim)
     names = [g.name for g in posix.values()]
     stored = p.cache.group_stamps(names)
+    late = due(p, names)
     stale = {k for k, g in posix.items()
-             if not unchanged(g, stored.get(g.name)) or due(p, [g.name])}  # fmt: skip
+             if not unchanged(g, stored.get(g.name)) or g.name in late}  # fmt: skip
 
     p.counters.add(VALIDATE, 1, 0.0, len(posix))
     # The changed and new groups, whole, by name (a hint, matched back by DN), with
@@ -271,26 +273,18 @@ def stored_closure(p: LdapProvider, name: str | None, gid: int | None) -> list[s
     return p.cache.group_closure(view.name) if view is not None else None
 
 
-def read_whole(p: LdapProvider, name: str) -> None:
-    """Note that group ``name`` was just stored whole, members named from their
-    entries."""
-    if len(p.full_read) >= FULL_READ_KEPT:
-        p.full_read.clear()  # forgotten: read whole at the next refresh, the safe side
-    p.full_read[p.cache.key(name)] = time.monotonic()
-
-
-def due(p: LdapProvider, names: list[str]) -> bool:
-    """Must one of these groups be read whole again? When it was not read whole by
-    this process within ``refresh_full_interval`` (the module doc's last rule)."""
+def due(p: LdapProvider, names: list[str]) -> set[str]:
+    """Those of these groups that must be read whole again (empty: none): not stored
+    read whole within ``refresh_full_interval`` (the module doc's last rule), by the
+    records the commits keep (``BackendCache.read_whole``)."""
     every = p.cfg.refresh_full_interval
     if every <= 0:
-        return False
-    now = time.monotonic()
-    for n in names:
-        t = p.full_read.get(p.cache.key(n))
-        if t is None or now - t >= every:
-            return True
-    return False
+        return set()
+    now = time.time()
+    read = p.cache.read_whole_times(names)
+    # No record, an old one, or one from the future (our clock moved back: how long
+    # ago is unknown).
+    return {n for n in names if (t := read.get(n)) is None or not now - every < t <= now}
 
 
 def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import os
 import time
 from array import array
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cached.cache import State, open_domain_cache
+from cached.cache.cache import READ_WHOLE
 from cached.cache.records import split_members
 from cached.config import parse_config
 from cached.counters import COUNTERS, ENTRY_TXN, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
@@ -366,7 +368,7 @@ def test_member_renamed_without_refint_is_seen_within_the_full_interval(
 
         def age(name: str) -> None:
             # As if refresh_full_interval had passed since it was read whole.
-            p.full_read[cache.key(name)] -= every + 1
+            _read_whole_at(cache, name, time.time() - every - 1)
 
         age(group)
         _refresh(p, cache, user)
@@ -387,6 +389,91 @@ def test_member_renamed_without_refint_is_seen_within_the_full_interval(
             assert p.group_by_name(other).outcome is Outcome.FOUND
             assert bool(_member_searches(s, offset)) is aged
             assert (gone2 in _group_answer(cache, other)[1]) is not aged
+
+
+def _read_whole_at(cache, name: str, when: float) -> None:
+    """Set when group ``name`` counts as last read whole (the timestamp store's
+    read_whole record, as BackendCache.commit writes it)."""
+    cache.ts.write([("read_whole", cache.key(name), READ_WHOLE.pack(when))])
+
+
+def test_a_restart_keeps_when_each_group_was_read_whole(tmp_path, slapd_small_fresh):
+    # When each group was last read whole is in the timestamp store: a new backend on
+    # the same cache (a restart of the daemon) validates by stamps within
+    # refresh_full_interval, fetching no member value, as the one that read them
+    # would. A record older than the interval, one in the future (the clock moved
+    # back) or none (the timestamp store recreated) makes the group read whole.
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    sc = exp.scenario
+    user = exp.big_user
+    cfg = make_domain([s.uri], s.base_dn)
+    every = cfg.refresh_full_interval
+    assert every > 0
+    b0 = COUNTERS.get(LDAP_BYTES).amount
+    with _resolved(tmp_path, cfg, user) as (p, cache, _):
+        cold_bytes = COUNTERS.get(LDAP_BYTES).amount - b0
+        before = _state(cache, user)
+        cache.close()
+    groups = sorted(before[1])
+
+    p, cache, counters = make_backend(tmp_path / "db", cfg)  # the restart
+    try:
+        held = cache.read_whole_times(groups)
+        assert sorted(held) == groups
+        # `cached cache -E` / -G / -g keep them (_refresh runs -E as well).
+        cache.invalidate_group(groups[0])
+        cache.invalidate_all()
+        assert cache.read_whole_times(groups) == held
+        # Connected first (bind, root DSE), as the first process was when it refreshed.
+        assert p.user_by_name(user).outcome is Outcome.FOUND
+        offset = s.log_offset()
+        b0 = COUNTERS.get(LDAP_BYTES).amount
+        _refresh(p, cache, user)
+        refresh_bytes = COUNTERS.get(LDAP_BYTES).amount - b0
+        assert counters.get(VALIDATE_FETCHED).amount == 0
+        assert _member_searches(s, offset) == []
+        assert 0 < refresh_bytes <= 0.2 * cold_bytes, (refresh_bytes, cold_bytes)
+        assert _state(cache, user) == before
+        assert cache.read_whole_times(groups) == held  # validated, not read whole
+
+        direct = sorted(exp.direct_groups(user))
+        old, future = [g for g in direct if not exp.group(g).member_groups][:2]
+        _read_whole_at(cache, old, time.time() - every - 1)
+        _read_whole_at(cache, future, time.time() + every)
+        offset = s.log_offset()
+        started = time.time()
+        _refresh(p, cache, user)
+        assert counters.get(VALIDATE_FETCHED).amount == 2  # those two, whole
+        fetched = [op for op in _member_searches(s, offset) if op.nentries]
+        assert any(f"(cn={old})" in op.filter and f"(cn={future})" in op.filter
+                   for op in fetched), fetched  # fmt: skip
+        again = cache.read_whole_times([old, future])
+        assert all(started <= t <= time.time() for t in again.values()), again
+        assert _state(cache, user) == before
+
+        # Deleted with the group.
+        s.ldap_modify(f"dn: {sc.group_dn(old)}\nchangetype: delete\n\n")
+        cache.invalidate_all()
+        assert p.group_by_name(old).outcome is Outcome.NOT_FOUND
+        assert old not in cache.read_whole_times([old])
+        groups.remove(old)
+        ts_path = cache.ts_path
+        cache.close()
+    finally:
+        p.client.close()
+
+    # The timestamp store lost (here: removed; a damaged or unclean one is recreated
+    # alike): every group is read whole, then recorded again.
+    os.unlink(ts_path)
+    p, cache, counters = make_backend(tmp_path / "db", cfg)
+    try:
+        assert cache.ts_rebuilt_reason and cache.read_whole_times(groups) == {}
+        _refresh(p, cache, user)
+        assert counters.get(VALIDATE_FETCHED).amount >= len(groups)
+        assert sorted(cache.read_whole_times(groups)) == groups
+    finally:
+        p.client.close()
+        cache.close()
 
 
 def test_modify_timestamp_alone_trusts_only_old_stamps(tmp_path, slapd_small_fresh):

@@ -671,3 +671,45 @@ def test_a_kill_after_an_entry_commit_never_leaves_an_incomplete_group_valid(tmp
     assert got.value is not None and got.value.member_count == 3  # the entry committed
     assert got.state is State.EXPIRED
     assert c.group_stamps(["group00001"])["group00001"][0] == ""  # nothing to trust
+
+
+def test_read_whole_records_survive_restarts_and_invalidation(tmp_path):
+    """When a group was last stored read whole (validate.due's record) is kept in the
+    timestamp store: written by the commit that stores the group, kept across a
+    restart and by invalidation, deleted with the group, lost with the store."""
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_group(b, group(1), "20200101000000Z", "csn-1")
+        c.read_whole(b, "group00001")
+        c.put_group(b, group(2), "20200101000000Z", "csn-1")  # stored, not read whole
+        c.read_whole(b, "nosuch")  # not stored in this batch: nothing to vouch for
+    got = c.read_whole_times(["group00001", "group00002", "nosuch"])
+    assert set(got) == {"group00001"}
+    t1 = got["group00001"]
+    assert abs(t1 - c.times("group", ["group00001"])["group00001"].last_update) < 1e-6
+    # Validated by stamps (touched): not read whole, the record stays.
+    with c.write() as b:
+        c.touch_group(b, "group00001", "20200101000000Z", "csn-1")
+    assert c.read_whole_times(["group00001"]) == {"group00001": t1}
+    c.close()
+    c = backend(tmp_path)  # a restart
+    assert c.read_whole_times(["group00001"]) == {"group00001": t1}
+    # `cached cache -g` / -G / -E expire, they do not make a group read whole.
+    tool = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    assert tool.invalidate_group("group00001")
+    tool.invalidate_all()
+    tool.close()
+    assert c.group_by_name("group00001").state is State.EXPIRED
+    assert c.read_whole_times(["group00001"]) == {"group00001": t1}
+    with c.write() as b:
+        c.delete_group(b, "group00001")
+    assert c.read_whole_times(["group00001"]) == {}
+    with c.write() as b:
+        c.put_group(b, group(3))
+        c.read_whole(b, "group00003")
+    c.close(clean=False)
+    # The timestamp store recreated (unclean shutdown, then a reboot): all gone.
+    c = backend(tmp_path, boot_id="boot-2")
+    assert c.ts_rebuilt_reason
+    assert c.read_whole_times(["group00003"]) == {}
+    c.close()

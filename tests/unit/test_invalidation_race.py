@@ -172,3 +172,28 @@ def test_an_invalidation_never_writes_back_a_record_older_than_a_commit(tmp_path
     assert got.state is State.EXPIRED
     assert tool.group_stamps(["staff"])["staff"][:2] == ("", "")  # nothing to trust
     tool.close()
+
+
+def test_a_request_that_an_invalidation_raced_records_no_group_read_whole(tmp_path):
+    """The record of when a group was last read whole (validate.due) is kept by
+    invalidation, like the stamps; a request that began before an invalidation does
+    not renew it either, whatever it read: that may predate the change invalidated
+    for. The group's previous record (older, or none) stays, which makes it due
+    sooner, the safe side. A request that begins after it records as usual."""
+    c = backend(tmp_path)
+
+    def store_whole() -> None:
+        with c.write() as b:
+            c.put_group(b, STAFF, "", "csn-1")
+            c.read_whole(b, "staff")
+
+    store_whole()
+    first = c.read_whole_times(["staff"])["staff"]
+    with c.request():
+        run_tool(tmp_path, "-E")
+        store_whole()
+    assert c.group_by_name("staff").state is State.EXPIRED
+    assert c.read_whole_times(["staff"]) == {"staff": first}
+    with c.request():
+        store_whole()
+    assert c.read_whole_times(["staff"])["staff"] > first
