@@ -638,12 +638,16 @@ class DomainCache:
         out: dict[str, float] = {}
         if self.ts is None:
             return out
-        db = self.ts.tables["read_whole"]
+        db, key, unpack = self.ts.tables["read_whole"], self.key, READ_WHOLE.unpack
         with self.ts.read() as txn:
+            # Bound methods, positional arguments: a refresh of bigroupuser asks for its
+            # 2,085 groups, 3.2 ms of CPU with txn.get(k, db=db) and 2.5 ms so (timeit,
+            # best of 5).
+            get = txn.get
             for name in names:
-                data = txn.get(self.key(name), db=db)
+                data = get(key(name), None, db)
                 if data is not None and len(data) == READ_WHOLE.size:
-                    out[name] = READ_WHOLE.unpack(data)[0]
+                    out[name] = unpack(data)[0]
         return out
 
     def group_closure(self, name: str) -> list[str] | None:
