@@ -54,7 +54,7 @@ from cached.ldap.provider import (
     _GroupEntry,
     _Job,
 )
-from cached.ldap.schema import BATCH, SchemaMap, escape, first
+from cached.ldap.schema import SchemaMap, escape, first
 from cached.model import User
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,11 @@ class AdProvider(LdapProvider):
     member_batch = 250
     # ASQ over large01 cost Samba 0.49-0.57 s of CPU, its sweep 0.68-0.81 s.
     sweep_before_deref = False
+    # Groups per (|(objectSid=…)…) search, whole or stamps only: the same superlinear
+    # OR. bigroupuser's 2,086 token groups on Samba (perf/adrefresh.py's DC, CPU
+    # seconds of the DC, two runs each): stamps only in ORs of 1,000 0.69-0.77 s, of
+    # 250 0.37-0.43, of 100 0.34-0.37; whole (cold), of 1,000 2.8-4.2 s, of 250 2.0-2.5.
+    sid_batch = 250
 
     def __init__(
         self,
@@ -384,8 +389,9 @@ class AdProvider(LdapProvider):
         s = self.schema
         found: dict[str, _GroupEntry] = {}
         attrs = s.group_attrs(members=not self.cfg.ignore_group_members)
-        for i in range(0, len(sids), BATCH):
-            part = "".join(sid_assertion(s.group_sid, sid) for sid in sids[i : i + BATCH])
+        n = self.sid_batch
+        for i in range(0, len(sids), n):
+            part = "".join(sid_assertion(s.group_sid, sid) for sid in sids[i : i + n])
             filt = f"(&(objectClass={s.group_oc})(|{part}))"
             for e in self._search(s.group_bases, filt, attrs):
                 g = self._group_entry(e, WALK)
@@ -412,8 +418,9 @@ class AdProvider(LdapProvider):
         s = self.schema
         attrs = validate.stamp_attrs(self)
         items = [("g", sid_assertion(s.group_sid, sid)) for sid in sids]
+        n = self.sid_batch
         jobs: list[_Job] = [
-            (s.group_bases, items[i : i + BATCH], attrs, None) for i in range(0, len(items), BATCH)
+            (s.group_bases, items[i : i + n], attrs, None) for i in range(0, len(items), n)
         ]
         out: dict[str, _GroupEntry] = {}
         for entries in self._split_search_many(jobs, self._round_filter, paged=False):
