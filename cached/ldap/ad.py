@@ -25,6 +25,30 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   and only one added to the mapper, so its slice is the same at every start without
   storing it (SSSD stores slices because its mapper learns trusted domains in the
   order it meets them; cached serves no trusted domains, whose SIDs are skipped).
+* **validation before transfer** (cached/ldap/validate.py, whose trust rule applies):
+  a refresh of an initgroups the cache holds (the next ``id`` after ``cached cache -E``
+  or expiry) makes the tokenGroups search as a cold one, then asks for the token's
+  groups by objectSid with their name, gid/SID and stamps only — no ``member`` value —
+  and fetches whole (members named as a cold fetch names them: ASQ, batches, the sweep)
+  only the POSIX groups whose stamp differs from the stored one, the new ones, those
+  due a whole read (``refresh_full_interval``), and the non-POSIX token groups those
+  list (item 8); the rest are touched. Groups that left the token are re-read as on
+  the full path (``LdapProvider._vanished``); one write (``validate.store_validated``).
+  Measured on Samba: adding or removing a ``member`` value and renaming the group
+  (``sAMAccountName`` or its ``cn``) each move its ``uSNChanged``; a member's own
+  rename does not (AD moves the ``member`` value along without writing the group),
+  which ``refresh_full_interval`` bounds as on LDAP.
+* **Stamps are per DC.** ``uSNChanged`` and ``whenChanged`` are not replicated: each DC
+  counts its own, so a stamp read from one DC says nothing about another's copy (nor
+  about the same DC restored from a backup, which may hand out the same USNs again
+  and so gets a new ``invocationId``, [MS-ADTS] 3.1.1.1.9). A group's ``uSNChanged`` is
+  kept as ``<usn>@<invocationId>`` of the DC it was read from (the root DSE's
+  ``dsServiceName`` names the DC's NTDS Settings object, read once per connection):
+  the refresh's comparison and the store's shortcut (a group whose stamp equals the
+  stored one is only touched, ``LdapProvider._store_groups``) both compare it whole,
+  so a stamp from another DC never matches. A group read on a connection other than
+  the one identified (a reconnect or failover since the request began), or when the
+  identity cannot be read, has no stamp: it is fetched whole at its next refresh.
 """
 
 from __future__ import annotations
