@@ -712,3 +712,36 @@ def test_a_stamp_read_from_another_dc_is_not_trusted(
         got = _refresh(p, "m0006")
         assert got["fetched"] == got["checked"] == len(groups), got
         assert _members(p, "rvx") == {"m0006", "m0007"}
+
+
+def test_groups_read_after_a_reconnect_keep_no_stamp(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """The DC's identity is read once per connection: a group read on a connection
+    made since (a reconnect or failover within the request, here forced by closing
+    the connection before the tokenGroups search) may come from another DC, so it is
+    stored without a stamp and fetched whole at the next refresh."""
+    dc, _ = ad
+    scratch.add("rvy", 40986, [_person(8)])
+    with _provider(dc, tmp_path) as (p, spy):
+        search_many = spy._search_many
+        closed: list[bool] = []
+
+        def reconnect_first(specs: list[Search], *args: Any, **kw: Any) -> Any:
+            if not closed and any("tokenGroups" in sp.attrs for sp in specs):
+                closed.append(True)
+                p.client.close()  # the next search connects again: a new connection
+            return search_many(specs, *args, **kw)
+
+        spy._search_many = reconnect_first
+        assert p.initgroups("m0008").outcome is Outcome.FOUND
+        assert closed and _groups_of(p, "m0008") >= {"rvy", "big"}
+        stamps = p.cache.group_stamps(sorted(_groups_of(p, "m0008")))
+        assert stamps and all(t[0] == "" and t[1] == "" for t in stamps.values()), stamps
+        # The next request identifies the new connection; nothing trusted, all whole.
+        got = _refresh(p, "m0008")
+        assert got["fetched"] == got["checked"] == len(stamps), got
+        assert all(
+            t[1].endswith("@" + p.dc_id) for t in p.cache.group_stamps(list(stamps)).values()
+        )
+        assert _refresh(p, "m0008")["fetched"] == 0
