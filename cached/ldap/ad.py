@@ -25,25 +25,61 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   and only one added to the mapper, so its slice is the same at every start without
   storing it (SSSD stores slices because its mapper learns trusted domains in the
   order it meets them; cached serves no trusted domains, whose SIDs are skipped).
+* **validation before transfer** (cached/ldap/validate.py, whose trust rule applies):
+  a refresh of an initgroups the cache holds (the next ``id`` after ``cached cache -E``
+  or expiry) makes the tokenGroups search as a cold one, then asks for the token's
+  groups by objectSid with their name, gid/SID and stamps only — no ``member`` value —
+  and fetches whole (members named as a cold fetch names them: ASQ, batches, the sweep)
+  only the POSIX groups whose stamp differs from the stored one, the new ones, those
+  due a whole read (``refresh_full_interval``), and the non-POSIX token groups those
+  list (item 8); the rest are touched. Groups that left the token are re-read as on
+  the full path (``LdapProvider._vanished``); one write (``validate.store_validated``).
+  Measured on Samba: adding or removing a ``member`` value and renaming the group
+  (``sAMAccountName`` or its ``cn``) each move its ``uSNChanged``; a member's own
+  rename does not (AD moves the ``member`` value along without writing the group),
+  which ``refresh_full_interval`` bounds as on LDAP.
+* **Stamps are per DC.** ``uSNChanged`` and ``whenChanged`` are not replicated: each DC
+  counts its own, so a stamp read from one DC says nothing about another's copy (nor
+  about the same DC restored from a backup, which may hand out the same USNs again
+  and so gets a new ``invocationId``, [MS-ADTS] 3.1.1.1.9). A group's ``uSNChanged`` is
+  kept as ``<usn>@<invocationId>`` of the DC it was read from (the root DSE's
+  ``dsServiceName`` names the DC's NTDS Settings object, read once per connection):
+  the refresh's comparison and the store's shortcut (a group whose stamp equals the
+  stored one is only touched, ``LdapProvider._store_groups``) both compare it whole,
+  so a stamp from another DC never matches. A group read on a connection other than
+  the one identified (a reconnect or failover since the request began), or when the
+  identity cannot be read, has no stamp: it is fetched whole at its next refresh.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 from cached.cache.writer import BackendCache
 from cached.config import DomainConfig
-from cached.counters import COUNTERS, NESTED_RESOLVE, Counters
+from cached.counters import COUNTERS, NESTED_RESOLVE, VALIDATE, VALIDATE_FETCHED, Counters
 from cached.dn import normalize_dn, rdn_avas
+from cached.ldap import validate
 from cached.ldap.client import (
     ASQ_OID,
     Entry,
     LdapClient,
     LdapError,
+    LdapOffline,
 )
 from cached.ldap.idmap import IdMapError, IdMapper
-from cached.ldap.provider import WALK, LdapProvider, Member, Outcome, Result, _GroupEntry
-from cached.ldap.schema import BATCH, SchemaMap, escape
+from cached.ldap.provider import (
+    WALK,
+    LdapProvider,
+    Member,
+    Outcome,
+    Result,
+    _GroupEntry,
+    _Job,
+)
+from cached.ldap.schema import SchemaMap, escape, first
+from cached.model import User
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +133,11 @@ class AdProvider(LdapProvider):
     member_batch = 250
     # ASQ over large01 cost Samba 0.49-0.57 s of CPU, its sweep 0.68-0.81 s.
     sweep_before_deref = False
+    # Groups per (|(objectSid=…)…) search, whole or stamps only: the same superlinear
+    # OR. bigroupuser's 2,086 token groups on Samba (perf/adrefresh.py's DC, CPU
+    # seconds of the DC, two runs each): stamps only in ORs of 1,000 0.69-0.77 s, of
+    # 250 0.37-0.43, of 100 0.34-0.37; whole (cold), of 1,000 2.8-4.2 s, of 250 2.0-2.5.
+    sid_batch = 250
 
     def __init__(
         self,
@@ -119,13 +160,58 @@ class AdProvider(LdapProvider):
             if cfg.ldap_idmap_default_domain_sid:
                 self.domain_sid = cfg.ldap_idmap_default_domain_sid
                 self.idmap.add_domain(cfg.name, self.domain_sid, default=True)
+        # The DC that answers (its invocationId, read from the root DSE's
+        # dsServiceName) and the connection it was read on: a group's uSNChanged is
+        # stored qualified with it, and read on any other connection a group has no
+        # stamp (the module doc, "Stamps are per DC").
+        self.dc_id = ""
+        self._dc_conn: object | None = None
+        self._dc_tried: object | None = None  # the last connection identified, or tried
 
     def _prepare(self) -> SchemaMap:
         s = super()._prepare()
         if self.idmap is not None and not self.domain_sid:
             self.domain_sid = self._read_domain_sid(s)
             self.idmap.add_domain(self.cfg.name, self.domain_sid)
+        if self.client.conn is not self._dc_tried:
+            self._identify_dc()
         return s
+
+    def _identify_dc(self) -> None:
+        """Read the invocationId of the DC this connection reached (two base searches,
+        once per connection): the root DSE's ``dsServiceName`` names the DC's NTDS
+        Settings object, which holds it. A DC restored from a backup gets a new one,
+        and may hand out the same USNs again ([MS-ADTS] 3.1.1.1.9, "USN rollback").
+        Unreadable: no stamp is kept from this connection (every group fetched whole)."""
+        conn = self._dc_tried = self.client.conn
+        self.dc_id, self._dc_conn = "", None
+        try:
+            root = self.client.search("", "(objectClass=*)", ["dsServiceName"], scope="base")
+            dsa = first(root[0].get("dsServiceName")) if root else ""
+            got = self.client.search(dsa, "(objectClass=*)", ["invocationId"], scope="base")
+            raw = got[0].get("invocationId") if dsa and got else []
+            ident = str(uuid.UUID(bytes_le=raw[0])) if raw and len(raw[0]) == 16 else ""
+        except LdapOffline:
+            raise
+        except LdapError as e:
+            log.info("domain %s: the DC's invocationId is unreadable (%s); group stamps "
+                     "are not kept", self.cfg.name, e)  # fmt: skip
+            return
+        # A failover during these searches: the identity may be another DC's.
+        if ident and self.client.conn is conn:
+            self.dc_id, self._dc_conn = ident, conn
+
+    def _group_entry(self, e: Entry, want: str | None = None) -> _GroupEntry | None:
+        # Stamps are per DC (module doc): uSNChanged qualified with the DC that sent
+        # it, or no stamp at all when the connection is not the one identified (a
+        # reconnect since this request began: the DC may be another).
+        g = super()._group_entry(e, want)
+        if g is not None and (g.modstamp or g.usn):
+            if g.usn and self.dc_id and self.client.conn is self._dc_conn:
+                g.usn = f"{g.usn}@{self.dc_id}"
+            else:
+                g.modstamp = g.usn = ""
+        return g
 
     def _read_domain_sid(self, s: SchemaMap) -> str:
         """The objectSid of the naming context: the domain whose SIDs are mapped."""
@@ -307,27 +393,101 @@ class AdProvider(LdapProvider):
         # BUILTIN groups (S-1-5-32-545 Users, ...) have no POSIX id: skipped, as SSSD.
         wanted = sorted(sid for sid in sids if not sid.startswith(BUILTIN_PREFIX))
 
-        found: dict[str, _GroupEntry] = {}
+        stored = self.cache.initgroups(user.name).value
+        if not self.cfg.ignore_group_members and stored is not None and stored.fetched:
+            # A refresh: stamps first, whole entries only for what changed (validate.py;
+            # the AD rule in the module doc).
+            self._refresh_token_groups(user, entries, wanted)
+            return Result(Outcome.FOUND)
         known: dict[str, Member] = {}
-        attrs = s.group_attrs(members=not self.cfg.ignore_group_members)
         with self.counters.timer(NESTED_RESOLVE):
-            for i in range(0, len(wanted), BATCH):
-                part = "".join(sid_assertion(s.group_sid, sid) for sid in wanted[i : i + BATCH])
-                filt = f"(&(objectClass={s.group_oc})(|{part}))"
-                for e in self._search(s.group_bases, filt, attrs):
-                    # Every group of the token, POSIX or not: a POSIX group's members
-                    # are expanded through the non-POSIX groups between (item 8).
-                    g = self._group_entry(e, WALK)
-                    if g is not None:
-                        found.setdefault(normalize_dn(e.dn), g)
+            found = self._token_groups(wanted)
             mine = {k for k, g in found.items() if g.posix}
-            if not self.cfg.ignore_group_members:
-                # Name every member (budget 0: member groups outside the token are
-                # named, not fetched; their parents are stored expired, §6.3 step 4):
-                # the big groups' by ASQ, the rest in batches.
-                budget = {k: 0 for k in found}
-                # (The closure sweeps the user bases first when thousands remain.)
-                self._asq_big_groups(found, budget, known)
-                self._closure(found, budget, known, [])
-
+            self._name_members(found, known)
         return self._store_initgroups(name, user, entries, found, known, mine)
+
+    def _token_groups(self, sids: list[str]) -> dict[str, _GroupEntry]:
+        """The groups of these SIDs, whole (by DN key), in batched ``(objectSid=…)``
+        searches: every one, POSIX or not, since a POSIX group's members are expanded
+        through the non-POSIX groups between (item 8)."""
+        s = self.schema
+        found: dict[str, _GroupEntry] = {}
+        attrs = s.group_attrs(members=not self.cfg.ignore_group_members)
+        n = self.sid_batch
+        for i in range(0, len(sids), n):
+            part = "".join(sid_assertion(s.group_sid, sid) for sid in sids[i : i + n])
+            filt = f"(&(objectClass={s.group_oc})(|{part}))"
+            for e in self._search(s.group_bases, filt, attrs):
+                g = self._group_entry(e, WALK)
+                if g is not None:
+                    found.setdefault(normalize_dn(e.dn), g)
+        return found
+
+    def _name_members(self, found: dict[str, _GroupEntry], known: dict[str, Member]) -> None:
+        """Name every member of the fetched token groups (budget 0: member groups
+        outside the token are named, not fetched; their parents are stored expired,
+        §6.3 step 4): the big groups' by ASQ, the rest in batches (the closure sweeps
+        the user bases first when thousands remain)."""
+        if self.cfg.ignore_group_members:
+            return
+        budget = {k: 0 for k in found}
+        self._asq_big_groups(found, budget, known)
+        self._closure(found, budget, known, [])
+
+    def _token_stamps(self, sids: list[str]) -> dict[str, _GroupEntry]:
+        """The groups of these SIDs with their stamps only (validate.stamp_attrs: no
+        member value), by DN key, POSIX or not; the batches unpaged, so that they go
+        out together (answers of one small entry per SID; a size limit cuts them as
+        it cuts paged ones, and the split handles it)."""
+        s = self.schema
+        attrs = validate.stamp_attrs(self)
+        items = [("g", sid_assertion(s.group_sid, sid)) for sid in sids]
+        n = self.sid_batch
+        jobs: list[_Job] = [
+            (s.group_bases, items[i : i + n], attrs, None) for i in range(0, len(items), n)
+        ]
+        out: dict[str, _GroupEntry] = {}
+        for entries in self._split_search_many(jobs, self._round_filter, paged=False):
+            for e in entries:
+                g = self._group_entry(e, WALK)
+                if g is not None:
+                    out.setdefault(normalize_dn(e.dn), g)
+        return out
+
+    def _refresh_token_groups(self, user: User, entries: list[Entry], sids: list[str]) -> None:
+        """initgroups of ``user`` whose groups the cache holds, validated before
+        transfer (validate.py, the AD rule in the module doc): the token's groups
+        with their stamps only; the POSIX ones whose stamp differs from the stored one
+        (or that are new, or due a whole read) fetched whole by SID with the
+        non-POSIX token groups they list, and their members named as the cold path
+        names them; the rest touched. Stored in one write (validate.store_validated)."""
+        s = self.schema
+        with self.counters.timer(NESTED_RESOLVE):
+            stamps = self._token_stamps(sids)
+        posix = {k: g for k, g in stamps.items() if g.posix}
+        stored = self.cache.group_stamps([g.name for g in posix.values()])
+        stale = {
+            k
+            for k, g in posix.items()
+            if not validate.unchanged(g, stored.get(g.name)) or validate.due(self, [g.name])
+        }
+        self.counters.add(VALIDATE, 1, 0.0, len(posix))
+        full: dict[str, _GroupEntry] = {}
+        known: dict[str, Member] = {}
+        if stale:
+            with self.counters.timer(NESTED_RESOLVE):
+                want = [stamps[k] for k in sorted(stale)]
+                while want:
+                    got = self._token_groups(
+                        [sid for g in want if (sid := _sid(g.entry.get(s.group_sid)))]
+                    )
+                    full.update((k, g) for k, g in got.items() if k not in full)
+                    # A non-POSIX token group a fetched group lists: its members count
+                    # as the lister's (item 8), so it is fetched whole too, as the
+                    # cold path fetches every token group.
+                    listed = {mk for g in got.values() for mk in g.member_keys}
+                    want = [stamps[k] for k in sorted(listed)
+                            if k in stamps and not stamps[k].posix and k not in full]  # fmt: skip
+                self._name_members(full, known)
+        self.counters.add(VALIDATE_FETCHED, 0, 0.0, len(full))
+        validate.store_validated(self, user, entries, posix, stale, full, known, set(posix))

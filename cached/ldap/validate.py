@@ -411,3 +411,41 @@ def _names_of(p: LdapProvider, e: Entry) -> list[str]:
     from cached.ldap.provider import _entry_names
 
     return _entry_names(e, p.schema.group_name)
+
+
+def store_validated(
+    p: LdapProvider,
+    user: User,
+    entries: list[Entry],
+    posix: dict[str, _GroupEntry],
+    stale: set[str],
+    full: dict[str, _GroupEntry],
+    known: dict[str, Member],
+    mine: set[str],
+) -> None:
+    """Store a validated refresh of ``user``'s groups in one write, as
+    :func:`refresh_initgroups` stores its own: ``posix``, the user's groups as the
+    stamp searches read them (by DN key); ``stale``, those whose stamp did not match;
+    ``full``, what was fetched whole for them (with the groups below them); ``mine``,
+    the keys of ``posix`` that are the user's list. The groups neither stale nor
+    fetched whole are touched; a stale group not found again (renamed or deleted
+    since its stamp was read) stays one of the user's groups, nothing of it stored;
+    the groups the user left are re-read (``LdapProvider._vanished``). The AD
+    provider's tokenGroups refresh uses it (cached/ldap/ad.py)."""
+    found = dict(full)
+    stamp_only = {k for k in posix if k not in stale and k not in found}
+    lost = {k for k in stale if k not in full}
+    found.update((k, posix[k]) for k in stamp_only | lost)
+    skip = stamp_only | lost
+    gone = p._vanished(user.name, found, known)
+    with p.counters.timer(LDAP_DECODE), p.cache.write() as batch:
+        if entries:
+            p._store_users(batch, entries)
+        p._store_groups(batch, {k: g for k, g in found.items() if k not in skip}, known)
+        for k in stamp_only:
+            g = posix[k]
+            p.cache.touch_group(batch, g.name, g.modstamp, g.usn)
+        for g_name in gone:
+            p.cache.delete_group(batch, g_name)
+        gids = {user.gid} | {posix[k].gid for k in mine}
+        p.cache.put_initgroups(batch, user.name, gids, [posix[k].name for k in mine])

@@ -18,13 +18,15 @@ from typing import Any
 import ldap3
 import pytest
 
+from cached.cache import State
 from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
-from cached.counters import Counters
+from cached.counters import COUNTERS, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
 from cached.ldap.ad import AdProvider, sid_assertion, sid_to_bytes, sid_to_str
 from cached.ldap.client import ASQ_OID, LdapClient, LdapError, Search, encode_asq, merge_ranges
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import Outcome
+from cached.model import Group
 from testing import addc, addir
 from testing.daemon import CachedDaemon, config_text
 from testing.marks import requires_nss
@@ -512,3 +514,234 @@ def test_initgroups_without_token_groups(
         assert set(array.array("I", ig.gids)) == gids
         assert set(ig.groups) == set(data.initgroups["alice"]) - {"Domain Users"}
         assert "tokenGroups" not in spy.attrs and spy.calls
+
+
+# -- validation before transfer (the tokenGroups refresh, cached/ldap/ad.py) -----------
+
+
+def _bytes() -> float:
+    """Bytes received from LDAP so far by this process (the client counts them in the
+    process-wide counters)."""
+    return COUNTERS.snapshot().get(LDAP_BYTES, [0, 0.0, 0])[2]
+
+
+def _refresh(p: AdProvider, login: str) -> dict[str, float]:
+    """``cached cache -E`` (what the tool calls), then the user's initgroups; returns
+    the groups checked and fetched whole, and the LDAP bytes of the refresh."""
+    p.cache.invalidate_all()
+    before, b0 = p.counters.snapshot(), _bytes()
+    assert p.initgroups(login).outcome is Outcome.FOUND
+    after = p.counters.snapshot()
+
+    def amount(k: str) -> float:
+        return after.get(k, [0, 0.0, 0])[2] - before.get(k, [0, 0.0, 0])[2]
+
+    runs = after.get(VALIDATE, [0])[0] - before.get(VALIDATE, [0])[0]
+    return {"runs": runs, "checked": amount(VALIDATE), "fetched": amount(VALIDATE_FETCHED),
+            "bytes": _bytes() - b0}  # fmt: skip
+
+
+def _groups_of(p: AdProvider, login: str) -> set[str]:
+    ig = p.cache.initgroups(login).value
+    assert ig is not None and ig.fetched
+    return set(ig.groups)
+
+
+class _Scratch:
+    """Groups of the test's own on the module's DC, whatever became of them deleted
+    at the end (the other tests read the loaded directory as testing/addir.py built it)."""
+
+    def __init__(self, dc: addc.SambaDC) -> None:
+        self.dc = dc
+        self.conn = dc.connect()
+        self.dns: list[str] = []
+
+    def add(self, name: str, gid: int, members: list[str]) -> str:
+        dn = f"CN={name},{addir.GROUPS}"
+        with contextlib.suppress(ldap3.core.exceptions.LDAPNoSuchObjectResult):
+            self.conn.delete(dn)  # left by an interrupted run
+        assert self.conn.add(dn, "group", {"sAMAccountName": name, "gidNumber": str(gid),
+                                           "member": members}), self.conn.result  # fmt: skip
+        self.dns.append(dn)
+        return dn
+
+    def usn(self, dn: str) -> bytes:
+        (g,) = self.dc.search(dn, "(objectClass=*)", ["uSNChanged"], scope=ldap3.BASE)
+        return bytes(g["raw_attributes"]["uSNChanged"][0])
+
+    def close(self) -> None:
+        for dn in self.dns:
+            with contextlib.suppress(ldap3.core.exceptions.LDAPNoSuchObjectResult):
+                self.conn.delete(dn)
+        self.conn.unbind()
+
+
+@pytest.fixture
+def scratch(ad: tuple[addc.SambaDC, addir.ADDirectory]) -> Iterator[_Scratch]:
+    s = _Scratch(ad[0])
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _person(i: int) -> str:
+    return f"CN=Member {i:04d},{addir.PEOPLE}"
+
+
+def test_token_groups_refresh_validates_by_stamps_and_sees_every_change(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """After ``cached cache -E`` the refresh reads the token's groups with their stamps
+    only: nothing changed, no group is fetched whole (m0002 is in big, 1,600 members,
+    named by ASQ when cold) and the answers are the same; each change is seen at the
+    next refresh, the changed group alone fetched whole."""
+    dc, data = ad
+    login = "m0002"
+    assert login in data.groups["big"][1]
+    conn = scratch.conn
+    rva = scratch.add("rva", 40980, [_person(2), _person(3)])
+    rvb = scratch.add("rvb", 40981, [_person(2), _person(4)])
+    rvc = scratch.add("rvc", 40982, [_person(2)])
+    with _provider(dc, tmp_path) as (p, spy):
+        b0 = _bytes()
+        assert p.initgroups(login).outcome is Outcome.FOUND
+        cold = _bytes() - b0
+        assert spy.asq() == 1  # big's members
+        groups = {"big", "Domain Users", "rva", "rvb", "rvc"}
+        assert _groups_of(p, login) == groups
+        stored = {g: _members(p, g) for g in groups}
+
+        # Nothing changed: stamps only, every group touched (valid), none fetched.
+        spy.calls.clear()
+        spy.attrs.clear()
+        got = _refresh(p, login)
+        assert got["runs"] == 1 and got["checked"] == len(groups), got
+        assert got["fetched"] == 0, got
+        assert "member" not in {a.lower() for a in spy.attrs} and spy.asq() == 0, spy.calls
+        assert got["bytes"] < cold / 10, (got, cold)
+        assert _groups_of(p, login) == groups
+        for g in groups:
+            assert p.cache.group_by_name(g).state is State.VALID, g
+            assert _members(p, g) == stored[g], g
+
+        # A member added: the group's uSNChanged moves (linked attribute `member`).
+        u0 = scratch.usn(rva)
+        assert conn.modify(rva, {"member": [(ldap3.MODIFY_ADD, [_person(5)])]}), conn.result
+        assert scratch.usn(rva) != u0
+        got = _refresh(p, login)
+        assert got["fetched"] == 1, got
+        assert _members(p, "rva") == {"m0002", "m0003", "m0005"}
+        assert p.cache.group_by_name("rva").state is State.VALID
+
+        # A member removed.
+        assert conn.modify(rva, {"member": [(ldap3.MODIFY_DELETE, [_person(3)])]}), conn.result
+        assert _refresh(p, login)["fetched"] == 1
+        assert _members(p, "rva") == {"m0002", "m0005"}
+
+        # The user added to a new group.
+        scratch.add("rvd", 40983, [_person(2)])
+        got = _refresh(p, login)
+        assert got["fetched"] == 1, got
+        assert _groups_of(p, login) == groups | {"rvd"}
+        assert _members(p, "rvd") == {"m0002"}
+
+        # The user removed from a group: left the token, re-read (LdapProvider._vanished).
+        assert conn.modify(rvb, {"member": [(ldap3.MODIFY_DELETE, [_person(2)])]}), conn.result
+        _refresh(p, login)
+        assert _groups_of(p, login) == (groups | {"rvd"}) - {"rvb"}
+        assert _members(p, "rvb") == {"m0004"}
+
+        # A group deleted: gone from the user's groups and from the cache.
+        assert conn.delete(rvc), conn.result
+        _refresh(p, login)
+        assert _groups_of(p, login) == (groups | {"rvd"}) - {"rvb", "rvc"}
+        assert p.cache.group_by_name("rvc").value is None
+
+        # A group renamed (sAMAccountName and cn): both move uSNChanged.
+        u0 = scratch.usn(rva)
+        assert conn.modify(rva, {"sAMAccountName": [(ldap3.MODIFY_REPLACE, ["rve"])]})
+        assert conn.modify_dn(rva, "CN=rve"), conn.result
+        rve = f"CN=rve,{addir.GROUPS}"
+        scratch.dns.append(rve)
+        assert scratch.usn(rve) != u0
+        got = _refresh(p, login)
+        assert got["fetched"] == 1, got
+        assert _groups_of(p, login) == (groups | {"rvd", "rve"}) - {"rva", "rvb", "rvc"}
+        assert _members(p, "rve") == {"m0002", "m0005"}
+        assert p.cache.group_by_name("rva").value is None
+
+        # And nothing changed again: nothing fetched.
+        assert _refresh(p, login)["fetched"] == 0
+
+
+def test_a_stamp_read_from_another_dc_is_not_trusted(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """uSNChanged and whenChanged are each DC's own (not replicated): a stamp stored
+    from one DC never vouches for a group read from another, neither at a refresh nor
+    at the store (the shortcut that only touches a group whose stamp is the stored
+    one). The other DC is simulated by the identity the provider read: the stored
+    content is made wrong under the stored stamp, which a trusted stamp would keep."""
+    dc, _ = ad
+    scratch.add("rvx", 40985, [_person(6), _person(7)])
+    with _provider(dc, tmp_path) as (p, _spy):
+        assert p.group_by_name("rvx").outcome is Outcome.FOUND
+        assert _members(p, "rvx") == {"m0006", "m0007"}
+        assert p.initgroups("m0006").outcome is Outcome.FOUND
+        groups = _groups_of(p, "m0006")
+        assert "rvx" in groups
+
+        def corrupt() -> None:
+            (modstamp, usn, gid, dn) = p.cache.group_stamps(["rvx"])["rvx"]
+            with p.cache.write() as batch:
+                p.cache.put_group(batch, Group("rvx", gid, dn, ("m0006",), ()), modstamp, usn)
+            assert _members(p, "rvx") == {"m0006"}
+
+        # The same DC: its stamp is trusted (the store only touches the group).
+        corrupt()
+        assert p.group_by_name("rvx").outcome is Outcome.FOUND
+        assert _members(p, "rvx") == {"m0006"}
+        # Another DC (another invocationId): fetched and stored whole again.
+        p.dc_id = "00000000-0000-0000-0000-000000000001"
+        assert p.group_by_name("rvx").outcome is Outcome.FOUND
+        assert _members(p, "rvx") == {"m0006", "m0007"}
+        # The refresh after -E likewise: every group fetched whole.
+        corrupt()
+        p.dc_id = "00000000-0000-0000-0000-000000000002"
+        got = _refresh(p, "m0006")
+        assert got["fetched"] == got["checked"] == len(groups), got
+        assert _members(p, "rvx") == {"m0006", "m0007"}
+
+
+def test_groups_read_after_a_reconnect_keep_no_stamp(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """The DC's identity is read once per connection: a group read on a connection
+    made since (a reconnect or failover within the request, here forced by closing
+    the connection before the tokenGroups search) may come from another DC, so it is
+    stored without a stamp and fetched whole at the next refresh."""
+    dc, _ = ad
+    scratch.add("rvy", 40986, [_person(8)])
+    with _provider(dc, tmp_path) as (p, spy):
+        search_many = spy._search_many
+        closed: list[bool] = []
+
+        def reconnect_first(specs: list[Search], *args: Any, **kw: Any) -> Any:
+            if not closed and any("tokenGroups" in sp.attrs for sp in specs):
+                closed.append(True)
+                p.client.close()  # the next search connects again: a new connection
+            return search_many(specs, *args, **kw)
+
+        spy._search_many = reconnect_first
+        assert p.initgroups("m0008").outcome is Outcome.FOUND
+        assert closed and _groups_of(p, "m0008") >= {"rvy", "big"}
+        stamps = p.cache.group_stamps(sorted(_groups_of(p, "m0008")))
+        assert stamps and all(t[0] == "" and t[1] == "" for t in stamps.values()), stamps
+        # The next request identifies the new connection; nothing trusted, all whole.
+        got = _refresh(p, "m0008")
+        assert got["fetched"] == got["checked"] == len(stamps), got
+        assert all(
+            t[1].endswith("@" + p.dc_id) for t in p.cache.group_stamps(list(stamps)).values()
+        )
+        assert _refresh(p, "m0008")["fetched"] == 0
