@@ -465,11 +465,13 @@ class AdProvider(LdapProvider):
         with self.counters.timer(NESTED_RESOLVE):
             stamps = self._token_stamps(sids)
         posix = {k: g for k, g in stamps.items() if g.posix}
-        stored = self.cache.group_stamps([g.name for g in posix.values()])
+        names = [g.name for g in posix.values()]
+        stored = self.cache.group_stamps(names)
+        late = validate.due(self, names)  # one read of the timestamp store for all
         stale = {
             k
             for k, g in posix.items()
-            if not validate.unchanged(g, stored.get(g.name)) or validate.due(self, [g.name])
+            if not validate.unchanged(g, stored.get(g.name)) or g.name in late
         }
         self.counters.add(VALIDATE, 1, 0.0, len(posix))
         full: dict[str, _GroupEntry] = {}

@@ -238,28 +238,7 @@ def refresh_initgroups(
     # Groups fetched with their members: the changed and new ones and the member
     # groups below them.
     p.counters.add(VALIDATE_FETCHED, 0, 0.0, len(full))
-    found = dict(full)
-    stamp_only: set[str] = set()
-    for k, g in posix.items():
-        if k not in stale and k not in found:
-            found[k] = g
-            stamp_only.add(k)
-    # A stale group the by-name search did not find again (renamed or deleted since the
-    # walk): still one of the user's groups, but nothing of it is stored.
-    skip = stamp_only | {k for k in stale if k not in full}
-    found.update((k, posix[k]) for k in stale if k not in full)
-    gone = p._vanished(user.name, found, known)
-    with p.counters.timer(LDAP_DECODE), p.cache.write() as batch:
-        if entries:
-            p._store_users(batch, entries)
-        p._store_groups(batch, {k: g for k, g in found.items() if k not in skip}, known)
-        for k in stamp_only:
-            g = found[k]
-            p.cache.touch_group(batch, g.name, g.modstamp, g.usn)
-        for g_name in gone:
-            p.cache.delete_group(batch, g_name)
-        gids = {user.gid} | {walk[k].gid for k in mine}
-        p.cache.put_initgroups(batch, user.name, gids, [walk[k].name for k in mine])
+    store_validated(p, user, entries, posix, stale, full, known, mine)
 
 
 def stored_closure(p: LdapProvider, name: str | None, gid: int | None) -> list[str] | None:
