@@ -37,7 +37,14 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   Measured on Samba: adding or removing a ``member`` value and renaming the group
   (``sAMAccountName`` or its ``cn``) each move its ``uSNChanged``; a member's own
   rename does not (AD moves the ``member`` value along without writing the group),
-  which ``refresh_full_interval`` bounds as on LDAP.
+  nor does a member's deletion (AD drops the value), which ``refresh_full_interval``
+  bounds as on LDAP. A group lookup of a group the cache holds (``getent group``
+  after ``-E``) is validated as on rfc2307bis (``validate.refresh_group``): its own
+  filter (``(sAMAccountName=…)``, or by gid :meth:`AdProvider._group_by_gid_filter`,
+  the SID with ID mapping) and its stored member groups by name, stamps only, read
+  through :meth:`AdProvider._group_entry` so that they compare with the stored
+  DC-qualified ones; a group expanded through a non-POSIX group stores no stamp and
+  is fetched whole.
 * **Stamps are per DC.** ``uSNChanged`` and ``whenChanged`` are not replicated: each DC
   counts its own, so a stamp read from one DC says nothing about another's copy (nor
   about the same DC restored from a backup, which may hand out the same USNs again

@@ -1348,7 +1348,6 @@ class LdapProvider:
         if (
             held
             and not validate.due(self, held)
-            and not s.ad
             and not self.cfg.ignore_group_members
             and validate.refresh_group(self, filt, name, held)
         ):

@@ -274,7 +274,10 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
     every one is unchanged — the group's own stamp covers its member list, each
     member group's covers its own. Returns False when the caller must fetch whole
     (no member value was fetched): a stamp not stored under the trust rule, or a
-    group changed, gone or renamed."""
+    group changed, gone or renamed. Every entry is read through ``p._group_entry``,
+    as the store reads it: on AD that qualifies ``uSNChanged`` with the answering
+    DC's invocationId, or drops the stamp on a connection not identified
+    (cached/ldap/ad.py), so only the same DC's stamp compares equal."""
     s = p.schema
     stored = p.cache.group_stamps(names)
     if any(not (t := stored.get(n)) or not t[0] for n in names):

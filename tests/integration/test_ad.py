@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import ldap3
 import pytest
 
 from cached.cache import State
+from cached.cache.cache import READ_WHOLE
 from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
 from cached.counters import COUNTERS, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
@@ -556,12 +558,15 @@ class _Scratch:
         self.conn = dc.connect()
         self.dns: list[str] = []
 
-    def add(self, name: str, gid: int, members: list[str]) -> str:
+    def add(self, name: str, gid: int | None, members: list[str]) -> str:
+        """A group; ``gid`` None: without gidNumber (non-POSIX, walked through)."""
         dn = f"CN={name},{addir.GROUPS}"
         with contextlib.suppress(ldap3.core.exceptions.LDAPNoSuchObjectResult):
             self.conn.delete(dn)  # left by an interrupted run
-        assert self.conn.add(dn, "group", {"sAMAccountName": name, "gidNumber": str(gid),
-                                           "member": members}), self.conn.result  # fmt: skip
+        attrs: dict[str, Any] = {"sAMAccountName": name, "member": members}
+        if gid is not None:
+            attrs["gidNumber"] = str(gid)
+        assert self.conn.add(dn, "group", attrs), self.conn.result
         self.dns.append(dn)
         return dn
 
@@ -745,3 +750,206 @@ def test_groups_read_after_a_reconnect_keep_no_stamp(
             t[1].endswith("@" + p.dc_id) for t in p.cache.group_stamps(list(stamps)).values()
         )
         assert _refresh(p, "m0008")["fetched"] == 0
+
+
+# -- validation before transfer: the group lookup (validate.refresh_group on AD) ------
+
+
+def _lookup(p: AdProvider, key: str | int) -> dict[str, float]:
+    """``cached cache -E``, then the group lookup by name or gid (what ``getent group``
+    sends); returns the validations run, the groups fetched whole after one, the LDAP
+    bytes, and the outcome."""
+    p.cache.invalidate_all()
+    before, b0 = p.counters.snapshot(), _bytes()
+    r = p.group_by_name(key) if isinstance(key, str) else p.group_by_gid(key)
+    after = p.counters.snapshot()
+    runs = after.get(VALIDATE, [0])[0] - before.get(VALIDATE, [0])[0]
+    fetched = (after.get(VALIDATE_FETCHED, [0, 0.0, 0])[2]
+               - before.get(VALIDATE_FETCHED, [0, 0.0, 0])[2])  # fmt: skip
+    return {"runs": runs, "fetched": fetched, "bytes": _bytes() - b0,
+            "found": r.outcome is Outcome.FOUND}  # fmt: skip
+
+
+def _answer(p: AdProvider, name: str) -> tuple[int, set[str]] | None:
+    """The group as the responder answers it: gid and members, nested expanded."""
+    got = p.cache.group_by_name(name)
+    if got.value is None:
+        return None
+    assert got.state is State.VALID, name
+    return got.value.gid, set(got.value.members.decode().split("\0")) - {""}
+
+
+def _read_whole_at(p: AdProvider, name: str, when: float) -> None:
+    """Record that group ``name`` was read whole at ``when`` (the timestamp store's
+    read_whole record, as BackendCache.commit writes it; validate.due reads it)."""
+    assert p.cache.ts is not None
+    p.cache.ts.write([("read_whole", p.cache.key(name), READ_WHOLE.pack(when))])
+
+
+def _no_member_values(spy: _Spy) -> None:
+    assert "member" not in {a.lower() for a in spy.attrs} and spy.asq() == 0, spy.calls
+
+
+def test_group_lookup_after_expiry_validates_by_stamps(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """``getent group`` of a group the cache holds, after ``cached cache -E``: the
+    stamps of the group and of its member groups, no member value; each change —
+    a member added or removed, a member group's membership, a rename, a deletion —
+    seen at the next lookup, which fetches whole."""
+    dc, data = ad
+    conn = scratch.conn
+    gvb = scratch.add("gvb", 40961, [_person(12)])
+    gva = scratch.add("gva", 40960, [_person(10), _person(11), gvb])
+    with _provider(dc, tmp_path) as (p, spy):
+        # The big group (1,600 members, ASQ when cold): by name and by gid.
+        b0 = _bytes()
+        assert p.group_by_name("big").outcome is Outcome.FOUND
+        cold = _bytes() - b0
+        big = _answer(p, "big")
+        assert big == (40004, set(data.groups["big"][1]))
+        for key in ("big", 40004):
+            spy.calls.clear()
+            spy.attrs.clear()
+            got = _lookup(p, key)
+            assert got["found"] and got["runs"] == 1 and got["fetched"] == 0, (key, got)
+            _no_member_values(spy)
+            assert got["bytes"] < cold / 20, (got, cold)
+            assert _answer(p, "big") == big
+
+        # A nested group: its stamp and its member group's, one round trip.
+        assert p.group_by_name("gva").outcome is Outcome.FOUND
+        assert _answer(p, "gva") == (40960, {"m0010", "m0011", "m0012"})
+        for key in ("gva", 40960):
+            spy.calls.clear()
+            spy.attrs.clear()
+            got = _lookup(p, key)
+            assert got["found"] and got["runs"] == 1 and got["fetched"] == 0, (key, got)
+            _no_member_values(spy)
+            assert _answer(p, "gva") == (40960, {"m0010", "m0011", "m0012"})
+            assert _answer(p, "gvb") == (40961, {"m0012"})
+
+        def seen(key: str | int) -> None:
+            got = _lookup(p, key)
+            assert got["runs"] == 1 and got["fetched"] == 1, (key, got)
+
+        # A member added, then one removed.
+        assert conn.modify(gva, {"member": [(ldap3.MODIFY_ADD, [_person(13)])]}), conn.result
+        seen("gva")
+        assert _answer(p, "gva") == (40960, {"m0010", "m0011", "m0012", "m0013"})
+        assert conn.modify(gva, {"member": [(ldap3.MODIFY_DELETE, [_person(10)])]})
+        seen(40960)
+        assert _answer(p, "gva") == (40960, {"m0011", "m0012", "m0013"})
+        # The member group's membership (gva's own entry unchanged).
+        u0 = scratch.usn(gva)
+        assert conn.modify(gvb, {"member": [(ldap3.MODIFY_ADD, [_person(14)])]}), conn.result
+        assert scratch.usn(gva) == u0
+        seen("gva")
+        assert _answer(p, "gva") == (40960, {"m0011", "m0012", "m0013", "m0014"})
+        assert _answer(p, "gvb") == (40961, {"m0012", "m0014"})
+        assert _lookup(p, "gva")["fetched"] == 0
+
+        # A member deleted: AD drops its `member` value without moving the group's
+        # uSNChanged (measured on Samba), as a member's rename; no stamp tells, so its
+        # name stays until the group is due a whole read (refresh_full_interval).
+        zdn = f"CN=Gv Deleted,{addir.PEOPLE}"
+        scratch.dns.append(zdn)
+        user = {"sAMAccountName": "gvdel", "uidNumber": "39990",
+                "gidNumber": str(addir.DOMAIN_USERS_GID)}  # fmt: skip
+        assert conn.add(zdn, "user", user), conn.result
+        assert conn.modify(gva, {"member": [(ldap3.MODIFY_ADD, [zdn])]}), conn.result
+        seen("gva")
+        assert _answer(p, "gva") == (40960, {"m0011", "m0012", "m0013", "m0014", "gvdel"})
+        u0 = scratch.usn(gva)
+        assert conn.delete(zdn), conn.result
+        assert scratch.usn(gva) == u0
+        assert _lookup(p, "gva")["fetched"] == 0
+        assert "gvdel" in _answer(p, "gva")[1]  # type: ignore[index]
+        for g in ("gva", "gvb"):
+            _read_whole_at(p, g, time.time() - p.cfg.refresh_full_interval - 1)
+        got = _lookup(p, "gva")
+        assert got["found"] and got["runs"] == 0, got  # due: read whole, no validation
+        assert _answer(p, "gva") == (40960, {"m0011", "m0012", "m0013", "m0014"})
+
+        # Renamed (sAMAccountName): by gid the new name; the old name is gone.
+        assert conn.modify(gva, {"sAMAccountName": [(ldap3.MODIFY_REPLACE, ["gvr"])]})
+        seen(40960)
+        assert _answer(p, "gvr") == (40960, {"m0011", "m0012", "m0013", "m0014"})
+        got = _lookup(p, "gva")
+        assert got["runs"] == 1 and not got["found"], got
+        assert _answer(p, "gva") is None
+
+        # Deleted: gone from the cache, by name and by gid.
+        assert _lookup(p, "gvr")["fetched"] == 0
+        assert conn.delete(gva), conn.result
+        got = _lookup(p, "gvr")
+        assert got["runs"] == 1 and not got["found"], got
+        assert _answer(p, "gvr") is None
+        assert p.group_by_gid(40960).outcome is Outcome.NOT_FOUND
+
+
+def test_group_lookup_through_a_non_posix_group_is_fetched_whole(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """A group whose members come through a non-POSIX group (walked through, never
+    stored) keeps no stamp: that group's membership may change without the parent's
+    uSNChanged moving. Fetched whole after ``-E``, the change seen."""
+    dc, _ = ad
+    conn = scratch.conn
+    gvn = scratch.add("gvn", None, [_person(15)])
+    scratch.add("gvs", 40962, [_person(16), gvn])
+    with _provider(dc, tmp_path) as (p, _spy):
+        assert p.group_by_name("gvs").outcome is Outcome.FOUND
+        assert _answer(p, "gvs") == (40962, {"m0015", "m0016"})
+        assert p.cache.group_stamps(["gvs"])["gvs"][0] == ""  # no stamp to trust
+        assert conn.modify(gvn, {"member": [(ldap3.MODIFY_ADD, [_person(17)])]}), conn.result
+        got = _lookup(p, "gvs")
+        assert got["found"] and got["runs"] == 0, got
+        assert _answer(p, "gvs") == (40962, {"m0015", "m0016", "m0017"})
+
+
+def test_group_lookup_by_mapped_gid_validates_by_stamps(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """With ID mapping the lookup by gid searches by the SID the gid maps back to
+    (``AdProvider._group_by_gid_filter``); validated by stamps the same way."""
+    dc, _ = ad
+    conn = scratch.conn
+    gvm = scratch.add("gvm", None, [_person(18)])
+    with _provider(dc, tmp_path, ldap_id_mapping="true") as (p, spy):
+        assert p.group_by_name("gvm").outcome is Outcome.FOUND
+        view = p.cache.group_by_name("gvm").value
+        assert view is not None
+        gid = view.gid
+        assert _answer(p, "gvm") == (gid, {"m0018"})
+        spy.attrs.clear()
+        got = _lookup(p, gid)
+        assert got["found"] and got["runs"] == 1 and got["fetched"] == 0, got
+        _no_member_values(spy)
+        assert _answer(p, "gvm") == (gid, {"m0018"})
+        assert conn.modify(gvm, {"member": [(ldap3.MODIFY_ADD, [_person(19)])]}), conn.result
+        got = _lookup(p, gid)
+        assert got["runs"] == 1 and got["fetched"] == 1, got
+        assert _answer(p, "gvm") == (gid, {"m0018", "m0019"})
+
+
+def test_group_lookup_after_expiry_trusts_no_stamp_of_another_dc(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """The stored content made wrong under the stored stamp: the same DC's stamp
+    vouches for it (the lookup after ``-E`` only touches it), another DC's does not."""
+    dc, _ = ad
+    scratch.add("gvx", 40963, [_person(20), _person(21)])
+    with _provider(dc, tmp_path) as (p, _spy):
+        assert p.group_by_name("gvx").outcome is Outcome.FOUND
+        (modstamp, usn, gid, dn) = p.cache.group_stamps(["gvx"])["gvx"]
+        assert usn.endswith("@" + p.dc_id)
+        with p.cache.write() as batch:
+            p.cache.put_group(batch, Group("gvx", gid, dn, ("m0020",), ()), modstamp, usn)
+        got = _lookup(p, "gvx")
+        assert got["runs"] == 1 and got["fetched"] == 0, got
+        assert _answer(p, "gvx") == (40963, {"m0020"})
+        p.dc_id = "00000000-0000-0000-0000-000000000003"
+        got = _lookup(p, "gvx")
+        assert got["runs"] == 1 and got["fetched"] == 1, got
+        assert _answer(p, "gvx") == (40963, {"m0020", "m0021"})
