@@ -953,3 +953,24 @@ def test_group_lookup_after_expiry_trusts_no_stamp_of_another_dc(
         got = _lookup(p, "gvx")
         assert got["runs"] == 1 and got["fetched"] == 1, got
         assert _answer(p, "gvx") == (40963, {"m0020", "m0021"})
+
+
+@requires_nss
+def test_getent_group_after_invalidation_validates_by_stamps(
+    posix: CachedDaemon, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """The daemon, through glibc and libnss_sss: ``getent group`` of a nested group
+    (team lists eng) by name and by gid after ``cached cache -E``, nothing changed on
+    the DC: validated by stamps, nothing fetched whole, the same answer."""
+    _, data = ad
+    gid, members = data.groups["team"]
+    for key in ("team", str(gid)):
+        assert _group_line(posix, key) == ("team", gid, set(members))
+        assert posix.cli("cache", "-E").returncode == 0
+        before = posix.counters()
+        assert _group_line(posix, key) == ("team", gid, set(members))
+        after = posix.counters()
+        runs = after.get("be.validate", [0])[0] - before.get("be.validate", [0])[0]
+        fetched = (after.get("be.validate.fetched", [0, 0.0, 0])[2]
+                   - before.get("be.validate.fetched", [0, 0.0, 0])[2])  # fmt: skip
+        assert (runs, fetched) == (1, 0), (key, after)
