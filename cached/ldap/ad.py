@@ -26,8 +26,8 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   storing it (SSSD stores slices because its mapper learns trusted domains in the
   order it meets them; cached serves no trusted domains, whose SIDs are skipped).
 * **validation before transfer** (cached/ldap/validate.py, whose trust rule applies):
-  a refresh of an initgroups the cache holds (the next ``id`` after ``cached cache -E``
-  or expiry) makes the tokenGroups search as a cold one, then asks for the token's
+  a refresh of an initgroups the cache holds (the next ``id`` after expiry) makes
+  the tokenGroups search as a cold one, then asks for the token's
   groups by objectSid with their name, gid/SID and stamps only — no ``member`` value —
   and fetches whole (members named as a cold fetch names them: ASQ, batches, the sweep)
   only the POSIX groups whose stamp differs from the stored one, the new ones, those
@@ -38,8 +38,10 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   (``sAMAccountName`` or its ``cn``) each move its ``uSNChanged``; a member's own
   rename does not (AD moves the ``member`` value along without writing the group),
   nor does a member's deletion (AD drops the value), which ``refresh_full_interval``
-  bounds as on LDAP. A group lookup of a group the cache holds (``getent group``
-  after ``-E``) is validated as on rfc2307bis (``validate.refresh_group``): its own
+  bounds as on LDAP. So after ``cached cache -E`` no stamp is gone by
+  (``validate.distrusted``): every group is read whole, and ``-E`` hides no deletion.
+  A group lookup of a group the cache holds (``getent group`` once expired) is
+  validated as on rfc2307bis (``validate.refresh_group``): its own
   filter (``(sAMAccountName=…)``, or by gid :meth:`AdProvider._group_by_gid_filter`,
   the SID with ID mapping) and its stored member groups by name, stamps only, read
   through :meth:`AdProvider._group_entry` so that they compare with the stored
@@ -474,7 +476,9 @@ class AdProvider(LdapProvider):
         posix = {k: g for k, g in stamps.items() if g.posix}
         names = [g.name for g in posix.values()]
         stored = self.cache.group_stamps(names)
-        late = validate.due(self, names)  # one read of the timestamp store for all
+        # One read of the timestamp store each for all: due a whole read, or `-E`
+        # invalidated (validate.distrusted: AD's stamps miss a deleted member).
+        late = validate.due(self, names) | validate.distrusted(self, names)
         stale = {
             k
             for k, g in posix.items()

@@ -48,6 +48,7 @@ import calendar
 import time
 from typing import TYPE_CHECKING
 
+from cached.cache.records import EXPIRED
 from cached.config import SearchBase
 from cached.counters import (
     LDAP_DECODE,
@@ -266,6 +267,23 @@ def due(p: LdapProvider, names: list[str]) -> set[str]:
     return {n for n in names if (t := read.get(n)) is None or not now - every < t <= now}
 
 
+def distrusted(p: LdapProvider, names: list[str]) -> set[str]:
+    """Those of these groups whose stored stamps a refresh may not go by, though stored
+    under the trust rule: on AD, the ones ``cached cache`` invalidated. AD takes a
+    deleted member's value out of every group listing it without moving the groups'
+    ``uSNChanged`` or ``whenChanged`` (measured on Samba 4, tests/integration/test_ad.py),
+    so a stamp shows every change of a group's member list but that one, common on
+    AD. Expiry validates by stamps, the deletion seen within ``refresh_full_interval``
+    (due); after ``-E`` — an administrator asking for the directory's answer now — the
+    groups are read whole, as the store's shortcut already refuses them
+    (``LdapProvider._store_groups``), and ``-E`` hides no change. On LDAP a deletion
+    moves the group's stamps (the refint overlay rewrites the group) or leaves its
+    member value in place (no referential integrity, docs/compatibility.md §9.2)."""
+    if not p.schema.ad:
+        return set()
+    return {n for n, t in p.cache.times("group", names).items() if t.data_expire == EXPIRED}
+
+
 def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]) -> bool:
     """A group lookup (by ``name`` or gid; ``filt`` is the lookup's filter) of a
     group the cache holds: validate it and the stored groups its answer is expanded
@@ -280,7 +298,7 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
     (cached/ldap/ad.py), so only the same DC's stamp compares equal."""
     s = p.schema
     stored = p.cache.group_stamps(names)
-    if any(not (t := stored.get(n)) or not t[0] for n in names):
+    if any(not (t := stored.get(n)) or not t[0] for n in names) or distrusted(p, names):
         return False  # nothing trusted to compare with
     by_key = {p.cache.key(n): n for n in names}
     attrs = stamp_attrs(p)

@@ -29,7 +29,7 @@ from cached.ldap.client import ASQ_OID, LdapClient, LdapError, Search, encode_as
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import Outcome
 from cached.model import Group
-from testing import addc, addir
+from testing import addc, addir, cachetime
 from testing.daemon import CachedDaemon, config_text
 from testing.marks import requires_nss
 
@@ -527,10 +527,20 @@ def _bytes() -> float:
     return COUNTERS.snapshot().get(LDAP_BYTES, [0, 0.0, 0])[2]
 
 
-def _refresh(p: AdProvider, login: str) -> dict[str, float]:
-    """``cached cache -E`` (what the tool calls), then the user's initgroups; returns
-    the groups checked and fetched whole, and the LDAP bytes of the refresh."""
-    p.cache.invalidate_all()
+def _expire(p: AdProvider, invalidate: bool) -> None:
+    """Make every cached entry expired: by ``cached cache -E`` (what the tool calls)
+    or, ``invalidate`` False, as the entries' lifetime running out does. On AD the two
+    differ: after -E no stamp is gone by (validate.distrusted)."""
+    if invalidate:
+        p.cache.invalidate_all()
+    else:
+        cachetime.expire_all(p.cache)
+
+
+def _refresh(p: AdProvider, login: str, invalidate: bool = False) -> dict[str, float]:
+    """The cache expired (``_expire``), then the user's initgroups; returns the groups
+    checked and fetched whole, and the LDAP bytes of the refresh."""
+    _expire(p, invalidate)
     before, b0 = p.counters.snapshot(), _bytes()
     assert p.initgroups(login).outcome is Outcome.FOUND
     after = p.counters.snapshot()
@@ -597,10 +607,11 @@ def _person(i: int) -> str:
 def test_token_groups_refresh_validates_by_stamps_and_sees_every_change(
     tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
 ) -> None:
-    """After ``cached cache -E`` the refresh reads the token's groups with their stamps
+    """Once the entries expired, the refresh reads the token's groups with their stamps
     only: nothing changed, no group is fetched whole (m0002 is in big, 1,600 members,
     named by ASQ when cold) and the answers are the same; each change is seen at the
-    next refresh, the changed group alone fetched whole."""
+    next refresh, the changed group alone fetched whole. After ``cached cache -E``
+    every group is fetched whole: a member's deletion moves no stamp on AD."""
     dc, data = ad
     login = "m0002"
     assert login in data.groups["big"][1]
@@ -679,6 +690,27 @@ def test_token_groups_refresh_validates_by_stamps_and_sees_every_change(
         # And nothing changed again: nothing fetched.
         assert _refresh(p, login)["fetched"] == 0
 
+        # A member deleted: Samba takes its value out of rve without moving rve's
+        # stamps. Expiry goes by them (the name stays until rve is due a whole read);
+        # -E does not: every group fetched whole, the deletion seen.
+        zdn = f"CN=Rv Deleted,{addir.PEOPLE}"
+        scratch.dns.append(zdn)
+        user = {"sAMAccountName": "rvdel", "uidNumber": "39991",
+                "gidNumber": str(addir.DOMAIN_USERS_GID)}  # fmt: skip
+        assert conn.add(zdn, "user", user), conn.result
+        rve_now = f"CN=rve,{addir.GROUPS}"
+        assert conn.modify(rve_now, {"member": [(ldap3.MODIFY_ADD, [zdn])]}), conn.result
+        assert _refresh(p, login)["fetched"] == 1
+        assert _members(p, "rve") == {"m0002", "m0005", "rvdel"}
+        u0 = scratch.usn(rve_now)
+        assert conn.delete(zdn), conn.result
+        assert scratch.usn(rve_now) == u0
+        assert _refresh(p, login)["fetched"] == 0
+        assert "rvdel" in _members(p, "rve")
+        got = _refresh(p, login, invalidate=True)
+        assert got["fetched"] == got["checked"] == len(_groups_of(p, login)), got
+        assert _members(p, "rve") == {"m0002", "m0005"}
+
 
 def test_a_stamp_read_from_another_dc_is_not_trusted(
     tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
@@ -711,7 +743,7 @@ def test_a_stamp_read_from_another_dc_is_not_trusted(
         p.dc_id = "00000000-0000-0000-0000-000000000001"
         assert p.group_by_name("rvx").outcome is Outcome.FOUND
         assert _members(p, "rvx") == {"m0006", "m0007"}
-        # The refresh after -E likewise: every group fetched whole.
+        # The refresh after expiry likewise: every group fetched whole.
         corrupt()
         p.dc_id = "00000000-0000-0000-0000-000000000002"
         got = _refresh(p, "m0006")
@@ -755,11 +787,11 @@ def test_groups_read_after_a_reconnect_keep_no_stamp(
 # -- validation before transfer: the group lookup (validate.refresh_group on AD) ------
 
 
-def _lookup(p: AdProvider, key: str | int) -> dict[str, float]:
-    """``cached cache -E``, then the group lookup by name or gid (what ``getent group``
-    sends); returns the validations run, the groups fetched whole after one, the LDAP
-    bytes, and the outcome."""
-    p.cache.invalidate_all()
+def _lookup(p: AdProvider, key: str | int, invalidate: bool = False) -> dict[str, float]:
+    """The cache expired (``_expire``), then the group lookup by name or gid (what
+    ``getent group`` sends); returns the validations run, the groups fetched whole
+    after one, the LDAP bytes, and the outcome."""
+    _expire(p, invalidate)
     before, b0 = p.counters.snapshot(), _bytes()
     r = p.group_by_name(key) if isinstance(key, str) else p.group_by_gid(key)
     after = p.counters.snapshot()
@@ -793,10 +825,11 @@ def _no_member_values(spy: _Spy) -> None:
 def test_group_lookup_after_expiry_validates_by_stamps(
     tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
 ) -> None:
-    """``getent group`` of a group the cache holds, after ``cached cache -E``: the
-    stamps of the group and of its member groups, no member value; each change —
-    a member added or removed, a member group's membership, a rename, a deletion —
-    seen at the next lookup, which fetches whole."""
+    """``getent group`` of a group the cache holds, once expired: the stamps of the
+    group and of its member groups, no member value; each change — a member added
+    or removed, a member group's membership, a rename, a deletion — seen at the next
+    lookup, which fetches whole; a member's deletion, which moves no stamp on AD, at
+    the next whole read: when due, or at once after ``cached cache -E``."""
     dc, data = ad
     conn = scratch.conn
     gvb = scratch.add("gvb", 40961, [_person(12)])
@@ -870,6 +903,15 @@ def test_group_lookup_after_expiry_validates_by_stamps(
         got = _lookup(p, "gva")
         assert got["found"] and got["runs"] == 0, got  # due: read whole, no validation
         assert _answer(p, "gva") == (40960, {"m0011", "m0012", "m0013", "m0014"})
+        # After -E, no stamp is gone by: the deletion seen at once.
+        assert conn.add(zdn, "user", user), conn.result
+        assert conn.modify(gva, {"member": [(ldap3.MODIFY_ADD, [zdn])]}), conn.result
+        seen("gva")
+        assert "gvdel" in _answer(p, "gva")[1]  # type: ignore[index]
+        assert conn.delete(zdn), conn.result
+        got = _lookup(p, "gva", invalidate=True)
+        assert got["found"] and got["runs"] == 0, got  # read whole, no validation
+        assert _answer(p, "gva") == (40960, {"m0011", "m0012", "m0013", "m0014"})
 
         # Renamed (sAMAccountName): by gid the new name; the old name is gone.
         assert conn.modify(gva, {"sAMAccountName": [(ldap3.MODIFY_REPLACE, ["gvr"])]})
@@ -893,7 +935,7 @@ def test_group_lookup_through_a_non_posix_group_is_fetched_whole(
 ) -> None:
     """A group whose members come through a non-POSIX group (walked through, never
     stored) keeps no stamp: that group's membership may change without the parent's
-    uSNChanged moving. Fetched whole after ``-E``, the change seen."""
+    uSNChanged moving. Fetched whole once expired, the change seen."""
     dc, _ = ad
     conn = scratch.conn
     gvn = scratch.add("gvn", None, [_person(15)])
@@ -937,7 +979,7 @@ def test_group_lookup_after_expiry_trusts_no_stamp_of_another_dc(
     tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
 ) -> None:
     """The stored content made wrong under the stored stamp: the same DC's stamp
-    vouches for it (the lookup after ``-E`` only touches it), another DC's does not."""
+    vouches for it (the lookup once expired only touches it), another DC's does not."""
     dc, _ = ad
     scratch.add("gvx", 40963, [_person(20), _person(21)])
     with _provider(dc, tmp_path) as (p, _spy):
@@ -956,21 +998,32 @@ def test_group_lookup_after_expiry_trusts_no_stamp_of_another_dc(
 
 
 @requires_nss
-def test_getent_group_after_invalidation_validates_by_stamps(
+def test_getent_group_once_expired_validates_and_after_invalidation_reads_whole(
     posix: CachedDaemon, ad: tuple[addc.SambaDC, addir.ADDirectory]
 ) -> None:
     """The daemon, through glibc and libnss_sss: ``getent group`` of a nested group
-    (team lists eng) by name and by gid after ``cached cache -E``, nothing changed on
-    the DC: validated by stamps, nothing fetched whole, the same answer."""
+    (team lists eng) by name and by gid, nothing changed on the DC. Once the cache
+    expired (time passing, testing.cachetime): validated by stamps, nothing fetched
+    whole. After ``cached cache -E``: read whole, no validation run (on AD no stamp
+    is gone by after an invalidation, validate.distrusted: a member's deletion moves
+    none). The same answer each time."""
     _, data = ad
     gid, members = data.groups["team"]
     for key in ("team", str(gid)):
-        assert _group_line(posix, key) == ("team", gid, set(members))
-        assert posix.cli("cache", "-E").returncode == 0
-        before = posix.counters()
-        assert _group_line(posix, key) == ("team", gid, set(members))
-        after = posix.counters()
-        runs = after.get("be.validate", [0])[0] - before.get("be.validate", [0])[0]
-        fetched = (after.get("be.validate.fetched", [0, 0.0, 0])[2]
-                   - before.get("be.validate.fetched", [0, 0.0, 0])[2])  # fmt: skip
-        assert (runs, fetched) == (1, 0), (key, after)
+        for invalidate in (False, True):
+            assert _group_line(posix, key) == ("team", gid, set(members))
+            if invalidate:
+                assert posix.cli("cache", "-E").returncode == 0
+            else:
+                cachetime.expire_daemon(posix.db_dir)
+            before = posix.counters()
+            assert _group_line(posix, key) == ("team", gid, set(members))
+            after = posix.counters()
+
+            def grew(name: str, i: int, after: Any = after, before: Any = before) -> float:
+                return float(after.get(name, [0, 0.0, 0])[i] - before.get(name, [0, 0.0, 0])[i])
+
+            runs, fetched = grew("be.validate", 0), grew("be.validate.fetched", 2)
+            searches = grew("ldap.search", 0)
+            want = (0, 0) if invalidate else (1, 0)
+            assert (runs, fetched) == want and searches > 0, (key, invalidate, after)
