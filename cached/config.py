@@ -376,12 +376,18 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     ),
     "refresh_full_interval": Option(
         _int(0),
-        86400,
+        None,
         "Seconds after which a refresh by change stamps reads a user's groups, or a group, "
         "whole again (members named from their entries: a member's own entry renamed or "
         "deleted leaves its groups' stamps unchanged, docs/compatibility.md §9.2); counted "
         "across restarts (kept in the timestamp store, whose loss makes every group due); "
-        "0 = always by stamps.",
+        "0 = always by stamps. With ldap_schema = ad the default is the groups' lifetime: "
+        "AD drops a deleted member's value without moving its groups' stamps, so a "
+        "deletion is seen within entry_cache_group_timeout, as with SSSD, and a name "
+        "given to a new account never inherits the old one's groups for longer "
+        "(docs/compatibility.md §6.6); set it higher to validate AD groups by stamps at "
+        "expiry.",
+        "86400 (ad: entry_cache_group_timeout)",
     ),
     "offline_timeout": Option(_int(1), 60, "First retry after going offline, seconds."),
     "offline_timeout_max": Option(_int(0), 3600, "Retry backoff cap, seconds."),
@@ -737,6 +743,10 @@ def _schema_defaults(
                 vals[name] = value
     if not vals["ldap_group_member"]:
         vals["ldap_group_member"] = "memberUid" if schema == "rfc2307" else "member"
+    if vals["refresh_full_interval"] is None:
+        vals["refresh_full_interval"] = (
+            vals["entry_cache_group_timeout"] if schema == "ad" else 86400
+        )
     if vals["ldap_use_tokengroups"] is None:
         vals["ldap_use_tokengroups"] = schema == "ad"
     elif vals["ldap_use_tokengroups"] and schema != "ad":

@@ -527,6 +527,12 @@ def _bytes() -> float:
     return COUNTERS.snapshot().get(LDAP_BYTES, [0, 0.0, 0])[2]
 
 
+# Validation by stamps at expiry, an opt-in on AD: refresh_full_interval defaults to the
+# groups' lifetime there, so that a member's deletion, which moves no AD stamp, is seen
+# at expiry (cached/config.py; test_ad_default_reads_whole_at_expiry below).
+STAMPS_AT_EXPIRY = "86400"  # refresh_full_interval
+
+
 def _expire(p: AdProvider, invalidate: bool) -> None:
     """Make every cached entry expired: by ``cached cache -E`` (what the tool calls)
     or, ``invalidate`` False, as the entries' lifetime running out does. On AD the two
@@ -619,7 +625,7 @@ def test_token_groups_refresh_validates_by_stamps_and_sees_every_change(
     rva = scratch.add("rva", 40980, [_person(2), _person(3)])
     rvb = scratch.add("rvb", 40981, [_person(2), _person(4)])
     rvc = scratch.add("rvc", 40982, [_person(2)])
-    with _provider(dc, tmp_path) as (p, spy):
+    with _provider(dc, tmp_path, refresh_full_interval=STAMPS_AT_EXPIRY) as (p, spy):
         b0 = _bytes()
         assert p.initgroups(login).outcome is Outcome.FOUND
         cold = _bytes() - b0
@@ -722,7 +728,7 @@ def test_a_stamp_read_from_another_dc_is_not_trusted(
     content is made wrong under the stored stamp, which a trusted stamp would keep."""
     dc, _ = ad
     scratch.add("rvx", 40985, [_person(6), _person(7)])
-    with _provider(dc, tmp_path) as (p, _spy):
+    with _provider(dc, tmp_path, refresh_full_interval=STAMPS_AT_EXPIRY) as (p, _spy):
         assert p.group_by_name("rvx").outcome is Outcome.FOUND
         assert _members(p, "rvx") == {"m0006", "m0007"}
         assert p.initgroups("m0006").outcome is Outcome.FOUND
@@ -760,7 +766,7 @@ def test_groups_read_after_a_reconnect_keep_no_stamp(
     stored without a stamp and fetched whole at the next refresh."""
     dc, _ = ad
     scratch.add("rvy", 40986, [_person(8)])
-    with _provider(dc, tmp_path) as (p, spy):
+    with _provider(dc, tmp_path, refresh_full_interval=STAMPS_AT_EXPIRY) as (p, spy):
         search_many = spy._search_many
         closed: list[bool] = []
 
@@ -834,7 +840,7 @@ def test_group_lookup_after_expiry_validates_by_stamps(
     conn = scratch.conn
     gvb = scratch.add("gvb", 40961, [_person(12)])
     gva = scratch.add("gva", 40960, [_person(10), _person(11), gvb])
-    with _provider(dc, tmp_path) as (p, spy):
+    with _provider(dc, tmp_path, refresh_full_interval=STAMPS_AT_EXPIRY) as (p, spy):
         # The big group (1,600 members, ASQ when cold): by name and by gid.
         b0 = _bytes()
         assert p.group_by_name("big").outcome is Outcome.FOUND
@@ -940,7 +946,7 @@ def test_group_lookup_through_a_non_posix_group_is_fetched_whole(
     conn = scratch.conn
     gvn = scratch.add("gvn", None, [_person(15)])
     scratch.add("gvs", 40962, [_person(16), gvn])
-    with _provider(dc, tmp_path) as (p, _spy):
+    with _provider(dc, tmp_path, refresh_full_interval=STAMPS_AT_EXPIRY) as (p, _spy):
         assert p.group_by_name("gvs").outcome is Outcome.FOUND
         assert _answer(p, "gvs") == (40962, {"m0015", "m0016"})
         assert p.cache.group_stamps(["gvs"])["gvs"][0] == ""  # no stamp to trust
@@ -958,7 +964,9 @@ def test_group_lookup_by_mapped_gid_validates_by_stamps(
     dc, _ = ad
     conn = scratch.conn
     gvm = scratch.add("gvm", None, [_person(18)])
-    with _provider(dc, tmp_path, ldap_id_mapping="true") as (p, spy):
+    with _provider(
+        dc, tmp_path, ldap_id_mapping="true", refresh_full_interval=STAMPS_AT_EXPIRY
+    ) as (p, spy):
         assert p.group_by_name("gvm").outcome is Outcome.FOUND
         view = p.cache.group_by_name("gvm").value
         assert view is not None
@@ -982,7 +990,7 @@ def test_group_lookup_after_expiry_trusts_no_stamp_of_another_dc(
     vouches for it (the lookup once expired only touches it), another DC's does not."""
     dc, _ = ad
     scratch.add("gvx", 40963, [_person(20), _person(21)])
-    with _provider(dc, tmp_path) as (p, _spy):
+    with _provider(dc, tmp_path, refresh_full_interval=STAMPS_AT_EXPIRY) as (p, _spy):
         assert p.group_by_name("gvx").outcome is Outcome.FOUND
         (modstamp, usn, gid, dn) = p.cache.group_stamps(["gvx"])["gvx"]
         assert usn.endswith("@" + p.dc_id)
@@ -999,25 +1007,31 @@ def test_group_lookup_after_expiry_trusts_no_stamp_of_another_dc(
 
 @requires_nss
 def test_getent_group_once_expired_validates_and_after_invalidation_reads_whole(
-    posix: CachedDaemon, ad: tuple[addc.SambaDC, addir.ADDirectory]
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
 ) -> None:
-    """The daemon, through glibc and libnss_sss: ``getent group`` of a nested group
-    (team lists eng) by name and by gid, nothing changed on the DC. Once the cache
-    expired (time passing, testing.cachetime): validated by stamps, nothing fetched
-    whole. After ``cached cache -E``: read whole, no validation run (on AD no stamp
-    is gone by after an invalidation, validate.distrusted: a member's deletion moves
-    none). The same answer each time."""
-    _, data = ad
+    """The daemon (stamps at expiry opted in), through glibc and libnss_sss: ``getent
+    group`` of a nested group (team lists eng) by name and by gid, nothing changed on
+    the DC. Once the cache expired (time passing, testing.cachetime): validated by
+    stamps, nothing fetched whole. After ``cached cache -E``: read whole, no
+    validation run (on AD no stamp is gone by after an invalidation,
+    validate.distrusted: a member's deletion moves none). The same answer each time."""
+    dc, data = ad
     gid, members = data.groups["team"]
+    with CachedDaemon(tmp_path, [dc.ldapi_uri], dc.base_dn,
+                      **_opts(dc, refresh_full_interval=STAMPS_AT_EXPIRY)) as posix:  # fmt: skip
+        _getent_group_refreshes(posix, gid, set(members))
+
+
+def _getent_group_refreshes(posix: CachedDaemon, gid: int, members: set[str]) -> None:
     for key in ("team", str(gid)):
         for invalidate in (False, True):
-            assert _group_line(posix, key) == ("team", gid, set(members))
+            assert _group_line(posix, key) == ("team", gid, members)
             if invalidate:
                 assert posix.cli("cache", "-E").returncode == 0
             else:
                 cachetime.expire_daemon(posix.db_dir)
             before = posix.counters()
-            assert _group_line(posix, key) == ("team", gid, set(members))
+            assert _group_line(posix, key) == ("team", gid, members)
             after = posix.counters()
 
             def grew(name: str, i: int, after: Any = after, before: Any = before) -> float:
@@ -1027,3 +1041,28 @@ def test_getent_group_once_expired_validates_and_after_invalidation_reads_whole(
             searches = grew("ldap.search", 0)
             want = (0, 0) if invalidate else (1, 0)
             assert (runs, fetched) == want and searches > 0, (key, invalidate, after)
+
+
+def test_ad_default_reads_whole_at_expiry_so_a_deleted_member_is_seen(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """With ldap_schema = ad and refresh_full_interval left unset, a group read whole
+    is due again when it expires (the default is the groups' lifetime): the refresh at
+    expiry reads it whole, so a member's deletion — which moves no AD stamp — is seen
+    then, as SSSD sees it, and a new account given the name does not inherit it."""
+    dc, _ = ad
+    conn = scratch.conn
+    zdn = f"CN=Df Deleted,{addir.PEOPLE}"
+    scratch.dns.append(zdn)
+    user = {"sAMAccountName": "dfdel", "uidNumber": "39992",
+            "gidNumber": str(addir.DOMAIN_USERS_GID)}  # fmt: skip
+    assert conn.add(zdn, "user", user), conn.result
+    scratch.add("gvd", 40964, [_person(22), zdn])
+    with _provider(dc, tmp_path) as (p, _spy):
+        assert p.cfg.refresh_full_interval == p.cfg.entry_cache_group_timeout > 0
+        assert p.group_by_name("gvd").outcome is Outcome.FOUND
+        assert _answer(p, "gvd") == (40964, {"m0022", "dfdel"})
+        assert conn.delete(zdn), conn.result
+        got = _lookup(p, "gvd")  # expired by time, not invalidated
+        assert got["found"] and got["runs"] == 0, got  # due: read whole
+        assert _answer(p, "gvd") == (40964, {"m0022"})
