@@ -495,12 +495,14 @@ class AdProvider(LdapProvider):
                         [sid for g in want if (sid := _sid(g.entry.get(s.group_sid)))]
                     )
                     full.update((k, g) for k, g in got.items() if k not in full)
-                    # A non-POSIX token group a fetched group lists: its members count
-                    # as the lister's (item 8), so it is fetched whole too, as the
-                    # cold path fetches every token group.
+                    # A token group a fetched group lists, fetched whole too, as the cold
+                    # path fetches every token group: a non-POSIX one's members count as
+                    # the lister's (item 8), and a POSIX one only named would leave the
+                    # lister stored incomplete (expired, no stamp: §6.3 step 4), to be
+                    # fetched again at every refresh (found in review).
                     listed = {mk for g in got.values() for mk in g.member_keys}
                     want = [stamps[k] for k in sorted(listed)
-                            if k in stamps and not stamps[k].posix and k not in full]  # fmt: skip
+                            if k in stamps and k not in full]  # fmt: skip
                 self._name_members(full, known)
         self.counters.add(VALIDATE_FETCHED, 0, 0.0, len(full))
         validate.store_validated(self, user, entries, posix, stale, full, known, set(posix))

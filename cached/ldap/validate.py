@@ -447,5 +447,8 @@ def store_validated(
             p.cache.touch_group(batch, g.name, g.modstamp, g.usn)
         for g_name in gone:
             p.cache.delete_group(batch, g_name)
-        gids = {user.gid} | {posix[k].gid for k in mine}
-        p.cache.put_initgroups(batch, user.name, gids, [posix[k].name for k in mine])
+        # The version stored: a group fetched whole since its stamp was read (renamed
+        # in between) is listed under the name it is stored under.
+        listed = [found.get(k) or posix[k] for k in mine]
+        gids = {user.gid} | {g.gid for g in listed}
+        p.cache.put_initgroups(batch, user.name, gids, [g.name for g in listed])

@@ -1066,3 +1066,26 @@ def test_ad_default_reads_whole_at_expiry_so_a_deleted_member_is_seen(
         got = _lookup(p, "gvd")  # expired by time, not invalidated
         assert got["found"] and got["runs"] == 0, got  # due: read whole
         assert _answer(p, "gvd") == (40964, {"m0022"})
+
+
+def test_a_changed_group_listing_an_unchanged_token_group_is_stored_complete(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """The user is in rnh, which rng lists; both POSIX token groups. When rng alone
+    changes, the refresh fetches rnh whole with it (as the cold path fetches every
+    token group): rng is stored complete, valid and with its stamp, and the next
+    refresh fetches nothing — not rng again at every refresh, stored incomplete."""
+    dc, _ = ad
+    h = scratch.add("rnh", 40992, [_person(2)])
+    g = scratch.add("rng", 40993, [h, _person(3)])
+    with _provider(dc, tmp_path, refresh_full_interval=STAMPS_AT_EXPIRY) as (p, _spy):
+        assert p.initgroups("m0002").outcome is Outcome.FOUND
+        assert {"rnh", "rng"} <= _groups_of(p, "m0002")
+        assert p.cache.group_by_name("rng").state is State.VALID
+        assert scratch.conn.modify(g, {"member": [(ldap3.MODIFY_ADD, [_person(5)])]})
+        got = _refresh(p, "m0002")
+        assert got["fetched"] >= 1, got
+        assert p.cache.group_by_name("rng").state is State.VALID
+        assert p.cache.group_stamps(["rng"])["rng"][0]
+        assert _members(p, "rng") == {"m0002", "m0003", "m0005"}
+        assert _refresh(p, "m0002")["fetched"] == 0
