@@ -95,7 +95,9 @@ def main() -> None:
     }
     added = False
     opts = {"ldap_schema": "ad", "ldap_default_bind_dn": dc.admin_dn,
-            "ldap_default_authtok": dc.admin_pw}  # fmt: skip
+            "ldap_default_authtok": dc.admin_pw,
+            # Stamps at expiry, an opt-in on AD (cached/config.py refresh_full_interval).
+            "refresh_full_interval": 86400}  # fmt: skip
     n = len(g.members)
     try:
         conn = dc.connect()

@@ -318,10 +318,11 @@ class BackendCache(DomainCache):
                 (ts_ops if complete else early).append(("groups", key, packed))
 
             # After the entry commit (ts_ops, never early): the record vouches for the
-            # stored member list, as a stamp does.
+            # stored member list, as a stamp does; so only for a group stored complete
+            # (an incomplete one is stored expired, without a stamp to vouch for).
             whole = READ_WHOLE.pack(now)
             ts_ops += [("read_whole", key, whole) for key in batch.read_whole
-                       if key in batch.groups]  # fmt: skip
+                       if key in batch.groups and batch.groups[key][3]]  # fmt: skip
 
             for akey, target in batch.aliases.items():
                 if txn.get(akey, db=t["alias"]) != target:

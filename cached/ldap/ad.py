@@ -197,17 +197,26 @@ class AdProvider(LdapProvider):
         try:
             root = self.client.search("", "(objectClass=*)", ["dsServiceName"], scope="base")
             dsa = first(root[0].get("dsServiceName")) if root else ""
-            got = self.client.search(dsa, "(objectClass=*)", ["invocationId"], scope="base")
-            raw = got[0].get("invocationId") if dsa and got else []
+            # No dsServiceName (not a DC): nothing to read the invocationId from.
+            got = (
+                self.client.search(dsa, "(objectClass=*)", ["invocationId"], scope="base")
+                if dsa
+                else []
+            )
+            raw = got[0].get("invocationId") if got else []
             ident = str(uuid.UUID(bytes_le=raw[0])) if raw and len(raw[0]) == 16 else ""
         except LdapOffline:
             raise
         except LdapError as e:
+            ident, why = "", str(e)
+        else:
+            why = "no dsServiceName in the root DSE" if not dsa else "no invocationId"
+        if not ident:
             log.info("domain %s: the DC's invocationId is unreadable (%s); group stamps "
-                     "are not kept", self.cfg.name, e)  # fmt: skip
+                     "are not kept, every refresh reads whole", self.cfg.name, why)  # fmt: skip
             return
         # A failover during these searches: the identity may be another DC's.
-        if ident and self.client.conn is conn:
+        if self.client.conn is conn:
             self.dc_id, self._dc_conn = ident, conn
 
     def _group_entry(self, e: Entry, want: str | None = None) -> _GroupEntry | None:
