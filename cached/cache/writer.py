@@ -86,10 +86,14 @@ class WriteBatch:
     """What one backend request fetched; committed as one transaction per store.
 
     ``since``: the timestamp tables' invalidation counts when the request began
-    (BackendCache.request); None: when the commit reads the stores."""
+    (BackendCache.request); None: when the commit reads the stores. ``started``: when
+    it began (wall clock; the commit's time when None)."""
 
-    def __init__(self, since: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, since: dict[str, int] | None = None, started: float | None = None
+    ) -> None:
         self.since = since
+        self.started = started
         self.users: dict[bytes, tuple[User, str, str]] = {}
         self.groups: dict[bytes, tuple[GroupRecord, str, str, bool]] = {}
         self.touched_groups: dict[bytes, tuple[str, str]] = {}
@@ -119,8 +123,9 @@ class BackendCache(DomainCache):
     ) -> None:
         self.boot_id = read_boot_id() if boot_id is None else boot_id
         self.store_id = b""
-        # The invalidation counts when the current request began (request()).
+        # The invalidation counts and the time when the current request began (request()).
         self._since: dict[str, int] | None = None
+        self._started: float | None = None
         super().__init__(
             db_dir,
             domain,
@@ -154,19 +159,22 @@ class BackendCache(DomainCache):
         invalidated meanwhile is stored expired, so the next lookup asks the server
         again (docs/ARCHITECTURE.md §5, "Invalidation and the backend's writes").
         Nested: the outer start counts."""
-        outer = self._since
+        outer, outer_started = self._since, self._started
         if outer is None:
-            self._since = self.invalidations()
+            self._since, self._started = self.invalidations(), time.time()
         try:
             yield
         finally:
-            self._since = outer
+            self._since, self._started = outer, outer_started
 
     @contextmanager
     def write(self) -> Iterator[WriteBatch]:
         """Collect one backend request's results; commit them when the block ends.
         Outside request(), the request is taken to begin here."""
-        batch = WriteBatch(self._since if self._since is not None else self.invalidations())
+        if self._since is not None:
+            batch = WriteBatch(self._since, self._started)
+        else:
+            batch = WriteBatch(self.invalidations())
         yield batch
         self.commit(batch)
 
@@ -319,8 +327,9 @@ class BackendCache(DomainCache):
 
             # After the entry commit (ts_ops, never early): the record vouches for the
             # stored member list, as a stamp does; so only for a group stored complete
-            # (an incomplete one is stored expired, without a stamp to vouch for).
-            whole = READ_WHOLE.pack(now)
+            # (an incomplete one is stored expired, without a stamp to vouch for). The
+            # request's start, not the commit: what it read is at least that old.
+            whole = READ_WHOLE.pack(now if batch.started is None else batch.started)
             ts_ops += [("read_whole", key, whole) for key in batch.read_whole
                        if key in batch.groups and batch.groups[key][3]]  # fmt: skip
 
