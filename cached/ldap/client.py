@@ -248,6 +248,8 @@ def _receiving_linear(self: Any) -> list[bytes]:
             if need < 0:
                 if end - pos >= 2 and buf[pos + 1] < 0x80:
                     need = buf[pos + 1] + 2  # short form: every entry of a sweep
+                elif end - pos >= 4 and buf[pos + 1] == 0x82:
+                    need = (buf[pos + 2] << 8 | buf[pos + 3]) + 4  # a group entry of a walk
                 else:
                     need = _message_size(buf, pos)
                     if need < 0:
