@@ -955,6 +955,9 @@ class LdapProvider:
         swept = self._swept
         in_range = self.cfg.id_in_range
         fast = not self.schema.ad
+        # Whether each gidNumber value met is a number in range: users share a few
+        # primary groups, so their 5,000 values are read a handful of times.
+        gid_ok: dict[bytes, bool] = {}
         for k in [k for k in lookup if k in swept]:
             del lookup[k]
             row = swept[k]
@@ -963,12 +966,18 @@ class LdapProvider:
                 # _swept_member gives, without its five calls per user (5,000 here).
                 names, uids, gids = row[1]
                 if len(names) == 1 and uids and gids:
+                    ok = gid_ok.get(gids[0])
+                    if ok is None:
+                        try:
+                            ok = gid_ok[gids[0]] = in_range(int(gids[0]))
+                        except ValueError:
+                            ok = gid_ok[gids[0]] = False  # _swept_member says why
                     try:
-                        name, uid, gid = names[0].decode("utf-8"), int(uids[0]), int(gids[0])
+                        name, uid = names[0].decode("utf-8"), int(uids[0])
                     except ValueError:
                         pass  # not UTF-8 or not a number: _swept_member says why
                     else:
-                        if "\0" not in name and in_range(uid) and in_range(gid):
+                        if ok and "\0" not in name and in_range(uid):
                             known[k] = ("user", name)
                             continue
             known[k] = self._swept_member(row)

@@ -151,3 +151,4 @@ def test_member_values_read_together_as_one_at_a_time(tmp_path: Path, values) ->
         assert got == alone._member_keys_each(group)
         assert together._member_memo == alone._member_memo
         assert list(together._member_dn.items()) == list(alone._member_dn.items())
+

@@ -1,0 +1,47 @@
+"""LdapProvider._sweep_users names the usual user of a sweep of the user bases inline:
+it must name each row as _swept_member does (the general path), on usual and unusual
+rows. Pure logic: the sweep's rows are given, no server is contacted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cached.counters import Counters
+from testing.backend import make_backend, make_domain
+
+
+def test_swept_users_named_inline_as_swept_member_names_them(tmp_path: Path) -> None:
+    """LdapProvider._sweep_users names the usual swept user inline (and reads each
+    gidNumber value once): each row gives what _swept_member gives, on usual and
+    unusual rows, whatever rows came before with the same gidNumber."""
+    cfg = make_domain(["ldap://127.0.0.1:9"], "dc=example,dc=test", min_id=1000, max_id=60000)
+    p, _, _ = make_backend(tmp_path, cfg, Counters())
+    rows = [
+        ([b"alice"], [b"10001"], [b"10000"]),
+        ([b"bob"], [b"10002"], [b"10000"]),
+        ([b"carol"], [b"10003"], [b"x10000"]),  # not a number
+        ([b"dave"], [b"10004"], [b"x10000"]),
+        ([b"erin"], [b"10005"], [b"99999"]),  # out of range
+        ([b"frank"], [b"10006"], [b"99999"]),
+        ([b"gina"], [b"99999"], [b"10000"]),
+        ([b"hal"], [b"0"], [b"10000"]),
+        ([b"ivy"], [b"x"], [b"10000"]),
+        ([b"j\xffk"], [b"10010"], [b"10000"]),  # not UTF-8
+        ([b"k\x00l"], [b"10011"], [b"10000"]),  # a NUL
+        ([b"lee", b"leo"], [b"10012"], [b"10000"]),  # two names
+        ([], [b"10013"], [b"10000"]),
+        ([b"mo"], [], [b"10000"]),
+        ([b"ned"], [b"10015"], []),
+        ([b"olga"], [b"10016"], [b" 10000 "]),  # int() takes it, as _int does
+        ([b"pat"], [b"10017"], [b"0"]),
+        ([b"quinn"], [b"10018"], [b"10000"]),
+    ]
+    swept = {f"uid={i},dc=test": (f"uid={i},dc=test", list(r)) for i, r in enumerate(rows)}
+    want = {k: p._swept_member(row) for k, row in swept.items()}
+    assert want["uid=0,dc=test"] == ("user", "alice") and want["uid=2,dc=test"] is None
+    for order in (list(swept), list(reversed(swept))):
+        p._swept = {k: swept[k] for k in order}
+        known: dict[str, tuple[str, str] | None] = {}
+        lookup = {k: (k, 0) for k in order}
+        p._sweep_users(lookup, known)
+        assert not lookup and known == want
