@@ -1250,8 +1250,14 @@ class LdapProvider:
         for k, g in found.items():
             sc = _Scan()
             keys = g.member_keys
-            rest = list(filterfalse(is_user, keys))
-            sc.users = dict.fromkeys(map(user_name, filter(is_user, keys) if rest else keys))
+            try:
+                # Every member a user (bigroupuser's 2,000 direct groups): one pass.
+                sc.users = dict.fromkeys(map(user_name, keys))
+                out[k] = sc
+                continue
+            except KeyError:
+                rest = list(filterfalse(is_user, keys))
+                sc.users = dict.fromkeys(map(user_name, filter(is_user, keys)))
             for mk in rest:
                 f = fget(mk)
                 if f is not None:

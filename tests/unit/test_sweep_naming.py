@@ -1,6 +1,8 @@
-"""LdapProvider._sweep_users names the usual user of a sweep of the user bases inline:
-it must name each row as _swept_member does (the general path), on usual and unusual
-rows. Pure logic: the sweep's rows are given, no server is contacted."""
+"""The provider's inline paths for the usual member: LdapProvider._sweep_users names
+the usual user of a sweep of the user bases inline, and must name each row as
+_swept_member (the general path) does, on usual and unusual rows; _scan reads a
+member list of users only in one pass, and must read any list as its general loop
+does. Pure logic: rows and groups are given, no server is contacted."""
 
 from __future__ import annotations
 
@@ -45,3 +47,43 @@ def test_swept_users_named_inline_as_swept_member_names_them(tmp_path: Path) -> 
         lookup = {k: (k, 0) for k in order}
         p._sweep_users(lookup, known)
         assert not lookup and known == want
+
+
+def test_scan_reads_member_lists_of_users_alone_and_mixed(tmp_path: Path) -> None:
+    """LdapProvider._scan: a member list of users only is read in one pass; any other
+    takes the general loop. Each gives the users, groups, member groups, walked
+    groups and the unknown flag storing needs."""
+    from cached.ldap.client import Entry
+    from cached.ldap.provider import WALK, _GroupEntry
+
+    p, _, _ = make_backend(
+        tmp_path, make_domain(["ldap://127.0.0.1:9"], "dc=example,dc=test"), Counters()
+    )
+
+    def group(name: str, keys: list[str], posix: bool = True) -> _GroupEntry:
+        return _GroupEntry(Entry(f"cn={name}", {}), name, 1, "", "", keys, posix=posix)
+
+    found = {
+        "g:users": group("users", ["u:a", "u:b", "u:a"]),
+        "g:empty": group("empty", []),
+        "g:mixed": group("mixed", ["u:a", "g:users", "x:gone", "g:walk", "u:b", "x:new",
+                                   "k:grp", "k:walk", "g:both"]),
+        "g:walk": group("walk", ["u:c"], posix=False),
+        "g:both": group("both", ["u:a"]),
+        "g:last": group("last", ["u:a", "u:b", "x:new"]),
+    }
+    known = {
+        "u:a": ("user", "a"), "u:b": ("user", "b"), "u:c": ("user", "c"),
+        "x:gone": None, "k:grp": ("group", "grp"), "k:walk": (WALK, "kw"),
+        "g:both": ("user", "both-as-user"),  # fetched as a group: counts as the group
+    }  # fmt: skip
+    scans = p._scan(found, known)
+    assert list(scans["g:users"].users) == ["a", "b"] and not scans["g:users"].children
+    assert not scans["g:users"].unknown and not scans["g:empty"].users
+    mixed = scans["g:mixed"]
+    assert list(mixed.users) == ["a", "b"]
+    assert list(mixed.groups) == ["users", "grp", "both"]
+    assert mixed.children == ["g:users", "g:walk", "k:grp", "k:walk", "g:both"]
+    assert mixed.walk == ["g:walk"] and mixed.through and mixed.unknown
+    assert list(scans["g:last"].users) == ["a", "b"] and scans["g:last"].unknown
+    assert not scans["g:both"].unknown and list(scans["g:both"].users) == ["a"]
