@@ -4,7 +4,12 @@ work): wall, our CPU, slapd's CPU, searches and bytes received from LDAP per rou
 and optionally a cProfile of one more round.
 
     python -m perf.readpath OUTDIR [--rounds 9] [--group large01] [--no-deref]
-                                   [--profile FILE]
+                                   [--profile FILE] [--cold-memos]
+
+Every round starts from an empty cache and an open connection, but the process's
+module-level memos (cached.dn's DN keys above all) are filled by the rounds before
+it; ``--cold-memos`` empties them before each round, as for the first lookup of a
+freshly started backend (perf.coldid: a fresh ``cached serve`` per repetition).
 
 Built to compare two checkouts on a machine shared with other engineers: run it
 alternately from each (``cd checkout && PYTHONPATH=. python -m perf.readpath ...``)
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
 import pstats
 import statistics
 import time
@@ -39,6 +45,11 @@ def main() -> None:
     ap.add_argument("--group", help="look this group up instead of bigroupuser's initgroups")
     ap.add_argument("--no-deref", action="store_true", help="slapd without the deref overlay")
     ap.add_argument("--profile", type=Path, help="write a cProfile of one extra round here")
+    ap.add_argument(
+        "--cold-memos",
+        action="store_true",
+        help="empty the module-level memos before each round (a fresh backend's first lookup)",
+    )
     args = ap.parse_args()
     args.outdir.mkdir(parents=True)
     gen = generate(BIGROUPUSER.with_schema("rfc2307bis"), args.outdir / "gen")
@@ -55,6 +66,8 @@ def main() -> None:
             counters = Counters()
             p, cache, _ = make_backend(args.outdir / f"round{i}", cfg, counters)
             p.client.connect()
+            if args.cold_memos:
+                _empty_memos()
             s0 = counters.get(LDAP_SEARCH).count
             b0 = COUNTERS.get(LDAP_BYTES).amount  # counted by the receive loop, globally
             prof = cProfile.Profile() if args.profile and i == args.rounds + 1 else None
@@ -100,6 +113,20 @@ def main() -> None:
         st = pstats.Stats(str(args.profile))
         print(f"profiled round: {st.total_calls} function calls")  # type: ignore[attr-defined]
         st.sort_stats("tottime").print_stats(25)
+
+
+def _empty_memos() -> None:
+    """The memos a backend fills as it reads, emptied (those this checkout has: the
+    script also runs against older checkouts for A/B comparisons)."""
+    for module, name in (
+        ("cached.dn", "_KEYS"),
+        ("cached.ldap.client", "_ATTR_NAMES"),
+        ("cached.ldap.client", "_LOWER"),
+        ("cached.ldap.wire", "_EQ_ATTRS"),
+    ):
+        memo = getattr(importlib.import_module(module), name, None)
+        if isinstance(memo, dict):
+            memo.clear()
 
 
 if __name__ == "__main__":

@@ -248,6 +248,8 @@ def _receiving_linear(self: Any) -> list[bytes]:
             if need < 0:
                 if end - pos >= 2 and buf[pos + 1] < 0x80:
                     need = buf[pos + 1] + 2  # short form: every entry of a sweep
+                elif end - pos >= 4 and buf[pos + 1] == 0x82:
+                    need = (buf[pos + 2] << 8 | buf[pos + 3]) + 4  # a group entry of a walk
                 else:
                     need = _message_size(buf, pos)
                     if need < 0:
@@ -321,7 +323,7 @@ class Entry:
 
 
 # A search's entry as a row: (DN, values of each attribute asked for, [] if absent).
-Row = tuple[str, list[list[bytes]]]
+Row = deref.Row
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,14 +374,8 @@ class _Request:
         self.added: list[bytes] = []  # DNs this search put into ``seen``
         self.deadline = 0.0  # monotonic time its last page must have come by
         self.rows = spec.rows
-        # Rows wanted (Search.rows): the attributes asked for, lower-cased, by slot
-        # (deref.decode_row adds the spellings the server uses).
-        self.slots: tuple[dict[bytes, int], int] | None = None
-        if self.rows is not None:
-            lowered = [a.lower().encode() for a in spec.attrs]
-            if len(set(lowered)) != len(lowered):
-                raise ValueError(f"rows: an attribute asked twice in {spec.attrs!r}")
-            self.slots = ({a: i for i, a in enumerate(lowered)}, len(lowered))
+        # Rows wanted (Search.rows): what deref.decode_row reads them by.
+        self.slots = deref.RowShape(spec.attrs, spec.rows) if spec.rows is not None else None
 
     def reset(self) -> None:
         """Start again (a new connection): what the last try saw is forgotten."""
@@ -392,10 +388,6 @@ class _Request:
     def count(self) -> int:
         """Entries received so far."""
         return len(self.rows) if self.rows is not None else len(self.entries)
-
-    def row(self, row: deref.Row) -> None:
-        assert self.rows is not None
-        self.rows.append((_server_text(row[1]), row[2]))
 
     def plain(self, raw_dn: bytes, attrs: dict[str, list[bytes]]) -> None:
         """An entry without controls as deref.decode_entry reads it: what
@@ -845,7 +837,7 @@ class LdapClient:
         queue = list(reversed(reqs))
         pending: dict[int, _Request] = {}
         # The outstanding requests that want rows, by message ID (deref.decode_row).
-        row_slots: dict[int, tuple[dict[bytes, int], int]] = {}
+        row_slots: dict[int, deref.RowShape] = {}
 
         def can_start(r: _Request) -> bool:
             return not r.page or not any(x.page for x in pending.values())
@@ -877,11 +869,8 @@ class LdapClient:
                     raise lexc.LDAPSessionTerminatedByServerError("session terminated by server")
                 t0 = time.perf_counter()
                 for m in messages:
-                    if row_slots:
-                        row = deref.decode_row(m, row_slots)
-                        if row is not None:
-                            pending[row[0]].row(row)
-                            continue
+                    if row_slots and deref.decode_row(m, row_slots):
+                        continue  # a row, put in its search's rows
                     plain = deref.decode_entry(m, _ATTR_NAMES, _ATTR_NAMES_MAX)
                     if plain is not None:
                         got = pending.get(plain[0])

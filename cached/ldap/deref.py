@@ -372,66 +372,120 @@ def decode_controls(buf: bytes, pos: int, end: int) -> list[tuple[bytes, bool, b
     return controls
 
 
-# A row: (message ID, objectName, the values of each asked attribute by its slot).
-Row = tuple[int, bytes, list[list[bytes]]]
+# A row: (objectName as text, the values of each asked attribute by its slot).
+Row = tuple[str, list[list[bytes]]]
 
 
-def decode_row(buf: bytes, slots_by_id: dict[int, tuple[dict[bytes, int], int]]) -> Row | None:
-    """Read a small SearchResultEntry of a search whose entries are wanted as rows:
-    ``slots_by_id`` maps the message IDs of such searches to ({attribute type: slot},
-    number of slots), the types asked for lower-cased (a spelling met is added, up to
-    64; -1: not asked). The values of each slot's attribute come in a list at its
-    index; an attribute the entry lacks gives []. Returns None for everything else,
-    which the caller reads with :func:`decode_search_entry` (same answer, or
-    BerError): another message ID, any other protocolOp, controls, a message of 130
-    bytes or more, a long-form length anywhere, an attribute type twice or not ASCII,
-    and any length that does not fit its container exactly.
+class RowShape:
+    """A search whose entries are wanted as rows (client.Search.rows): the attribute
+    types asked for, lower-cased, by slot (:func:`decode_row` adds the spellings the
+    server uses, up to 64; -1: not asked), the number of slots, the list the rows go
+    to, and the layout of the usual row, learnt from the first rows read: a header
+    ``04 len type 31`` per attribute, in the server's order, with its slot."""
+
+    __slots__ = ("count", "heads", "rows", "slots", "tries")
+
+    def __init__(self, attrs: list[str], rows: list[Row]) -> None:
+        lowered = [a.lower().encode() for a in attrs]
+        if len(set(lowered)) != len(lowered):
+            raise ValueError(f"rows: an attribute asked twice in {attrs!r}")
+        self.slots = {a: i for i, a in enumerate(lowered)}
+        self.count = len(lowered)
+        self.rows = rows
+        # Learnt (_learn): each asked attribute once, one value each, in this order.
+        self.heads: tuple[tuple[bytes, int, int], ...] = ()
+        self.tries = 8  # rows the layout may still be learnt from
+
+
+def decode_row(buf: bytes, shapes: dict[int, RowShape]) -> bool:
+    """Read a small SearchResultEntry of a search whose entries are wanted as rows
+    (``shapes``: by message ID) into its shape's rows: (objectName, the values of
+    each slot's attribute in a list at its index; [] for an attribute the entry
+    lacks). Returns False, reading nothing, for everything else, which the caller
+    reads with :func:`decode_search_entry` (same row, or BerError): another message
+    ID, any other protocolOp, controls, a message of 130 bytes or more, a long-form
+    length anywhere, an attribute type twice or not ASCII, an objectName not UTF-8
+    (the generic reader's text for it), and any length that does not fit its
+    container exactly.
 
     The entries of a sweep of the user bases (5,000 of three one-valued attributes
     per cold initgroups of a user in 2,000 groups, perf/readpath.py) are all small:
     the whole message under 130 bytes makes every length one octet, so each header
     is two byte reads and a comparison against its container's end, and no dict per
-    entry or Entry object is built."""
+    entry or Entry object is built. They also all look alike: the same types, in
+    the same order, one value each. Once a row of that shape was read, each
+    attribute of the next is one comparison of its ``04 len type 31`` header with
+    the learnt one and three length checks (``heads``: the header, the slot, the
+    offset of the SET's length octet); any other row takes the
+    general loop, which gives the same row for the same bytes."""
     # Tags as literals (0x30 SEQUENCE, 0x02 INTEGER, 0x64 searchResEntry, 0x04 OCTET
     # STRING, 0x31 SET): a global look-up each was measurable at 5,000 entries.
     n = len(buf)
     # LDAPMessage SEQUENCE spanning the buffer, messageID INTEGER of 1-4 octets.
     if n < 9 or n > 129 or buf[0] != 0x30 or buf[1] != n - 2 or buf[2] != 0x02:
-        return None
+        return False
     ilen = buf[3]
     pos = 4 + ilen
     # searchResEntry spanning the rest of the message (no controls), objectName.
     if not 0 < ilen <= 4 or pos + 4 > n or buf[pos] != 0x64:
-        return None
+        return False
     if buf[pos + 1] != n - pos - 2 or buf[pos + 2] != 0x04:
-        return None
+        return False
     one = buf[4]  # a one-octet messageID below 0x80 is its own value (signed INTEGER)
     msgid = one if ilen == 1 and one < 0x80 else int.from_bytes(buf[4:pos], "big", signed=True)
-    wanted = slots_by_id.get(msgid)
-    if wanted is None:
-        return None
-    slots, count = wanted
+    shape = shapes.get(msgid)
+    if shape is None:
+        return False
     a = pos + 4
     pos = a + buf[pos + 3]
     # PartialAttributeList spanning the rest.
     if pos + 2 > n or buf[pos] != 0x30 or buf[pos + 1] != n - pos - 2:
-        return None
-    dn = buf[a:pos]
+        return False
+    try:
+        dn = buf[a:pos].decode()
+    except UnicodeDecodeError:
+        return False  # the generic reader's text (client._server_text)
     pos += 2
-    out: list[list[bytes] | None] = [None] * count
+    out: list[list[bytes] | None] = [None] * shape.count
+    heads = shape.heads
+    if heads:
+        # The learnt shape. Per attribute: the SEQUENCE tag, then ``04 len type 31``
+        # compared at once (the type's OCTET STRING, and the SET's tag after it); the
+        # SET holding exactly one OCTET STRING filling it, which ends where the
+        # attribute does. An attribute past the message ends the loop past ``n``.
+        p = pos
+        try:
+            for head, slot, skip in heads:
+                if buf[p] != 0x30 or not buf.startswith(head, p + 2):
+                    break
+                end = p + 2 + buf[p + 1]
+                s = p + skip  # the SET's length octet
+                if buf[s + 1] != 0x04 or s + 1 + buf[s] != end or s + 3 + buf[s + 2] != end:
+                    break
+                out[slot] = [buf[s + 3 : end]]
+                p = end
+            else:
+                if p == n:
+                    shape.rows.append((dn, out))  # type: ignore[arg-type]  # every slot set
+                    return True
+        except IndexError:
+            pass  # a header cut by the end of the message: the loop below declines it
+        out = [None] * shape.count
+    slots = shape.slots
+    start = pos
     while pos < n:
         # PartialAttribute ::= SEQUENCE { type OCTET STRING, vals SET OF OCTET STRING }
         if pos + 4 > n or buf[pos] != 0x30 or buf[pos + 2] != 0x04:
-            return None
+            return False
         pend = pos + 2 + buf[pos + 1]
         b = pos + 4 + buf[pos + 3]
         if pend > n or b + 2 > pend or buf[b] != 0x31 or b + 2 + buf[b + 1] != pend:
-            return None
+            return False
         kind = buf[pos + 4 : b]
         i = slots.get(kind)
         if i is None:
             if not kind.isascii():
-                return None  # str.lower() of a non-ASCII type: left to the generic reader
+                return False  # str.lower() of a non-ASCII type: left to the generic reader
             i = slots.get(kind.lower(), -1)
             if len(slots) < 64:
                 slots[kind] = i
@@ -440,23 +494,47 @@ def decode_row(buf: bytes, slots_by_id: dict[int, tuple[dict[bytes, int], int]])
         if i < 0:
             continue
         if out[i] is not None:
-            return None  # the attribute twice: the generic reader joins them
+            return False  # the attribute twice: the generic reader joins them
         if vpos + 2 <= pend and buf[vpos] == 0x04 and vpos + 2 + buf[vpos + 1] == pend:
             out[i] = [buf[vpos + 2 : pend]]  # one value filling the SET: the usual case
             continue
         vals = []
         while vpos < pend:
             if vpos + 2 > pend or buf[vpos] != 0x04:
-                return None
+                return False
             a = vpos + 2
             vpos = a + buf[vpos + 1]
             if vpos > pend:
-                return None
+                return False
             vals.append(buf[a:vpos])
         out[i] = vals
     if None in out:
-        return msgid, dn, [v if v is not None else [] for v in out]
-    return msgid, dn, out  # type: ignore[return-value]  # no None left
+        shape.rows.append((dn, [v if v is not None else [] for v in out]))
+        return True
+    if not heads and shape.tries:
+        _learn(buf, start, shape)
+    shape.rows.append((dn, out))  # type: ignore[arg-type]  # no None left
+    return True
+
+
+def _learn(buf: bytes, pos: int, shape: RowShape) -> None:
+    """The layout of a row the general loop of :func:`decode_row` read whole, every
+    slot set, from its attribute list at ``pos``: its ``heads`` when each attribute
+    has one value and a slot (none unasked), else one try less."""
+    shape.tries -= 1
+    heads = []
+    n = len(buf)
+    while pos < n:
+        b = pos + 4 + buf[pos + 3]
+        kind = buf[pos + 4 : b]
+        i = shape.slots.get(kind, -1)
+        end = pos + 2 + buf[pos + 1]
+        if i < 0 or b + 4 + buf[b + 3] != end:  # not asked, or not one value
+            return
+        heads.append((buf[pos + 2 : b + 1], i, b + 1 - pos))
+        pos = end
+    if len(heads) == shape.count:
+        shape.heads = tuple(heads)
 
 
 def _container(buf: bytes, pos: int) -> tuple[int, int]:
@@ -565,8 +643,6 @@ def decode_entry(
             attrs[name] = vals
             pos = pend
             while vpos < pend:
-                # A header read past the SET's end (but inside the buffer) gives a
-                # value start past it, so the check below declines it.
                 if buf[vpos] != 0x04:
                     return None
                 f = buf[vpos + 1]
@@ -581,9 +657,13 @@ def decode_entry(
                     vpos = a + (buf[vpos + 2] << 8 | buf[vpos + 3])
                 else:
                     return None
-                if vpos > pend:
-                    return None
                 vals.append(buf[a:vpos])
+            # A value running past the SET's end (its header read past it too, but
+            # inside the buffer) ends the loop past it: declined here, once per SET
+            # rather than checked per value (46,000 member values per cold initgroups
+            # of bigroupuser).
+            if vpos != pend:
+                return None
     except IndexError:
         return None  # a header cut by the end of the buffer
     return msgid, dn, attrs

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import filterfalse
+from itertools import chain, filterfalse
 
 from cached.cache import State, StoreWriteError
 from cached.cache.records import EXPIRED
@@ -61,7 +61,7 @@ from cached.counters import (
     REQ_USER,
     Counters,
 )
-from cached.dn import in_scope, normalize_dn, rdn_avas
+from cached.dn import in_scope, normalize_dn, normalize_dns, rdn_avas
 from cached.ipc.ops import Outcome as Outcome  # re-exported: the provider returns it
 from cached.ldap import deref, validate
 from cached.ldap.client import (
@@ -530,9 +530,7 @@ class LdapProvider:
         """A POSIX group, or — with ``want=WALK`` — any group, POSIX or not (a
         non-POSIX group is walked through by nesting, never answered: item 8)."""
         s = self.schema
-        keys = self._group_keys
-        if keys is None or keys.schema is not s:
-            keys = self._group_keys = _GroupKeys.of(s)
+        keys = self._gkeys()
         # The entry's values by the lower-cased names Entry.get would use, read from
         # its dict directly: five Entry.get calls per group were a tenth of this
         # method for the 2,085 groups of a cold initgroups (perf/readpath.py).
@@ -571,10 +569,47 @@ class LdapProvider:
                 g.member_keys = self._member_keys(values)
         return g
 
+    def _new_member_values(self, entries: list[Entry]) -> list[bytes]:
+        """The member values of ``entries`` not read yet in this request, each once."""
+        member = self._gkeys().member
+        values = [e.attrs.get(member, ()) for e in entries]
+        return list(dict.fromkeys(filterfalse(self._member_memo.__contains__, chain(*values))))
+
+    def _gkeys(self) -> _GroupKeys:
+        """The group attributes as Entry.attrs keys, for the current schema."""
+        keys = self._group_keys
+        if keys is None or keys.schema is not self.schema:
+            keys = self._group_keys = _GroupKeys.of(self.schema)
+        return keys
+
     def _member_keys(self, values: list[bytes]) -> list[str]:
         """The DN keys of member values, reading the values not read yet in this
         request; a value that is not UTF-8 or holds a NUL names nothing (as
-        ``_names_each``) and is never put in the memo."""
+        ``_names_each``) and is never put in the memo. The new values are decoded
+        and keyed together (one decode, normalize_dns): one at a time, the 7,000
+        new values of a cold initgroups of bigroupuser were 3 % of its
+        instructions (valgrind, perf/readpath.py's walk replayed)."""
+        memo = self._member_memo
+        new = list(dict.fromkeys(filterfalse(memo.__contains__, values)))
+        if new:
+            try:
+                dns = b"\0".join(new).decode("utf-8").split("\0")
+            except UnicodeDecodeError:
+                dns = []
+            if len(dns) != len(new):
+                # A value that is not UTF-8, or holds a NUL (more DNs than values):
+                # each value on its own.
+                return self._member_keys_each(values)
+            spelled = self._member_dn
+            keys = normalize_dns(dns)
+            memo.update(zip(new, keys, strict=True))
+            for k, dn in zip(keys, dns, strict=True):
+                if k not in spelled:
+                    spelled[k] = dn
+        return list(map(memo.__getitem__, values))
+
+    def _member_keys_each(self, values: list[bytes]) -> list[str]:
+        """_member_keys, one value at a time."""
         memo, spelled = self._member_memo, self._member_dn
         keys = []
         for v in values:
@@ -769,8 +804,15 @@ class LdapProvider:
             up_keys = {normalize_dn(dn) for dn in up}
             up_next: list[str] = []
             named: set[str] = set()
-            for e, from_groups, only_up in self._round(up, lookup, extra, level):
-                k = normalize_dn(e.dn)
+            got = self._round(up, lookup, extra, level)
+            # The entries' DN keys at once (normalize_dns): a group's DN is new to
+            # the memo when its parents' member lists come later (bigroupuser: the
+            # 2,000 groups of the first level), and parsing each was 4 % of a cold
+            # initgroups (valgrind, perf.readpath's walk replayed). So are the
+            # member values of the round's groups, read below (_group_entry).
+            keys = normalize_dns([e.dn for e, _from_groups, _only_up in got])
+            self._member_keys(self._new_member_values([e for e, f, _o in got if f]))
+            for (e, from_groups, only_up), k in zip(got, keys, strict=True):
                 if k in lookup:
                     m = self._classify(e, k, from_groups)
                     if m is None and k in named:
@@ -909,6 +951,9 @@ class LdapProvider:
         swept = self._swept
         in_range = self.cfg.id_in_range
         fast = not self.schema.ad
+        # Whether each gidNumber value met is a number in range: users share a few
+        # primary groups, so their 5,000 values are read a handful of times.
+        gid_ok: dict[bytes, bool] = {}
         for k in [k for k in lookup if k in swept]:
             del lookup[k]
             row = swept[k]
@@ -917,12 +962,18 @@ class LdapProvider:
                 # _swept_member gives, without its five calls per user (5,000 here).
                 names, uids, gids = row[1]
                 if len(names) == 1 and uids and gids:
+                    ok = gid_ok.get(gids[0])
+                    if ok is None:
+                        try:
+                            ok = gid_ok[gids[0]] = in_range(int(gids[0]))
+                        except ValueError:
+                            ok = gid_ok[gids[0]] = False  # _swept_member says why
                     try:
-                        name, uid, gid = names[0].decode("utf-8"), int(uids[0]), int(gids[0])
+                        name, uid = names[0].decode("utf-8"), int(uids[0])
                     except ValueError:
                         pass  # not UTF-8 or not a number: _swept_member says why
                     else:
-                        if "\0" not in name and in_range(uid) and in_range(gid):
+                        if ok and "\0" not in name and in_range(uid):
                             known[k] = ("user", name)
                             continue
             known[k] = self._swept_member(row)
@@ -968,7 +1019,7 @@ class LdapProvider:
             log.info("sweep of the user bases cut by the server (%s after %d entries): "
                      "members named by deref or look-ups", cut.code, cut.partial)  # fmt: skip
             return {}
-        return {normalize_dn(r[0]): r for r in entries}
+        return dict(zip(normalize_dns([r[0] for r in entries]), entries, strict=True))
 
     def _round(
         self,
@@ -1195,8 +1246,14 @@ class LdapProvider:
         for k, g in found.items():
             sc = _Scan()
             keys = g.member_keys
-            rest = list(filterfalse(is_user, keys))
-            sc.users = dict.fromkeys(map(user_name, filter(is_user, keys) if rest else keys))
+            try:
+                # Every member a user (bigroupuser's 2,000 direct groups): one pass.
+                sc.users = dict.fromkeys(map(user_name, keys))
+                out[k] = sc
+                continue
+            except KeyError:
+                rest = list(filterfalse(is_user, keys))
+                sc.users = dict.fromkeys(map(user_name, filter(is_user, keys)))
             for mk in rest:
                 f = fget(mk)
                 if f is not None:

@@ -18,9 +18,19 @@ DN = b"uid=user00042,ou=people,dc=example,dc=test"
 ATTRS = ["uid", "uidNumber", "gidNumber"]
 
 
-def _slots(msgid: int = 7) -> dict[int, tuple[dict[bytes, int], int]]:
+def _slots(msgid: int = 7) -> dict[int, deref.RowShape]:
     """What LdapClient's _exchange passes for one row search (client._Request)."""
-    return {msgid: ({a.lower().encode(): i for i, a in enumerate(ATTRS)}, len(ATTRS))}
+    return {msgid: deref.RowShape(ATTRS, [])}
+
+
+def read(buf: bytes, shapes: dict[int, deref.RowShape] | None = None, msgid: int = 7):
+    """decode_row's row for ``buf`` (put in the shape's rows), or None (nothing put)."""
+    shapes = _slots(msgid) if shapes is None else shapes
+    rows = shapes[msgid].rows
+    before = len(rows)
+    ok = deref.decode_row(buf, shapes)
+    assert len(rows) == before + ok
+    return rows[-1] if ok else None
 
 
 def tlv(tag: int, body: bytes) -> bytes:
@@ -40,47 +50,54 @@ def entry(*attrs: bytes, msgid: bytes = b"\x07", dn: bytes = DN, controls: bytes
 GOOD = entry(attr(b"gidNumber", b"10000"), attr(b"UID", b"user00042"), attr(b"uidNumber", b"1"))
 
 
-def generic_row(buf: bytes) -> tuple[int, bytes, list[list[bytes]]]:
+def generic_row(buf: bytes) -> tuple[str, list[list[bytes]]]:
     """The row the client builds from the generic reader (client._Request.entry)."""
     e = deref.decode_search_entry(buf)
     assert e is not None
     attrs = {k.decode().lower(): v for k, v in e.attrs.items()}
-    return e.message_id, e.dn, [attrs.get(a.lower(), []) for a in ATTRS]
+    return e.dn.decode(), [attrs.get(a.lower(), []) for a in ATTRS]
 
 
 def test_a_small_entry_is_read_in_slot_order_as_the_generic_reader_reads_it():
-    got = deref.decode_row(GOOD, _slots())
-    assert got == (7, DN, [[b"user00042"], [b"1"], [b"10000"]])
+    got = read(GOOD)
+    assert got == (DN.decode(), [[b"user00042"], [b"1"], [b"10000"]])
     assert got == generic_row(GOOD)
 
 
 def test_missing_unasked_and_multivalued_attributes():
     buf = entry(attr(b"cn", b"x"), attr(b"uid", b"a", b"b"), attr(b"objectClass", b"top"))
-    got = deref.decode_row(buf, _slots())
-    assert got == (7, DN, [[b"a", b"b"], [], []]) == generic_row(buf)
-    assert deref.decode_row(entry(), _slots()) == (7, DN, [[], [], []]) == generic_row(entry())
+    got = read(buf)
+    assert got == (DN.decode(), [[b"a", b"b"], [], []]) == generic_row(buf)
+    assert read(entry()) == (DN.decode(), [[], [], []]) == generic_row(entry())
 
 
 def test_empty_value_sets_and_message_ids_as_the_generic_reader_reads_them():
     # A SET without values, last in the message: nothing is read past its end.
     for buf in (entry(attr(b"uid")), entry(attr(b"gidNumber", b"5"), attr(b"uid"))):
-        got = deref.decode_row(buf, _slots())
-        assert got == generic_row(buf) and got is not None and got[2][0] == []
+        got = read(buf)
+        assert got == generic_row(buf) and got is not None and got[1][0] == []
     # The messageID is a signed INTEGER: 0xff is -1, 0x00 0xff is 255.
     for msgid, wire in ((-1, b"\xff"), (255, b"\x00\xff"), (0x1234, b"\x12\x34")):
         buf = entry(attr(b"uid", b"a"), msgid=wire)
-        assert deref.decode_row(buf, _slots(msgid)) == (msgid, DN, [[b"a"], [], []])
-        assert generic_row(buf)[0] == msgid
+        assert read(buf, msgid=msgid) == (DN.decode(), [[b"a"], [], []])
+        assert read(buf, _slots(msgid + 1), msgid + 1) is None  # another search's
+        assert deref.decode_search_entry(buf).message_id == msgid  # type: ignore[union-attr]
 
 
 def test_a_spelling_met_is_remembered_and_the_table_is_bounded():
     slots = _slots()
-    deref.decode_row(GOOD, slots)
-    table, _ = slots[7]
+    read(GOOD, slots)
+    table = slots[7].slots
     assert table[b"UID"] == 0  # looked up lower-cased once, then directly
     for i in range(200):  # a server sending ever new attribute types
-        deref.decode_row(entry(attr(b"x%d" % i, b"v")), slots)
+        read(entry(attr(b"x%d" % i, b"v")), slots)
     assert len(table) <= 64
+
+
+def test_an_objectname_not_utf8_is_left_to_the_generic_reader():
+    buf = entry(attr(b"uid", b"a"), dn=b"uid=\xff,dc=test")
+    assert read(buf) is None
+    deref.decode_search_entry(buf)
 
 
 @pytest.mark.parametrize(
@@ -95,7 +112,8 @@ def test_a_spelling_met_is_remembered_and_the_table_is_bounded():
     ],
 )
 def test_declined_but_read_by_the_generic_reader(buf):
-    assert deref.decode_row(buf, _slots()) is None
+    assert read(buf) is None
+    assert read(buf, _learnt()) is None
     deref.decode_search_entry(buf)  # no BerError: well-formed, just not for decode_row
 
 
@@ -172,8 +190,10 @@ def _hostile() -> list[tuple[str, bytes]]:
 @pytest.mark.parametrize("case", _hostile(), ids=lambda c: c[0])
 def test_hostile_bytes_are_declined(case):
     _name, buf = case
-    # Every bounds check on its own: declined (None), never a row, never an exception.
-    assert deref.decode_row(buf, _slots()) is None
+    # Every bounds check on its own: declined (None), never a row, never an exception;
+    # by the general loop and by the learnt layout of the message they are made from.
+    assert read(buf) is None
+    assert read(buf, _learnt()) is None
     # Left to the generic reader, which refuses it too or reads it as the BER it is.
     with contextlib.suppress(deref.BerError):
         deref.decode_search_entry(buf)
@@ -183,14 +203,76 @@ def test_hostile_lengths_give_no_row_at_any_cut():
     """Every prefix of a valid message, and every single octet changed to a length
     that points past its container, is declined or read exactly as the generic
     reader reads it: never a value from past its container."""
-    for cut in range(len(GOOD)):
-        assert deref.decode_row(GOOD[:cut], _slots()) is None
-    for at in range(1, len(GOOD)):
-        for octet in (0x7F, 0x80, 0x81, 0x84, 0xFF, GOOD[at] + 1, max(GOOD[at] - 1, 0)):
-            bad = GOOD[:at] + bytes((octet,)) + GOOD[at + 1 :]
-            got = deref.decode_row(bad, _slots())
-            if got is None:
-                continue
-            # Accepted only where the change left a well-formed message (a value's
-            # bytes): then it is what the generic reader gives.
-            assert got == generic_row(bad), (at, octet)
+    for shapes in (_slots, _learnt):
+        for cut in range(len(GOOD)):
+            assert read(GOOD[:cut], shapes()) is None
+        for at in range(1, len(GOOD)):
+            for octet in (0x7F, 0x80, 0x81, 0x84, 0xFF, GOOD[at] + 1, max(GOOD[at] - 1, 0)):
+                bad = GOOD[:at] + bytes((octet,)) + GOOD[at + 1 :]
+                got = read(bad, shapes())
+                if got is None:
+                    continue
+                # Accepted only where the change left a well-formed message (a value's
+                # bytes): then it is what the generic reader gives.
+                assert got == generic_row(bad), (at, octet, shapes)
+
+
+def _learnt() -> dict[int, deref.RowShape]:
+    """A shape that has read GOOD: its layout learnt (``heads``)."""
+    shapes = _slots()
+    read(GOOD, shapes)
+    assert [h[1] for h in shapes[7].heads] == [2, 0, 1]  # gidNumber, UID, uidNumber
+    return shapes
+
+
+def test_the_learnt_layout_reads_rows_like_it_and_only_those():
+    """After one row of the usual shape, rows with the same types in the same order,
+    one value each, are read by the learnt layout (here shown by emptying the table
+    of types, which the general loop needs: it would find no asked attribute); any
+    other row is read by the general loop. Both give the generic reader's row."""
+    like = [
+        entry(attr(b"gidNumber", b"2"), attr(b"UID", b"someone"), attr(b"uidNumber", b"33")),
+        entry(attr(b"gidNumber", b""), attr(b"UID", b"x" * 20), attr(b"uidNumber", b"3")),
+    ]
+    unlike = [
+        entry(attr(b"UID", b"a"), attr(b"gidNumber", b"2"), attr(b"uidNumber", b"3")),  # order
+        entry(attr(b"gidNumber", b"2"), attr(b"uid", b"a"), attr(b"uidNumber", b"3")),  # case
+        entry(attr(b"gidNumber", b"2"), attr(b"UID", b"a", b"b"), attr(b"uidNumber", b"3")),
+        entry(attr(b"gidNumber", b"2"), attr(b"UID"), attr(b"uidNumber", b"3")),  # no value
+        entry(attr(b"gidNumber", b"2"), attr(b"UID", b"a")),  # one missing
+        entry(attr(b"gidNumber", b"2"), attr(b"UID", b"a"), attr(b"uidNumber", b"3"),
+              attr(b"cn", b"c")),  # one more (not asked)
+        entry(attr(b"gidNumber", b"2"), attr(b"UID", b"a"), attr(b"uidNumber", b"3"),
+              attr(b"uid", b"b")),  # asked twice: declined, the generic reader joins them
+        entry(attr(b"gidNumber", b"2"), attr(b"UID", b"a"), attr(b"uidNumberX", b"3")),
+    ]  # fmt: skip
+    for buf in like + unlike:
+        got = read(buf, _learnt())
+        assert got is None or got == generic_row(buf), buf
+        assert (got is None) == (buf is unlike[-2]), buf
+    for buf in like:
+        shapes = _learnt()
+        shapes[7].slots.clear()
+        assert read(buf, shapes) == generic_row(buf)
+    for buf in unlike:
+        shapes = _learnt()
+        shapes[7].slots.clear()
+        assert read(buf, shapes) != generic_row(buf)
+
+
+def test_the_layout_is_learnt_from_a_usual_row_within_a_few_tries():
+    shapes = _slots()
+    odd = entry(attr(b"uid", b"a", b"b"), attr(b"uidNumber", b"1"), attr(b"gidNumber", b"2"))
+    read(odd, shapes)
+    read(entry(attr(b"uid", b"a")), shapes)  # a slot not set: not a layout
+    assert not shapes[7].heads
+    read(GOOD, shapes)
+    assert [h[0] for h in shapes[7].heads] == [
+        b"\x04\x09gidNumber\x31", b"\x04\x03UID\x31", b"\x04\x09uidNumber\x31"
+    ]
+    never = _slots()
+    for _ in range(8):
+        read(odd, never)
+    read(GOOD, never)
+    assert never[7].heads == ()  # tries used up: the general loop reads every row
+

@@ -98,6 +98,32 @@ def test_messages_split_anywhere_come_out_whole(pair):
     assert receive_all(_Strategy(a), len(data)) == [m1, m2]
 
 
+def test_every_length_form_split_anywhere_comes_out_whole(pair):
+    """Short form and long forms of one to four octets (0x81: 128-255 bytes, 0x82: a
+    group entry of a walk, read inline), each cut at every octet."""
+    a, b = pair
+    msgs = [ber(b"s" * 5)]
+    for octets, n in ((1, 200), (2, 1200), (2, 300), (3, 70_000), (4, 90)):
+        msgs.append(bytes([0x30, 0x80 | octets]) + n.to_bytes(octets, "big") + b"v" * n)
+    data = b"".join(msgs)
+    cuts = [data[i : i + 1] for i in range(len(data) - 70_300)] + [data[len(data) - 70_300 :]]
+    feed(b, cuts)
+    assert receive_all(_Strategy(a), len(data)) == msgs
+
+
+@pytest.mark.parametrize("octets", [1, 2, 3, 4])
+def test_a_long_form_header_cut_at_each_octet_is_read_once_whole(pair, octets):
+    a, b = pair
+    n = 200 if octets == 1 else 300
+    m = bytes([0x30, 0x80 | octets]) + n.to_bytes(octets, "big") + b"w" * n
+    st = _Strategy(a)
+    for cut in range(1, 2 + octets):
+        feed(b, [m[:cut]]).join()
+        time.sleep(0.02)  # the cut header alone in the buffer at the next read
+        feed(b, [m[cut:]])
+        assert receive_all(st, len(m)) == [m]
+
+
 def test_a_message_cut_inside_is_completed_by_later_reads(pair):
     a, b = pair
     m1, m2, m3 = ber(b"a"), ber(b"b" * 200), ber(b"c" * 5000)

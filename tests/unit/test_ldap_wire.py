@@ -231,10 +231,13 @@ def test_search_entry_every_length_form_and_every_truncation(form, n_values):
         "uidNumber>=1000",
         "cn:caseExactMatch:=x",
         "cn=a*b",
+        "member=uid=" + "x" * 120,  # long-form lengths: the value's, then the item's
+        "member=uid=" + "x" * 200,
     ],
 )
 def test_equality_fast_path_gives_what_the_general_reader_gives(item):
-    """encode_filter reads plain equality items by one regex match: the same BER as
+    """encode_filter reads plain equality items by str methods (else one regex
+    match): the same BER as
     _item, the reader of every item, whatever the spaces, options or characters."""
     want = wire._item(item)
     assert wire.encode_filter(f"({item})") == want

@@ -1,0 +1,154 @@
+"""cached/dn.py normalize_dns: the DN keys of many DNs at once, where DNs that are
+their own key (the usual member values) are recognised together and the others take
+normalize_dn. Whatever the list, it must give what normalize_dn gives for each DN;
+and the backend's batched reading of member values (LdapProvider._member_keys) what
+reading them one at a time gives. Pure logic."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cached import dn
+from cached.counters import Counters
+from cached.dn import normalize_dn, normalize_dns
+from testing.backend import make_backend, make_domain
+
+USUAL = [
+    "uid=user00042,ou=people,dc=example,dc=test",
+    "cn=nest0-0099,ou=groups,dc=example,dc=test",
+    "cn=a.b_c:d/e@f#g!,o=x",  # punctuation normalize_dn leaves alone
+    "uid=,dc=test",  # an empty value
+    "x-attr=v,1.2.3=w",  # a type normalize_dn does not rename
+]
+
+UNUSUAL = [
+    "UID=User00042,OU=People,DC=Example,DC=Test",  # upper case: folded
+    "uid=user00042, ou=people,dc=test",  # a space after a comma: stripped
+    "uid=a  b,dc=test",  # two spaces: collapsed
+    "uid= a,dc=test",
+    "uid=a\tb,dc=test",  # a control character
+    "cn=smith\\, john,dc=test",  # an escape: the general parser
+    'cn="smith, john",dc=test',  # RFC 2253 quotes
+    "uid=mvx+cn=max,dc=test",  # a multi-valued RDN
+    "uid=a;dc=test",  # RFC 2253's other separator
+    "commonName=x,dc=test",  # aliases: renamed
+    "commonname=x,dc=test",
+    "userid=x,dc=test",
+    "2.5.4.3=x,dc=test",
+    "0.9.2342.19200300.100.1.25=test",
+    "uid=a=b,dc=test",  # "=" in a value: escaped
+    "uid=a,,dc=test",  # an empty RDN
+    "uid=a,dc=test,",
+    ",uid=a",
+    "uid",  # no "=" at all
+    "uid=a,dc",
+    "",
+    "uid=m\u00fcller,dc=test",  # not ASCII
+    "uid=\udcff,dc=test",  # a lone surrogate (surrogateescape): not UTF-8 either
+    "uid=a\nuid=b",  # a newline inside a DN
+    "uid=a\x00,dc=test",
+    "uid=a\x7f,dc=test",
+]
+
+
+@pytest.fixture(autouse=True)
+def empty_memo() -> Iterator[None]:
+    dn._KEYS.clear()
+    yield
+    dn._KEYS.clear()
+
+
+def _each(dns: list[str]) -> list[str]:
+    dn._KEYS.clear()
+    out = [normalize_dn(d) for d in dns]
+    dn._KEYS.clear()
+    return out
+
+
+@pytest.mark.parametrize("odd", UNUSUAL)
+def test_an_unusual_dn_gets_normalize_dns_key_alone_and_among_usual_ones(odd: str) -> None:
+    for dns in ([odd], [*USUAL, odd], [odd, *USUAL], [USUAL[0], odd, USUAL[1]]):
+        want = _each(dns)
+        assert normalize_dns(dns) == want, dns
+        assert [dn._KEYS[d] for d in dns] == want  # memoised as normalize_dn does
+        dn._KEYS.clear()
+        assert not dn._own_keys(dns), dns
+
+
+def test_usual_dns_are_their_own_keys_at_once() -> None:
+    assert _each(USUAL) == USUAL
+    keys = normalize_dns(USUAL)
+    assert keys == USUAL
+    assert all(k is d for k, d in zip(keys, USUAL, strict=True))  # no parse: the DN itself
+    assert all(dn._KEYS[d] is d for d in USUAL)
+    assert normalize_dns([]) == []
+    # Memoised ones answer from the memo, whatever spelling gave them.
+    normalize_dn("UID=X,DC=TEST")
+    assert normalize_dns(["UID=X,DC=TEST", "uid=x,dc=test"]) == ["uid=x,dc=test"] * 2
+
+
+def test_random_dns_get_normalize_dns_keys() -> None:
+    """Lists of DNs made of the pieces normalize_dn treats specially, usual ones in
+    between: every list keyed as normalize_dn keys each DN."""
+    rng = random.Random(15)
+    pieces = ["uid", "UID", "cn", "commonName", "userid", "2.5.4.3", "oid.2.5.4.3", "x",
+              "=", "=", ",", ",", " ", "  ", "\\", "\\2c", "+", '"', ";", "\t", "\n",
+              "\u00e9", "a", "0", "-", "#", "name", "."]  # fmt: skip
+    for _ in range(3000):
+        dns = ["".join(rng.choices(pieces, k=rng.randint(0, 8))) for _ in range(rng.randint(1, 4))]
+        dns += rng.sample(USUAL, rng.randint(0, 2))
+        rng.shuffle(dns)
+        assert normalize_dns(dns) == _each(dns), dns
+        dn._KEYS.clear()
+
+
+def test_a_full_memo_is_cleared_as_normalize_dn_clears_it(monkeypatch) -> None:
+    monkeypatch.setattr(dn, "_KEYS_MAX", 3)
+    assert normalize_dns(USUAL) == USUAL  # more than the memo holds: one at a time
+    assert len(dn._KEYS) <= 3
+
+
+def _values() -> list[bytes]:
+    return [
+        b"uid=user00001,ou=people,dc=example,dc=test",
+        b"UID=User00001,OU=People,DC=Example,DC=Test",  # the same key, spelled otherwise
+        b"cn=smith\\, john,ou=people,dc=example,dc=test",
+        b"uid=user00002,ou=people,dc=example,dc=test",
+        b"uid=user00001,ou=people,dc=example,dc=test",  # again
+        b"uid=\xff,dc=test",  # not UTF-8: names nothing
+        b"uid=a\x00b,dc=test",  # a NUL: names nothing
+        b"",
+        b"uid=m\xc3\xbcller,dc=test",
+    ]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        _values()[:5],
+        _values(),
+        _values()[5:],
+        [b"uid=user00003,dc=test", b"uid=a\x00b", b"uid=user00004,dc=test"],
+        [b""],
+        [],
+    ],
+)
+def test_member_values_read_together_as_one_at_a_time(tmp_path: Path, values) -> None:
+    """LdapProvider._member_keys against _member_keys_each: the same keys, the same
+    memo of values and the same spelling of each key, also across two groups whose
+    values are read one after the other."""
+    cfg = make_domain(["ldap://127.0.0.1:9"], "dc=example,dc=test")
+    together, _, _ = make_backend(tmp_path / "a", cfg, Counters())
+    alone, _, _ = make_backend(tmp_path / "b", cfg, Counters())
+    later = [b"UID=USER00002,OU=PEOPLE,DC=EXAMPLE,DC=TEST", b"uid=user00005,dc=test"]
+    for group in (values, later + values):
+        got = together._member_keys(group)
+        dn._KEYS.clear()
+        assert got == alone._member_keys_each(group)
+        assert together._member_memo == alone._member_memo
+        assert list(together._member_dn.items()) == list(alone._member_dn.items())
+
