@@ -1365,21 +1365,32 @@ class LdapProvider:
             scans[k].unknown = True  # still changing: stored incomplete (expired)
         complete = self._complete(found, scans) if self.schema.bis else set(posix)
         with self.counters.timer(NESTED_COMPARE):
+            # Only a stamp stored under the trust rule matches (validate.py); and not
+            # for a group `cached cache -E` expired: its members are here anyway, so
+            # they are named again (what SSSD's reset of the stamp does, #5596).
+            same = [
+                g
+                for k, g in posix.items()
+                if g.modstamp
+                and k in complete
+                and (t := stored.get(g.name)) is not None
+                and t.data_expire != EXPIRED
+                and (t.modstamp, t.usn) == (g.modstamp, g.usn)
+            ]
+            touch: set[str] = set()
+            if same:
+                # Touched only with the stored gid and DN too (validate.unchanged): the
+                # same stamp can map to another gid (ID mapping, or ldap_group_gid_number
+                # changed before a restart) — found in review — and not when due a whole
+                # read. One read of each store for all of them, none on a cold fetch.
+                names = [g.name for g in same]
+                idents, late = self.cache.group_stamps(names), validate.due(self, names)
+                unchanged = validate.unchanged
+                touch = {g.name for g in same
+                         if g.name not in late and unchanged(g, idents.get(g.name))}  # fmt: skip
             for k, g in posix.items():
-                t = stored.get(g.name)
                 ok = k in complete
-                # Only a stamp stored under the trust rule matches (validate.py); and
-                # not for a group `cached cache -E` expired: its members are here
-                # anyway, so they are named again (what SSSD's reset of the stamp
-                # does, #5596).
-                if (
-                    g.modstamp
-                    and ok
-                    and t is not None
-                    and t.data_expire != EXPIRED
-                    and (t.modstamp, t.usn) == (g.modstamp, g.usn)
-                    and not validate.due(self, [g.name])
-                ):
+                if g.name in touch:
                     self.cache.touch_group(batch, g.name, g.modstamp, g.usn)
                     continue
                 users, groups = self._members(k, g, scans)

@@ -287,7 +287,7 @@ def _provider(
     read at connect loses the ASQ control, as on a server that does not list it."""
     text = config_text([dc.ldapi_uri], dc.base_dn, tmp, **_opts(dc, **extra))
     domain = parse_config(text).domains[0]
-    (tmp / "db").mkdir(parents=True)
+    (tmp / "db").mkdir(parents=True, exist_ok=True)  # again: a restart on the same cache
     client = LdapClient(domain)
     cache = open_backend_cache(str(tmp / "db"), domain, counters=Counters())
     p = AdProvider(domain, client, cache, Counters())
@@ -1089,3 +1089,33 @@ def test_a_changed_group_listing_an_unchanged_token_group_is_stored_complete(
         assert p.cache.group_stamps(["rng"])["rng"][0]
         assert _members(p, "rng") == {"m0002", "m0003", "m0005"}
         assert _refresh(p, "m0002")["fetched"] == 0
+
+
+def test_a_restart_with_another_id_range_stores_the_new_gids(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """ID mapping with another range after a restart (no ``cached cache -E``): every
+    group maps to a new gid with its stamp unchanged. The store's shortcut (same
+    stamp: only touched) must not keep the old gid, or the user's list names gids the
+    cache holds no group under (found in review: once the read_whole records outlived
+    a restart, nothing made these groups be stored again)."""
+    dc, _ = ad
+    scratch.add("rim", None, [_person(22)])  # no gidNumber: the gid is the mapped SID
+    with _provider(dc, tmp_path, ldap_id_mapping="true") as (p, _spy):
+        assert p.initgroups("m0022").outcome is Outcome.FOUND
+        view = p.cache.group_by_name("rim").value
+        assert view is not None
+        old = view.gid
+    with _provider(
+        dc, tmp_path, ldap_id_mapping="true",
+        ldap_idmap_range_min="400000", ldap_idmap_range_max="2000400000",
+    ) as (p, _spy):  # fmt: skip
+        p.cache.invalidate_users()  # the user's list expired; its groups are not
+        assert p.initgroups("m0022").outcome is Outcome.FOUND
+        ig = p.cache.initgroups("m0022").value
+        assert ig is not None
+        view = p.cache.group_by_name("rim").value
+        assert view is not None
+        assert view.gid == old + 200000, (old, view.gid)
+        assert view.gid in set(array.array("I", ig.gids))
+        assert p.cache.group_by_gid(view.gid).value is not None
