@@ -423,15 +423,15 @@ def store_validated(
     known: dict[str, Member],
     mine: set[str],
 ) -> None:
-    """Store a validated refresh of ``user``'s groups in one write, as
-    :func:`refresh_initgroups` stores its own: ``posix``, the user's groups as the
-    stamp searches read them (by DN key); ``stale``, those whose stamp did not match;
-    ``full``, what was fetched whole for them (with the groups below them); ``mine``,
-    the keys of ``posix`` that are the user's list. The groups neither stale nor
-    fetched whole are touched; a stale group not found again (renamed or deleted
-    since its stamp was read) stays one of the user's groups, nothing of it stored;
-    the groups the user left are re-read (``LdapProvider._vanished``). The AD
-    provider's tokenGroups refresh uses it (cached/ldap/ad.py)."""
+    """Store a validated refresh of ``user``'s groups in one write
+    (:func:`refresh_initgroups`, and the AD provider's tokenGroups refresh in
+    cached/ldap/ad.py): ``posix``, the user's groups as the stamp searches read them (by
+    DN key); ``stale``, those whose stamp did not match; ``full``, what was fetched
+    whole for them (with the groups below them); ``mine``, the keys of ``posix`` that
+    are the user's list. The groups neither stale nor fetched whole are touched; a stale
+    group not found again (renamed or deleted since its stamp was read) stays one of the
+    user's groups, nothing of it stored; the groups the user left are re-read
+    (``LdapProvider._vanished``)."""
     found = dict(full)
     stamp_only = {k for k in posix if k not in stale and k not in found}
     lost = {k for k in stale if k not in full}
@@ -447,8 +447,9 @@ def store_validated(
             p.cache.touch_group(batch, g.name, g.modstamp, g.usn)
         for g_name in gone:
             p.cache.delete_group(batch, g_name)
-        # The version stored: a group fetched whole since its stamp was read (renamed
-        # in between) is listed under the name it is stored under.
-        listed = [found.get(k) or posix[k] for k in mine]
+        # The version stored (``found`` holds every key of ``posix``): a group fetched
+        # whole since its stamp was read (renamed in between) is listed under the name
+        # it is stored under.
+        listed = [found[k] for k in mine]
         gids = {user.gid} | {g.gid for g in listed}
         p.cache.put_initgroups(batch, user.name, gids, [g.name for g in listed])
