@@ -828,6 +828,17 @@ def _no_member_values(spy: _Spy) -> None:
     assert "member" not in {a.lower() for a in spy.attrs} and spy.asq() == 0, spy.calls
 
 
+def _validated(p: AdProvider, spy: _Spy, key: str | int) -> dict[str, float]:
+    """The lookup once expired (``_lookup``), found by one validation by stamps: nothing
+    fetched whole, no member value asked for."""
+    spy.calls.clear()
+    spy.attrs.clear()
+    got = _lookup(p, key)
+    assert got["found"] and got["runs"] == 1 and got["fetched"] == 0, (key, got)
+    _no_member_values(spy)
+    return got
+
+
 def test_group_lookup_after_expiry_validates_by_stamps(
     tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
 ) -> None:
@@ -848,11 +859,7 @@ def test_group_lookup_after_expiry_validates_by_stamps(
         big = _answer(p, "big")
         assert big == (40004, set(data.groups["big"][1]))
         for key in ("big", 40004):
-            spy.calls.clear()
-            spy.attrs.clear()
-            got = _lookup(p, key)
-            assert got["found"] and got["runs"] == 1 and got["fetched"] == 0, (key, got)
-            _no_member_values(spy)
+            got = _validated(p, spy, key)
             assert got["bytes"] < cold / 20, (got, cold)
             assert _answer(p, "big") == big
 
@@ -860,11 +867,7 @@ def test_group_lookup_after_expiry_validates_by_stamps(
         assert p.group_by_name("gva").outcome is Outcome.FOUND
         assert _answer(p, "gva") == (40960, {"m0010", "m0011", "m0012"})
         for key in ("gva", 40960):
-            spy.calls.clear()
-            spy.attrs.clear()
-            got = _lookup(p, key)
-            assert got["found"] and got["runs"] == 1 and got["fetched"] == 0, (key, got)
-            _no_member_values(spy)
+            _validated(p, spy, key)
             assert _answer(p, "gva") == (40960, {"m0010", "m0011", "m0012"})
             assert _answer(p, "gvb") == (40961, {"m0012"})
 
