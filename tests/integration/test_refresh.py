@@ -476,6 +476,48 @@ def test_a_restart_keeps_when_each_group_was_read_whole(tmp_path, slapd_small_fr
         cache.close()
 
 
+def test_hostile_read_whole_records_make_their_groups_read_whole(tmp_path, slapd_small):
+    # The read_whole records are in the no-sync timestamp store, which anything with
+    # root can write: a record that is not a sane past time (wrong size, NaN, +inf,
+    # -inf, in the future) makes its group read whole at the next refresh, as no
+    # record would (validate.due), and the commit writes a sane one back. The other
+    # groups, with their records as the cold read left them, are validated by stamps.
+    s, exp = slapd_small.slapd, slapd_small.expected
+    user = exp.big_user
+    cfg = make_domain([s.uri], s.base_dn)
+    every = cfg.refresh_full_interval
+    assert every > 0
+    with _resolved(tmp_path, cfg, user) as (p, cache, counters):
+        before = _state(cache, user)
+        direct = sorted(g for g in exp.direct_groups(user) if not exp.group(g).member_groups)
+        forged = {
+            "short": b"\x00" * (READ_WHOLE.size - 1),
+            "long": READ_WHOLE.pack(time.time()) + b"\x00",
+            "nan": READ_WHOLE.pack(float("nan")),
+            "inf": READ_WHOLE.pack(float("inf")),
+            "-inf": READ_WHOLE.pack(float("-inf")),
+            "future": READ_WHOLE.pack(time.time() + every),
+        }
+        assert len(direct) > len(forged)
+        hit = dict(zip(direct, forged.values(), strict=False))
+        cache.ts.write([("read_whole", cache.key(g), v) for g, v in hit.items()])
+        offset = s.log_offset()
+        started = time.time()
+        _refresh(p, cache, user)
+        # Those groups alone, whole: named in the member searches, one each.
+        assert counters.get(VALIDATE_FETCHED).amount == len(hit)
+        fetched = " ".join(op.filter for op in _member_searches(s, offset) if op.nentries)
+        assert all(f"(cn={g})" in fetched for g in hit), (sorted(hit), fetched)
+        assert not any(f"(cn={g})" in fetched for g in direct if g not in hit)
+        assert _state(cache, user) == before
+        again = cache.read_whole_times(list(hit))
+        assert sorted(again) == sorted(hit)
+        assert all(started <= t <= time.time() for t in again.values()), again
+        # Sane records now: the next refresh validates every group by stamps.
+        _refresh(p, cache, user)
+        assert counters.get(VALIDATE_FETCHED).amount == len(hit)
+
+
 def test_modify_timestamp_alone_trusts_only_old_stamps(tmp_path, slapd_small_fresh):
     # A server without entryCSN (here: an attribute it does not have is configured):
     # modifyTimestamp has one-second resolution, so the stamps of groups written

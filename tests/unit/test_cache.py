@@ -713,3 +713,50 @@ def test_read_whole_records_survive_restarts_and_invalidation(tmp_path):
     assert c.ts_rebuilt_reason
     assert c.read_whole_times(["group00003"]) == {}
     c.close()
+
+
+def test_hostile_read_whole_records_count_as_due(tmp_path):
+    """A read_whole record (cache.READ_WHOLE, 8 bytes: a big-endian double) that is not
+    a sane past time makes its group due a whole read (validate.due): the timestamp
+    store is no-sync and also written by `cached cache`, and the clock can move back,
+    so a record is a hint, never trusted beyond the interval. A value of the wrong size
+    is not read at all (as no record); NaN, +inf, -inf, a time in the future, and one
+    older than refresh_full_interval all count as due. Only a time within the last
+    interval does not."""
+    from types import SimpleNamespace
+
+    from cached.ldap.validate import due
+
+    every = 3600
+    c = backend(tmp_path)
+    now = time.time()
+    hostile = {
+        "empty": b"",
+        "short": b"\x41\xda\x00\x00",  # 4 bytes
+        "long": cache_mod.READ_WHOLE.pack(now) + b"\x00",  # 9 bytes
+        "twice": cache_mod.READ_WHOLE.pack(now) * 2,  # 16 bytes
+        "nan": cache_mod.READ_WHOLE.pack(float("nan")),
+        "negnan": b"\xff\xf8" + b"\x00" * 6,  # a NaN with the sign bit set
+        "inf": cache_mod.READ_WHOLE.pack(float("inf")),
+        "neginf": cache_mod.READ_WHOLE.pack(float("-inf")),
+        "future": cache_mod.READ_WHOLE.pack(now + every),
+        "soon": cache_mod.READ_WHOLE.pack(now + 60),  # the clock moved back a minute
+        "old": cache_mod.READ_WHOLE.pack(now - every - 1),
+        "zero": cache_mod.READ_WHOLE.pack(0.0),
+        "negative": cache_mod.READ_WHOLE.pack(-1.0),
+    }
+    fine = {"recent": cache_mod.READ_WHOLE.pack(now - 10)}
+    names = sorted(hostile) + sorted(fine) + ["absent"]
+    c.ts.write([("read_whole", c.key(n), v) for n, v in {**hostile, **fine}.items()])
+
+    # The pure read: a value of the wrong size is as no record; 8 bytes are unpacked.
+    got = c.read_whole_times(names)
+    assert set(got) == set(names) - {"empty", "short", "long", "twice", "absent"}
+    assert got["recent"] == now - 10
+
+    p = SimpleNamespace(cfg=SimpleNamespace(refresh_full_interval=every), cache=c)
+    assert due(p, names) == set(hostile) | {"absent"}
+    # refresh_full_interval = 0 turns whole reads by age off: nothing is due.
+    p.cfg.refresh_full_interval = 0
+    assert due(p, names) == set()
+    c.close()
