@@ -518,6 +518,84 @@ def test_hostile_read_whole_records_make_their_groups_read_whole(tmp_path, slapd
         assert counters.get(VALIDATE_FETCHED).amount == len(hit)
 
 
+def test_unpaged_stamp_searches_are_split_under_a_size_limit(tmp_path):
+    # The stamp searches validate.py sends unpaged — the walk's levels above the first
+    # (walk_stamps) and a group lookup's member groups by name (refresh_group) — go out
+    # together, without the paging control; a server's size limit (slapd's sizelimit,
+    # Debian's default 500; 10 here) cuts them as it cuts paged ones, and the split
+    # (LdapProvider._split_search_many) must still give the exact answer. u0 is in 12
+    # groups g0..g11; top0..top11 each hold one of them and hub holds all 12: the
+    # walk's second level (12 assertions, 13 groups) and hub's 12 member groups by
+    # name are each one unpaged search past the limit.
+    from testing.slapd import Slapd as _Slapd
+
+    base = "dc=lim,dc=test"
+    people, groups = f"ou=people,{base}", f"ou=groups,{base}"
+
+    def group(cn: str, gid: int, members: list[str]) -> str:
+        return (f"dn: cn={cn},{groups}\nobjectClass: groupOfNames\nobjectClass: posixGroup\n"
+                f"cn: {cn}\ngidNumber: {gid}\n" + "".join(f"member: {m}\n" for m in members)
+                + "\n")  # fmt: skip
+
+    g = [f"cn=g{i},{groups}" for i in range(12)]
+    ldif = (
+        f"dn: {base}\nobjectClass: dcObject\nobjectClass: organization\ndc: lim\no: lim\n\n"
+        + f"dn: {people}\nobjectClass: organizationalUnit\nou: people\n\n"
+        + f"dn: {groups}\nobjectClass: organizationalUnit\nou: groups\n\n"
+        + "".join(
+            f"dn: uid=u{i},{people}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+            f"cn: u{i}\nsn: x\nuid: u{i}\nuidNumber: {8000 + i}\ngidNumber: 5000\n"
+            f"homeDirectory: /home/u{i}\n\n"
+            for i in range(3)
+        )
+        + "".join(group(f"g{i}", 9000 + i, [f"uid=u0,{people}"]) for i in range(12))
+        + "".join(group(f"top{i}", 9100 + i, [g[i]]) for i in range(12))
+        + group("hub", 9200, g)
+    )
+    (tmp_path / "l.ldif").write_text(ldif)
+    with _Slapd(tmp_path / "s", tmp_path / "l.ldif", base, sizelimit=10, deref=False) as s:
+        cfg = make_domain([s.uri], base, ldap_schema="rfc2307bis",
+                          ldap_group_entry_usn="entryCSN")  # fmt: skip
+        assert cfg.ldap_group_nesting_level >= 2
+        with _resolved(tmp_path, cfg, "u0") as (p, cache, counters):
+            assert p.group_by_name("hub").outcome is Outcome.FOUND
+            cold = _state(cache, "u0")
+            assert cold[0] == {5000} | {9000 + i for i in range(12)} | {
+                9100 + i for i in range(12)} | {9200}  # fmt: skip
+            hub = _group_answer(cache, "hub")
+            assert hub[1] == {"u0"}
+
+            def cut_stamp_searches(offset: int, marker: str) -> list[SearchOp]:
+                # Stamp searches (no member values asked for) the limit cut (err 4).
+                return [op for op in s.searches(offset) if op.err == 4 and marker in
+                        op.filter and "member" not in {a.lower() for a in op.attrs}]  # fmt: skip
+
+            # One group changed: the refresh fetches it alone (and what is below it), exact.
+            s.ldap_modify(f"dn: cn=top3,{groups}\nchangetype: modify\nadd: member\n"
+                          f"member: uid=u1,{people}\n\n")  # fmt: skip
+            offset = s.log_offset()
+            _refresh(p, cache, "u0")
+            # The second level, (member=cn=gN,...) ORed, unpaged, was cut and split.
+            assert cut_stamp_searches(offset, f"(member=cn=g1,{groups})"), s.searches(offset)
+            # top3 whole, with g3, its member group below it (as a group lookup reads it).
+            assert counters.get(VALIDATE_FETCHED).amount == 2
+            assert _state(cache, "u0") == _oracle(tmp_path, cfg, "u0")
+            assert _group_answer(cache, "top3")[1] == {"u0", "u1"}
+
+            # The group lookup: hub and its 12 member groups by name, one round trip
+            # of stamps, cut and split; all unchanged, so nothing is fetched whole.
+            cache.invalidate_all()
+            validated = counters.get(VALIDATE).count
+            offset = s.log_offset()
+            assert p.group_by_name("hub").outcome is Outcome.FOUND
+            assert cut_stamp_searches(offset, "(cn=g1)"), s.searches(offset)
+            assert counters.get(VALIDATE).count == validated + 1
+            assert counters.get(VALIDATE_FETCHED).amount == 2
+            assert _member_searches(s, offset) == []
+            assert _group_answer(cache, "hub") == hub
+            assert cache.group_by_name("hub").state is State.VALID
+
+
 def test_modify_timestamp_alone_trusts_only_old_stamps(tmp_path, slapd_small_fresh):
     # A server without entryCSN (here: an attribute it does not have is configured):
     # modifyTimestamp has one-second resolution, so the stamps of groups written
