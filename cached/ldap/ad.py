@@ -57,7 +57,9 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   stored one is only touched, ``LdapProvider._store_groups``) both compare it whole,
   so a stamp from another DC never matches. A group read on a connection other than
   the one identified (a reconnect or failover since the request began), or when the
-  identity cannot be read, has no stamp: it is fetched whole at its next refresh.
+  identity cannot be read (a bind DN denied reading the NTDS Settings object, or a
+  value that is not one GUID: :func:`invocation_id`), has no stamp: it is fetched
+  whole at its next refresh.
 """
 
 from __future__ import annotations
@@ -126,6 +128,17 @@ def _sid(values: list[bytes]) -> str | None:
         return sid_to_str(values[0]) if values else None
     except ValueError:
         return None
+
+
+def invocation_id(values: list[bytes]) -> str:
+    """A DC's ``invocationId`` as read from its NTDS Settings object: one value, a GUID
+    (16 bytes, [MS-DTYP] 2.3.4.2, first three fields little-endian) as text; "" for
+    anything else — no value (not readable by the bind DN), several, another size, or
+    the nil GUID, which no DC has — so that no stamp is kept (the module doc, "Stamps
+    are per DC"): a stamp qualified with a made-up identity could match another DC's."""
+    if len(values) != 1 or len(values[0]) != 16 or not any(values[0]):
+        return ""
+    return str(uuid.UUID(bytes_le=bytes(values[0])))
 
 
 def _domain_of(sid: str) -> str:
@@ -203,14 +216,13 @@ class AdProvider(LdapProvider):
                 if dsa
                 else []
             )
-            raw = got[0].get("invocationId") if got else []
-            ident = str(uuid.UUID(bytes_le=raw[0])) if raw and len(raw[0]) == 16 else ""
+            ident = invocation_id(got[0].get("invocationId") if got else [])
         except LdapOffline:
             raise
         except LdapError as e:
             ident, why = "", str(e)
         else:
-            why = "no dsServiceName in the root DSE" if not dsa else "no invocationId"
+            why = "no dsServiceName in the root DSE" if not dsa else "no invocationId as one GUID"
         if not ident:
             log.info("domain %s: the DC's invocationId is unreadable (%s); group stamps "
                      "are not kept, every refresh reads whole", self.cfg.name, why)  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from cached.cache.cache import READ_WHOLE
 from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
 from cached.counters import COUNTERS, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
-from cached.ldap.ad import AdProvider, sid_assertion, sid_to_bytes, sid_to_str
+from cached.ldap.ad import AdProvider, invocation_id, sid_assertion, sid_to_bytes, sid_to_str
 from cached.ldap.client import ASQ_OID, LdapClient, LdapError, Search, encode_asq, merge_ranges
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import Outcome
@@ -60,6 +61,17 @@ def test_sid_round_trip_and_filter_value() -> None:
     for bad in (b"\x01\x05\x00", raw + b"\x00"):
         with pytest.raises(ValueError):
             sid_to_str(bad)
+
+
+def test_invocation_id_is_one_guid_or_nothing() -> None:
+    """The DC identity stamps are qualified with (ad.py, "Stamps are per DC"): one
+    16-byte value, the GUID's first three fields little-endian ([MS-DTYP] 2.3.4.2);
+    anything else identifies no DC (""), so that no stamp is kept."""
+    raw = bytes.fromhex("a04c7e8c12f16140b5cb2798d485cfc7")  # a Samba DC's, as read
+    assert invocation_id([raw]) == "8c7e4ca0-f112-4061-b5cb-2798d485cfc7"
+    for bad in ([], [b""], [raw[:15]], [raw + b"\0"], [raw * 2], [raw, raw], [bytes(16)],
+                [raw.hex().encode()]):  # fmt: skip
+        assert invocation_id(bad) == "", bad
 
 
 def test_asq_control_value_is_ber() -> None:
@@ -788,6 +800,84 @@ def test_groups_read_after_a_reconnect_keep_no_stamp(
             t[1].endswith("@" + p.dc_id) for t in p.cache.group_stamps(list(stamps)).values()
         )
         assert _refresh(p, "m0008")["fetched"] == 0
+
+
+def test_a_dc_whose_invocation_id_is_unreadable_gets_exact_answers_and_keeps_no_stamp(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory], scratch: _Scratch
+) -> None:
+    """A bind DN that may not read the DC's NTDS Settings object (here: a deny ACE
+    for a service account of the test's own, set with samba-tool on the real DC)
+    cannot identify the DC (AdProvider._identify_dc): the lookups are as exact as an
+    administrator's, no group keeps a stamp, and every refresh — initgroups and
+    group lookup — reads whole, never validating by a stamp it cannot tie to a DC."""
+    dc, _ = ad
+    (root,) = dc.search("", "(objectClass=*)", ["dsServiceName"], scope=ldap3.BASE)
+    ntds = root["attributes"]["dsServiceName"][0]
+    pw = "N0-Inv0cati0nId!"
+    dn = f"CN=Rv NoId,{addir.PEOPLE}"
+    conn = scratch.conn
+    with contextlib.suppress(ldap3.core.exceptions.LDAPNoSuchObjectResult):
+        conn.delete(dn)  # left by an interrupted run
+    user = {"sAMAccountName": "rvnoid", "userAccountControl": "512",
+            "unicodePwd": f'"{pw}"'.encode("utf-16-le")}  # fmt: skip
+    assert conn.add(dn, "user", user), conn.result
+    scratch.dns.append(dn)
+    (me,) = dc.search(dn, "(objectClass=*)", ["objectSid"], scope=ldap3.BASE)
+    sid = sid_to_str(bytes(me["raw_attributes"]["objectSid"][0]))
+    # The DACL (SD_FLAGS control: DACL only, [MS-ADTS] 3.1.1.3.4.1.11), put back after.
+    dacl = [("1.2.840.113556.1.4.801", True, bytes.fromhex("3003020104"))]
+    conn.search(ntds, "(objectClass=*)", ldap3.BASE, attributes=["nTSecurityDescriptor"],
+                controls=dacl)  # fmt: skip
+    saved = conn.response[0]["raw_attributes"]["nTSecurityDescriptor"][0]
+    logins = ("alice", "m0002")
+    try:
+        subprocess.run(
+            [addc.SAMBA_TOOL, "dsacl", "set", "-s", str(dc.conf), "-H", dc.ldapi_uri,
+             "--simple-bind-dn", dc.admin_dn, "--password", dc.admin_pw,
+             "--objectdn", ntds, "--sddl", f"(D;;RP;;;{sid})"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        with _provider(dc, tmp_path / "admin") as (o, _):
+            for login in logins:
+                assert o.initgroups(login).outcome is Outcome.FOUND
+            assert o.dc_id  # the administrator reads it
+            want = {login: _groups_of(o, login) for login in logins}
+            names = sorted(set().union(*want.values()))
+            answers = {g: _answer(o, g) for g in names}
+            assert all(t[1].endswith("@" + o.dc_id) for t in o.cache.group_stamps(names).values())
+        with _provider(dc, tmp_path / "restricted", ldap_default_bind_dn=dn,
+                       ldap_default_authtok=pw,
+                       refresh_full_interval=STAMPS_AT_EXPIRY) as (p, spy):  # fmt: skip
+
+            def exact_and_unstamped(login: str) -> None:
+                assert p.dc_id == ""
+                assert _groups_of(p, login) == want[login]
+                mine = sorted(want[login])
+                assert {g: _answer(p, g) for g in mine} == {g: answers[g] for g in mine}
+                stamps = p.cache.group_stamps(mine)
+                assert sorted(stamps) == mine
+                assert all(t[:2] == ("", "") for t in stamps.values()), stamps
+
+            for login in logins:
+                assert p.initgroups(login).outcome is Outcome.FOUND
+                exact_and_unstamped(login)
+            # The refresh at expiry (stamps opted in): every group fetched whole.
+            for login in logins:
+                got = _refresh(p, login)
+                assert got["fetched"] == got["checked"] == len(want[login]), (login, got)
+                exact_and_unstamped(login)
+            # A group lookup once expired: nothing to validate by, read whole.
+            assert "big" in want["m0002"]
+            spy.calls.clear()
+            spy.attrs.clear()
+            got = _lookup(p, "big")
+            assert got["found"] and got["runs"] == 0, got
+            assert "member" in {a.lower() for a in spy.attrs} or spy.asq(), spy.calls
+            assert _answer(p, "big") == answers["big"]
+            assert p.cache.group_stamps(["big"])["big"][:2] == ("", "")
+    finally:
+        assert conn.modify(ntds, {"nTSecurityDescriptor": [(ldap3.MODIFY_REPLACE, [saved])]},
+                           controls=dacl), conn.result  # fmt: skip
 
 
 # -- validation before transfer: the group lookup (validate.refresh_group on AD) ------
