@@ -723,12 +723,15 @@ def test_hostile_read_whole_records_count_as_due(tmp_path):
     is not read at all (as no record); NaN, +inf, -inf, a time in the future, and one
     older than refresh_full_interval all count as due. Only a time within the last
     interval does not."""
-    from types import SimpleNamespace
-
     from cached.ldap.validate import due
+    from testing.backend import make_backend, make_domain
 
     every = 3600
-    c = backend(tmp_path)
+    # A provider never connected (no server: due reads the cache alone).
+    p, c, _ = make_backend(
+        tmp_path, make_domain(["ldap://127.0.0.1:1"], BASE, refresh_full_interval=every)
+    )
+    assert c.ts is not None
     now = time.time()
     hostile = {
         "empty": b"",
@@ -754,9 +757,5 @@ def test_hostile_read_whole_records_count_as_due(tmp_path):
     assert set(got) == set(names) - {"empty", "short", "long", "twice", "absent"}
     assert got["recent"] == now - 10
 
-    p = SimpleNamespace(cfg=SimpleNamespace(refresh_full_interval=every), cache=c)
     assert due(p, names) == set(hostile) | {"absent"}
-    # refresh_full_interval = 0 turns whole reads by age off: nothing is due.
-    p.cfg.refresh_full_interval = 0
-    assert due(p, names) == set()
     c.close()
