@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from operator import itemgetter
 from typing import TypeVar, cast
 
 import lmdb
@@ -33,6 +34,7 @@ MAX_TABLES = 16
 
 # A write: (table, key, value) puts, or (table, key, None) deletes.
 Op = tuple[str, bytes, bytes | None]
+_KEY = itemgetter(0)  # of a (key, value) pair
 
 
 class StoreWriteError(Exception):
@@ -198,7 +200,12 @@ class Store:
                 for table, items in by_table.items():
                     db = self.tables[table]
                     if table not in deleting:
-                        # No None among a table's values without a delete.
+                        # No None among a table's values without a delete. In key
+                        # order (a stable sort: the last put of a key still wins):
+                        # B-tree inserts in order touch each page once; the 2,085
+                        # read_whole records of a cold initgroups, from a set, took
+                        # 2.1 ms in their order, 1.5 ms sorted first.
+                        items.sort(key=_KEY)
                         txn.cursor(db=db).putmulti(cast("list[tuple[bytes, bytes]]", items))
                         continue
                     for key, value in items:

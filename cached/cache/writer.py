@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
@@ -31,7 +31,7 @@ from cached.cache.cache import (
     times_or_missing,
 )
 from cached.cache.integrity import mark_clean, open_backend_stores, open_ts_checked, read_boot_id
-from cached.cache.records import GroupRecord, Times
+from cached.cache.records import Times
 from cached.cache.store import Op, StoreWriteError
 from cached.config import DomainConfig
 from cached.counters import (
@@ -95,7 +95,8 @@ class WriteBatch:
         self.since = since
         self.started = started
         self.users: dict[bytes, tuple[User, str, str]] = {}
-        self.groups: dict[bytes, tuple[GroupRecord, str, str, bool]] = {}
+        # key -> (records.encode_group_of, gid, DN, modstamp, USN, complete)
+        self.groups: dict[bytes, tuple[bytes, int, str, str, str, bool]] = {}
         self.touched_groups: dict[bytes, tuple[str, str]] = {}
         self.initgr: dict[bytes, tuple[tuple[int, ...], tuple[str, ...]]] = {}
         self.deleted_users: set[bytes] = set()
@@ -230,25 +231,50 @@ class BackendCache(DomainCache):
         """Store a group. ``complete=False``: its member groups down to the nesting
         level were not all fetched, so it is stored already expired, as SSSD stores
         the incomplete groups of initgroups (reference §6.3 step 4)."""
-        key = self.key(group.name)
-        if self._refused("group", group.name, group.gid, group.dn, key):
+        self.put_group_of(batch, group.name, group.gid, group.dn, group.members,
+                          group.member_groups, modstamp, usn, complete, aliases)  # fmt: skip
+
+    def put_group_of(
+        self,
+        batch: WriteBatch,
+        name: str,
+        gid: int,
+        dn: str,
+        members: Collection[str],
+        member_groups: Collection[str],
+        modstamp: str = "",
+        usn: str = "",
+        complete: bool = True,
+        aliases: Iterable[str] = (),
+        *,
+        checked: bool = False,
+        whole: bool = False,
+    ) -> None:
+        """put_group of a Group(name, gid, dn, members, member_groups), without one
+        built (the backend stores 2,085 for a cold initgroups of bigroupuser).
+        ``members`` a dict or set: unique already (records.encode_group_of).
+        ``checked``: storable_group(name, gid, dn) answered True for these very values
+        (the provider asks it of every group it fetches), so they are not checked
+        again. ``whole``: the group was read whole (read_whole)."""
+        key = self.key(name)
+        if not checked and self._refused("group", name, gid, dn, key):
             return
-        # One join and a search in C, not a test per member (5,000 for large01).
-        if "\0" in "".join(group.members) or "\0" in "".join(group.member_groups):
+        record = rec.encode_group_of(name, gid, dn, members, member_groups)
+        if record is None:
             # A NUL would split one member into two in the NUL-joined list.
-            limited.log(("nul-member", group.name), logging.WARNING,
+            limited.log(("nul-member", name), logging.WARNING,
                         "group %r: member values with a NUL character are ignored",
-                        group.name[:64])  # fmt: skip
-            group = Group(group.name, group.gid, group.dn,
-                          tuple(m for m in group.members if "\0" not in m),
-                          tuple(m for m in group.member_groups if "\0" not in m))  # fmt: skip
-        self._put_aliases(batch, b"g", key, aliases)
-        batch.groups[key] = (
-            GroupRecord.from_group(group),
-            modstamp,
-            usn,
-            complete,
-        )
+                        name[:64])  # fmt: skip
+            record = rec.encode_group_of(
+                name, gid, dn, [m for m in members if "\0" not in m],
+                [m for m in member_groups if "\0" not in m],
+            )  # fmt: skip
+            assert record is not None
+        if aliases:
+            self._put_aliases(batch, b"g", key, aliases)
+        batch.groups[key] = (record, gid, dn, modstamp, usn, complete)
+        if whole:
+            batch.read_whole.add(key)
 
     def read_whole(self, batch: WriteBatch, name: str) -> None:
         """Group ``name``, stored in this batch, was read whole (members named from
@@ -317,10 +343,10 @@ class BackendCache(DomainCache):
                     ts_ops.append(("users", key, rec.encode_times(times)))
 
             groups_db, fresh, stale = t["groups"], now + self.timeouts.group, now - 1
-            for key, (group, modstamp, usn, complete) in batch.groups.items():
-                new = rec.encode_group(group)
+            for key, (new, gid, dn, modstamp, usn, complete) in batch.groups.items():
                 old = txn.get(key, db=groups_db)
-                ops += self._put_ops("groups", key, new, old, (group.gid, group.dn))
+                if old != new:
+                    ops += self._put_ops("groups", key, new, old, (gid, dn))
                 expire = fresh if complete else stale
                 packed = rec.pack_times(now, expire, 0.0, modstamp, usn)
                 (ts_ops if complete else early).append(("groups", key, packed))
@@ -331,7 +357,7 @@ class BackendCache(DomainCache):
             # request's start, not the commit: what it read is at least that old.
             whole = READ_WHOLE.pack(now if batch.started is None else batch.started)
             ts_ops += [("read_whole", key, whole) for key in batch.read_whole
-                       if key in batch.groups and batch.groups[key][3]]  # fmt: skip
+                       if key in batch.groups and batch.groups[key][5]]  # fmt: skip
 
             for akey, target in batch.aliases.items():
                 if txn.get(akey, db=t["alias"]) != target:

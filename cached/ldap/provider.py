@@ -41,7 +41,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain, filterfalse
@@ -76,7 +76,7 @@ from cached.ldap.client import (
     Search,
 )
 from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, escape, first
-from cached.model import Group, User
+from cached.model import User
 
 log = logging.getLogger(__name__)
 
@@ -1282,21 +1282,23 @@ class LdapProvider:
 
     def _members(
         self, k: str, g: _GroupEntry, scans: dict[str, _Scan]
-    ) -> tuple[list[str], list[str]]:
+    ) -> tuple[Collection[str], Collection[str]]:
         """(member user names, member POSIX group names) of ``g``. A non-POSIX member
         group is walked through: its members count one level deeper (item 8), each
-        walked group at the depth it is first reached."""
+        walked group at the depth it is first reached. The scan's own dicts when
+        nothing is walked through (the caller only reads them): a dict is unique,
+        so the record's encoding sorts it with no set built (encode_group_of)."""
         s = self.schema
         if self.cfg.ignore_group_members:
-            return [], []
+            return (), ()
         if not s.bis:
-            return _names_each(g.entry.get(s.group_member)), []
+            return _names_each(g.entry.get(s.group_member)), ()
         levels = s.nesting_level
         sc = scans[k]
         if levels <= 0:
-            return list(sc.users), []
+            return sc.users, ()
         if not sc.walk:
-            return list(sc.users), list(sc.groups)
+            return sc.users, sc.groups
         users, groups = dict(sc.users), dict(sc.groups)
         seen = {k}
         stack: list[tuple[str, int]] = []
@@ -1388,6 +1390,8 @@ class LdapProvider:
                 unchanged = validate.unchanged
                 touch = {g.name for g in same
                          if g.name not in late and unchanged(g, idents.get(g.name))}  # fmt: skip
+            put, name_attr = self.cache.put_group_of, self.schema.group_name
+            trusted, started = validate.trusted_stamp, self.request_started
             for k, g in posix.items():
                 ok = k in complete
                 if g.name in touch:
@@ -1398,16 +1402,11 @@ class LdapProvider:
                 # A non-POSIX member group's members count as the group's own (item
                 # 8): its stamp does not cover them (validate.py).
                 if ok and not (k in scans and scans[k].through):
-                    stamp = validate.trusted_stamp(g.modstamp, g.usn, self.request_started)
-                self.cache.put_group(
-                    batch,
-                    Group(g.name, g.gid, g.entry.dn, tuple(users), tuple(groups)),
-                    stamp,
-                    g.usn,
-                    complete=ok,
-                    aliases=_group_aliases(g, self.schema.group_name),
-                )
-                self.cache.read_whole(batch, g.name)
+                    stamp = trusted(g.modstamp, g.usn, started)
+                # Every posix _GroupEntry passed storable_group in _group_entry with
+                # this name, gid and DN: not checked again (checked=True).
+                put(batch, g.name, g.gid, g.entry.dn, users, groups, stamp, g.usn, ok,
+                    _group_aliases(g, name_attr), checked=True, whole=True)  # fmt: skip
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()
