@@ -1181,8 +1181,15 @@ class LdapProvider:
                 tags.append((True, False))
                 jobs.append((s.user_bases, [("s", a) for a in chunk], uattrs, None))
                 tags.append((False, False))
+        # Past the first level the walk's answers are small (bigroupuser's level 2:
+        # two ORs of 1,000 DNs, 78 entries each, 20 ms of slapd each): unpaged, they go
+        # out together and slapd works on them on two threads. The first level (the
+        # user's own groups: 2,000 there) stays paged, as AD does throughout: its
+        # MaxPageSize cuts an unpaged answer at 1,000, where pages go on. A size limit
+        # that cuts an unpaged answer splits it (_split_search_many), as a paged one.
+        paged = level == 0 or again or s.ad
         for (from_groups, only_up), entries in zip(
-            tags, self._split_search_many(jobs, self._round_filter, also=sweep), strict=True
+            tags, self._split_search_many(jobs, self._round_filter, paged, sweep), strict=True
         ):
             out += [(e, from_groups, only_up) for e in entries]
         return out
