@@ -15,13 +15,13 @@ requests ask for whole levels at once:
   value its RDN spells when several, as SSSD), its kind from its objectClass, its
   existence and base membership from the server; the DN's spelling is never the
   answer. Users already cached serve by DN (the cache's DN index); thousands of
-  unknown members are named by one bounded, paged sweep of the user bases
-  (_sweep_users); where the server has the deref control (and no base has a
-  filter), the walk's group searches carry it — not on the first level when a sweep
-  is possible, nor after one (_deref_walk) — so every group comes with its members'
-  names and classes; the rest are looked up by RDN value — a hint to batch by,
-  matched back by DN — folded into the walk's searches where users and groups share
-  a base. A member that exists
+  unknown members are named by one bounded sweep of the user bases (_sweep_users;
+  unpaged, sent with the walk's next searches, _closure); where the server has the
+  deref control (and no base has a filter), the walk's group searches carry it —
+  not on the first level when a sweep is possible, nor after one (_deref_walk) — so
+  every group comes with its members' names and classes; the rest are looked up by
+  RDN value — a hint to batch by, matched back by DN — folded into the walk's
+  searches where users and groups share a base. A member that exists
   nowhere, lies outside every search base, is neither user nor group of the
   configured classes or has no ids is dropped, and the group stays complete.
 
@@ -955,8 +955,8 @@ class LdapProvider:
         return attrs
 
     def _sweep_possible(self) -> bool:
-        """Paged results: unpaged, a sweep's whole answer would arrive before its
-        bound could stop it."""
+        """Paged results: the paged sweep is the one that runs where a server's own
+        limit cuts the unpaged one (_sweep_unpaged), and AD's."""
         info = self.client.info
         return (
             not self.sweep_cut
@@ -966,10 +966,11 @@ class LdapProvider:
         )
 
     def _sweep_users(self, lookup: dict[str, tuple[str, int]], known: dict[str, Member]) -> None:
-        """Name thousands of unknown members with one paged search of the user bases
-        for every user, when that search is bounded by the answer: it runs only for
-        at least ``sweep_min`` unknown members, once per request, and stops
-        (:class:`LdapTooMany`) once it passes ``sweep_factor`` times their number,
+        """Name thousands of unknown members with one search of the user bases for
+        every user, when that search is bounded by the answer: it runs only for at
+        least ``sweep_min`` unknown members, once per request, and stops (its own
+        sizeLimit, or :class:`LdapTooMany` when paged, _sweep) once it passes
+        ``sweep_factor`` times their number,
         leaving them to the batched look-ups. A directory of 500,000 users thus
         costs at most twice the names wanted, never the whole directory. The users
         it returns name the later rounds' members too, with no look-up; the

@@ -26,10 +26,12 @@ class _Spy:
         self.calls: list[tuple[str, int, bool]] = []
         self.stopped = 0  # searches stopped at their max_entries (a sweep's bound)
         self.unpaged = 0  # sweeps sent unpaged, bounded by their own sizeLimit
+        self.batches: list[list[Search]] = []  # the searches of each call, sent together
         self._search_many = client.search_many
         client.search_many = self  # type: ignore[method-assign]
 
     def __call__(self, specs: list[Search], *args: Any, **kw: Any) -> Any:
+        self.batches.append(list(specs))
         # A sweep is bounded: paged by max_entries, unpaged by its own sizeLimit.
         self.unpaged += sum(1 for sp in specs if sp.size_limit and not sp.paged)
         self.calls += [
@@ -56,6 +58,7 @@ class _Spy:
 
     def clear(self) -> None:
         self.calls.clear()
+        self.batches.clear()
         self.stopped = self.unpaged = 0
 
 
@@ -156,6 +159,32 @@ def test_bigroupuser_swept_once_and_never_dereferenced(tmp_path, slapd_big):
     assert p.group_by_name("large01").outcome is Outcome.FOUND
     assert stored_members(cache, "large01") == exp.members("large01", 2)
     assert (spy.sweeps(), spy.derefs()) == (1, 0), spy.calls
+
+
+def test_bigroupuser_sweep_goes_out_unpaged_with_the_walk(tmp_path, slapd_big):
+    """The sweep is one unpaged search bounded by its own sizeLimit, sent with the
+    level-2 walk-up searches (several message IDs outstanding): slapd logs one
+    operation returning every user, not pages of 1,000 one after the other, and
+    receives the walk-up searches while it still sends the users."""
+    exp = slapd_big.expected
+    server = slapd_big.slapd
+    p, cache, spy = _backend(tmp_path, slapd_big)
+    offset = server.log_offset()
+    assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
+    assert stored_gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 2)
+    (batch,) = [b for b in spy.batches if any(sp.size_limit for sp in b)]
+    sweep = batch[0]
+    assert not sweep.paged and sweep.size_limit > len(exp.user_names()), batch
+    # Sent together with the walk's next level, unpaged too.
+    walk = [sp for sp in batch[1:] if "(member=" in sp.filt]
+    assert walk and not any(sp.paged for sp in walk), batch
+    ops = server.searches(offset)
+    swept = [op for op in ops if op.filter == sweep.filt]
+    assert [op.nentries for op in swept] == [len(exp.user_names())], swept
+    # slapd's log: a walk-up search begun before the sweep's result was sent.
+    log = server._log_since(offset)
+    began = log.index(f"conn={swept[0].conn} op={swept[0].op + 1} SRCH ")
+    assert began < log.index(f"conn={swept[0].conn} op={swept[0].op} SEARCH RESULT "), log[:2000]
 
 
 def test_a_sweep_that_gave_up_is_not_tried_again_for_as_many_members(tmp_path, slapd_small):
