@@ -706,10 +706,18 @@ class LdapProvider:
         return any(in_scope(key, normalize_dn(b.dn), b.scope) for b in bases)
 
     def _user_base_keys(self) -> Callable[[str], bool]:
-        """_in_bases(key, user bases) with the bases' keys read once (thousands of
-        members are checked at once, _closure)."""
+        """_in_bases(key, user bases) for thousands of members at once (_closure):
+        subtree bases by one ``str.endswith`` of their suffixes (in_scope's test,
+        dn.is_under), in C; in_scope per key took 9 ms for bigroupuser's 5,000."""
         bases = [(normalize_dn(b.dn), b.scope) for b in self.schema.user_bases]
-        return lambda key: any(in_scope(key, b, scope) for b, scope in bases)
+        if any(scope == "sub" and not b for b, scope in bases):
+            return lambda _key: True  # the root DSE's whole tree
+        subs = tuple("," + b for b, scope in bases if scope == "sub")
+        tops = {b for b, scope in bases if scope == "sub"}
+        rest = [(b, scope) for b, scope in bases if scope != "sub"]
+        return lambda key: (
+            key.endswith(subs) or key in tops or any(in_scope(key, b, sc) for b, sc in rest)
+        )
 
     # -- groups: members to names --------------------------------------------------
 
