@@ -819,7 +819,10 @@ class LdapProvider:
             # The sweep, when due, goes out unpaged with this round's searches: slapd
             # streams it on one thread while it works on the walk-up on another. The
             # members it could name (in a user base) wait for it; those it does not
-            # name are looked up in the next round.
+            # name are looked up in the next round. Cold initgroups of bigroupuser on
+            # an idle 2-core machine (n=20 each, medians): backend 318 -> 281 ms, LDAP
+            # wait 65 -> 27 ms; the unpaged sweep alone, before the round, 321 ms. On
+            # a machine loaded 3-7x over its cores the overlap gained nothing.
             sweep: list[Search] = []
             later: dict[str, tuple[str, int]] = {}
             if self._sweep_due(lookup) and self._sweep_unpaged():
