@@ -337,6 +337,9 @@ class Search:
     deref_specs: list[tuple[str, list[str]]] | None = None
     asq: str = ""
     max_entries: int = 0  # stop (LdapTooMany) once a page takes the answer past it
+    # The request's own sizeLimit (RFC 4511 §4.5.1.4; 0: none): the server stops at it
+    # with sizeLimitExceeded, so an unpaged search is bounded too (the user sweep).
+    size_limit: int = 0
     # False: never paged, so it goes out with the others (slapd keeps one paged state
     # per connection: paged searches go one at a time, see _exchange).
     paged: bool = True
@@ -919,7 +922,8 @@ class LdapClient:
             controls = [*controls, wire.paged_control(r.page, r.cookie)]
         data = wire.encode_search(
             msgid, r.spec.base, wire.SCOPES[r.spec.scope], r.filt, r.spec.attrs,
-            time_limit=self.cfg.ldap_search_timeout, controls=controls,
+            time_limit=self.cfg.ldap_search_timeout, size_limit=r.spec.size_limit,
+            controls=controls,
             # Never follow aliases, as SSSD (ldap_deref unset): an alias under the
             # base must not make an entry from elsewhere visible (item 10).
             deref_aliases=0,

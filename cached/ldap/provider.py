@@ -15,13 +15,13 @@ requests ask for whole levels at once:
   value its RDN spells when several, as SSSD), its kind from its objectClass, its
   existence and base membership from the server; the DN's spelling is never the
   answer. Users already cached serve by DN (the cache's DN index); thousands of
-  unknown members are named by one bounded, paged sweep of the user bases
-  (_sweep_users); where the server has the deref control (and no base has a
-  filter), the walk's group searches carry it — not on the first level when a sweep
-  is possible, nor after one (_deref_walk) — so every group comes with its members'
-  names and classes; the rest are looked up by RDN value — a hint to batch by,
-  matched back by DN — folded into the walk's searches where users and groups share
-  a base. A member that exists
+  unknown members are named by one bounded sweep of the user bases (_sweep_users;
+  unpaged, sent with the walk's next searches, _closure); where the server has the
+  deref control (and no base has a filter), the walk's group searches carry it —
+  not on the first level when a sweep is possible, nor after one (_deref_walk) — so
+  every group comes with its members' names and classes; the rest are looked up by
+  RDN value — a hint to batch by, matched back by DN — folded into the walk's
+  searches where users and groups share a base. A member that exists
   nowhere, lies outside every search base, is neither user nor group of the
   configured classes or has no ids is dropped, and the group stays complete.
 
@@ -314,6 +314,9 @@ class LdapProvider:
         # (Debian's slapd: sizelimit 500, paged searches included), so no sweep is
         # tried again and the first level keeps the deref control (_deref_walk).
         self.sweep_cut = False
+        # Servers (URIs) whose own size limit cut an unpaged sweep: paged sweeps there.
+        self._sweep_paged: set[str] = set()
+        self._sweeping = False  # the sweep goes out with the round being sent
         # _unknown's groups that need nothing more, at their budget, for one ``known``.
         self._settled: dict[str, int] = {}
         self._settled_known: dict[str, Member] | None = None
@@ -678,6 +681,7 @@ class LdapProvider:
         info = self.client.info
         if not again and (
             self._swept  # named by the sweep (empty: it gave up at its bound)
+            or self._sweeping  # the sweep goes out with this round's searches
             or (level == 0 and self._sweep_possible())
         ):
             return None
@@ -700,6 +704,20 @@ class LdapProvider:
 
     def _in_bases(self, key: str, bases: tuple[SearchBase, ...]) -> bool:
         return any(in_scope(key, normalize_dn(b.dn), b.scope) for b in bases)
+
+    def _user_base_keys(self) -> Callable[[str], bool]:
+        """_in_bases(key, user bases) for thousands of members at once (_closure):
+        subtree bases by one ``str.endswith`` of their suffixes (in_scope's test,
+        dn.is_under), in C; in_scope per key took 9 ms for bigroupuser's 5,000."""
+        bases = [(normalize_dn(b.dn), b.scope) for b in self.schema.user_bases]
+        if any(scope == "sub" and not b for b, scope in bases):
+            return lambda _key: True  # the root DSE's whole tree
+        subs = tuple("," + b for b, scope in bases if scope == "sub")
+        tops = {b for b, scope in bases if scope == "sub"}
+        rest = [(b, scope) for b, scope in bases if scope != "sub"]
+        return lambda key: (
+            key.endswith(subs) or key in tops or any(in_scope(key, b, sc) for b, sc in rest)
+        )
 
     # -- groups: members to names --------------------------------------------------
 
@@ -798,13 +816,41 @@ class LdapProvider:
         # runs again with it when hundreds of its members are left unnamed.
         first_up = up if up and self._deref_walk(0) is None else []
         while up or lookup or extra:
-            self._sweep_users(lookup, known)
-            if level == 1 and not self._swept and len(lookup) >= self.deref_again_min:
-                self._first_level_again(first_up, lookup, known)
+            # The sweep, when due, goes out unpaged with this round's searches: slapd
+            # streams it on one thread while it works on the walk-up on another. The
+            # members it could name (in a user base) wait for it; those it does not
+            # name are looked up in the next round. Cold initgroups of bigroupuser on
+            # an idle 2-core machine (n=20 each, medians): backend 318 -> 281 ms, LDAP
+            # wait 65 -> 27 ms; the unpaged sweep alone, before the round, 321 ms. On
+            # a machine loaded 3-7x over its cores the overlap gained nothing.
+            sweep: list[Search] = []
+            later: dict[str, tuple[str, int]] = {}
+            if self._sweep_due(lookup) and self._sweep_unpaged():
+                sweep = self._sweep_searches(self.sweep_factor * len(lookup))
+                in_users = self._user_base_keys()
+                for k in [k for k in lookup if in_users(k)]:
+                    later[k] = lookup.pop(k)
+            else:
+                self._sweep_users(lookup, known)
+                if level == 1 and not self._swept and len(lookup) >= self.deref_again_min:
+                    self._first_level_again(first_up, lookup, known)
             up_keys = {normalize_dn(dn) for dn in up}
             up_next: list[str] = []
             named: set[str] = set()
-            got = self._round(up, lookup, extra, level)
+            swept: list[list[Entry] | LdapLimitExceeded] = []
+            self._sweeping = bool(sweep)
+            try:
+                got = self._round(up, lookup, extra, level, sweep=(sweep, swept))
+            finally:
+                self._sweeping = False
+            if sweep:
+                wanted = len(lookup) + len(later)
+                self._swept = self._swept_unpaged(self.sweep_factor * wanted, sweep, swept)
+                if self._swept is None:
+                    self._swept = self._sweep(wanted)  # the paged sweep: a server limit
+                self._sweep_users(later, known)
+                if level == 1 and not self._swept and len(later) >= self.deref_again_min:
+                    self._first_level_again(first_up, later, known)
             # The entries' DN keys at once (normalize_dns): a group's DN is new to
             # the memo when its parents' member lists come later (bigroupuser: the
             # 2,000 groups of the first level), and parsing each was 4 % of a cold
@@ -813,15 +859,18 @@ class LdapProvider:
             keys = normalize_dns([e.dn for e, _from_groups, _only_up in got])
             self._member_keys(self._new_member_values([e for e, f, _o in got if f]))
             for (e, from_groups, only_up), k in zip(got, keys, strict=True):
-                if k in lookup:
+                # A member waiting for the sweep is named by an entry the round found
+                # all the same (a member group walked up to).
+                want = lookup.get(k) or later.get(k)
+                if want is not None:
                     m = self._classify(e, k, from_groups)
                     if m is None and k in named:
                         continue  # found as a user or group by another of the searches
                     named.add(k)
                     if isinstance(m, _GroupEntry):
-                        if lookup[k][1] >= 0:
+                        if want[1] >= 0:
                             found.setdefault(k, m)
-                            budget[k] = max(budget.get(k, -1), lookup[k][1])
+                            budget[k] = max(budget.get(k, -1), want[1])
                         known[k] = ("group" if m.posix else WALK, m.name)
                     else:
                         known[k] = m
@@ -917,8 +966,8 @@ class LdapProvider:
         return attrs
 
     def _sweep_possible(self) -> bool:
-        """Paged results: unpaged, a sweep's whole answer would arrive before its
-        bound could stop it."""
+        """Paged results: the paged sweep is the one that runs where a server's own
+        limit cuts the unpaged one (_sweep_unpaged), and AD's."""
         info = self.client.info
         return (
             not self.sweep_cut
@@ -928,10 +977,11 @@ class LdapProvider:
         )
 
     def _sweep_users(self, lookup: dict[str, tuple[str, int]], known: dict[str, Member]) -> None:
-        """Name thousands of unknown members with one paged search of the user bases
-        for every user, when that search is bounded by the answer: it runs only for
-        at least ``sweep_min`` unknown members, once per request, and stops
-        (:class:`LdapTooMany`) once it passes ``sweep_factor`` times their number,
+        """Name thousands of unknown members with one search of the user bases for
+        every user, when that search is bounded by the answer: it runs only for at
+        least ``sweep_min`` unknown members, once per request, and stops (its own
+        sizeLimit, or :class:`LdapTooMany` when paged, _sweep) once it passes
+        ``sweep_factor`` times their number,
         leaving them to the batched look-ups. A directory of 500,000 users thus
         costs at most twice the names wanted, never the whole directory. The users
         it returns name the later rounds' members too, with no look-up; the
@@ -941,11 +991,7 @@ class LdapProvider:
         perf/readpath.py (LDAP) and perf/results/2026-11-30-adbig (Samba, where it
         took 0.68-0.81 s of DC CPU in one search against 1.3 s in 20 batches)."""
         if self._swept is None:
-            if (
-                len(lookup) < self.sweep_min
-                or self.sweep_factor * len(lookup) < self.users_at_least
-                or not self._sweep_possible()
-            ):
+            if not self._sweep_due(lookup):
                 return
             self._swept = self._sweep(len(lookup))
         swept = self._swept
@@ -988,13 +1034,89 @@ class LdapProvider:
         named = self._name_ids(dn, values[0], _int(values[1]), _int(values[2]))
         return ("user", named[0]) if named is not None else None
 
-    def _sweep(self, wanted: int) -> dict[str, Row]:
-        """Every user of the user bases by DN key, or none past the bound."""
+    def _sweep_due(self, lookup: dict[str, tuple[str, int]]) -> bool:
+        """A sweep is worth trying for these unknown members (_sweep_users)."""
+        return (
+            self._swept is None
+            and len(lookup) >= self.sweep_min
+            and self.sweep_factor * len(lookup) >= self.users_at_least
+            and self._sweep_possible()
+        )
+
+    def _sweep_unpaged(self) -> bool:
+        """The sweep as one unpaged search per user base, bounded by the request's own
+        sizeLimit (RFC 4511 §4.5.1): no page round trips (bigroupuser: 6 pages of
+        1,000 one after the other), and it can go out with a round's paged searches
+        (_closure). Not on AD (MaxPageSize caps unpaged answers at 1,000 where paged
+        ones go on), nor on a server whose own size limit cut it once (Debian's
+        slapd: ``sizelimit 500``), where the paged sweep decides (_sweep)."""
+        info = self.client.info
+        return not self.schema.ad and info is not None and info.uri not in self._sweep_paged
+
+    def _sweep_searches(self, cap: int) -> list[Search]:
+        """The unpaged sweep's searches: every user of each user base, as rows, at
+        most ``cap + 1`` (one more than the cap shows the bases pass it)."""
         s = self.schema
         # No objectClass asked for: the filter admits users of the class only.
         # Rows: name, uid, gid (then AD's SIDs), no Entry per user (Search.rows).
         attrs = self._member_user_attrs()
+        filt = f"(objectClass={s.user_oc})"
+        return [
+            Search(
+                b.dn, s.with_base(filt, b), attrs, b.scope, paged=False, size_limit=cap + 1, rows=[]
+            )
+            for b in s.user_bases
+        ]
+
+    def _swept_unpaged(
+        self, cap: int, searches: list[Search], answers: list[list[Entry] | LdapLimitExceeded]
+    ) -> dict[str, Row] | None:
+        """What the unpaged sweep's answers name, as _sweep's; None when the server's
+        own size limit cut it below what was asked (the paged sweep is to run)."""
+        rows: list[Row] = []
+        for sp, got in zip(searches, answers, strict=True):
+            if isinstance(got, LdapLimitExceeded):
+                if got.code == "sizeLimitExceeded" and got.partial > cap:
+                    return self._sweep_gave_up(cap)  # our own sizeLimit: past the cap
+                if got.code == "sizeLimitExceeded":
+                    uri = self.client.info.uri if self.client.info else ""
+                    self._sweep_paged.add(uri)
+                    log.info("unpaged sweep of the user bases cut by %s's size limit after "
+                             "%d entries: paged sweeps from now on", uri, got.partial)  # fmt: skip
+                    return None
+                return self._sweep_cut_by(got)
+            assert sp.rows is not None
+            rows += sp.rows
+        if len(rows) > cap:
+            return self._sweep_gave_up(cap)  # several bases, each under the cap
+        return dict(zip(normalize_dns([r[0] for r in rows]), rows, strict=True))
+
+    def _sweep_gave_up(self, cap: int) -> dict[str, Row]:
+        log.debug("the user bases passed %d entries: member users left to batched look-ups", cap)
+        # It passed the cap: the bases hold more than ``cap`` users, so a request
+        # with as many unknown members would give up again.
+        self.users_at_least = max(self.users_at_least, cap + 1)
+        return {}
+
+    def _sweep_cut_by(self, cut: LdapLimitExceeded) -> dict[str, Row]:
+        # Not an error of the lookup: the members are named as without a sweep
+        # (deref, or the look-ups, which split under a limit: §9.5).
+        if cut.code == "sizeLimitExceeded":
+            self.sweep_cut = True
+        log.info("sweep of the user bases cut by the server (%s after %d entries): "
+                 "members named by deref or look-ups", cut.code, cut.partial)  # fmt: skip
+        return {}
+
+    def _sweep(self, wanted: int) -> dict[str, Row]:
+        """Every user of the user bases by DN key, or none past the bound."""
+        s = self.schema
         cap = self.sweep_factor * wanted
+        if self._sweep_unpaged():
+            searches = self._sweep_searches(cap)
+            swept = self._swept_unpaged(cap, searches, self.client.search_many(searches))
+            if swept is not None:
+                return swept
+        attrs = self._member_user_attrs()
         entries: list[Row] = []
         try:
             for b in s.user_bases:
@@ -1005,20 +1127,10 @@ class LdapProvider:
                     b.dn, s.with_base(f"(objectClass={s.user_oc})", b), attrs, scope=b.scope,
                     max_entries=left,
                 )  # fmt: skip
-        except LdapTooMany as too_many:
-            log.debug("%s: member users left to batched look-ups", too_many)
-            # It passed the cap: the bases hold more than ``cap`` users, so a request
-            # with as many unknown members would give up again.
-            self.users_at_least = max(self.users_at_least, cap + 1)
-            return {}
+        except LdapTooMany:
+            return self._sweep_gave_up(cap)
         except LdapLimitExceeded as cut:
-            # Not an error of the lookup: the members are named as without a sweep
-            # (deref, or the look-ups, which split under a limit: §9.5).
-            if cut.code == "sizeLimitExceeded":
-                self.sweep_cut = True
-            log.info("sweep of the user bases cut by the server (%s after %d entries): "
-                     "members named by deref or look-ups", cut.code, cut.partial)  # fmt: skip
-            return {}
+            return self._sweep_cut_by(cut)
         return dict(zip(normalize_dns([r[0] for r in entries]), entries, strict=True))
 
     def _round(
@@ -1028,10 +1140,12 @@ class LdapProvider:
         extra: str,
         level: int,
         again: bool = False,
+        sweep: tuple[list[Search], list[list[Entry] | LdapLimitExceeded]] | None = None,
     ) -> list[tuple[Entry, bool, bool]]:
         """One round's searches: (entry, found under the group bases, the search
         had only walk-up assertions). Member look-ups go by RDN value — a hint to
-        batch by, never the answer: entries are matched back by DN."""
+        batch by, never the answer: entries are matched back by DN. ``sweep``:
+        searches sent first with the round's, and the list their answers go in."""
         s = self.schema
         rdn: list[str] = []
         seen: set[str] = set()
@@ -1079,8 +1193,15 @@ class LdapProvider:
                 tags.append((True, False))
                 jobs.append((s.user_bases, [("s", a) for a in chunk], uattrs, None))
                 tags.append((False, False))
+        # Past the first level the walk's answers are small (bigroupuser's level 2:
+        # two ORs of 1,000 DNs, 78 entries each, 20 ms of slapd each): unpaged, they go
+        # out together and slapd works on them on two threads. The first level (the
+        # user's own groups: 2,000 there) stays paged, as AD does throughout: its
+        # MaxPageSize cuts an unpaged answer at 1,000, where pages go on. A size limit
+        # that cuts an unpaged answer splits it (_split_search_many), as a paged one.
+        paged = level == 0 or again or s.ad
         for (from_groups, only_up), entries in zip(
-            tags, self._split_search_many(jobs, self._round_filter), strict=True
+            tags, self._split_search_many(jobs, self._round_filter, paged, sweep), strict=True
         ):
             out += [(e, from_groups, only_up) for e in entries]
         return out
@@ -1113,6 +1234,7 @@ class LdapProvider:
         jobs: list[_Job],
         build: Callable[[list[tuple[str, str]]], str],
         paged: bool | list[bool] = True,
+        also: tuple[list[Search], list[list[Entry] | LdapLimitExceeded]] | None = None,
     ) -> list[list[Entry]]:
         """Search with the OR of each job's items, all jobs at once; when the server's
         size limit cuts an answer, split that batch in two and search again
@@ -1124,13 +1246,16 @@ class LdapProvider:
         ``paged`` (one flag, or one per job): False sends a job without the paging
         control, so that it goes out together with the others (slapd keeps one
         paged state per connection); a size limit cuts it like a paged one.
+        ``also``: searches sent first, with the first wave (unpaged, they go out at
+        once), and the list their answers are put in, limits not split.
         """
         out: list[list[Entry]] = [[] for _ in jobs]
         wave: list[tuple[int, list[tuple[str, str]], _NamePart | None]] = [
             (j, items, None) for j, (_b, items, _a, _d) in enumerate(jobs) if items
         ]
-        while wave:
-            searches: list[Search] = []
+        extra, answers = also or ([], [])
+        while wave or extra:
+            searches: list[Search] = list(extra)
             spans: list[int] = []
             for j, chunk, part in wave:
                 bases, _items, attrs, specs = jobs[j]
@@ -1143,8 +1268,10 @@ class LdapProvider:
                                            b.scope, specs, paged=pg))  # fmt: skip
                 spans.append(len(bases))
             got = self.client.search_many(searches, self._deref_seen)
+            answers += got[: len(extra)]
             nxt: list[tuple[int, list[tuple[str, str]], _NamePart | None]] = []
-            pos = 0
+            pos = len(extra)
+            extra = []
             for (j, chunk, part), span in zip(wave, spans, strict=True):
                 answers = got[pos : pos + span]
                 pos += span

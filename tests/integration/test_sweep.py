@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cached.cache import State
-from cached.ldap.client import LdapClient, LdapTooMany, Search
+from cached.ldap.client import LdapClient, LdapLimitExceeded, LdapTooMany, Search
 from cached.ldap.provider import LdapProvider, Outcome
 from testing.backend import make_backend, make_domain, stored_gids, stored_members
 from testing.slapd import Slapd
@@ -25,16 +25,30 @@ class _Spy:
     def __init__(self, client: LdapClient) -> None:
         self.calls: list[tuple[str, int, bool]] = []
         self.stopped = 0  # searches stopped at their max_entries (a sweep's bound)
+        self.unpaged = 0  # sweeps sent unpaged, bounded by their own sizeLimit
+        self.batches: list[list[Search]] = []  # the searches of each call, sent together
         self._search_many = client.search_many
         client.search_many = self  # type: ignore[method-assign]
 
     def __call__(self, specs: list[Search], *args: Any, **kw: Any) -> Any:
-        self.calls += [(sp.filt, sp.max_entries, bool(sp.deref_specs)) for sp in specs]
+        self.batches.append(list(specs))
+        # A sweep is bounded: paged by max_entries, unpaged by its own sizeLimit.
+        self.unpaged += sum(1 for sp in specs if sp.size_limit and not sp.paged)
+        self.calls += [
+            (sp.filt, sp.max_entries or sp.size_limit, bool(sp.deref_specs)) for sp in specs
+        ]
         try:
-            return self._search_many(specs, *args, **kw)
+            got = self._search_many(specs, *args, **kw)
         except LdapTooMany:
             self.stopped += 1
             raise
+        # An unpaged sweep stopped at its own sizeLimit (one entry past the cap).
+        self.stopped += sum(
+            1
+            for sp, a in zip(specs, got, strict=True)
+            if sp.size_limit and isinstance(a, LdapLimitExceeded) and a.partial == sp.size_limit
+        )
+        return got
 
     def sweeps(self) -> int:
         return sum(1 for _, cap, _d in self.calls if cap)
@@ -44,7 +58,8 @@ class _Spy:
 
     def clear(self) -> None:
         self.calls.clear()
-        self.stopped = 0
+        self.batches.clear()
+        self.stopped = self.unpaged = 0
 
 
 def _backend(tmp: Path, slapd: Any, **opts: Any) -> tuple[LdapProvider, Any, _Spy]:
@@ -146,6 +161,32 @@ def test_bigroupuser_swept_once_and_never_dereferenced(tmp_path, slapd_big):
     assert (spy.sweeps(), spy.derefs()) == (1, 0), spy.calls
 
 
+def test_bigroupuser_sweep_goes_out_unpaged_with_the_walk(tmp_path, slapd_big):
+    """The sweep is one unpaged search bounded by its own sizeLimit, sent with the
+    level-2 walk-up searches (several message IDs outstanding): slapd logs one
+    operation returning every user, not pages of 1,000 one after the other, and
+    receives the walk-up searches while it still sends the users."""
+    exp = slapd_big.expected
+    server = slapd_big.slapd
+    p, cache, spy = _backend(tmp_path, slapd_big)
+    offset = server.log_offset()
+    assert p.initgroups("bigroupuser").outcome is Outcome.FOUND
+    assert stored_gids(cache, "bigroupuser") == exp.initgroups("bigroupuser", 2)
+    (batch,) = [b for b in spy.batches if any(sp.size_limit for sp in b)]
+    sweep = batch[0]
+    assert not sweep.paged and sweep.size_limit > len(exp.user_names()), batch
+    # Sent together with the walk's next level, unpaged too.
+    walk = [sp for sp in batch[1:] if "(member=" in sp.filt]
+    assert walk and not any(sp.paged for sp in walk), batch
+    ops = server.searches(offset)
+    swept = [op for op in ops if op.filter == sweep.filt]
+    assert [op.nentries for op in swept] == [len(exp.user_names())], swept
+    # slapd's log: a walk-up search begun before the sweep's result was sent.
+    log = server._log_since(offset)
+    began = log.index(f"conn={swept[0].conn} op={swept[0].op + 1} SRCH ")
+    assert began < log.index(f"conn={swept[0].conn} op={swept[0].op} SEARCH RESULT "), log[:2000]
+
+
 def test_a_sweep_that_gave_up_is_not_tried_again_for_as_many_members(tmp_path, slapd_small):
     """A sweep stopped past its bound shows the bases hold more users than it: the
     next request with as many unknown members does not sweep again (the kill soak's
@@ -196,8 +237,9 @@ def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_smal
 
 def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(tmp_path, small_2307bis):
     """Debian's slapd caps every search at its sizelimit, paged ones included: a sweep
-    of more users is cut. The lookup does not fail: its members are named by deref or
-    the look-ups, exactly, and no sweep is tried again (each would be cut)."""
+    of more users is cut, the unpaged one (below the sizeLimit it asked) and then the
+    paged one. The lookup does not fail: its members are named by deref or the
+    look-ups, exactly, and no sweep is tried again (each would be cut)."""
     exp = small_2307bis.expected
     with Slapd(tmp_path / "s", small_2307bis.ldif, exp.base_dn, sizelimit=10) as s:
         p, cache, _ = make_backend(tmp_path / "db", make_domain([s.uri], s.base_dn))
@@ -211,5 +253,6 @@ def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(tmp_path
             assert p.group_by_name(name).outcome is Outcome.FOUND, name
             assert stored_members(cache, name) == exp.members(name, 2), name
         assert p.sweep_cut
-        assert spy.sweeps() == 1, spy.calls
+        # Unpaged once, then paged once (the fallback), then never again.
+        assert (spy.sweeps(), spy.unpaged) == (2, 1), spy.calls
         assert p.limit_error == ""  # `cached status` shows no lookup cut by a limit
