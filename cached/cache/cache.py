@@ -31,7 +31,7 @@ import msgpack
 from cached.cache import records as rec
 from cached.cache.expiry import State, classify, midpoint
 from cached.cache.integrity import ENTRY_TABLES, TS_TABLES, cache_paths
-from cached.cache.records import GroupRecord, RecordError, Times
+from cached.cache.records import RecordError, Times
 from cached.cache.store import (
     ENTRY_MAP_SIZE,
     TS_MAP_SIZE,
@@ -421,20 +421,9 @@ class DomainCache:
         data = txn.get(key, db=groups)
         if data is None:
             return None
-        # rec.decode_group's fields without its GroupRecord, which a group without
-        # member groups (most of them) does not need: 1.7 µs of the ~7 µs a group of
-        # the memory-cache prefill after a cold initgroups (timeit, 2,085 groups).
-        # Anything but a record of this format is left to decode_group to refuse.
-        try:
-            v, name, gid, dn, members, count, member_groups = msgpack.unpackb(data)
-        except (ValueError, TypeError, msgpack.UnpackException):
-            v = None
-        if v != rec.FORMAT:
-            rec.decode_group(data)  # raises its RecordError
-            raise AssertionError("unreachable")  # pragma: no cover
+        name, gid, dn, members, count, member_groups = _group_fields(data)
         if not member_groups or self.nesting_level <= 0:
             return GroupView(name, gid, dn, members, count)
-        top = GroupRecord(name, gid, dn, members, count, tuple(member_groups))
         # A snapshot id names one committed state of the whole entry store: while it
         # is the same, so is the expansion (docs/threat-model.md: re-expanding a 200,000-member
         # nested group took 0.48 s of the responder's one event loop per request).
@@ -449,7 +438,8 @@ class DomainCache:
                 memo.snap = snap
                 return memo.view
         with self.counters.timer(GROUP_EXPAND):
-            view, deps, sub_members = self._expand(txn, key, top)
+            view, deps, sub_members = self._expand(txn, key, name, gid, dn, members,
+                                                   member_groups)  # fmt: skip
         self.counters.add(GROUP_EXPAND, 0, 0.0, view.member_count)
         if sub_members >= EXPAND_MEMO_MIN:
             kept = sum(m.view.member_count for m in self._expanded.values())
@@ -459,13 +449,14 @@ class DomainCache:
         return view
 
     def _below(
-        self, txn: lmdb.Transaction, key: bytes, top: GroupRecord
-    ) -> Iterator[tuple[str, bytes, rec.Data | None, GroupRecord | None]]:
-        """The groups below ``top`` down to the nesting level (§6.2), each once,
-        level by level: (name, key, stored bytes or None, record or None)."""
+        self, txn: lmdb.Transaction, key: bytes, member_groups: list[str]
+    ) -> Iterator[tuple[str, bytes, rec.Data | None, _Fields | None]]:
+        """The groups below the group of ``key`` (whose member groups are
+        ``member_groups``) down to the nesting level (§6.2), each once, level by
+        level: (name, key, stored bytes or None, its _group_fields or None)."""
         groups = self.entries.tables["groups"]
         seen = {key}
-        frontier = list(top.member_groups)
+        frontier = list(member_groups)
         for _ in range(self.nesting_level):
             nxt: list[str] = []
             for gname in frontier:
@@ -474,32 +465,44 @@ class DomainCache:
                     continue
                 seen.add(gkey)
                 sub = txn.get(gkey, db=groups)
-                subrec = None if sub is None else rec.decode_group(sub)
-                yield gname, gkey, sub, subrec
-                if subrec is not None:
-                    nxt.extend(subrec.member_groups)
+                fields = None if sub is None else _group_fields(sub)
+                yield gname, gkey, sub, fields
+                if fields is not None:
+                    nxt.extend(fields[5])
             frontier = nxt
             if not frontier:
                 break
 
     def _expand(
-        self, txn: lmdb.Transaction, key: rec.Data, top: GroupRecord
+        self,
+        txn: lmdb.Transaction,
+        key: rec.Data,
+        name: str,
+        gid: int,
+        dn: str,
+        members: bytes,
+        member_groups: list[str],
     ) -> tuple[GroupView, list[tuple[bytes, rec.Data | None]], int]:
-        """The expanded view of ``top``, the sub-group records it read (key, bytes or
-        None), and how many direct members those sub-groups had."""
+        """The expanded view of the group stored under ``key`` (its fields given), the
+        sub-group records it read (key, bytes or None), and how many direct members
+        those sub-groups had."""
         sub_members = 0
         deps: list[tuple[bytes, rec.Data | None]] = []
-        blobs = [top.members]
-        for _name, gkey, sub, subrec in self._below(txn, bytes(key), top):
+        blobs = [members]
+        for _name, gkey, sub, fields in self._below(txn, bytes(key), member_groups):
             deps.append((gkey, sub))
-            if subrec is not None:
-                sub_members += subrec.member_count
-                blobs.append(subrec.members)
-        names: set[str] = set()
-        for blob in blobs:
-            names.update(rec.split_members(blob))
-        blob = rec.join_members(list(names))
-        return GroupView(top.name, top.gid, top.dn, blob, len(names)), deps, sub_members
+            if fields is not None:
+                sub_members += fields[4]
+                blobs.append(fields[3])
+        # join_members of the union, from the concatenated blobs: each is sorted
+        # already (a canonical record), so the sort merges runs, and dict.fromkeys
+        # drops the names two groups share, keeping the order. Was a set of the names
+        # sorted from scratch.
+        joined = b"".join(blobs)
+        names = sorted(joined[:-1].decode("utf-8").split("\0")) if joined else []
+        unique = dict.fromkeys(names)
+        blob = "\0".join(unique).encode("utf-8") + b"\0" if unique else b""
+        return GroupView(name, gid, dn, blob, len(unique)), deps, sub_members
 
     def initgroups(self, name: str) -> Lookup[Initgroups]:
         """A user's transitive gids; its state comes from initgrExpireTimestamp (§6.4)."""
@@ -676,9 +679,9 @@ class DomainCache:
             if data is None:
                 return None
             try:
-                top = rec.decode_group(data)
-                out = [top.name]
-                for gname, _key, sub, _rec in self._below(txn, self.key(top.name), top):
+                top = _group_fields(data)
+                out = [top[0]]
+                for gname, _key, sub, _f in self._below(txn, self.key(top[0]), top[5]):
                     if sub is None:
                         return None
                     out.append(gname)
@@ -806,6 +809,24 @@ class DomainCache:
 
 
 _ID_NATIVE = struct.Struct("=I")
+
+# A stored group's fields: name, gid, DN, member blob, member count, member groups.
+_Fields = tuple[str, int, str, bytes, int, list[str]]
+
+
+def _group_fields(data: rec.Data) -> _Fields:
+    """rec.decode_group's fields without its GroupRecord: a responder reading a user's
+    2,085 groups (the memory-cache prefill after a cold initgroups) built one for each,
+    1.7 µs of the ~7 µs a group took (timeit; a frozen dataclass's __init__). Anything
+    but a record of this format is left to decode_group to refuse."""
+    try:
+        v, name, gid, dn, members, count, member_groups = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        v = None
+    if v != rec.FORMAT:
+        rec.decode_group(data)  # raises its RecordError
+        raise AssertionError("unreachable")  # pragma: no cover
+    return name, gid, dn, members, count, member_groups
 
 
 def _begin(store: Store) -> lmdb.Transaction:
