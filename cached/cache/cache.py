@@ -568,22 +568,33 @@ class DomainCache:
             return out  # no lastUpdate known (invariant 3)
         since = {"users": time.time() - self.timeouts.user,
                  "groups": time.time() - self.timeouts.group}  # fmt: skip
+        dns = list(dns)
         with self._reader() as txn, self.ts.read() as tstxn:
             dndb = self.entries.tables["dn"]
-            for dn in dns:
-                v = txn.get(self.dn_key(dn), db=dndb)
-                if v is not None:
-                    kind = "user" if v[:1] == b"u" else "group"
-                    table = "users" if kind == "user" else "groups"
-                    data = txn.get(v[1:], db=self.entries.tables[table])
-                    stamp = tstxn.get(v[1:], db=self.ts.tables[table])
-                    if data is not None and times_or_missing(stamp).last_update > since[table]:
-                        name = (
-                            rec.decode_user(data).name
-                            if kind == "user"
-                            else rec.decode_group(data).name
-                        )
-                        out[dn] = (kind, name)
+            found: list[tuple[str, bytes]]
+            if txn.stat(dndb)["entries"] < len(dns):
+                # Fewer DNs stored than asked for (a cold initgroups on a near-empty
+                # cache: 1.5-2.5 % of the backend's CPU was one index read per
+                # member DN): the index read whole, the DNs looked up in a dict. Its
+                # keys are dn_key's, the normalized DN in UTF-8.
+                index = {bytes(k).decode("utf-8"): bytes(v) for k, v in txn.cursor(db=dndb)}
+                found = [(dn, index[k]) for dn in dns if (k := normalize_dn(dn)) in index]
+            else:
+                # Bound method, positional arguments (see read_whole_times).
+                get, dn_key = txn.get, self.dn_key
+                found = [(dn, v) for dn in dns if (v := get(dn_key(dn), None, dndb)) is not None]
+            for dn, v in found:
+                kind = "user" if v[:1] == b"u" else "group"
+                table = "users" if kind == "user" else "groups"
+                data = txn.get(v[1:], db=self.entries.tables[table])
+                stamp = tstxn.get(v[1:], db=self.ts.tables[table])
+                if data is not None and times_or_missing(stamp).last_update > since[table]:
+                    name = (
+                        rec.decode_user(data).name
+                        if kind == "user"
+                        else rec.decode_group(data).name
+                    )
+                    out[dn] = (kind, name)
         return out
 
     def expiring(self, before: float) -> tuple[list[str], list[str], list[str]]:
