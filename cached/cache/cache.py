@@ -417,13 +417,25 @@ class DomainCache:
         All reads happen in the caller's one snapshot, so a concurrent write is seen
         whole or not at all.
         """
-        groups = self.entries.tables["groups"]
-        data = txn.get(key, db=groups)
+        data = txn.get(key, db=self.entries.tables["groups"])
         if data is None:
             return None
-        name, gid, dn, members, count, member_groups = _group_fields(data)
+        own, member_groups = _unpack_group(data)
         if not member_groups or self.nesting_level <= 0:
-            return GroupView(name, gid, dn, members, count)
+            return own
+        return self._nested_view(txn, key, data, own, member_groups)
+
+    def _nested_view(
+        self,
+        txn: lmdb.Transaction,
+        key: rec.Data,
+        data: rec.Data,
+        own: GroupView,
+        member_groups: list[str],
+    ) -> GroupView:
+        """_group_view of a group with member groups: stored under ``key`` as ``data``,
+        ``own`` its view without them."""
+        groups = self.entries.tables["groups"]
         # A snapshot id names one committed state of the whole entry store: while it
         # is the same, so is the expansion (docs/threat-model.md: re-expanding a 200,000-member
         # nested group took 0.48 s of the responder's one event loop per request).
@@ -438,8 +450,7 @@ class DomainCache:
                 memo.snap = snap
                 return memo.view
         with self.counters.timer(GROUP_EXPAND):
-            view, deps, sub_members = self._expand(txn, key, name, gid, dn, members,
-                                                   member_groups)  # fmt: skip
+            view, deps, sub_members = self._expand(txn, key, own, member_groups)
         self.counters.add(GROUP_EXPAND, 0, 0.0, view.member_count)
         if sub_members >= EXPAND_MEMO_MIN:
             kept = sum(m.view.member_count for m in self._expanded.values())
@@ -450,10 +461,10 @@ class DomainCache:
 
     def _below(
         self, txn: lmdb.Transaction, key: bytes, member_groups: list[str]
-    ) -> Iterator[tuple[str, bytes, rec.Data | None, _Fields | None]]:
+    ) -> Iterator[tuple[str, bytes, rec.Data | None, tuple[GroupView, list[str]] | None]]:
         """The groups below the group of ``key`` (whose member groups are
         ``member_groups``) down to the nesting level (§6.2), each once, level by
-        level: (name, key, stored bytes or None, its _group_fields or None)."""
+        level: (name, key, stored bytes or None, its _unpack_group or None)."""
         groups = self.entries.tables["groups"]
         seen = {key}
         frontier = list(member_groups)
@@ -465,10 +476,10 @@ class DomainCache:
                     continue
                 seen.add(gkey)
                 sub = txn.get(gkey, db=groups)
-                fields = None if sub is None else _group_fields(sub)
-                yield gname, gkey, sub, fields
-                if fields is not None:
-                    nxt.extend(fields[5])
+                unpacked = None if sub is None else _unpack_group(sub)
+                yield gname, gkey, sub, unpacked
+                if unpacked is not None:
+                    nxt.extend(unpacked[1])
             frontier = nxt
             if not frontier:
                 break
@@ -477,23 +488,20 @@ class DomainCache:
         self,
         txn: lmdb.Transaction,
         key: rec.Data,
-        name: str,
-        gid: int,
-        dn: str,
-        members: bytes,
+        own: GroupView,
         member_groups: list[str],
     ) -> tuple[GroupView, list[tuple[bytes, rec.Data | None]], int]:
-        """The expanded view of the group stored under ``key`` (its fields given), the
-        sub-group records it read (key, bytes or None), and how many direct members
-        those sub-groups had."""
+        """The expanded view of the group stored under ``key`` (``own``: its view
+        without its member groups), the sub-group records it read (key, bytes or
+        None), and how many direct members those sub-groups had."""
         sub_members = 0
         deps: list[tuple[bytes, rec.Data | None]] = []
-        blobs = [members]
-        for _name, gkey, sub, fields in self._below(txn, bytes(key), member_groups):
+        blobs = [own.members]
+        for _name, gkey, sub, unpacked in self._below(txn, bytes(key), member_groups):
             deps.append((gkey, sub))
-            if fields is not None:
-                sub_members += fields[4]
-                blobs.append(fields[3])
+            if unpacked is not None:
+                sub_members += unpacked[0].member_count
+                blobs.append(unpacked[0].members)
         # join_members of the union, from the concatenated blobs: each is sorted
         # already (a canonical record), so the sort merges runs, and dict.fromkeys
         # drops the names two groups share, keeping the order. Was a set of the names
@@ -502,7 +510,7 @@ class DomainCache:
         names = sorted(joined[:-1].decode("utf-8").split("\0")) if joined else []
         unique = dict.fromkeys(names)
         blob = "\0".join(unique).encode("utf-8") + b"\0" if unique else b""
-        return GroupView(name, gid, dn, blob, len(unique)), deps, sub_members
+        return own._replace(members=blob, member_count=len(unique)), deps, sub_members
 
     def initgroups(self, name: str) -> Lookup[Initgroups]:
         """A user's transitive gids; its state comes from initgrExpireTimestamp (§6.4)."""
@@ -548,10 +556,20 @@ class DomainCache:
         """Many groups in one snapshot (memory-cache prefill after initgroups)."""
         out = []
         with self._reader() as txn:
+            # _group_view, its common case inline: bigroupuser's 2,085 groups, 2,000 of
+            # them without member groups, are read between the backend's answer and
+            # `id`'s (nss/server.py, _prefill_groups).
+            get, db, key = txn.get, self.entries.tables["groups"], self.key
+            flat = self.nesting_level <= 0
             for name in names:
-                view = self._group_view(txn, self.key(name))
-                if view is not None:
-                    out.append(view)
+                k = key(name)
+                data = get(k, None, db)
+                if data is None:
+                    continue
+                own, member_groups = _unpack_group(data)
+                if member_groups and not flat:
+                    own = self._nested_view(txn, k, data, own, member_groups)
+                out.append(own)
         return out
 
     def resolve_dns(self, dns: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -571,7 +589,7 @@ class DomainCache:
         dns = list(dns)
         with self._reader() as txn, self.ts.read() as tstxn:
             dndb = self.entries.tables["dn"]
-            found: list[tuple[str, bytes]]
+            found: list[tuple[str, rec.Data]]
             if txn.stat(dndb)["entries"] < len(dns):
                 # Fewer DNs stored than asked for (a cold initgroups on a near-empty
                 # cache: 1.5-2.5 % of the backend's CPU was one index read per
@@ -690,9 +708,9 @@ class DomainCache:
             if data is None:
                 return None
             try:
-                top = _group_fields(data)
-                out = [top[0]]
-                for gname, _key, sub, _f in self._below(txn, self.key(top[0]), top[5]):
+                top, member_groups = _unpack_group(data)
+                out = [top.name]
+                for gname, _key, sub, _u in self._below(txn, self.key(top.name), member_groups):
                     if sub is None:
                         return None
                     out.append(gname)
@@ -821,23 +839,26 @@ class DomainCache:
 
 _ID_NATIVE = struct.Struct("=I")
 
-# A stored group's fields: name, gid, DN, member blob, member count, member groups.
-_Fields = tuple[str, int, str, bytes, int, list[str]]
+_tuple_new = tuple.__new__
 
 
-def _group_fields(data: rec.Data) -> _Fields:
-    """rec.decode_group's fields without its GroupRecord: a responder reading a user's
-    2,085 groups (the memory-cache prefill after a cold initgroups) built one for each,
-    1.7 µs of the ~7 µs a group took (timeit; a frozen dataclass's __init__). Anything
-    but a record of this format is left to decode_group to refuse."""
+def _unpack_group(data: rec.Data) -> tuple[GroupView, list[str]]:
+    """A stored group as rec.decode_group reads it, as (its view without its member
+    groups, the names of its member groups), no GroupRecord built: a responder reading
+    a user's 2,085 groups (the memory-cache prefill after a cold initgroups) built one
+    for each, 1.7 µs of the ~7 µs a group took (timeit; a frozen dataclass's
+    __init__), and the view straight from the unpacked list, 0.3 µs against
+    GroupView()'s 0.7. Anything but a plain record of this format goes through
+    decode_group, which refuses it or reads it as it does."""
     try:
-        v, name, gid, dn, members, count, member_groups = msgpack.unpackb(data)
+        fields = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException):
-        v = None
-    if v != rec.FORMAT:
-        rec.decode_group(data)  # raises its RecordError
-        raise AssertionError("unreachable")  # pragma: no cover
-    return name, gid, dn, members, count, member_groups
+        fields = None
+    if type(fields) is not list or len(fields) != 7 or fields[0] != rec.FORMAT:
+        g = rec.decode_group(data)  # raises its RecordError
+        return GroupView(g.name, g.gid, g.dn, g.members, g.member_count), list(g.member_groups)
+    view: GroupView = _tuple_new(GroupView, fields[1:6])
+    return view, fields[6]
 
 
 def _begin(store: Store) -> lmdb.Transaction:
