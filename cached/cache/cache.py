@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 import lmdb
 import msgpack
@@ -94,13 +94,15 @@ class Lookup(Generic[T]):
     times: Times = rec.MISSING_TIMES
 
 
-class GroupView(NamedTuple):
+@dataclass(slots=True, unsafe_hash=True)
+class GroupView:
     """A group as answered: members expanded through nested groups.
 
-    Immutable, compared and hashed by value as the frozen dataclass it replaces (and,
-    a tuple, equal to the plain tuple of its fields), but built in 0.7 µs against
-    1.7: the responder builds one per group of a user's initgroups answer (the
-    memory-cache prefill, bigroupuser's 2,085: timeit)."""
+    Never changed once built (the responder keeps and shares them), compared and
+    hashed by value, but not frozen: a frozen dataclass's __init__ took 1.7 µs, this
+    one 0.45, and the responder builds one per group of a user's initgroups answer
+    (the memory-cache prefill, bigroupuser's 2,085: timeit). Not a NamedTuple either:
+    its fields are read ~100 instructions slower (valgrind, a warm getgrgid)."""
 
     name: str
     gid: int
@@ -511,7 +513,7 @@ class DomainCache:
         names = sorted(joined[:-1].decode("utf-8").split("\0")) if joined else []
         unique = dict.fromkeys(names)
         blob = "\0".join(unique).encode("utf-8") + b"\0" if unique else b""
-        return own._replace(members=blob, member_count=len(unique)), deps, sub_members
+        return GroupView(own.name, own.gid, own.dn, blob, len(unique)), deps, sub_members
 
     def initgroups(self, name: str) -> Lookup[Initgroups]:
         """A user's transitive gids; its state comes from initgrExpireTimestamp (§6.4)."""
@@ -841,17 +843,14 @@ class DomainCache:
 
 _ID_NATIVE = struct.Struct("=I")
 
-_tuple_new = tuple.__new__
-
 
 def _unpack_group(data: rec.Data) -> tuple[GroupView, list[str]]:
     """A stored group as rec.decode_group reads it, as (its view without its member
     groups, the names of its member groups), no GroupRecord built: a responder reading
     a user's 2,085 groups (the memory-cache prefill after a cold initgroups) built one
     for each, 1.7 µs of the ~7 µs a group took (timeit; a frozen dataclass's
-    __init__), and the view straight from the unpacked list, 0.3 µs against
-    GroupView()'s 0.7. Anything but a plain record of this format goes through
-    decode_group, which refuses it or reads it as it does."""
+    __init__). Anything but a plain record of this format goes through decode_group,
+    which refuses it or reads it as it does."""
     try:
         fields = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException):
@@ -859,8 +858,7 @@ def _unpack_group(data: rec.Data) -> tuple[GroupView, list[str]]:
     if type(fields) is not list or len(fields) != 7 or fields[0] != rec.FORMAT:
         g = rec.decode_group(data)  # raises its RecordError
         return GroupView(g.name, g.gid, g.dn, g.members, g.member_count), list(g.member_groups)
-    view: GroupView = _tuple_new(GroupView, fields[1:6])
-    return view, fields[6]
+    return GroupView(fields[1], fields[2], fields[3], fields[4], fields[5]), fields[6]
 
 
 def _begin(store: Store) -> lmdb.Transaction:
