@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import lmdb
+import msgpack
 
 from cached.cache import records as rec
 from cached.cache.expiry import State, classify, midpoint
 from cached.cache.integrity import ENTRY_TABLES, TS_TABLES, cache_paths
-from cached.cache.records import GroupRecord, RecordError, Times
+from cached.cache.records import RecordError, Times
 from cached.cache.store import (
     ENTRY_MAP_SIZE,
     TS_MAP_SIZE,
@@ -93,9 +94,15 @@ class Lookup(Generic[T]):
     times: Times = rec.MISSING_TIMES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class GroupView:
-    """A group as answered: members expanded through nested groups."""
+    """A group as answered: members expanded through nested groups.
+
+    Never changed once built (the responder keeps and shares them), compared and
+    hashed by value, but not frozen: a frozen dataclass's __init__ took 1.7 µs, this
+    one 0.45, and the responder builds one per group of a user's initgroups answer
+    (the memory-cache prefill, bigroupuser's 2,085: timeit). Not a NamedTuple either:
+    its fields are read ~100 instructions slower (valgrind, a warm getgrgid)."""
 
     name: str
     gid: int
@@ -413,13 +420,25 @@ class DomainCache:
         All reads happen in the caller's one snapshot, so a concurrent write is seen
         whole or not at all.
         """
-        groups = self.entries.tables["groups"]
-        data = txn.get(key, db=groups)
+        data = txn.get(key, db=self.entries.tables["groups"])
         if data is None:
             return None
-        top = rec.decode_group(data)
-        if not top.member_groups or self.nesting_level <= 0:
-            return GroupView(top.name, top.gid, top.dn, top.members, top.member_count)
+        own, member_groups = _unpack_group(data)
+        if not member_groups or self.nesting_level <= 0:
+            return own
+        return self._nested_view(txn, key, data, own, member_groups)
+
+    def _nested_view(
+        self,
+        txn: lmdb.Transaction,
+        key: rec.Data,
+        data: rec.Data,
+        own: GroupView,
+        member_groups: list[str],
+    ) -> GroupView:
+        """_group_view of a group with member groups: stored under ``key`` as ``data``,
+        ``own`` its view without them."""
+        groups = self.entries.tables["groups"]
         # A snapshot id names one committed state of the whole entry store: while it
         # is the same, so is the expansion (docs/threat-model.md: re-expanding a 200,000-member
         # nested group took 0.48 s of the responder's one event loop per request).
@@ -434,7 +453,7 @@ class DomainCache:
                 memo.snap = snap
                 return memo.view
         with self.counters.timer(GROUP_EXPAND):
-            view, deps, sub_members = self._expand(txn, key, top)
+            view, deps, sub_members = self._expand(txn, key, own, member_groups)
         self.counters.add(GROUP_EXPAND, 0, 0.0, view.member_count)
         if sub_members >= EXPAND_MEMO_MIN:
             kept = sum(m.view.member_count for m in self._expanded.values())
@@ -444,13 +463,14 @@ class DomainCache:
         return view
 
     def _below(
-        self, txn: lmdb.Transaction, key: bytes, top: GroupRecord
-    ) -> Iterator[tuple[str, bytes, rec.Data | None, GroupRecord | None]]:
-        """The groups below ``top`` down to the nesting level (§6.2), each once,
-        level by level: (name, key, stored bytes or None, record or None)."""
+        self, txn: lmdb.Transaction, key: bytes, member_groups: list[str]
+    ) -> Iterator[tuple[str, bytes, rec.Data | None, tuple[GroupView, list[str]] | None]]:
+        """The groups below the group of ``key`` (whose member groups are
+        ``member_groups``) down to the nesting level (§6.2), each once, level by
+        level: (name, key, stored bytes or None, its _unpack_group or None)."""
         groups = self.entries.tables["groups"]
         seen = {key}
-        frontier = list(top.member_groups)
+        frontier = list(member_groups)
         for _ in range(self.nesting_level):
             nxt: list[str] = []
             for gname in frontier:
@@ -459,32 +479,41 @@ class DomainCache:
                     continue
                 seen.add(gkey)
                 sub = txn.get(gkey, db=groups)
-                subrec = None if sub is None else rec.decode_group(sub)
-                yield gname, gkey, sub, subrec
-                if subrec is not None:
-                    nxt.extend(subrec.member_groups)
+                unpacked = None if sub is None else _unpack_group(sub)
+                yield gname, gkey, sub, unpacked
+                if unpacked is not None:
+                    nxt.extend(unpacked[1])
             frontier = nxt
             if not frontier:
                 break
 
     def _expand(
-        self, txn: lmdb.Transaction, key: rec.Data, top: GroupRecord
+        self,
+        txn: lmdb.Transaction,
+        key: rec.Data,
+        own: GroupView,
+        member_groups: list[str],
     ) -> tuple[GroupView, list[tuple[bytes, rec.Data | None]], int]:
-        """The expanded view of ``top``, the sub-group records it read (key, bytes or
+        """The expanded view of the group stored under ``key`` (``own``: its view
+        without its member groups), the sub-group records it read (key, bytes or
         None), and how many direct members those sub-groups had."""
         sub_members = 0
         deps: list[tuple[bytes, rec.Data | None]] = []
-        blobs = [top.members]
-        for _name, gkey, sub, subrec in self._below(txn, bytes(key), top):
+        blobs = [own.members]
+        for _name, gkey, sub, unpacked in self._below(txn, bytes(key), member_groups):
             deps.append((gkey, sub))
-            if subrec is not None:
-                sub_members += subrec.member_count
-                blobs.append(subrec.members)
-        names: set[str] = set()
-        for blob in blobs:
-            names.update(rec.split_members(blob))
-        blob = rec.join_members(list(names))
-        return GroupView(top.name, top.gid, top.dn, blob, len(names)), deps, sub_members
+            if unpacked is not None:
+                sub_members += unpacked[0].member_count
+                blobs.append(unpacked[0].members)
+        # join_members of the union, from the concatenated blobs: each is sorted
+        # already (a canonical record), so the sort merges runs, and dict.fromkeys
+        # drops the names two groups share, keeping the order. Was a set of the names
+        # sorted from scratch.
+        joined = b"".join(blobs)
+        names = sorted(joined[:-1].decode("utf-8").split("\0")) if joined else []
+        unique = dict.fromkeys(names)
+        blob = "\0".join(unique).encode("utf-8") + b"\0" if unique else b""
+        return GroupView(own.name, own.gid, own.dn, blob, len(unique)), deps, sub_members
 
     def initgroups(self, name: str) -> Lookup[Initgroups]:
         """A user's transitive gids; its state comes from initgrExpireTimestamp (§6.4)."""
@@ -530,10 +559,20 @@ class DomainCache:
         """Many groups in one snapshot (memory-cache prefill after initgroups)."""
         out = []
         with self._reader() as txn:
+            # _group_view, its common case inline: bigroupuser's 2,085 groups, 2,000 of
+            # them without member groups, are read between the backend's answer and
+            # `id`'s (nss/server.py, _prefill_groups).
+            get, db, key = txn.get, self.entries.tables["groups"], self.key
+            flat = self.nesting_level <= 0
             for name in names:
-                view = self._group_view(txn, self.key(name))
-                if view is not None:
-                    out.append(view)
+                k = key(name)
+                data = get(k, None, db)
+                if data is None:
+                    continue
+                own, member_groups = _unpack_group(data)
+                if member_groups and not flat:
+                    own = self._nested_view(txn, k, data, own, member_groups)
+                out.append(own)
         return out
 
     def resolve_dns(self, dns: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -550,22 +589,34 @@ class DomainCache:
             return out  # no lastUpdate known (invariant 3)
         since = {"users": time.time() - self.timeouts.user,
                  "groups": time.time() - self.timeouts.group}  # fmt: skip
+        dns = list(dns)
         with self._reader() as txn, self.ts.read() as tstxn:
             dndb = self.entries.tables["dn"]
-            for dn in dns:
-                v = txn.get(self.dn_key(dn), db=dndb)
-                if v is not None:
-                    kind = "user" if v[:1] == b"u" else "group"
-                    table = "users" if kind == "user" else "groups"
-                    data = txn.get(v[1:], db=self.entries.tables[table])
-                    stamp = tstxn.get(v[1:], db=self.ts.tables[table])
-                    if data is not None and times_or_missing(stamp).last_update > since[table]:
-                        name = (
-                            rec.decode_user(data).name
-                            if kind == "user"
-                            else rec.decode_group(data).name
-                        )
-                        out[dn] = (kind, name)
+            found: list[tuple[str, rec.Data]]
+            if txn.stat(dndb)["entries"] < len(dns):
+                # Fewer DNs stored than asked for (a cold initgroups on a near-empty
+                # cache, where one index read per member DN was 1.5-2.5 % of the
+                # backend's CPU: perf.replay, 1,039 M -> 1,025 M instructions): the
+                # index read whole, the DNs looked up in a dict. Its keys are
+                # dn_key's, the normalized DN in UTF-8.
+                index = {bytes(k).decode("utf-8"): bytes(v) for k, v in txn.cursor(db=dndb)}
+                found = [(dn, index[k]) for dn in dns if (k := normalize_dn(dn)) in index]
+            else:
+                # Bound method, positional arguments (see read_whole_times).
+                get, dn_key = txn.get, self.dn_key
+                found = [(dn, v) for dn in dns if (v := get(dn_key(dn), None, dndb)) is not None]
+            for dn, v in found:
+                kind = "user" if v[:1] == b"u" else "group"
+                table = "users" if kind == "user" else "groups"
+                data = txn.get(v[1:], db=self.entries.tables[table])
+                stamp = tstxn.get(v[1:], db=self.ts.tables[table])
+                if data is not None and times_or_missing(stamp).last_update > since[table]:
+                    name = (
+                        rec.decode_user(data).name
+                        if kind == "user"
+                        else rec.decode_group(data).name
+                    )
+                    out[dn] = (kind, name)
         return out
 
     def expiring(self, before: float) -> tuple[list[str], list[str], list[str]]:
@@ -661,9 +712,9 @@ class DomainCache:
             if data is None:
                 return None
             try:
-                top = rec.decode_group(data)
+                top, member_groups = _unpack_group(data)
                 out = [top.name]
-                for gname, _key, sub, _rec in self._below(txn, self.key(top.name), top):
+                for gname, _key, sub, _u in self._below(txn, self.key(top.name), member_groups):
                     if sub is None:
                         return None
                     out.append(gname)
@@ -791,6 +842,23 @@ class DomainCache:
 
 
 _ID_NATIVE = struct.Struct("=I")
+
+
+def _unpack_group(data: rec.Data) -> tuple[GroupView, list[str]]:
+    """A stored group as rec.decode_group reads it, as (its view without its member
+    groups, the names of its member groups), no GroupRecord built: a responder reading
+    a user's 2,085 groups (the memory-cache prefill after a cold initgroups) built one
+    for each, 1.7 µs of the ~7 µs a group took (timeit; a frozen dataclass's
+    __init__). Anything but a plain record of this format goes through decode_group,
+    which refuses it or reads it as it does."""
+    try:
+        fields = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        fields = None
+    if type(fields) is not list or len(fields) != 7 or fields[0] != rec.FORMAT:
+        g = rec.decode_group(data)  # raises its RecordError
+        return GroupView(g.name, g.gid, g.dn, g.members, g.member_count), list(g.member_groups)
+    return GroupView(fields[1], fields[2], fields[3], fields[4], fields[5]), fields[6]
 
 
 def _begin(store: Store) -> lmdb.Transaction:

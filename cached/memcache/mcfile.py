@@ -71,7 +71,7 @@ from .layout import (
     name_key,
     next_barrier,
 )
-from .murmur import murmurhash3
+from .murmur import hash32
 
 __all__ = [
     "DEFAULT_MODE",
@@ -400,7 +400,7 @@ class McWriter:
 
     def _hash(self, key: bytes) -> int:
         # = layout.bucket, one call less: two per store, 4,170 per `id` after a reset.
-        return murmurhash3(key, self._seed) % self._ht_elems
+        return hash32(key, self._seed, False) % self._ht_elems
 
     # --- store ---------------------------------------------------------------------------
 
@@ -534,22 +534,23 @@ class McWriter:
         expire = int(self._clock()) + self.timeout
         b = _FIRST_BARRIER
         pack = REC_HEADER.pack
-        hash_, seed, elems = murmurhash3, self._seed, self._ht_elems
+        hash_, seed, elems = hash32, self._seed, self._ht_elems
         dt = self._dt
         parts: list[bytes] = []
         recs: list[_Rec] = []
         slot = pos
+        ff_runs = self._ff_runs
         for key1, key2, payload in items:
             length = SLOT_SIZE + len(payload)
             nslots = -(-length // SLOT_SIZE)
-            hash1 = hash_(key1, seed) % elems
-            hash2 = hash_(key2, seed) % elems
+            hash1 = hash_(key1, seed, False) % elems
+            hash2 = hash_(key2, seed, False) % elems
             # b1 stays invalid (as the free slot's) until the whole run is written.
             parts.append(pack(INVALID32, length, expire, INVALID32, INVALID32, hash1, hash2,
                               INVALID32, b))  # fmt: skip
             parts.append(payload)
             if pad := nslots * SLOT_SIZE - length:
-                parts.append(self._ff_run(pad))
+                parts.append(ff_runs.get(pad) or self._ff_run(pad))
             recs.append(_Rec(slot, nslots, length, key1, key2, hash1, hash2,
                              (dt + slot * SLOT_SIZE) >> 2))  # fmt: skip
             slot += nslots

@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import mmh3
 
-__all__ = ["murmurhash3"]
+__all__ = ["hash32", "murmurhash3"]
 
 
 def murmurhash3(data: bytes, seed: int) -> int:
     """Return MurmurHash3_x86_32 of ``data`` with ``seed`` as an unsigned 32-bit int."""
     return mmh3.hash(data, seed & 0xFFFFFFFF, signed=False)
+
+
+#: :func:`murmurhash3` for a seed known to fit 32 bits (a memory-cache file's), called as
+#: ``hash32(key, seed, False)``: without the Python call around it, 0.15 µs a key against
+#: 0.43 (timeit), and the prefill of bigroupuser's groups hashes 4,170 keys.
+hash32 = mmh3.hash

@@ -97,7 +97,10 @@ class MemcacheFeed:
             return
         now = time.monotonic()
         fed = self._groups_fed
-        todo = [g for g in groups if not self._fed_already(writer, g[0], g[1], g[3], now)]
+        if fed:
+            todo = [g for g in groups if not self._fed_already(writer, g[0], g[1], g[3], now)]
+        else:
+            todo = list(groups)  # a new responder's or file's: none stored yet by this feed
         try:
             _, bad = writer.store_blobs(todo, passwd=pwfield)
         except (McError, OSError) as e:

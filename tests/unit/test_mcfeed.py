@@ -107,3 +107,29 @@ def test_many_groups_at_once_skip_what_was_stored_moments_ago(
         assert staff is not None and staff.members == ("alice",)
         assert wheel is not None and wheel.gid == 51
         assert r.group(52) is None
+
+
+def test_a_new_feed_stores_the_whole_batch_then_skips_it(
+    feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A feed that has stored nothing yet (a new responder's, or after a reset) takes
+    the batch as it is, without the per-group test; what it stored counts as fed."""
+    assert feed.mc is not None and feed.mc.group is not None
+    calls: list[list[str]] = []
+    real = feed.mc.group.store_blobs
+
+    def counting(groups: Any, **kw: Any) -> Any:
+        groups = list(groups)
+        calls.append([g[0] for g in groups])
+        return real(groups, **kw)
+
+    monkeypatch.setattr(feed.mc.group, "store_blobs", counting)
+    batch = [(f"g{i}", 100 + i, 1, join_members([f"u{i}"])) for i in range(50)]
+    feed.groups(iter(batch), "*")  # any iterable, read once
+    assert calls == [[g[0] for g in batch]]
+    feed.groups(batch, "*")
+    assert calls[-1] == []
+    with McReader(tmp_path / "group") as r:
+        assert r.stats().records == 50
+        g = r.group("g7")
+        assert g is not None and (g.gid, g.members) == (107, ("u7",))

@@ -175,3 +175,60 @@ def test_the_prefill_stores_what_getgrgid_answers(tmp_path: Path, case_sensitive
     feed.close()
     cache.close()
     writer.close(clean=True)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_prefill_runs_without_the_cyclic_collector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    """The collector is off while the prefill reads and stores the user's groups, and
+    as it was after it, also when storing fails (nss/server.py, _prefill_groups)."""
+    import gc
+
+    from cached.model import User
+    from cached.responder.flow import INITGR
+
+    cfg = _config(tmp_path)
+    writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
+    user = User("alice", 10001, 10001, "", "/home/alice", "/bin/sh", f"uid=alice,{BASE}")
+    groups = [Group(f"g{i}", 20000 + i, f"cn=g{i},ou=groups,{BASE}", ("alice",)) for i in range(5)]
+    with writer.write() as b:
+        writer.put_user(b, user)
+        for g in groups:
+            writer.put_group(b, g)
+        writer.put_initgroups(b, "alice", [g.gid for g in groups], [g.name for g in groups])
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0])
+    lookups = Lookups(cfg, {"LDAP": cache}, {})
+    responder = NssResponder(cfg, lookups, MemcacheFeed(cfg.daemon.mc_dir, cfg.nss))
+    seen: list[bool] = []
+    real = responder.feed.groups
+
+    def groups_fed(batch: Any, pwfield: str) -> None:
+        seen.append(gc.isenabled())
+        real(batch, pwfield)
+        if len(seen) > 1:
+            raise OSError("disk on fire")
+
+    monkeypatch.setattr(responder.feed, "groups", groups_fed)
+    was = gc.isenabled()
+    try:
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
+        found = lookups.lookup_now(INITGR, "alice")
+        assert found is not None and found is not NOT_NOW
+        responder.fill_initgr(p.Command.INITGR, "alice", found)
+        assert seen == [False] and gc.isenabled() is enabled
+        responder._prefilled.clear()  # so that it prefills again, and fails
+        with pytest.raises(OSError):
+            responder.fill_initgr(p.Command.INITGR, "alice", found)
+        assert seen == [False, False] and gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
+    responder.feed.close()
+    cache.close()
+    writer.close(clean=True)
