@@ -37,15 +37,13 @@ rfc2307 has no nesting: one search answers initgroups (``memberUid=<name>``).
 
 from __future__ import annotations
 
-import gc
 import logging
-import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from itertools import chain, filterfalse
 
+from cached import gcpause
 from cached.cache import State, StoreWriteError
 from cached.cache.records import EXPIRED
 from cached.cache.writer import BackendCache, WriteBatch
@@ -79,35 +77,6 @@ from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, escape, first
 from cached.model import User
 
 log = logging.getLogger(__name__)
-
-_gc_lock = threading.Lock()
-_gc_holders = 0  # requests running under _gc_paused (one executor thread per domain)
-_gc_was_enabled = False
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a request runs. A cold walk allocates
-    ~100,000 objects that live until it ends (entries, member lists, names), so the
-    collector kept running its older generations over them, finding nothing: 15-20 %
-    of the backend's CPU for a cold initgroups of bigroupuser (perf/readpath.py, A/B
-    with gc.disable). What a request builds holds no cycles that outlive it;
-    reference counting frees it at the end as before, and the collector resumes when
-    the last concurrent request (another domain's executor) is done."""
-    global _gc_holders, _gc_was_enabled
-    with _gc_lock:
-        if _gc_holders == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_holders += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_holders -= 1
-            if _gc_holders == 0 and _gc_was_enabled:
-                gc.enable()
-
 
 @dataclass(frozen=True)
 class Result:
@@ -360,7 +329,7 @@ class LdapProvider:
         # cache.request(): what this request stores is stored expired if an invalidation
         # commits while it runs (docs/ARCHITECTURE.md §5, "Invalidation and the
         # backend's writes").
-        with self.counters.timer(stat), _gc_paused(), self.cache.request():
+        with self.counters.timer(stat), gcpause.paused(), self.cache.request():
             # Every entry this request stores was read after this moment (the stamp
             # trust rule, cached/ldap/validate.py).
             self.request_started = time.time()

@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import contextvars
 import errno
-import gc
 import logging
 import os
 import time
@@ -41,6 +40,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic
 
+from cached import gcpause
 from cached.cache import GroupView, Initgroups, State
 from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, NSS_REQUEST
@@ -336,16 +336,10 @@ class NssResponder:
         last = self._prefilled.get(key)
         if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
             return
-        # The cyclic collector off meanwhile, as the backend's for a request
-        # (ldap/provider.py, _gc_paused): the ~20,000 objects built here (views, kept
-        # answers, the writer's notes) live until the end and hold no cycles, and the
-        # collections they set off found nothing: bigroupuser's INITGR answer 162 M ->
-        # 157 M instructions (valgrind, tests/bench/test_bench_prefill.py's fixture).
-        # One event loop runs this from start to end: no other code runs while it is
-        # off.
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        # The cyclic collector off meanwhile (cached/gcpause.py): the ~20,000 objects
+        # built here (views, kept answers, the writer's notes) live until the end and
+        # hold no cycles.
+        with gcpause.paused():
             ok = self.lookups.policy.group_view_filter(domain)
             batch = []
             for g in found.cache.groups_by_name(ig.groups):
@@ -353,9 +347,6 @@ class NssResponder:
                     r = self._group_record(domain, g)
                     batch.append((r.name, g.gid, r.count, r.blob))
             self.feed.groups(batch, self.pwfield)
-        finally:
-            if was_enabled:
-                gc.enable()
         if len(self._prefilled) > 10_000:
             self._prefilled.clear()
         self._prefilled[key] = (gids, now)

@@ -1,6 +1,6 @@
 """The cyclic garbage collector is off while a backend request runs and back as it
-was after it, also when requests of two domains overlap (cached/ldap/provider.py
-_gc_paused). Pure logic: no server is contacted."""
+was after it, also when requests of two domains overlap (cached/gcpause.py
+paused). Pure logic: no server is contacted."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from cached.counters import Counters
+from cached.gcpause import paused as _gc_paused
 from cached.ldap.client import Entry
-from cached.ldap.provider import Outcome, Result, _gc_paused
+from cached.ldap.provider import Outcome, Result
 from testing.backend import make_backend, make_domain
 
 
