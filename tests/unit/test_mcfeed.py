@@ -76,12 +76,8 @@ def test_a_record_gone_from_the_file_is_stored_again(
         assert r.group("staff") is not None
 
 
-def test_many_groups_at_once_skip_what_was_stored_moments_ago(
-    feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: Any
-) -> None:
-    """The prefill's batch follows the same rule as one group at a time: a record stored
-    moments ago with the same content is left alone, a changed one is stored, and what
-    the batch stored is not stored again by the next single group."""
+def batches_stored(feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The names of each batch the feed hands to the group file's store_blobs."""
     assert feed.mc is not None and feed.mc.group is not None
     calls: list[list[str]] = []
     real = feed.mc.group.store_blobs
@@ -92,6 +88,16 @@ def test_many_groups_at_once_skip_what_was_stored_moments_ago(
         return real(groups, **kw)
 
     monkeypatch.setattr(feed.mc.group, "store_blobs", counting)
+    return calls
+
+
+def test_many_groups_at_once_skip_what_was_stored_moments_ago(
+    feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: Any
+) -> None:
+    """The prefill's batch follows the same rule as one group at a time: a record stored
+    moments ago with the same content is left alone, a changed one is stored, and what
+    the batch stored is not stored again by the next single group."""
+    calls = batches_stored(feed, monkeypatch)
     single = stores(feed, monkeypatch)
     ab, a = join_members(["alice", "bob"]), join_members(["alice"])
     feed.group("staff", 50, 2, ab, "*")
@@ -114,16 +120,7 @@ def test_a_new_feed_stores_the_whole_batch_then_skips_it(
 ) -> None:
     """A feed that has stored nothing yet (a new responder's, or after a reset) takes
     the batch as it is, without the per-group test; what it stored counts as fed."""
-    assert feed.mc is not None and feed.mc.group is not None
-    calls: list[list[str]] = []
-    real = feed.mc.group.store_blobs
-
-    def counting(groups: Any, **kw: Any) -> Any:
-        groups = list(groups)
-        calls.append([g[0] for g in groups])
-        return real(groups, **kw)
-
-    monkeypatch.setattr(feed.mc.group, "store_blobs", counting)
+    calls = batches_stored(feed, monkeypatch)
     batch = [(f"g{i}", 100 + i, 1, join_members([f"u{i}"])) for i in range(50)]
     feed.groups(iter(batch), "*")  # any iterable, read once
     assert calls == [[g[0] for g in batch]]
