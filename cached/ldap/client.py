@@ -54,6 +54,11 @@ PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
 # Attribute Scoped Query ([MS-ADTS] 3.1.1.3.4.1.4): a base search returns the entries
 # the DN values of one attribute of the base entry name (AD's, Samba's deref).
 ASQ_OID = "1.2.840.113556.1.4.1504"
+# LDAP_CAP_ACTIVE_DIRECTORY_OID in the root DSE's supportedCapabilities: the server is an
+# AD DC (Windows or Samba), whatever ldap_schema says (MS-ADTS 3.1.1.3.4.3.1).
+AD_CAPABILITY_OID = "1.2.840.113556.1.4.800"
+ROOT_DSE_ATTRS = ["supportedControl", "supportedCapabilities", "namingContexts",
+                  "defaultNamingContext"]  # fmt: skip
 
 
 def encode_asq(attr: str) -> bytes:
@@ -447,6 +452,7 @@ _DEREF_OID = deref.DEREF_OID.encode()
 class ServerInfo:
     uri: str
     controls: set[str] = field(default_factory=set)
+    capabilities: set[str] = field(default_factory=set)
     naming_contexts: list[str] = field(default_factory=list)
     default_naming_context: str = ""
 
@@ -611,12 +617,14 @@ class LdapClient:
             "",
             "(objectClass=*)",
             ldap3.BASE,
-            attributes=["supportedControl", "namingContexts", "defaultNamingContext"],
+            attributes=ROOT_DSE_ATTRS,
         )
         info = ServerInfo(uri)
         for item in conn.response or []:
             raw = {k.lower(): v for k, v in item.get("raw_attributes", {}).items()}
             info.controls = set(_utf8s(uri, "supportedControl", raw.get("supportedcontrol", [])))
+            caps = raw.get("supportedcapabilities", [])
+            info.capabilities = set(_utf8s(uri, "supportedCapabilities", caps))
             info.naming_contexts = _utf8s(uri, "namingContexts", raw.get("namingcontexts", []))
             dnc = _utf8s(uri, "defaultNamingContext", raw.get("defaultnamingcontext", []))
             info.default_naming_context = dnc[0] if dnc else ""

@@ -26,9 +26,17 @@ from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
 from cached.counters import COUNTERS, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
 from cached.ldap.ad import AdProvider, invocation_id, sid_assertion, sid_to_bytes, sid_to_str
-from cached.ldap.client import ASQ_OID, LdapClient, LdapError, Search, encode_asq, merge_ranges
+from cached.ldap.client import (
+    AD_CAPABILITY_OID,
+    ASQ_OID,
+    LdapClient,
+    LdapError,
+    Search,
+    encode_asq,
+    merge_ranges,
+)
 from cached.ldap.idmap import IdMapError, IdMapper
-from cached.ldap.provider import Outcome
+from cached.ldap.provider import LdapProvider, Outcome
 from cached.model import Group
 from testing import addc, addir, cachetime
 from testing.daemon import CachedDaemon, config_text
@@ -313,7 +321,7 @@ def _provider(
         client.close()
 
 
-def _members(p: AdProvider, group: str) -> set[str]:
+def _members(p: LdapProvider, group: str) -> set[str]:
     view = p.cache.group_by_name(group).value
     assert view is not None, group
     return set(view.members.decode().split("\0")) - {""}
@@ -503,6 +511,72 @@ def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(
         assert p.initgroups("m0001").outcome is Outcome.FOUND
         assert _members(p, "big") == want
         assert (spy.asq(), spy.sweeps()) == (1, 0), spy.calls
+
+
+def test_a_dc_read_with_another_schema_is_swept_paged(
+    tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
+) -> None:
+    """The unpaged sweep is bounded by its request's sizeLimit, which Samba ignores
+    (every user came for a limit of 5): on a DC read with ``ldap_schema = rfc2307bis``
+    the root DSE's AD capability keeps the sweep paged; a server that ignores the
+    limit without saying so is swept paged from its first such answer on. The
+    members are exact either way."""
+    dc, data = ad
+    want = set(data.groups["big"][1])
+    opts = _opts(dc, ldap_schema="rfc2307bis", ldap_user_object_class="user",
+                 ldap_user_name="sAMAccountName", ldap_group_object_class="group",
+                 ldap_group_name="cn")  # fmt: skip
+    for hide_ad, dbname in ((False, "caps"), (True, "nocaps")):
+        text = config_text([dc.ldapi_uri], dc.base_dn, tmp_path, **opts)
+        domain = parse_config(text).domains[0]
+        (tmp_path / dbname).mkdir()
+        client = LdapClient(domain)
+        cache = open_backend_cache(str(tmp_path / dbname), domain, counters=Counters())
+        p = LdapProvider(domain, client, cache, Counters())
+        p.sweep_factor = 1  # a bound below the domain's users, where Samba passes it
+        sweeps: list[list[tuple[bool, int, int]]] = []  # per request: (paged, limit, max)
+
+        def spy(
+            specs: list[Search],
+            *args: Any,
+            sweeps: list[list[tuple[bool, int, int]]] = sweeps,
+            real: Any = client.search_many,
+            **kw: Any,
+        ) -> Any:
+            sweeps[-1].extend(
+                (sp.paged, sp.size_limit, sp.max_entries)
+                for sp in specs
+                if sp.filt.startswith("(objectClass=user)")
+            )
+            return real(specs, *args, **kw)
+
+        client.search_many = spy  # type: ignore[method-assign]
+        try:
+            client.connect()
+            assert client.info is not None
+            assert AD_CAPABILITY_OID in client.info.capabilities  # Samba lists it
+            if hide_ad:
+                client.info.capabilities.discard(AD_CAPABILITY_OID)
+            sweeps.append([])
+            assert p.group_by_name("big").outcome is Outcome.FOUND
+            assert _members(p, "big") == want
+            # Both sweeps gave up at the bound (1,609 users for 1,600 wanted): forgotten,
+            # as for a later request wanting more, so that the next one sweeps again.
+            p.users_at_least = 0
+            sweeps.append([])  # a cold walk up from a member of big: its members swept again
+            assert p.initgroups("m0001").outcome is Outcome.FOUND
+            ig = p.cache.initgroups("m0001").value
+            assert ig is not None and set(ig.groups) >= {"big"}
+            assert _members(p, "big") == want
+        finally:
+            client.close()
+        if hide_ad:
+            # Unpaged once (all users came, past the limit), then paged.
+            assert [[(pg, lim > 0) for pg, lim, _m in r] for r in sweeps] == [
+                [(False, True)], [(True, False)]
+            ], sweeps
+        else:
+            assert all(r and all(pg and not lim and m for pg, lim, m in r) for r in sweeps), sweeps
 
 
 @requires_nss
