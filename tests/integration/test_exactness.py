@@ -392,3 +392,37 @@ def test_aliases_are_never_followed(tmp_path, zoo):
     assert p.user_by_name("carl").outcome is Outcome.NOT_FOUND
     assert p.user_by_name("carlalias").outcome is Outcome.NOT_FOUND
     assert p.user_by_name("alice").outcome is Outcome.FOUND
+
+
+@pytest.mark.parametrize("bases", ["shared", "apart"])
+def test_members_a_sweep_does_not_name_are_looked_up(tmp_path, bases):
+    """The sweep names the users of the user bases only; the other members of the
+    groups it was sent for — a member group, in the user base when users and groups
+    share one, a person that is no POSIX user, a dangling DN — wait for its answer
+    and are looked up in the next round, as without a sweep: the member group is
+    expanded and the others dropped, so the group's members are exact. (Apart, the
+    member group lies outside the user bases and is looked up with the sweep.)"""
+    users = "".join(_user(f"uid=u{i}", f"u{i}", 8000 + i) for i in range(15))
+    ou = "people" if bases == "shared" else "groups"
+    odd = [f"cn=child,ou={ou},{BASE}", f"cn=Not Posix,{P}", f"uid=gone,{P}"]
+    ldif = (
+        f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: zoo\no: zoo\n\n"
+        + "".join(_ou(o) for o in ("people", "groups"))
+        + users
+        + f"dn: cn=Not Posix,{P}\nobjectClass: inetOrgPerson\ncn: Not Posix\nsn: x\n\n"
+        + _group("child", 9001, [f"uid=u{i},{P}" for i in range(10, 15)], ou=ou)
+        + _group("team", 9000, [f"uid=u{i},{P}" for i in range(10)] + odd)
+    )
+    (tmp_path / "l.ldif").write_text(ldif)
+    opts = {"ldap_user_search_base": BASE} if bases == "shared" else {}
+    with Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE, deref=False) as s:
+        p, cache = backend(tmp_path / "db", s, **opts)
+        p.sweep_min = 1  # a sweep for any unknown member
+        p.sweep_factor = 100  # never past its bound: 15 users
+        offset = s.log_offset()
+        assert p.initgroups("u0").outcome is Outcome.FOUND
+        swept = [op for op in s.searches(offset) if op.filter == "(objectClass=posixAccount)"]
+        assert len(swept) == 1 and swept[0].err == 0  # the sweep named the users
+        assert stored_gids(cache, "u0") == {5000, 9000}
+        assert stored_members(cache, "team") == {f"u{i}" for i in range(15)}
+        assert cache.group_by_name("team").state is State.VALID
