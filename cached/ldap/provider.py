@@ -286,6 +286,10 @@ class LdapProvider:
         self.sweep_cut = False
         # Servers (URIs) whose own size limit cut an unpaged sweep: paged sweeps there.
         self._sweep_paged: set[str] = set()
+        # Servers whose own limit cut an unpaged walk-up search (one capping unpaged
+        # answers only: 389-ds' nsslapd-sizelimit below its paged limit, slapd's
+        # size.pr): the walk goes paged there from then on (_round).
+        self._walk_paged: set[str] = set()
         self._sweeping = False  # the sweep goes out with the round being sent
         # _unknown's groups that need nothing more, at their budget, for one ``known``.
         self._settled: dict[str, int] = {}
@@ -1185,9 +1189,18 @@ class LdapProvider:
         # two ORs of 1,000 DNs, 78 entries each, 20 ms of slapd each): unpaged, they go
         # out together and slapd works on them on two threads. The first level (the
         # user's own groups: 2,000 there) stays paged, as AD does throughout: its
-        # MaxPageSize cuts an unpaged answer at 1,000, where pages go on. A size limit
-        # that cuts an unpaged answer splits it (_split_search_many), as a paged one.
-        paged = level == 0 or again or s.ad
+        # MaxPageSize cuts an unpaged answer at 1,000, where pages go on (so on any AD
+        # DC). A size limit that cuts an unpaged answer splits it (_split_search_many),
+        # as a paged one, and makes the walk paged on that server (_walk_paged).
+        info = self.client.info
+        paged = (
+            level == 0
+            or again
+            or s.ad
+            or info is None
+            or AD_CAPABILITY_OID in info.capabilities
+            or info.uri in self._walk_paged
+        )
         for (from_groups, only_up), entries in zip(
             tags, self._split_search_many(jobs, self._round_filter, paged, sweep), strict=True
         ):
@@ -1269,6 +1282,9 @@ class LdapProvider:
                         if not isinstance(a, LdapLimitExceeded):
                             out[j] += a
                     continue
+                pg = paged if isinstance(paged, bool) else paged[j]
+                if not pg and cut.code == "sizeLimitExceeded" and self.client.info:
+                    self._walk_paged.add(self.client.info.uri)
                 if len(chunk) > 1:
                     log.info("%s; splitting a batch of %d assertions", cut.code, len(chunk))
                     half = len(chunk) // 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from cached.cache import State
 from cached.config import ConfigError, SearchBase, parse_search_bases
 from cached.counters import VALIDATE, VALIDATE_FETCHED
 from cached.dn import in_scope, normalize_dn
+from cached.ldap.client import Search
 from cached.ldap.provider import Outcome
 from testing.backend import make_backend, make_config, make_domain, stored_gids, stored_members
 from testing.slapd import Slapd
@@ -426,3 +428,38 @@ def test_members_a_sweep_does_not_name_are_looked_up(tmp_path, bases):
         assert stored_gids(cache, "u0") == {5000, 9000}
         assert stored_members(cache, "team") == {f"u{i}" for i in range(15)}
         assert cache.group_by_name("team").state is State.VALID
+
+
+def test_a_walk_cut_unpaged_goes_paged_on_that_server(tmp_path):
+    """Past the first level the walk's searches go unpaged (they go out together);
+    a server whose limit cut one (here slapd's sizelimit 10: 12 parent groups at
+    level 2) still gives the exact answer by splitting, and its walks go paged from
+    then on."""
+    users = "".join(_user(f"uid=u{i}", f"u{i}", 8000 + i) for i in range(2))
+    ldif = (
+        f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: zoo\no: zoo\n\n"
+        + "".join(_ou(o) for o in ("people", "groups"))
+        + users
+        + _group("g", 9000, [f"uid=u0,{P}", f"uid=u1,{P}"])
+        + "".join(_group(f"p{i}", 9100 + i, [f"cn=g,ou=groups,{BASE}"]) for i in range(12))
+    )
+    (tmp_path / "l.ldif").write_text(ldif)
+    want = {5000, 9000} | {9100 + i for i in range(12)}
+    with Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE, sizelimit=10, deref=False) as s:
+        p, cache = backend(tmp_path / "db", s)
+        sent: list[Search] = []
+        real = p.client.search_many
+
+        def spy(specs: list[Search], *args: Any, **kw: Any) -> Any:
+            sent.extend(specs)
+            return real(specs, *args, **kw)
+
+        p.client.search_many = spy
+        for name in ("u0", "u1"):
+            sent.clear()
+            assert p.initgroups(name).outcome is Outcome.FOUND
+            assert stored_gids(cache, name) == want, name
+            level2 = [sp for sp in sent if f"member=cn=g,ou=groups,{BASE}" in sp.filt]
+            # u0: sent unpaged, cut and split (the same filter again, halves); u1:
+            # paged at once.
+            assert level2 and all(sp.paged is (name == "u1") for sp in level2), level2
