@@ -79,6 +79,7 @@ from cached.model import User
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Result:
     outcome: Outcome
@@ -290,7 +291,6 @@ class LdapProvider:
         # answers only: 389-ds' nsslapd-sizelimit below its paged limit, slapd's
         # size.pr): the walk goes paged there from then on (_round).
         self._walk_paged: set[str] = set()
-        self._sweeping = False  # the sweep goes out with the round being sent
         # _unknown's groups that need nothing more, at their budget, for one ``known``.
         self._settled: dict[str, int] = {}
         self._settled_known: dict[str, Member] | None = None
@@ -634,7 +634,9 @@ class LdapProvider:
             )  # fmt: skip
         return out
 
-    def _deref_walk(self, level: int, again: bool = False) -> list[tuple[str, list[str]]] | None:
+    def _deref_walk(
+        self, level: int, again: bool = False, sweeping: bool = False
+    ) -> list[tuple[str, list[str]]] | None:
         """The deref control for the walk's searches, where the server has it and no
         base has a filter (which a dereferenced entry could not be checked against,
         as SSSD decides, §6.2): every group found comes with its members' names and
@@ -655,7 +657,7 @@ class LdapProvider:
         info = self.client.info
         if not again and (
             self._swept  # named by the sweep (empty: it gave up at its bound)
-            or self._sweeping  # the sweep goes out with this round's searches
+            or sweeping  # the sweep goes out with this round's searches
             or (level == 0 and self._sweep_possible())
         ):
             return None
@@ -812,11 +814,7 @@ class LdapProvider:
             up_next: list[str] = []
             named: set[str] = set()
             swept: list[list[Entry] | LdapLimitExceeded] = []
-            self._sweeping = bool(sweep)
-            try:
-                got = self._round(up, lookup, extra, level, sweep=(sweep, swept))
-            finally:
-                self._sweeping = False
+            got = self._round(up, lookup, extra, level, sweep=(sweep, swept))
             if sweep:
                 wanted = len(lookup) + len(later)
                 self._swept = self._swept_unpaged(self.sweep_factor * wanted, sweep, swept)
@@ -1027,15 +1025,16 @@ class LdapProvider:
         own size limit cut it once (Debian's slapd: ``sizelimit 500``) or that sent
         more than it asked: there the paged sweep decides (_sweep)."""
         info = self.client.info
-        return (
-            not self.schema.ad
-            and info is not None
-            # An AD DC with another ldap_schema: Samba ignores a request's sizeLimit
-            # (measured on 4.17: sizeLimit 5 returned all 1,609 users), so nothing
-            # would bound the sweep.
-            and AD_CAPABILITY_OID not in info.capabilities
-            and info.uri not in self._sweep_paged
-        )
+        return info is not None and not self._ad_dc() and info.uri not in self._sweep_paged
+
+    def _ad_dc(self) -> bool:
+        """The server is an AD DC: ``ldap_schema = ad``, or a root DSE listing the AD
+        capability whatever the schema. Windows caps unpaged answers at MaxPageSize
+        (1,000) where pages go on; Samba ignores a request's sizeLimit (measured on
+        4.17: a sizeLimit of 5 returned all 1,609 users), so nothing would bound an
+        unpaged sweep. Searches that must not be cut go paged there."""
+        info = self.client.info
+        return self.schema.ad or (info is not None and AD_CAPABILITY_OID in info.capabilities)
 
     def _sweep_searches(self, cap: int) -> list[Search]:
         """The unpaged sweep's searches: every user of each user base, as rows, at
@@ -1151,7 +1150,7 @@ class LdapProvider:
         ups = [f"({s.group_member}={escape(dn)})" for dn in up]
         members = not self.cfg.ignore_group_members
         out: list[tuple[Entry, bool, bool]] = []
-        specs = self._deref_walk(level, again) if ups else None
+        specs = self._deref_walk(level, again, sweeping=bool(sweep and sweep[0])) if ups else None
         # The searches of one round are independent: sent together (several message
         # ids outstanding), so a round costs one round trip, not one per search.
         jobs: list[_Job] = []
@@ -1193,14 +1192,7 @@ class LdapProvider:
         # DC). A size limit that cuts an unpaged answer splits it (_split_search_many),
         # as a paged one, and makes the walk paged on that server (_walk_paged).
         info = self.client.info
-        paged = (
-            level == 0
-            or again
-            or s.ad
-            or info is None
-            or AD_CAPABILITY_OID in info.capabilities
-            or info.uri in self._walk_paged
-        )
+        paged = level == 0 or again or info is None or self._ad_dc() or info.uri in self._walk_paged
         for (from_groups, only_up), entries in zip(
             tags, self._split_search_many(jobs, self._round_filter, paged, sweep), strict=True
         ):
