@@ -5,13 +5,14 @@ from __future__ import annotations
 from array import array
 from pathlib import Path
 
-from cached.cache.records import split_members
+from cached.cache.records import GroupRecord, join_members, split_members
 from cached.cache.writer import BackendCache, open_backend_cache
 from cached.config import Config, DomainConfig, parse_config
 from cached.counters import Counters
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.provider import LdapProvider
+from cached.model import Group
 from testing.daemon import config_text as daemon_config_text
 
 # Every backend's LDAP client, closed after each test (tests/conftest.py), so that a
@@ -60,3 +61,11 @@ def make_backend(
     OPEN_CLIENTS.append(client)
     provider = AdProvider if cfg.ldap_schema == "ad" else LdapProvider
     return provider(cfg, client, cache, counters=counters), cache, counters
+
+
+def group_record(g: Group) -> GroupRecord:
+    """The stored record of ``g`` built the plain way (join_members, a set sorted):
+    the reference records.encode_group_of's bytes are checked against."""
+    blob = join_members(g.members)
+    count = blob.count(b"\0")
+    return GroupRecord(g.name, g.gid, g.dn, blob, count, tuple(sorted(set(g.member_groups))))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from cached.model import Group, User
+from cached.model import User
 
 # What LMDB hands back: bytes, or a memoryview with buffers=True.
 Data = bytes | memoryview
@@ -80,26 +80,26 @@ class GroupRecord:
     member_count: int
     member_groups: tuple[str, ...]
 
-    @classmethod
-    def from_group(cls, g: Group) -> GroupRecord:
-        blob = join_members(g.members)
-        count = blob.count(b"\0")
-        return cls(g.name, g.gid, g.dn, blob, count, tuple(sorted(set(g.member_groups))))
-
 
 def encode_group(g: GroupRecord) -> bytes:
-    return msgpack.packb(
-        [FORMAT, g.name, g.gid, g.dn, g.members, g.member_count, list(g.member_groups)]
-    )
+    return _pack_group(g.name, g.gid, g.dn, g.members, g.member_count, list(g.member_groups))
+
+
+def _pack_group(
+    name: str, gid: int, dn: str, blob: bytes, count: int, member_groups: list[str]
+) -> bytes:
+    """The group record's layout (decode_group reads it), for both encoders."""
+    return msgpack.packb([FORMAT, name, gid, dn, blob, count, member_groups])
 
 
 def encode_group_of(
     name: str, gid: int, dn: str, members: Collection[str], member_groups: Collection[str]
 ) -> bytes | None:
-    """encode_group(GroupRecord.from_group(Group(name, gid, dn, members, member_groups))),
-    the same bytes, with neither built; None when a member name holds a NUL (it would
-    split in the NUL-joined list: the caller leaves such names out). ``members`` a dict
-    or a set is unique already and sorted as it is: the set built per group was most of
+    """The record of Group(name, gid, dn, members, member_groups): the members
+    unique, sorted and joined (join_members), the member groups unique and sorted,
+    with no GroupRecord built; None when a member name holds a NUL (it would split in
+    the NUL-joined list: the caller leaves such names out). ``members`` a dict or a
+    set is unique already and sorted as it is: the set built per group was most of
     join_members for the 2,085 groups of a cold initgroups of bigroupuser."""
     unique = sorted(members if isinstance(members, dict | set | frozenset) else set(members))
     if unique:
@@ -113,7 +113,7 @@ def encode_group_of(
     groups = sorted(set(member_groups))
     if groups and "\0" in "".join(groups):
         return None
-    return msgpack.packb([FORMAT, name, gid, dn, blob, len(unique), groups])
+    return _pack_group(name, gid, dn, blob, len(unique), groups)
 
 
 def decode_group(data: Data) -> GroupRecord:

@@ -345,8 +345,7 @@ class BackendCache(DomainCache):
             groups_db, fresh, stale = t["groups"], now + self.timeouts.group, now - 1
             for key, (new, gid, dn, modstamp, usn, complete) in batch.groups.items():
                 old = txn.get(key, db=groups_db)
-                if old != new:
-                    ops += self._put_ops("groups", key, new, old, (gid, dn))
+                ops += self._put_ops("groups", key, new, old, (gid, dn))
                 expire = fresh if complete else stale
                 packed = rec.pack_times(now, expire, 0.0, modstamp, usn)
                 (ts_ops if complete else early).append(("groups", key, packed))

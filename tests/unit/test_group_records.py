@@ -1,5 +1,5 @@
 """The writer's group records (records.encode_group_of, BackendCache.put_group_of):
-byte for byte what encode_group(GroupRecord.from_group(...)) gives, since records
+byte for byte what encode_group(group_record(...)) gives, since records
 are compared as bytes (invariant 2), and the fast path's shortcuts decline the
 input they do not fit: a tuple or list may repeat a name (only a dict or set is
 taken as unique), and a name may hold a NUL (left out, as put_group always did)."""
@@ -14,13 +14,14 @@ from cached.cache import records as rec
 from cached.cache.writer import BackendCache
 from cached.counters import Counters
 from cached.model import Group
+from testing.backend import group_record
 
 DN = "cn=g,ou=groups,dc=example,dc=test"
 
 
 def reference(members: tuple[str, ...], member_groups: tuple[str, ...]) -> bytes:
     """The record as the writer encoded it before encode_group_of."""
-    return rec.encode_group(rec.GroupRecord.from_group(Group("g", 7, DN, members, member_groups)))
+    return rec.encode_group(group_record(Group("g", 7, DN, members, member_groups)))
 
 
 CASES = [
