@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import lmdb
-import msgpack
 
 from cached.cache import records as rec
 from cached.cache.expiry import State, classify, midpoint
@@ -559,20 +558,10 @@ class DomainCache:
         """Many groups in one snapshot (memory-cache prefill after initgroups)."""
         out = []
         with self._reader() as txn:
-            # _group_view, its common case inline: bigroupuser's 2,085 groups, 2,000 of
-            # them without member groups, are read between the backend's answer and
-            # `id`'s (nss/server.py, _prefill_groups).
-            get, db, key = txn.get, self.entries.tables["groups"], self.key
-            flat = self.nesting_level <= 0
             for name in names:
-                k = key(name)
-                data = get(k, None, db)
-                if data is None:
-                    continue
-                own, member_groups = _unpack_group(data)
-                if member_groups and not flat:
-                    own = self._nested_view(txn, k, data, own, member_groups)
-                out.append(own)
+                view = self._group_view(txn, self.key(name))
+                if view is not None:
+                    out.append(view)
         return out
 
     def resolve_dns(self, dns: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -845,20 +834,10 @@ _ID_NATIVE = struct.Struct("=I")
 
 
 def _unpack_group(data: rec.Data) -> tuple[GroupView, list[str]]:
-    """A stored group as rec.decode_group reads it, as (its view without its member
-    groups, the names of its member groups), no GroupRecord built: a responder reading
-    a user's 2,085 groups (the memory-cache prefill after a cold initgroups) built one
-    for each, 1.7 µs of the ~7 µs a group took (timeit; a frozen dataclass's
-    __init__). Anything but a plain record of this format goes through decode_group,
-    which refuses it or reads it as it does."""
-    try:
-        fields = msgpack.unpackb(data)
-    except (ValueError, TypeError, msgpack.UnpackException):
-        fields = None
-    if type(fields) is not list or len(fields) != 7 or fields[0] != rec.FORMAT:
-        g = rec.decode_group(data)  # raises its RecordError
-        return GroupView(g.name, g.gid, g.dn, g.members, g.member_count), list(g.member_groups)
-    return GroupView(fields[1], fields[2], fields[3], fields[4], fields[5]), fields[6]
+    """A stored group as (its view without its member groups, the names of its member
+    groups): rec.group_fields, with no GroupRecord built."""
+    name, gid, dn, members, count, member_groups = rec.group_fields(data)
+    return GroupView(name, gid, dn, members, count), member_groups
 
 
 def _begin(store: Store) -> lmdb.Transaction:
