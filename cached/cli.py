@@ -11,14 +11,16 @@ import errno
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from cached import __version__
 from cached.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 
 if TYPE_CHECKING:
     from cached.nss.client import NssClient
+
+T = TypeVar("T")
 
 log = logging.getLogger("cached")
 
@@ -48,37 +50,40 @@ def _load(path: str) -> Config:
 # -- daemon ------------------------------------------------------------------------------
 
 
+def _run(main: Coroutine[Any, Any, T]) -> T:
+    """Run a daemon's event loop on uvloop (libuv): the NSS responder answers a warm
+    getgrgid inside ``data_received``, so the loop's own work is a large part of each
+    request, and uvloop's is smaller (ARCHITECTURE.md §1; ``perf.warmsocket --loop``)."""
+    import uvloop
+
+    return uvloop.run(main)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, "monitor")
-    import asyncio
-
     from cached.monitor import run_monitor
 
     config = _load(args.config)
-    return asyncio.run(run_monitor(config, os.path.abspath(args.config), args.log_level))
+    return _run(run_monitor(config, os.path.abspath(args.config), args.log_level))
 
 
 def cmd_backend(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, f"be/{args.domain}")
-    import asyncio
-
     from cached.ldap.service import BackendService
     from cached.monitor import report_ready
 
     config = _load(args.config)
     service = BackendService(config, config.domain(args.domain))
-    asyncio.run(service.run(report_ready))
+    _run(service.run(report_ready))
     return 0
 
 
 def cmd_responder(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, "nss")
-    import asyncio
-
     from cached.monitor import report_ready
     from cached.responder.main import run_responder
 
-    asyncio.run(run_responder(_load(args.config), report_ready))
+    _run(run_responder(_load(args.config), report_ready))
     return 0
 
 

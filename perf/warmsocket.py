@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection
 
 from cached.cache import open_domain_cache
 from cached.cache.writer import open_backend_cache
+from cached.cli import _run
 from cached.config import Config, parse_config
 from cached.counters import Counters
 from cached.model import Group
@@ -154,11 +155,18 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="the event loop: the daemons' (uvloop, default) or asyncio's own, to compare",
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="warmsocket-") as workdir:
         cfg = config(workdir)
         gids = fill_cache(cfg)
-        asyncio.run(serve_and_measure(cfg, gids, args.reps, args.profile))
+        run = _run if args.loop == "uvloop" else asyncio.run
+        run(serve_and_measure(cfg, gids, args.reps, args.profile))
 
 
 if __name__ == "__main__":

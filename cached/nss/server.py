@@ -38,7 +38,7 @@ import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
 from cached import gcpause
 from cached.cache import GroupView, Initgroups, State
@@ -528,8 +528,8 @@ class _Client(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
+        self.transport = transport = cast(asyncio.Transport, transport)
         r = self.r
         try:
             uid = aio.peer_uid(transport)
