@@ -246,3 +246,44 @@ def test_equality_fast_path_gives_what_the_general_reader_gives(item):
 
 def tlv_or(children: list[bytes]) -> bytes:
     return deref.tlv(0xA1, b"".join(children))
+
+
+def _paged_done(msgid: int, code: int, cookie: bytes) -> bytes:
+    t = deref.tlv
+    value = t(0x30, t(0x02, b"\x00") + t(4, cookie))
+    return _done(msgid, code, b"", t(0x30, t(4, wire.PAGED_RESULTS_OID.encode()) + t(4, value)))
+
+
+def _pending(msgid: int, page: int = 1000, max_entries: int = 0) -> dict[int, client._Request]:
+    spec = client.Search("dc=x", "(uid=*)", ["uid"], max_entries=max_entries)
+    return {msgid: client._Request(spec, b"", [], page, None)}
+
+
+def test_a_page_ending_in_the_batch_has_its_next_page_asked_for_at_once():
+    """client._page_ahead: the searchResDone of a paged search, a success with a
+    cookie, lets the next page go out before the page's entries are read."""
+    pending = _pending(7)
+    assert client._page_ahead(_paged_done(7, 0, b"more"), pending) == 7
+    assert pending[7].cookie == b"more"
+
+
+@pytest.mark.parametrize(
+    "last, pending",
+    [
+        (_paged_done(7, 0, b""), _pending(7)),  # the last page
+        (_paged_done(7, 4, b"more"), _pending(7)),  # sizeLimitExceeded: read in turn
+        (_paged_done(7, 0, b"more"), _pending(7, max_entries=10)),  # a cap to count first
+        (_paged_done(7, 0, b"more"), _pending(7, page=0) | _pending(8)),  # 7 not paged
+        (_paged_done(8, 0, b"more"), _pending(7)),  # another search's id
+        (_done(7, 0, b""), _pending(7)),  # no paged control
+        (_entry(0, 3, msgid=7)[0], _pending(7)),  # an entry: the page goes on
+        (_paged_done(7, 0, b"more")[:-3], _pending(7)),  # cut short: reported in turn
+    ],
+    ids=[
+        "last-page", "size-limit", "capped", "unpaged", "other-id", "no-control", "entry",
+        "truncated",
+    ],
+)
+def test_a_page_is_asked_for_ahead_only_after_a_successful_page(last, pending):
+    assert client._page_ahead(last, pending) is None
+    assert all(r.cookie is None for r in pending.values())
