@@ -74,7 +74,7 @@ from cached.ldap.client import (
     Row,
     Search,
 )
-from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, escape, first
+from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, assertions, escape, first
 from cached.model import User
 
 log = logging.getLogger(__name__)
@@ -1150,7 +1150,7 @@ class LdapProvider:
             if a not in seen:
                 seen.add(a)
                 rdn.append(a)
-        ups = [f"({s.group_member}={escape(dn)})" for dn in up]
+        ups = assertions(s.group_member, up)
         members = not self.cfg.ignore_group_members
         out: list[tuple[Entry, bool, bool]] = []
         specs = self._deref_walk(level, again, sweeping=bool(sweep and sweep[0])) if ups else None
