@@ -74,7 +74,7 @@ from cached.ldap.client import (
     Row,
     Search,
 )
-from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, escape, first
+from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, assertions, escape, first
 from cached.model import User
 
 log = logging.getLogger(__name__)
@@ -547,10 +547,13 @@ class LdapProvider:
         return g
 
     def _new_member_values(self, entries: list[Entry]) -> list[bytes]:
-        """The member values of ``entries`` not read yet in this request, each once."""
+        """The member values of ``entries`` not read yet in this request, each once, in
+        the order first met. Each distinct value is tested against the memo once: the
+        values first made distinct (bigroupuser's first level: 44,000 values, 5,000
+        distinct), rather than all tested then made distinct."""
         member = self._gkeys().member
         values = [e.attrs.get(member, ()) for e in entries]
-        return list(dict.fromkeys(filterfalse(self._member_memo.__contains__, chain(*values))))
+        return list(filterfalse(self._member_memo.__contains__, dict.fromkeys(chain(*values))))
 
     def _gkeys(self) -> _GroupKeys:
         """The group attributes as Entry.attrs keys, for the current schema."""
@@ -1147,7 +1150,7 @@ class LdapProvider:
             if a not in seen:
                 seen.add(a)
                 rdn.append(a)
-        ups = [f"({s.group_member}={escape(dn)})" for dn in up]
+        ups = assertions(s.group_member, up)
         members = not self.cfg.ignore_group_members
         out: list[tuple[Entry, bool, bool]] = []
         specs = self._deref_walk(level, again, sweeping=bool(sweep and sweep[0])) if ups else None

@@ -38,6 +38,17 @@ def escape(value: str) -> str:
     return value.translate(_ESCAPES) if _SPECIAL.search(value) else value
 
 
+def assertions(attr: str, values: list[str]) -> list[str]:
+    """The equality assertions ``(attr=value)`` of ``values``, escaped (:func:`escape`).
+    One search of all the values joined finds that none needs escaping (the DNs of a
+    walk level: 2,000 searches of 0.3 µs each, and as many calls, were 2 % of a cold
+    initgroups of bigroupuser, py-spy on perf.replay)."""
+    if _SPECIAL.search("".join(values)):
+        return [f"({attr}={escape(v)})" for v in values]
+    head = "(" + attr + "="
+    return [head + v + ")" for v in values]
+
+
 def first(values: list[bytes] | None) -> str:
     if not values:
         return ""
@@ -223,7 +234,7 @@ class SchemaMap:
         attr = self.group_member
         if len(values) == 1:
             return self.group_filter(f"({attr}={escape(values[0])})")
-        inner = "".join(f"({attr}={escape(v)})" for v in values)
+        inner = "".join(assertions(attr, values))
         return self.group_filter(f"(|{inner})")
 
     @staticmethod
@@ -235,4 +246,4 @@ class SchemaMap:
     def any_of(attr: str, values: list[str]) -> str:
         if len(values) == 1:
             return f"({attr}={escape(values[0])})"
-        return "(|" + "".join(f"({attr}={escape(v)})" for v in values) + ")"
+        return "(|" + "".join(assertions(attr, values)) + ")"

@@ -58,7 +58,7 @@ from cached.counters import (
     VALIDATE_FETCHED,
 )
 from cached.dn import normalize_dn
-from cached.ldap.schema import BATCH, escape, first
+from cached.ldap.schema import BATCH, assertions, escape, first
 
 if TYPE_CHECKING:
     from cached.ldap.client import Entry
@@ -165,7 +165,7 @@ def walk_stamps(
     with p.counters.timer(NESTED_RESOLVE):
         while up:
             nxt: list[str] = []
-            items = [("u", f"({s.group_member}={escape(dn)})") for dn in up]
+            items = [("u", a) for a in assertions(s.group_member, up)]
             # The first level (the user's direct groups: thousands for bigroupuser)
             # is paged; the levels above, the groups that hold those, are answers of
             # a few entries per batch: unpaged, the batches of a level go out

@@ -15,6 +15,7 @@ import pytest
 from cached import dn
 from cached.counters import Counters
 from cached.dn import normalize_dn, normalize_dns
+from cached.ldap.client import Entry
 from testing.backend import make_backend, make_domain
 
 USUAL = [
@@ -152,3 +153,23 @@ def test_member_values_read_together_as_one_at_a_time(tmp_path: Path, values) ->
         assert together._member_memo == alone._member_memo
         assert list(together._member_dn.items()) == list(alone._member_dn.items())
 
+
+
+def test_new_member_values_are_the_unread_ones_each_once_in_the_order_met(
+    tmp_path: Path,
+) -> None:
+    """LdapProvider._new_member_values, what a round's groups hand _member_keys: the
+    values not in the memo, each once, in the order first met across the entries (the
+    first spelling met of a key is the one kept, _member_dn)."""
+    cfg = make_domain(["ldap://127.0.0.1:9"], "dc=example,dc=test")
+    p, _, _ = make_backend(tmp_path / "a", cfg, Counters())
+    p._member_keys([_values()[3]])  # read by an earlier round
+    member = p._gkeys().member
+    lists = [_values()[:5], [], list(reversed(_values())), _values()[2:]]
+    entries = [Entry(f"cn=g{i},dc=test", {member: vs}) for i, vs in enumerate(lists)]
+    entries.append(Entry("cn=none,dc=test", {}))
+    want: list[bytes] = []
+    for v in (v for vs in lists for v in vs):
+        if v not in p._member_memo and v not in want:
+            want.append(v)
+    assert p._new_member_values(entries) == want

@@ -13,7 +13,7 @@ from ldap3.utils.asn1 import encode  # what ldap3's strategies send with
 
 from cached.ldap import client, deref, wire
 from cached.ldap.provider import _NamePart
-from cached.ldap.schema import escape
+from cached.ldap.schema import assertions, escape
 
 _OR = "(|" + "".join(f"(member=uid=user{i:05d},ou=people,dc=example,dc=test)" for i in range(2000))
 FILTERS = [
@@ -45,6 +45,29 @@ FILTERS = [
     f"(&(objectClass=groupOfNames){_OR}(gidNumber=5)))",
     f"(&(|(cn=a)(cn=b)){_NamePart('ab', 'xyz', True).filter('cn')})",
     f"(&(uid=x){_NamePart('', '0123456789abcdefghijklmnopqrstuvwxyz', True).filter('uid')})",
+    # Runs of an OR's equality items (wire._equality_run), and the runs it declines
+    # to the loop: another attribute, a nested filter, spaces, "*", an escape.
+    "(|(member=cn=a,dc=x)(member=cn=b=c,dc=x)(member=)(member=cn=Zoë Müller,dc=x))",
+    "(|(member=a)(member=b)(cn=c))",
+    "(|(member=a)(cn=b)(member=c)(member=d))",
+    "(|(member=a)(Member=b))",
+    "(|(member=a)(member=b)(&(cn=c)(cn=d)))",
+    "(|(member=a)(&(cn=c)(cn=d))(member=b))",
+    "(|(member=a)(member=b)(!(cn=c)))",
+    "(|(member= a )(member=b  )(member=\u2003c))",
+    "(|(member=a) (member=b))",
+    "(|(member=a)(member=b*))",
+    "(|(member=a)(member=*))",
+    "(|(member=a)(member=b\\2a))",
+    "(|(member=a)(member>=b))",
+    "(&(member=a)(member=b))",
+    "(&(objectClass=x)(|(uid=a)(uid=b))(|(uid=c)(uid=d)))",
+    # The value lengths where the item's header goes from one length octet to two.
+    "(|" + "".join(f"(member={'x' * n})" for n in range(110, 125)) + ")",
+    "(|" + "".join(f"(member={'x' * n})" for n in range(105, 118)) + ")",
+    "(|" + "".join(f"(member={'x' * n})" for n in range(110, 119)) + ")",
+    "(|" + "".join(f"(member={'x' * n})" for n in range(110, 120)) + ")",
+    "(|(member=" + "é" * 70 + ")(member=" + "x" * 300 + "))",
 ]
 
 
@@ -122,8 +145,14 @@ def test_requests_with_controls_encode_as_ldap3_does(args):
 
 
 @pytest.mark.parametrize(
-    "bad", ["uid=a", "(uid=a", "(uid=a))", "((uid=a)", "(&(uid=a)", "(!(a=1)(b=2))", "(uida)", ""]
-)
+    "bad",
+    [
+        "uid=a", "(uid=a", "(uid=a))", "((uid=a)", "(&(uid=a)", "(!(a=1)(b=2))", "(uida)", "",
+        # An OR's items that are no flat run (wire._equality_run declines them).
+        "(|(member=a)(member=b(member=c)x))",
+        "(|(member=a)(member=b)x)",
+    ],
+)  # fmt: skip
 def test_malformed_filters_are_refused_with_the_filter_named(bad):
     with pytest.raises(wire.FilterError):
         wire.encode_filter(bad)
@@ -287,3 +316,18 @@ def test_a_page_ending_in_the_batch_has_its_next_page_asked_for_at_once():
 def test_a_page_is_asked_for_ahead_only_after_a_successful_page(last, pending):
     assert client._page_ahead(last, pending) is None
     assert all(r.cookie is None for r in pending.values())
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["cn=a,dc=x", "cn=b,dc=x"],
+        ["cn=a,dc=x", "cn=Smith\\, John (ext) *,dc=x", "nul" + chr(0), "cn=c,dc=x"],
+        ["plain", "star*"],
+    ],
+)
+def test_assertions_escape_as_escape_does(values):
+    """schema.assertions tests all the values at once for something to escape: each
+    assertion as escape() spells it, escaped or not."""
+    assert assertions("member", values) == [f"(member={escape(v)})" for v in values]
