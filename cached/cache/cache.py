@@ -555,13 +555,32 @@ class DomainCache:
         return kept[1], kept[2]
 
     def groups_by_name(self, names: Iterable[str]) -> list[GroupView]:
-        """Many groups in one snapshot (memory-cache prefill after initgroups)."""
-        out = []
+        """Many groups in one snapshot (memory-cache prefill after initgroups).
+
+        :meth:`_group_view` of each, with its common case inline: a group without
+        member groups is its own view. Through the two calls it was 4.6 µs of the
+        prefill's ~16 µs a group for bigroupuser's 2,085 (tests/bench/test_bench_prefill.py;
+        txn.get's keyword argument alone cost 0.35 µs)."""
+        out: list[GroupView] = []
+        append = out.append
+        fields = rec.group_fields
+        nested = self.nesting_level > 0
         with self._reader() as txn:
-            for name in names:
-                view = self._group_view(txn, self.key(name))
-                if view is not None:
-                    out.append(view)
+            get, groups = txn.get, self.entries.tables["groups"]
+            # The keys as key() makes them.
+            if self.case_sensitive:
+                keys = [name.encode("utf-8") for name in names]
+            else:
+                keys = [name.lower().encode("utf-8") for name in names]
+            for key in keys:
+                data = get(key, None, groups)
+                if data is None:
+                    continue
+                name, gid, dn, members, count, member_groups = fields(data)
+                own = GroupView(name, gid, dn, members, count)
+                if member_groups and nested:
+                    own = self._nested_view(txn, key, data, own, member_groups)
+                append(own)
         return out
 
     def resolve_dns(self, dns: Iterable[str]) -> dict[str, tuple[str, str]]:
