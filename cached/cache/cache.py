@@ -484,7 +484,7 @@ class DomainCache:
         fields), and where those read here are noted: a batch read
         (:meth:`groups_by_name`) then reads and decodes each group once, where the
         expansions of bigroupuser's 84 nested groups read 520 of its groups again
-        (a sixth of the prefill's instructions, cachegrind)."""
+        (1 K of the prefill's 73.6 K instructions a group, cachegrind)."""
         groups = self.entries.tables["groups"]
         seen = {key}
         frontier = list(member_groups)
