@@ -497,6 +497,62 @@ def test_store_blobs_in_a_new_file_writes_what_one_store_each_writes(
             assert a.invalidate_gid(1018) and a.records == 299
 
 
+def _varied_groups() -> list[tuple[str, int, int, bytes]]:
+    """Groups of every shape the prefill meets: no members, one, a huge one spanning
+    many slots, non-ASCII names (multi-byte keys and members), payloads ending on a
+    slot boundary and one byte past it (no pad, 39 bytes of pad), gids at both ends."""
+    out: list[tuple[str, int, int, bytes]] = [
+        ("empty", 0, 0, b""),
+        ("ünïcödé-grüppe", 0xFFFFFFFF, 2, "jürgen\0مريم\0".encode()),
+        ("huge", 7, 3000, b"".join(b"user%05d\0" % i for i in range(3000))),
+        ("一", 8, 1, "名前\0".encode()),
+    ]
+    for n in range(40):  # every payload length modulo the slot size
+        blob = b"m" * n + b"\0"
+        out.append((f"pad{n:02d}", 100 + n, 1, blob))
+    return out
+
+
+@pytest.mark.parametrize("hash_elems", [None, 1, 5])  # SSSD's table; one chain; collisions
+def test_store_blobs_of_varied_groups_writes_what_one_store_each_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hash_elems: int | None
+) -> None:
+    """The batch's own record layout (header, prefix and strings packed at once, pads)
+    gives the very bytes of one store_blob each, whatever the group looks like and
+    however the chains collide; in a file too small for the batch, the records go one
+    at a time and evict the same records."""
+    monkeypatch.setattr("cached.memcache.mcfile.secrets.randbits", lambda _bits: 0x5EED)
+    items = _varied_groups()
+    for slots, before in ((4096, []), (4096, _group_items(5)), (512, _group_items(30))):
+        a_dir, b_dir = tmp_path / f"a{slots}-{len(before)}", tmp_path / f"b{slots}-{len(before)}"
+        a_dir.mkdir()
+        b_dir.mkdir()
+        with (
+            GroupWriter(a_dir / "group", slots=slots, hash_elems=hash_elems, clock=clock) as a,
+            GroupWriter(b_dir / "group", slots=slots, hash_elems=hash_elems, clock=clock) as b,
+        ):
+            _sequential(a, before)
+            _sequential(b, before)
+            stored, bad = a.store_blobs(items)
+            want = sum(b.store_blob(*item).stored for item in items)
+            assert bad == [] and stored == want == len(items) - (slots < 1000)
+            assert a.path.read_bytes() == b.path.read_bytes()
+            assert (a.records, a.used_slots) == (b.records, b.used_slots)
+            with McReader(a.path) as r:
+                assert r.verify() == []
+                huge = r.group("huge")
+                if slots > 512:  # 3,000 members, 30 KB: more slots than 512
+                    assert huge is not None and len(huge.members) == 3000
+                e = r.group(0xFFFFFFFF)
+                assert e is not None and e.members == ("jürgen", "مريم")
+            # The writer's index knows every record it wrote: each is superseded.
+            for name, gid, _count, _blob in items:
+                if a.holds_gid(gid):
+                    assert a.store(name, gid, ["x"]).stored
+                    b.store(name, gid, ["x"])
+            assert a.path.read_bytes() == b.path.read_bytes()
+
+
 batch_items = st.lists(
     st.tuples(st.integers(0, 15), st.integers(0, 15), st.integers(0, 12)), max_size=40
 )
