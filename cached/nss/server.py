@@ -120,7 +120,7 @@ class _Share:
         self.slots = None if uid == 0 else asyncio.Semaphore(ANSWERS_PER_UID)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     """A group's answer, kept while the cache hands out an equal GroupView."""
 
