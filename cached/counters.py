@@ -98,16 +98,10 @@ class Counters:
     def add(self, name: str, count: int = 1, seconds: float = 0.0, amount: int = 0) -> None:
         scope = _SCOPE.get()
         with self._lock:
-            stat = self._stats.get(name)
-            if stat is None:
-                stat = self._stats[name] = Stat()
-            stat.count += count
-            stat.seconds += seconds
-            stat.amount += amount
-            if scope is not None:
-                stat = scope.stats.get(name)
+            for stats in (self._stats, scope.stats) if scope is not None else (self._stats,):
+                stat = stats.get(name)
                 if stat is None:
-                    stat = scope.stats[name] = Stat()
+                    stat = stats[name] = Stat()
                 stat.count += count
                 stat.seconds += seconds
                 stat.amount += amount
