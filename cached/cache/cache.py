@@ -595,12 +595,7 @@ class DomainCache:
         known: _Known = {}  # what the expansions read again (see _below)
         with self._reader() as txn:
             get, groups = txn.get, self.entries.tables["groups"]
-            # The keys as key() makes them.
-            if self.case_sensitive:
-                keys = [name.encode("utf-8") for name in names]
-            else:
-                keys = [name.lower().encode("utf-8") for name in names]
-            for key in keys:
+            for key in map(self.key, names):
                 got = known.get(key)
                 if got is None:
                     data = get(key, None, groups)

@@ -69,6 +69,7 @@ from .layout import (
     encode_group_keyed,
     encode_initgroups,
     encode_passwd,
+    group_key,
     id_key,
     name_key,
     next_barrier,
@@ -534,25 +535,14 @@ class McWriter:
         self._write_free_bits(pos, pos + total)
         self._cursor = pos + total
         b = _FIRST_BARRIER
-        ht, inv, link = self._ht_word, INVALID32, self._link
+        reach = self._reach
         recs_by_start, by1, by2 = self._recs, self._by1, self._by2
         for rec in recs:
-            first, _, _, key1, key2, h1, h2, w = rec
-            u32[w + R_B1] = b
-            # Only now reachable, complete (see _store, step 3): at the tail of both
-            # chains; an empty bucket (most, in a file of SSSD's size) takes it as is.
-            if u32[ht + h1] == inv:
-                u32[ht + h1] = first
-            else:
-                link(rec, h1)
-            if h2 != h1:
-                if u32[ht + h2] == inv:
-                    u32[ht + h2] = first
-                else:
-                    link(rec, h2)
-            recs_by_start[first] = rec
-            by1[key1] = rec
-            by2[key2] = rec
+            u32[rec.word + R_B1] = b
+            reach(rec)  # only now, complete (see _store, step 3)
+            recs_by_start[rec.start] = rec
+            by1[rec.key1] = rec
+            by2[rec.key2] = rec
 
     def _reach(self, rec: _Rec) -> None:
         """Make a complete record reachable: the tail of both its hash chains. An empty
@@ -878,24 +868,11 @@ class GroupWriter(McWriter):
         items: list[_GroupItem] = []
         bad: list[tuple[str, ValueError]] = []
         for name, gid, count, blob in groups:
-            # encode_group_item's checks, inline; it raises the error of a bad one.
             try:
-                key1 = name.encode("utf-8") + b"\0"
-            except UnicodeEncodeError as e:
+                key1 = group_key(name, gid, count, blob)
+            except ValueError as e:
                 bad.append((name, e))
                 continue
-            if (
-                key1.index(b"\0") != len(key1) - 1
-                or not 0 <= gid <= INVALID32
-                or blob.count(b"\0") != count
-                or (blob and blob[-1])
-            ):
-                try:
-                    encode_group_item(name, gid, count, blob, pw)
-                except ValueError as e:
-                    bad.append((name, e))
-                    continue
-                raise AssertionError("encode_group_item took a bad group")  # pragma: no cover
             items.append((key1, b"%d\0" % gid, gid, count, blob))
         fresh, rest = self._split_batch(items)
         pos = -1
