@@ -56,6 +56,7 @@ VALIDATE_FETCHED = "be.validate.fetched"  # amount: groups of those fetched whol
 NSS_REQUEST = "nss.request"  # responder requests answered
 NSS_BACKEND = "nss.backend"  # responder -> backend refresh requests (count, seconds)
 NSS_STALE = "nss.stale"  # expired entries answered without waiting for a refresh
+NSS_EARLY = "nss.prefill.early"  # notes of groups stored early; amount: groups fed from them
 IFP_REQUEST = "ifp.request"  # D-Bus method calls answered (count, seconds)
 IFP_DENIED = "ifp.denied"  # root-only D-Bus calls refused
 

@@ -127,6 +127,9 @@ class BackendCache(DomainCache):
         # The invalidation counts and the time when the current request began (request()).
         self._since: dict[str, int] | None = None
         self._started: float | None = None
+        # Which of the gid, DN and alias indexes held nothing at the request's first
+        # early commit (commit_new_groups); None: none yet in this request.
+        self._empty: tuple[bool, bool, bool] | None = None
         super().__init__(
             db_dir,
             domain,
@@ -167,6 +170,8 @@ class BackendCache(DomainCache):
             yield
         finally:
             self._since, self._started = outer, outer_started
+            if outer is None:
+                self._empty = None
 
     @contextmanager
     def write(self) -> Iterator[WriteBatch]:
@@ -296,6 +301,70 @@ class BackendCache(DomainCache):
 
     def delete_group(self, batch: WriteBatch, name: str) -> None:
         batch.deleted_groups.add(self.key(name))
+
+    def commit_new_groups(self, batch: WriteBatch) -> list[bytes]:
+        """Commit now the groups of ``batch`` that only add to the store — no record
+        under their key, their gid and DN in no index — and take them out of it;
+        return their keys. The rest of the batch commits when its block ends.
+
+        Why: the responder can put a user's groups in the memory cache while the
+        backend still encodes the others (the prefill, nss/server.py), instead of
+        after the whole answer (ARCHITECTURE.md §4, "Early prefill"). A reader
+        between the two commits sees each such group whole or not at all, as it
+        will be after the second: nothing of what it held before changes, so the
+        one-transaction-per-request rule (invariant 1) holds for every entry the
+        store already had. A failure between them leaves groups stored exactly as
+        read, which a kill between two requests leaves too."""
+        t = self.entries.tables
+        aliases: dict[bytes, list[bytes]] = {}
+        for a, k in batch.aliases.items():
+            if a[:1] == b"g":
+                aliases.setdefault(k, []).append(a)
+        new: dict[bytes, tuple[bytes, int, str, str, str, bool]] = {}
+        with self.entries.read() as txn:
+            get, groups = txn.get, t["groups"]
+            # An index empty at the request's first early commit holds only what its
+            # early commits added since (this process is the store's one writer): for
+            # these very groups, the final commit's writes, so they are not looked up
+            # (the first fetch of a big user's groups: each look-up was a third of this).
+            empty = self._empty
+            if empty is None or self._since is None:
+                stat = txn.stat
+                empty = self._empty = (
+                    not stat(t["gid"])["entries"],
+                    not stat(t["dn"])["entries"],
+                    not stat(t["alias"])["entries"],
+                )
+            gids = None if empty[0] else t["gid"]
+            dns = None if empty[1] else t["dn"]
+            alias = None if empty[2] else t["alias"]
+            for key, v in batch.groups.items():
+                if (
+                    get(key, None, groups) is None
+                    and (gids is None or get(ID_KEY.pack(v[1]), None, gids) is None)
+                    and (dns is None or not v[2] or get(self.dn_key(v[2]), None, dns) is None)
+                    and (
+                        alias is None
+                        or (
+                            get(b"g" + key, None, alias) is None
+                            and all(get(a, None, alias) is None for a in aliases.get(key, ()))
+                        )
+                    )
+                ):
+                    new[key] = v
+        if not new:
+            return []
+        part = WriteBatch(batch.since, batch.started)
+        part.groups = new
+        part.read_whole = batch.read_whole & new.keys()
+        part.aliases = {a: k for k in new for a in aliases.get(k, ())}
+        self.commit(part)
+        for key in new:
+            del batch.groups[key]
+        batch.read_whole -= new.keys()
+        for a in part.aliases:
+            del batch.aliases[a]
+        return list(new)
 
     def commit(self, batch: WriteBatch, now: float | None = None) -> WriteResult:
         """Write the entry store only where content changed; always write timestamps."""

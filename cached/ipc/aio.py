@@ -53,6 +53,7 @@ async def serve(
 
         async def answer(msg: Message) -> None:
             rid = msg.get("id")
+            note = "id" not in msg  # a note: nobody waits for an answer (Notifier)
             try:
                 name = msg["op"]
                 args = msg.get("args") or {}
@@ -67,6 +68,8 @@ async def serve(
             except Exception as e:
                 log.exception("rpc %s failed", msg.get("op"))
                 reply = {"id": rid, "ok": False, "error": f"{type(e).__name__}: {e}"}
+            if note:
+                return
             with contextlib.suppress(ConnectionError, RuntimeError):
                 writer.write(encode_frame(reply))
                 await writer.drain()

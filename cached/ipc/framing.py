@@ -3,7 +3,8 @@ the frames, the socket paths, and the tools' blocking client (``ops.py`` names w
 the frames carry).
 
 Frames are a 4-byte big-endian length and a msgpack map. A request is
-``{"id": n, "op": str, "args": {...}}``; its reply ``{"id": n, "ok": bool, ...}``.
+``{"id": n, "op": str, "args": {...}}``; its reply ``{"id": n, "ok": bool, ...}``. A
+request without an id is a note: nothing answers it (``Notifier``).
 Requests on one connection may be answered out of order (the backend answers a
 cached user while an initgroups of 2,000 groups is still running).
 
@@ -119,3 +120,39 @@ def call_sync(path: str, op: Op, timeout: float = 30.0, **args: Any) -> Message:
             raise RpcError(f"{path}: no answer to {op} within {timeout:.0f} s") from None
         except OSError as e:
             raise RpcError(f"{path}: {e.strerror or e}") from None
+
+
+class Notifier:
+    """One-way notes (requests without an id, never answered) from a thread that
+    must not wait for an event loop: the backend's executor thread tells the
+    responder of groups it stored early (ldap/service.py). One connection, opened
+    when first needed and again after a failure; a note that cannot be sent is
+    dropped (each is an optimisation) and the error returned."""
+
+    def __init__(self, path: str, timeout: float = 1.0) -> None:
+        self.path, self.timeout = path, timeout
+        self._sock: socket.socket | None = None
+
+    def send(self, op: Op, **args: Any) -> str:
+        """Send a note; "" when sent, else why not."""
+        frame = encode_frame({"op": op.value, "args": args})
+        try:
+            if self._sock is None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self.timeout)
+                try:
+                    sock.connect(self.path)
+                except BaseException:
+                    sock.close()
+                    raise
+                self._sock = sock
+            self._sock.sendall(frame)
+        except OSError as e:
+            self.close()
+            return f"{self.path}: {e.strerror or e}"
+        return ""
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -49,6 +49,7 @@ class Op(enum.StrEnum):
     # The responder.
     DOMAIN_STATE = "domain_state"
     INVALIDATED = "invalidated"
+    GROUPS_STORED = "groups_stored"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +165,27 @@ class DomainStateNote:
             float(args.get("retry_in") or 0.0),
             str(args.get("reason", "")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsStoredNote:
+    """A backend's note that a user's groups of an initgroups answer still being
+    stored were committed: the responder may put them in the memory cache now."""
+
+    domain: str
+    groups: tuple[str, ...]
+
+    def args(self) -> dict[str, Any]:
+        return {"domain": self.domain, "groups": list(self.groups)}
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> GroupsStoredNote:
+        domain, groups = args.get("domain"), args.get("groups")
+        if not isinstance(domain, str) or not isinstance(groups, list):
+            raise BadMessage(f"groups_stored: bad domain {domain!r} or groups")
+        if not all(isinstance(g, str) for g in groups):
+            raise BadMessage("groups_stored: a group name is not text")
+        return cls(domain, tuple(groups))
 
 
 @dataclass(frozen=True, slots=True)

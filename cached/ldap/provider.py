@@ -179,6 +179,9 @@ def _int(values: list[bytes]) -> int | None:
 # nothing we may answer: no such entry, outside every search base, neither a user
 # nor a group, a user without ids (docs/compatibility.md §9.5).
 Member = tuple[str, str] | None
+# Groups per early commit of an initgroups answer (_early_commits): the responder's
+# prefill of one chunk takes about as long as the backend's encoding of the next.
+EARLY_CHUNK = 512
 WALK = "walk"  # a non-POSIX group: nesting walks through it, it is never answered
 _UNSEEN: Member = ("", "")  # sentinel: not looked up yet
 # One batched search of a round: (bases, assertions, attributes, deref specs).
@@ -302,6 +305,9 @@ class LdapProvider:
         # this is its last run: validate.changed_since_read.
         self.missing: set[str] = set()
         self._last_run = False
+        # Told the names of a user's groups stored ahead of the rest of an initgroups
+        # answer (_store_initgroups; the service tells the responder): None, nobody.
+        self.on_groups_stored: Callable[[list[str]], None] | None = None
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -1471,7 +1477,11 @@ class LdapProvider:
         return complete
 
     def _store_groups(
-        self, batch: WriteBatch, found: dict[str, _GroupEntry], known: dict[str, Member]
+        self,
+        batch: WriteBatch,
+        found: dict[str, _GroupEntry],
+        known: dict[str, Member],
+        early: Callable[[WriteBatch], None] | None = None,
     ) -> None:
         """Store every fetched POSIX group. A group whose stamp (modifyTimestamp and
         CSN/USN) matches a stored, trusted one is only touched (the shortcut of §3.4);
@@ -1518,7 +1528,9 @@ class LdapProvider:
                          if g.name not in late and unchanged(g, idents.get(g.name))}  # fmt: skip
             put, name_attr = self.cache.put_group_of, self.schema.group_name
             trusted, started = validate.trusted_stamp, self.request_started
-            for k, g in posix.items():
+            for i, (k, g) in enumerate(posix.items()):
+                if early is not None and i and not i % EARLY_CHUNK:
+                    early(batch)  # each EARLY_CHUNK groups, while more follow
                 ok = k in complete
                 if g.name in touch:
                     self.cache.touch_group(batch, g.name, g.modstamp, g.usn)
@@ -1683,12 +1695,32 @@ class LdapProvider:
         with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:
             if entries:
                 self._store_users(batch, entries)
-            self._store_groups(batch, found, known)
+            self._store_groups(batch, found, known, self._early_commits(found, mine))
             for g_name in gone:
                 self.cache.delete_group(batch, g_name)
             gids = {user.gid} | {found[k].gid for k in mine}
             self.cache.put_initgroups(batch, user.name, gids, [found[k].name for k in mine])
         return Result(Outcome.FOUND)
+
+    def _early_commits(
+        self, found: dict[str, _GroupEntry], mine: set[str]
+    ) -> Callable[[WriteBatch], None] | None:
+        """What _store_groups calls after each EARLY_CHUNK groups of a big answer:
+        the groups new to the cache are committed at once, and the user's among
+        them told to on_groups_stored, so the responder puts them in the memory
+        cache while the rest are encoded (BackendCache.commit_new_groups)."""
+        hook = self.on_groups_stored
+        if hook is None or len(mine) < 2 * EARLY_CHUNK:
+            return None
+        key = self.cache.key
+        names = {key(found[k].name): found[k].name for k in mine}
+
+        def commit(batch: WriteBatch) -> None:
+            ours = [names[k] for k in self.cache.commit_new_groups(batch) if k in names]
+            if ours:
+                hook(ours)
+
+        return commit
 
     def _vanished(
         self, name: str, found: dict[str, _GroupEntry], known: dict[str, Member]

@@ -39,6 +39,7 @@ from cached.ipc.ops import (
     LOOKUPS,
     CountersReply,
     DomainStateNote,
+    GroupsStoredNote,
     LookupReply,
     LookupRequest,
     Op,
@@ -125,6 +126,9 @@ class BackendService:
         self.announced_online = True
         self.responder = aio.RpcClient(framing.responder_socket(config.daemon.pipes_dir))
         self._announcing: asyncio.Task[None] | None = None
+        # Notes of groups stored early (_groups_stored), sent from the executor thread.
+        self._notifier = framing.Notifier(framing.responder_socket(config.daemon.pipes_dir))
+        self.provider.on_groups_stored = self._groups_stored
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -209,6 +213,17 @@ class BackendService:
                 # the next answer instead.
                 log.debug("announcing domain state to the responder: %s", e)
                 return
+
+    def _groups_stored(self, names: list[str]) -> None:
+        """The provider committed some of a user's groups ahead of its answer: the
+        responder is told at once, from the executor thread (a note through the
+        event loop waited for the thread to let go of the GIL, up to its 5 ms
+        switch interval each time)."""
+        note = GroupsStoredNote(self.domain.name, tuple(names))
+        failed = self._notifier.send(Op.GROUPS_STORED, **note.args())
+        if failed:
+            # Not up, or restarting: the answer's own prefill puts them in.
+            log.debug("telling the responder of groups stored early: %s", failed)
 
     async def handle(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
         if op in LOOKUPS:
@@ -333,6 +348,7 @@ class BackendService:
         # the clean marker lets the next start trust the timestamp store (§3.5).
         await self._in_worker(lambda: None)
         self.executor.shutdown(wait=True)
+        self._notifier.close()
         await self.responder.close()
         self.client.close()
         self.cache.close(clean=True)

@@ -36,15 +36,16 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, cast
 
 from cached import gcpause
-from cached.cache import GroupView, Initgroups, State
+from cached.cache import DomainCache, GroupView, Initgroups, State
 from cached.config import Config, DomainConfig
-from cached.counters import COUNTERS, NSS_REQUEST
+from cached.counters import COUNTERS, NSS_EARLY, NSS_REQUEST
 from cached.ipc import aio, framing
+from cached.ipc.ops import GroupsStoredNote
 from cached.model import User
 from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
@@ -75,6 +76,12 @@ WRITE_TIMEOUT = 30.0
 # scheduling delay, and short enough that trickling one byte at a time cannot keep a
 # connection (docs/threat-model.md: one byte every 40 s kept 1,024 connections forever).
 REQUEST_TIMEOUT = 10.0
+# How long a group put in the memory cache on a backend's early commit counts as fed
+# for the INITGR answer that follows it (prefill_stored). That answer ends the same
+# request, milliseconds later (the backend runs one request at a time, so nothing
+# stores the group again meanwhile); a note no answer used (the request failed) must
+# not spare a later answer's prefill for long.
+EARLY_FRESH = 10.0
 # Group records of at least this many members are kept, encoded, per group and cache
 # snapshot, and fed to the memory cache at most once per half record lifetime: a client
 # asking for a huge group again and again then costs a dictionary lookup and a copy.
@@ -217,6 +224,10 @@ class NssResponder:
         self.feed = feed
         self._prefilled: dict[tuple[str, str], tuple[bytes, float]] = {}
         self._prefill_every = feed.refeed_every
+        # Groups put in the memory cache on a backend's early commit (prefill_stored),
+        # by domain: name -> when; the INITGR answer that follows does not do them again.
+        self._early: dict[str, dict[str, float]] = {}
+        self._domains = {d.name: d for d in config.domains}
         self.pwfield = config.nss.pwfield
         self.active = 0
         self.refused = 0
@@ -336,26 +347,55 @@ class NssResponder:
         last = self._prefilled.get(key)
         if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
             return
+        names: Iterable[str] = ig.groups
+        early = self._early.get(domain.name)
+        if early:
+            # Fed moments ago from the cache this answer comes from (prefill_stored);
+            # each note is used once.
+            since = now - EARLY_FRESH
+            names = [n for n in ig.groups if early.pop(n, since) <= since]
+        self._feed_groups(domain, found.cache, names)
+        if len(self._prefilled) > 10_000:
+            self._prefilled.clear()
+        self._prefilled[key] = (gids, now)
+
+    def _feed_groups(self, domain: DomainConfig, cache: DomainCache, names: Iterable[str]) -> None:
+        """Put these groups, as the cache holds them, in the memory cache."""
         # The cyclic collector off meanwhile (cached/gcpause.py): the ~20,000 objects
         # built here (views, kept answers, the writer's notes) live until the end and
         # hold no cycles.
         with gcpause.paused():
             ok = self.lookups.policy.group_view_filter(domain)
             batch = []
-            for g in found.cache.groups_by_name(ig.groups):
+            for g in cache.groups_by_name(names):
                 if ok(g):
                     r = self._group_record(domain, g)
                     batch.append((r.name, g.gid, r.count, r.blob))
             self.feed.groups(batch, self.pwfield)
-        if len(self._prefilled) > 10_000:
-            self._prefilled.clear()
-        self._prefilled[key] = (gids, now)
+
+    def prefill_stored(self, note: GroupsStoredNote) -> None:
+        """A backend committed some of a user's groups ahead of the rest of its
+        initgroups answer (BackendCache.commit_new_groups): they go in the memory
+        cache now, while the backend stores the others, rather than all after its
+        answer (docs/ARCHITECTURE.md §4, "Early prefill")."""
+        domain = self._domains.get(note.domain)
+        if domain is None or not self.feed.groups_enabled:
+            return
+        self._feed_groups(domain, self.lookups.caches[domain.name], note.groups)
+        COUNTERS.add(NSS_EARLY, 1, 0.0, len(note.groups))
+        early = self._early.setdefault(domain.name, {})
+        if len(early) > 100_000:
+            early.clear()  # notes no answer came for (a failed request): a bound
+        now = time.monotonic()
+        for name in note.groups:
+            early[name] = now
 
     def reset_memcache(self) -> None:
         """Retire the memory-cache files now (no client is served an old record after
         this returns) and publish new ones once the caller has had its answer."""
         self.feed.retire()
         self._prefilled.clear()
+        self._early.clear()
         # The kept answers stay: each is used only while the cache hands out an equal
         # GroupView, so one kept across the invalidation is still exact, and re-encoding
         # all 2,085 of bigroupuser's groups was a seventh of the responder's CPU for `id`

@@ -22,7 +22,7 @@ from typing import Any
 from cached.cache import DomainCache, open_domain_cache
 from cached.config import Config
 from cached.ipc import aio, framing
-from cached.ipc.ops import DomainStateNote, Op
+from cached.ipc.ops import DomainStateNote, GroupsStoredNote, Op
 from cached.nss.mcfeed import MemcacheFeed
 from cached.nss.server import NssResponder, nss_socket, serve_nss
 from cached.responder.admin import Admin
@@ -76,6 +76,9 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
             return {"status": admin.status()}
         if op is Op.DOMAIN_STATE:  # a backend's announcement
             lookups.domain_state(DomainStateNote.parse(args))
+            return {}
+        if op is Op.GROUPS_STORED:  # a backend's early commit (nss/server.py)
+            responder.prefill_stored(GroupsStoredNote.parse(args))
             return {}
         if op is Op.INVALIDATED:
             admin.invalidated()

@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from cached.counters import LDAP_CONNECT
+from cached.counters import LDAP_CONNECT, NSS_EARLY
+from cached.ldap.provider import EARLY_CHUNK
+from cached.memcache import McReader
 from cached.nss import protocol as p
 from testing.marks import requires_nss
 
@@ -38,6 +40,34 @@ def test_id_bigroupuser_equals_the_expected_answer(cached_big, slapd_big):
     assert len(id_groups(r.stdout)) == 2085
     u = exp.user("bigroupuser")
     assert r.stdout.startswith(f"uid={u.uid}(bigroupuser) gid={u.gid}(users) groups=")
+
+
+def test_a_cold_id_puts_groups_stored_early_in_the_memory_cache(daemon_factory, slapd_big):
+    """The backend commits bigroupuser's groups new to the cache in chunks ahead of the
+    rest of its answer and tells the responder, which puts them in the memory cache
+    while the others are stored (docs/ARCHITECTURE.md §4, "Early prefill"): when `id`
+    reads the memory cache, every group is there, as its answer says."""
+    exp = slapd_big.expected
+    d = daemon_factory(slapd_big)
+    r = d.run_nss(["id", "bigroupuser"])  # the memory cache read, as by default
+    assert r.returncode == 0, r.stderr
+    assert id_groups(r.stdout) == exp.initgroups("bigroupuser", 2)
+    notes, _seconds, noted = d.counters()[NSS_EARLY]
+    # 2,085 groups: four chunks of EARLY_CHUNK go early, the last 37 with the answer.
+    assert (notes, noted) == (4, 4 * EARLY_CHUNK)
+    gids = exp.initgroups_reply("bigroupuser", 2)
+    with McReader(d.mc_dir / "group") as mc:
+        assert mc.verify() == []
+        for gid in gids:
+            e = mc.group(gid)
+            assert e is not None, gid
+            if gid % 97 == 0 or e.name.startswith("nest1"):
+                assert set(e.members) == exp.members(e.name, 2), e.name
+    # What glibc reads from it is the same as the socket's answer.
+    sample = [str(gid) for gid in sorted(gids)[::200]]
+    by_mc = d.run_nss(["getent", "group", *sample])
+    by_socket = d.run_nss(["getent", "group", *sample], env=SOCKET_ONLY)
+    assert by_mc.stdout == by_socket.stdout and by_mc.stdout.count("\n") == len(sample)
 
 
 def test_getent_passwd_group_initgroups(cached_big, slapd_big):

@@ -1,0 +1,65 @@
+"""Notes on the private RPC (ipc/framing.py ``Notifier``, ipc/aio.py ``serve``): a request
+without an id is handled and never answered, and the blocking sender the backend's
+executor thread uses neither waits for an answer nor fails its caller when nobody
+listens. A real asyncio server on a Unix socket in a temporary directory."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from pathlib import Path
+from typing import Any
+
+from cached.ipc import aio, framing
+from cached.ipc.ops import Op
+
+
+def test_a_note_is_handled_and_not_answered_and_a_request_still_is(tmp_path: Path) -> None:
+    path = str(tmp_path / "private" / "sock")
+    seen: list[tuple[Op, dict[str, Any]]] = []
+    all_seen = asyncio.Event()
+
+    async def handler(op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        seen.append((op, args))
+        if len(seen) == 4:
+            all_seen.set()
+        return {"echo": args}
+
+    async def main() -> None:
+        server = await aio.serve(path, handler)
+        notifier = framing.Notifier(path)
+        loop = asyncio.get_running_loop()
+        try:
+            # Sent from another thread, as the backend's executor does.
+            for i in range(3):
+                note = {"domain": "D", "groups": [str(i)]}
+                send = functools.partial(notifier.send, Op.GROUPS_STORED, **note)
+                assert await loop.run_in_executor(None, send) == ""
+            client = aio.RpcClient(path)
+            reply = await client.call(Op.STATUS, x=1)
+            assert reply["echo"] == {"x": 1} and reply["ok"]
+            await client.close()
+            # The notes were handled; and no answer to them came back on their
+            # connection (one would be written as its handler returns): nothing to read.
+            await asyncio.wait_for(all_seen.wait(), 60)
+            assert notifier._sock is not None
+            notifier._sock.setblocking(False)
+            try:
+                got = notifier._sock.recv(1)
+            except BlockingIOError:
+                got = b"nothing"
+            assert got == b"nothing"
+        finally:
+            notifier.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+    notes = [(op, args) for op, args in seen if op is Op.GROUPS_STORED]
+    assert notes == [(Op.GROUPS_STORED, {"domain": "D", "groups": [str(i)]}) for i in range(3)]
+
+
+def test_a_note_nobody_listens_to_is_dropped_with_the_reason(tmp_path: Path) -> None:
+    notifier = framing.Notifier(str(tmp_path / "nothing-here"))
+    why = notifier.send(Op.GROUPS_STORED, domain="D", groups=["g"])
+    assert "nothing-here" in why and notifier._sock is None
