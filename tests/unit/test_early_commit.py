@@ -13,7 +13,7 @@ import pytest
 
 from cached.cache import State
 from cached.cache.writer import BackendCache
-from cached.counters import Counters
+from cached.counters import ENTRY_RECORDS, TS_RECORDS, Counters
 from cached.model import Group, User
 
 BASE = "dc=example,dc=test"
@@ -56,7 +56,11 @@ def _held_before(c: BackendCache) -> None:
         c.put_group(b, _group("changed", 30001, members=9))
         c.put_group(b, _group("oldgid", 40000))
         c.put_group(b, _group("olddn", 40001, dn=f"cn=taken,ou=groups,{BASE}"))
-        c.put_group(b, _group("aliased", 40002), aliases=["nick"])
+        c.put_group(b, _group("aliased", 40002), aliases=["nick", "nick2"])
+        c.put_group(b, _group("renumbered", 40005))
+
+
+ALIASES = {"new05": ["other-name"], "newalias": ["nick2"]}
 
 
 def _request(c: BackendCache, early: list[int]) -> list[list[bytes]]:
@@ -69,6 +73,8 @@ def _request(c: BackendCache, early: list[int]) -> list[list[bytes]]:
         _group("newdn", 40003, dn=f"cn=Taken,ou=groups,{BASE}"),  # the DN of "olddn"
         _group("twin", 20003),  # the gid of new03, in a later early commit
         _group("nick", 40004),  # a name that is an alias of "aliased"
+        _group("newalias", 40006),  # with an alias of "aliased" (below)
+        _group("renumbered", 40007, dn=f"cn=renumbered,ou=other,{BASE}"),  # held: new gid and DN
     ]
     committed = []
     with c.request(), c.write() as b:
@@ -76,7 +82,7 @@ def _request(c: BackendCache, early: list[int]) -> list[list[bytes]]:
         for n, g in enumerate(plan):
             if n in early:
                 committed.append(c.commit_new_groups(b))
-            c.put_group(b, g, aliases=["other-name"] if g.name == "new05" else ())
+            c.put_group(b, g, aliases=ALIASES.get(g.name, ()))
         c.put_initgroups(b, "user00002", [g.gid for g in plan], [g.name for g in plan])
     return committed
 
@@ -89,20 +95,39 @@ def test_early_commits_leave_what_one_commit_leaves(tmp_path, monkeypatch, held)
         if held:
             _held_before(c)
     _request(one, [])
-    committed = _request(split, [6, 12, 16])
+    committed = _request(split, [6, 12, 16, 18])
     assert _dump(split) == _dump(one)
+    # Each record written once: what an early commit wrote left the batch.
+    for stat in (ENTRY_RECORDS, TS_RECORDS):
+        assert split.counters.get(stat).amount == one.counters.get(stat).amount, stat
     new = [split.key(f"new{i:02d}") for i in range(12)]
     # Only groups new to the store, and each once.
     assert committed[0] == new[:6]
     assert committed[1] == new[6:]
     if held:
-        # Not the held group, nor those taking a held gid, DN or alias; "twin" takes
-        # new03's gid, which the early commit put in the index: left for the end.
-        assert committed[2] == []
+        # Not the held groups, nor those taking a held gid, DN, name of an alias or
+        # alias; "twin" takes new03's gid, which the early commit put in the index:
+        # left for the end too.
+        assert committed[2:] == [[], []]
     else:
         # An index empty at the first early commit holds only this request's own
         # groups: "twin" goes early too, and the end is the same (checked above).
-        assert committed[2] == [split.key(n) for n in ("changed", "newgid", "newdn", "twin")]
+        assert committed[2:] == [
+            [split.key(n) for n in ("changed", "newgid", "newdn", "twin")],
+            [split.key(n) for n in ("nick", "newalias")],
+        ]
+
+
+def test_a_request_looks_up_the_indexes_its_early_commits_did_not_fill(tmp_path):
+    """An index found empty at a request's first early commit is not looked up again in
+    that request; the next request finds it filled (by the first) and looks."""
+    c = _store(tmp_path / "c")
+    with c.request(), c.write() as b:
+        c.put_group(b, _group("first", 20000))
+        assert c.commit_new_groups(b) == [c.key("first")]
+    with c.request(), c.write() as b:
+        c.put_group(b, _group("second", 20000))  # first's gid
+        assert c.commit_new_groups(b) == []
 
 
 def test_a_reader_between_early_commits_sees_old_entries_unchanged(tmp_path):
@@ -110,9 +135,12 @@ def test_a_reader_between_early_commits_sees_old_entries_unchanged(tmp_path):
     _held_before(c)
     with c.request(), c.write() as b:
         for g in (_group("fresh", 20000, members=7), _group("changed", 30001, members=4),
-                  _group("newgid", 40000)):  # fmt: skip
+                  _group("newgid", 40000),
+                  _group("renumbered", 40007, dn=f"cn=renumbered,ou=other,{BASE}")):  # fmt: skip
             c.put_group(b, g)
         assert c.commit_new_groups(b) == [c.key("fresh")]
+        renumbered = c.group_by_name("renumbered").value
+        assert renumbered is not None and renumbered.gid == 40005
         # Committed: the new group, whole and valid; what the store held, as it was.
         fresh = c.group_by_name("fresh")
         assert fresh.state is State.VALID and fresh.value is not None

@@ -79,6 +79,7 @@ def test_noted_groups_are_fed_at_once_and_the_answer_feeds_the_others(tmp_path):
     _answer(responder)
     assert fed == early + [g.name for g in GROUPS[25:]]
     assert _in_memory_cache(cfg) == {g.name for g in GROUPS}
+    assert not responder._early["LDAP"]  # each note used once
 
 
 def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypatch):
