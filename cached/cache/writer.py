@@ -309,12 +309,12 @@ class BackendCache(DomainCache):
 
         Why: the responder can put a user's groups in the memory cache while the
         backend still encodes the others (the prefill, nss/server.py), instead of
-        after the whole answer (ARCHITECTURE.md §4, "Early prefill"). A reader
-        between the two commits sees each such group whole or not at all, as it
-        will be after the second: nothing of what it held before changes, so the
-        one-transaction-per-request rule (invariant 1) holds for every entry the
-        store already had. A failure between them leaves groups stored exactly as
-        read, which a kill between two requests leaves too."""
+        after the whole answer (docs/ARCHITECTURE.md §4, "Early prefill"). A reader
+        between the commits sees each such group whole or not at all, as it will be
+        after the last, and every entry the store held before as it was; the last
+        commit leaves what one commit of the whole batch leaves. A failure between
+        them leaves groups stored exactly as read, as a kill between two requests
+        does."""
         t = self.entries.tables
         aliases: dict[bytes, list[bytes]] = {}
         for a, k in batch.aliases.items():
