@@ -19,6 +19,7 @@ walked here, by hand, with bounds checks: the bytes come from the network.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 DEREF_OID = "1.3.6.1.4.1.4203.666.5.16"
@@ -372,6 +373,9 @@ def decode_controls(buf: bytes, pos: int, end: int) -> list[tuple[bytes, bool, b
     return controls
 
 
+# The first nine octets of a message, for decode_row.
+_HEAD9 = struct.Struct("9B")
+
 # A row: (objectName as text, the values of each asked attribute by its slot).
 Row = tuple[str, list[list[bytes]]]
 
@@ -383,7 +387,7 @@ class RowShape:
     to, and the layout of the usual row, learnt from the first rows read: a header
     ``04 len type 31`` per attribute, in the server's order, with its slot."""
 
-    __slots__ = ("count", "heads", "rows", "slots", "tries")
+    __slots__ = ("count", "heads", "layout", "rows", "slots", "tries")
 
     def __init__(self, attrs: list[str], rows: list[Row]) -> None:
         lowered = [a.lower().encode() for a in attrs]
@@ -394,6 +398,9 @@ class RowShape:
         self.rows = rows
         # Learnt (_learn): each asked attribute once, one value each, in this order.
         self.heads: tuple[tuple[bytes, int, int], ...] = ()
+        # The same, as decode_row reads it: per attribute, the offset of its value's
+        # length octet, its header for each value length (_headers), and its slot.
+        self.layout: tuple[tuple[int, tuple[bytes, ...], int], ...] = ()
         self.tries = 8  # rows the layout may still be learnt from
 
 
@@ -414,30 +421,40 @@ def decode_row(buf: bytes, shapes: dict[int, RowShape]) -> bool:
     is two byte reads and a comparison against its container's end, and no dict per
     entry or Entry object is built. They also all look alike: the same types, in
     the same order, one value each. Once a row of that shape was read, each
-    attribute of the next is one comparison of its ``04 len type 31`` header with
-    the learnt one and three length checks (``heads``: the header, the slot, the
-    offset of the SET's length octet); any other row takes the
-    general loop, which gives the same row for the same bytes."""
+    attribute of the next is one read of its value's length octet and one
+    comparison of its whole header with the learnt one for that length (``layout``,
+    from ``heads``: the type's ``04 len type 31``, the slot, the offset of the SET's
+    length octet); any other row takes the general loop, which gives the same row
+    for the same bytes."""
     # Tags as literals (0x30 SEQUENCE, 0x02 INTEGER, 0x64 searchResEntry, 0x04 OCTET
     # STRING, 0x31 SET): a global look-up each was measurable at 5,000 entries.
     n = len(buf)
-    # LDAPMessage SEQUENCE spanning the buffer, messageID INTEGER of 1-4 octets.
-    if n < 9 or n > 129 or buf[0] != 0x30 or buf[1] != n - 2 or buf[2] != 0x02:
+    if n < 9 or n > 129:
         return False
-    ilen = buf[3]
-    pos = 4 + ilen
-    # searchResEntry spanning the rest of the message (no controls), objectName.
-    if not 0 < ilen <= 4 or pos + 4 > n or buf[pos] != 0x64:
+    # LDAPMessage SEQUENCE spanning the buffer, messageID INTEGER; searchResEntry
+    # spanning the rest of the message (no controls), objectName. The first nine
+    # octets at once when the messageID has one (the usual: ldap3 counts from 1),
+    # where each read of an octet cost as much as its checks.
+    t0, l0, t1, ilen, one, op, lo, t2, dlen = _HEAD9.unpack_from(buf)
+    if t0 != 0x30 or l0 != n - 2 or t1 != 0x02:
         return False
-    if buf[pos + 1] != n - pos - 2 or buf[pos + 2] != 0x04:
-        return False
-    one = buf[4]  # a one-octet messageID below 0x80 is its own value (signed INTEGER)
-    msgid = one if ilen == 1 and one < 0x80 else int.from_bytes(buf[4:pos], "big", signed=True)
-    shape = shapes.get(msgid)
+    if ilen == 1:
+        if op != 0x64 or lo != n - 7 or t2 != 0x04:
+            return False
+        shape = shapes.get(one if one < 0x80 else one - 0x100)  # a signed INTEGER
+        a = 9
+        pos = 9 + dlen
+    else:
+        pos = 4 + ilen
+        if not 0 < ilen <= 4 or pos + 4 > n or buf[pos] != 0x64:
+            return False
+        if buf[pos + 1] != n - pos - 2 or buf[pos + 2] != 0x04:
+            return False
+        shape = shapes.get(int.from_bytes(buf[4:pos], "big", signed=True))
+        a = pos + 4
+        pos = a + buf[pos + 3]
     if shape is None:
         return False
-    a = pos + 4
-    pos = a + buf[pos + 3]
     # PartialAttributeList spanning the rest.
     if pos + 2 > n or buf[pos] != 0x30 or buf[pos + 1] != n - pos - 2:
         return False
@@ -447,23 +464,22 @@ def decode_row(buf: bytes, shapes: dict[int, RowShape]) -> bool:
         return False  # the generic reader's text (client._server_text)
     pos += 2
     out: list[list[bytes] | None] = [None] * shape.count
-    heads = shape.heads
-    if heads:
+    if shape.layout:
         # The learnt shape. Per attribute: the SEQUENCE tag, then ``04 len type 31``
         # compared at once (the type's OCTET STRING, and the SET's tag after it); the
         # SET holding exactly one OCTET STRING filling it, which ends where the
         # attribute does. An attribute past the message ends the loop past ``n``.
         p = pos
         try:
-            for head, slot, skip in heads:
-                if buf[p] != 0x30 or not buf.startswith(head, p + 2):
+            for at, headers, slot in shape.layout:
+                # The value's length octet, then the attribute's whole header for that
+                # length compared at once (_headers): one read and one comparison.
+                size = buf[p + at]
+                a = p + at + 1
+                if buf[p:a] != headers[size]:
                     break
-                end = p + 2 + buf[p + 1]
-                s = p + skip  # the SET's length octet
-                if buf[s + 1] != 0x04 or s + 1 + buf[s] != end or s + 3 + buf[s + 2] != end:
-                    break
-                out[slot] = [buf[s + 3 : end]]
-                p = end
+                p = a + size
+                out[slot] = [buf[a:p]]
             else:
                 if p == n:
                     shape.rows.append((dn, out))  # type: ignore[arg-type]  # every slot set
@@ -511,7 +527,7 @@ def decode_row(buf: bytes, shapes: dict[int, RowShape]) -> bool:
     if None in out:
         shape.rows.append((dn, [v if v is not None else [] for v in out]))
         return True
-    if not heads and shape.tries:
+    if not shape.heads and shape.tries:
         _learn(buf, start, shape)
     shape.rows.append((dn, out))  # type: ignore[arg-type]  # no None left
     return True
@@ -535,6 +551,24 @@ def _learn(buf: bytes, pos: int, shape: RowShape) -> None:
         pos = end
     if len(heads) == shape.count:
         shape.heads = tuple(heads)
+        shape.layout = tuple((len(h) + 4, _headers(h), i) for h, i, _skip in heads)
+
+
+def _headers(head: bytes) -> tuple[bytes, ...]:
+    """The header of an attribute whose type and SET tag are ``head`` (``04 len type
+    31``) holding one value of each length below 128, short-form lengths throughout:
+    ``30 len`` head ``len 04 len``. A length that would not fit one octet gets a header
+    no message can start with (a SEQUENCE tag alone would need a long-form length)."""
+    out = []
+    for size in range(128):
+        seq = len(head) + 3 + size
+        out.append(bytes((0x30, seq)) + head + bytes((2 + size, 0x04, size)) if seq < 0x80
+                   else _NEVER)  # fmt: skip
+    return tuple(out) + (_NEVER,) * 128
+
+
+# Longer than any message decode_row reads: the prefix of none.
+_NEVER = b"\xff" * 130
 
 
 def _container(buf: bytes, pos: int) -> tuple[int, int]:
