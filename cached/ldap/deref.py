@@ -557,8 +557,8 @@ def _learn(buf: bytes, pos: int, shape: RowShape) -> None:
 def _headers(head: bytes) -> tuple[bytes, ...]:
     """The header of an attribute whose type and SET tag are ``head`` (``04 len type
     31``) holding one value of each length below 128, short-form lengths throughout:
-    ``30 len`` head ``len 04 len``. A length that would not fit one octet gets a header
-    no message can start with (a SEQUENCE tag alone would need a long-form length)."""
+    ``30 len`` head ``len 04 len``. A size whose lengths would not fit one octet, and
+    a long-form length octet (128-255), get one that matches nothing."""
     out = []
     for size in range(128):
         seq = len(head) + 3 + size
@@ -567,8 +567,8 @@ def _headers(head: bytes) -> tuple[bytes, ...]:
     return tuple(out) + (_NEVER,) * 128
 
 
-# Longer than any message decode_row reads: the prefix of none.
-_NEVER = b"\xff" * 130
+# Equal to no slice of a header's length (decode_row compares slices of that length).
+_NEVER = b""
 
 
 def _container(buf: bytes, pos: int) -> tuple[int, int]:
