@@ -74,6 +74,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._conns: set[_Conn] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # each connection's _handle
         self._flowing: asyncio.Event | None = None  # set while not stalled
 
     # -- life cycle --------------------------------------------------------------------
@@ -100,6 +101,12 @@ class FaultProxy:
                 c.abort()
             if self._flowing is not None:
                 self._flowing.set()  # let stalled pumps see their aborted transports
+            # Then end every connection's task before the loop stops: one left pending
+            # was reported at exit ("Task was destroyed but it is pending").
+            pending = [t for t in self._tasks if not t.done()]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(_stop(), self._loop).result(timeout=30)
@@ -166,6 +173,9 @@ class FaultProxy:
         self.stats.connections += 1
         conn = _Conn([cwriter])
         self._conns.add(conn)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         try:
             assert self._flowing is not None
             await self._flowing.wait()  # stalled: accepted, nothing reaches the server
@@ -181,6 +191,8 @@ class FaultProxy:
             )
         finally:
             self._conns.discard(conn)
+            if task is not None:
+                self._tasks.discard(task)
             conn.abort()
 
     async def _pump(
