@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -642,6 +643,17 @@ def store_table(results: Results) -> str:
     )
 
 
+def _probes(results: Results) -> dict[str, list[float]]:
+    """Each target's speed probes (Sample.probe), over all its steps; runs made before
+    the probe existed have none."""
+    out: dict[str, list[float]] = {}
+    for run in results.steps:
+        got = [s.probe for s in run.samples if s.probe > 0]
+        if got:
+            out.setdefault(run.target, []).extend(got)
+    return out
+
+
 def _step_med(results: Results, target: str, step: str, scen: str = "bigroupuser") -> float | None:
     return med(results.step(target, scen, step))
 
@@ -882,6 +894,20 @@ def write_report(out: Path, results: Results) -> Path:
         " command's own wall time, medians of the repetitions with (min–max)."
         + ("" if has_sssd else " SSSD was not compared in this run (`--with-sssd`).")
     )
+    probes = _probes(results)
+    if probes:
+        L.append("")
+        L.append(
+            "Host speed probe (the same pure-Python work timed before each step, best of"
+            " 3, `perf/steps.py` `speed_probe`; this machine's other tenants move its"
+            " speed by half between minutes): "
+            + "; ".join(
+                f"{TARGET_LABELS.get(t, t)}'s steps {fmt_s(statistics.median(v))}"
+                f" ({fmt_s(min(v))}–{fmt_s(max(v))})"
+                for t, v in probes.items()
+            )
+            + ". A run compares with another only next to its probe."
+        )
     if info:
         L.append("")
         L.append(

@@ -51,6 +51,8 @@ class Sample:
     # Cores that processes other than ours used on average during the step (other
     # engineers' test runs on this shared machine); see steps.measure.
     other_load: float = 0.0
+    # Seconds of steps.speed_probe's fixed work just before the step (0: not taken).
+    probe: float = 0.0
 
     @property
     def daemon_cpu_total(self) -> float:

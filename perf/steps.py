@@ -92,6 +92,25 @@ QUIET_MAX_WAIT = 10.0
 QUIET_BUDGET = 300.0
 
 
+def speed_probe(rounds: int = 3) -> float:
+    """Seconds a fixed piece of pure-Python work takes on this host now, the best of
+    ``rounds``: dict and list work like the daemons' (about 10 ms on an idle 2-core
+    test machine). The host's other tenants move this machine's speed by half between
+    minutes and by 40 % between seconds (a loop timed back to back: 0.93 s, then
+    0.65 s), which its own load figures do not show; a step's time compares across
+    runs only next to the probe taken before it (report: "host speed probe")."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        d: dict[int, int] = {}
+        for i in range(20_000):
+            d[i] = i * 2
+        out = [d[i] + 1 for i in range(20_000) if i % 3]
+        best = min(best, time.perf_counter() - t0)
+        del out
+    return best
+
+
 class QuietGate:
     """Waits before each step until the host is nearly idle, within a total budget."""
 
@@ -203,6 +222,7 @@ def measure(
     target: Target, slapd: Slapd, action: Callable[[], Outcome], gate: QuietGate = NO_GATE
 ) -> Sample:
     waited = gate.wait()
+    probe = speed_probe()
     before = target.counters()
     pids = target.pids()
     slapd_pid = slapd.pid or 0
@@ -242,6 +262,7 @@ def measure(
         ),
         waited=round(waited, 2),
         search_shapes=search_shapes(logical),
+        probe=round(probe, 6),
     )
     # Everything else the host ran meanwhile, in cores: the host's busy time minus the
     # daemon, slapd, and our own process tree (this script, the namespace wrapper, the
