@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cached.counters import LDAP_CONNECT, NSS_EARLY
+from cached.counters import ENTRY_TXN, LDAP_CONNECT, NSS_EARLY
 from cached.ldap.provider import EARLY_CHUNK
 from cached.memcache import McReader
 from cached.nss import protocol as p
@@ -72,6 +72,19 @@ def test_a_cold_id_puts_groups_stored_early_in_the_memory_cache(daemon_factory, 
     assert by_mc.stdout == by_socket.stdout and by_mc.stdout.count("\n") == len(sample)
     r = d.run_nss(["id", "bigroupuser"])
     assert id_groups(r.stdout) == exp.initgroups("bigroupuser", 2)
+
+
+def test_without_a_group_memory_cache_the_answer_is_stored_in_one_transaction(
+    daemon_factory, slapd_big
+):
+    """Early commits serve the memory cache only: with ``memcache_timeout = 0`` the
+    backend tells nobody and stores the whole answer in one write, as before."""
+    d = daemon_factory(slapd_big, nss={"memcache_timeout": 0})
+    r = d.run_nss(["getent", "initgroups", "bigroupuser"], env=SOCKET_ONLY)
+    assert r.returncode == 0, r.stderr
+    c = d.counters()
+    assert c.get(NSS_EARLY, [0])[0] == 0
+    assert c[ENTRY_TXN][0] == 1
 
 
 def test_getent_passwd_group_initgroups(cached_big, slapd_big):
