@@ -581,6 +581,12 @@ class NssConfig:
     root_reserved_clients: int
     max_reply_buffer_per_uid: int
 
+    @property
+    def group_memcache(self) -> bool:
+        """The responder keeps a group memory-cache file: a size and a lifetime, 0
+        disabling it (§2.1; memcache.MemoryCache.open makes no file then)."""
+        return self.memcache_timeout > 0 and self.memcache_size_group > 0
+
 
 @dataclass(frozen=True)
 class DomainConfig:

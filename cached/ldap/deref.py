@@ -19,6 +19,7 @@ walked here, by hand, with bounds checks: the bytes come from the network.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -554,6 +555,7 @@ def _learn(buf: bytes, pos: int, shape: RowShape) -> None:
         shape.layout = tuple((len(h) + 4, _headers(h), i) for h, i, _skip in heads)
 
 
+@functools.lru_cache(maxsize=64)  # every sweep learns the same few types again
 def _headers(head: bytes) -> tuple[bytes, ...]:
     """The header of an attribute whose type and SET tag are ``head`` (``04 len type
     31``) holding one value of each length below 128, short-form lengths throughout:

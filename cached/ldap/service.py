@@ -127,10 +127,9 @@ class BackendService:
         self.responder = aio.RpcClient(framing.responder_socket(config.daemon.pipes_dir))
         self._announcing: asyncio.Task[None] | None = None
         # Notes of groups stored early (_groups_stored), sent from the executor thread;
-        # not without a group memory cache (memcache_timeout or memcache_size_group 0,
-        # §2.1), where the responder has nothing to put them in.
+        # not without a group memory cache, where the responder has nothing to put them in.
         self._notifier = framing.Notifier(framing.responder_socket(config.daemon.pipes_dir))
-        if config.nss.memcache_timeout > 0 and config.nss.memcache_size_group > 0:
+        if config.nss.group_memcache:
             self.provider.on_groups_stored = self._groups_stored
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:

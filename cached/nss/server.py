@@ -42,7 +42,7 @@ from typing import Any, Generic, cast
 
 from cached import gcpause
 from cached.cache import DomainCache, GroupView, Initgroups, State
-from cached.config import Config, DomainConfig
+from cached.config import Config, ConfigError, DomainConfig
 from cached.counters import COUNTERS, NSS_EARLY, NSS_REQUEST
 from cached.ipc import aio, framing
 from cached.ipc.ops import GroupsStoredNote
@@ -227,7 +227,6 @@ class NssResponder:
         # Groups put in the memory cache on a backend's early commit (prefill_stored),
         # by domain: name -> when; the INITGR answer that follows does not do them again.
         self._early: dict[str, dict[str, float]] = {}
-        self._domains = {d.name: d for d in config.domains}
         self.pwfield = config.nss.pwfield
         self.active = 0
         self.refused = 0
@@ -378,9 +377,12 @@ class NssResponder:
         initgroups answer (BackendCache.commit_new_groups): they go in the memory
         cache now, while the backend stores the others, rather than all after its
         answer (docs/ARCHITECTURE.md §4, "Early prefill")."""
-        domain = self._domains.get(note.domain)
-        if domain is None or not self.feed.groups_enabled:
+        if not self.feed.groups_enabled:
             return
+        try:
+            domain = self.config.domain(note.domain)
+        except ConfigError:
+            return  # not one of ours (a backend of an older configuration)
         self._feed_groups(domain, self.lookups.caches[domain.name], note.groups)
         COUNTERS.add(NSS_EARLY, 1, 0.0, len(note.groups))
         early = self._early.setdefault(domain.name, {})
