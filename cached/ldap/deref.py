@@ -509,6 +509,15 @@ def decode_row(buf: bytes, shapes: dict[int, RowShape]) -> bool:
         vpos = b + 2
         pos = pend
         if i < 0:
+            # Not asked, but its values are checked as the generic reader checks them:
+            # a SET it refuses (another tag, a value past its end) is declined here too
+            # (found by differential fuzzing against decode_search_entry).
+            while vpos < pend:
+                if vpos + 2 > pend or buf[vpos] != 0x04:
+                    return False
+                vpos += 2 + buf[vpos + 1]
+            if vpos != pend:
+                return False
             continue
         if out[i] is not None:
             return False  # the attribute twice: the generic reader joins them
@@ -546,7 +555,9 @@ def _learn(buf: bytes, pos: int, shape: RowShape) -> None:
         kind = buf[pos + 4 : b]
         i = shape.slots.get(kind, -1)
         end = pos + 2 + buf[pos + 1]
-        if i < 0 or b + 4 + buf[b + 3] != end:  # not asked, or not one value
+        # Not asked, or not one value: none (an empty SET, last in the message, ends it:
+        # its value's length would be read past the end), or more.
+        if i < 0 or end - b < 4 or b + 4 + buf[b + 3] != end:
             return
         heads.append((buf[pos + 2 : b + 1], i, b + 1 - pos))
         pos = end

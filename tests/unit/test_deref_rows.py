@@ -72,10 +72,15 @@ def test_missing_unasked_and_multivalued_attributes():
 
 
 def test_empty_value_sets_and_message_ids_as_the_generic_reader_reads_them():
-    # A SET without values, last in the message: nothing is read past its end.
-    for buf in (entry(attr(b"uid")), entry(attr(b"gidNumber", b"5"), attr(b"uid"))):
-        got = read(buf)
+    # A SET without values, last in the message: nothing is read past its end; also
+    # where every asked slot is set, so the layout is learnt from it (it raised
+    # IndexError there, found by differential fuzzing).
+    every = entry(attr(b"gidNumber", b"5"), attr(b"uidNumber", b"1"), attr(b"uid"))
+    for buf in (entry(attr(b"uid")), entry(attr(b"gidNumber", b"5"), attr(b"uid")), every):
+        shapes = _slots()
+        got = read(buf, shapes)
         assert got == generic_row(buf) and got is not None and got[1][0] == []
+        assert not shapes[7].heads  # not a layout: one value per attribute is
     # The messageID is a signed INTEGER: 0xff is -1, 0x00 0xff is 255.
     for msgid, wire in ((-1, b"\xff"), (255, b"\x00\xff"), (0x1234, b"\x12\x34")):
         buf = entry(attr(b"uid", b"a"), msgid=wire)
@@ -92,6 +97,21 @@ def test_a_spelling_met_is_remembered_and_the_table_is_bounded():
     for i in range(200):  # a server sending ever new attribute types
         read(entry(attr(b"x%d" % i, b"v")), slots)
     assert len(table) <= 64
+
+
+@pytest.mark.parametrize(
+    "values",
+    [b"\x05\x00", b"\x05", b"\x04\x05", b"\x04\x01a\x30\x00"],
+    ids=["another tag", "a header cut by its SET", "a value past its SET", "then another tag"],
+)
+def test_an_unasked_attribute_the_generic_reader_refuses_is_declined(values):
+    """Found by differential fuzzing: the values of a type not asked for were skipped
+    unread, so a row came from a message the generic reader refuses."""
+    buf = entry(attr(b"uid", b"a"), tlv(0x30, tlv(0x04, b"cn") + tlv(0x31, values)))
+    for shapes in (_slots, _learnt):
+        assert read(buf, shapes()) is None
+    with pytest.raises(deref.BerError):
+        deref.decode_search_entry(buf)
 
 
 def test_an_objectname_not_utf8_is_left_to_the_generic_reader():
