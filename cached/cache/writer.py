@@ -103,6 +103,25 @@ class WriteBatch:
         self.deleted_groups: set[bytes] = set()
         self.read_whole: set[bytes] = set()  # keys of groups stored read whole
         self.aliases: dict[bytes, bytes] = {}  # b"u"/b"g" + alias key -> entry key
+        # Set by BackendCache.plan_early: groups of this batch may be committed early.
+        self.early: EarlyPlan | None = None
+
+
+class EarlyPlan:
+    """What :meth:`BackendCache.commit_new_groups` must know of the whole request
+    before its first early commit: which index keys two of its entries write, which
+    groups each group expands to, and what went early so far."""
+
+    __slots__ = ("children", "contested", "done")
+
+    def __init__(self, contested: set[bytes]) -> None:
+        # Index keys written by two entries of the request (b"g" + a group name or
+        # alias key, b"#" + a gid, b"=" + a DN key): their groups wait for the last
+        # commit, where the one commit's order of writes decides, as without early ones.
+        self.contested = contested
+        # Group key -> the keys of its member groups, as put (put_group_of).
+        self.children: dict[bytes, tuple[bytes, ...]] = {}
+        self.done: set[bytes] = set()  # keys committed early in this request
 
 
 class BackendCache(DomainCache):
@@ -278,6 +297,8 @@ class BackendCache(DomainCache):
         if aliases:
             self._put_aliases(batch, b"g", key, aliases)
         batch.groups[key] = (record, gid, dn, modstamp, usn, complete)
+        if batch.early is not None:
+            batch.early.children[key] = tuple(map(self.key, member_groups))
         if whole:
             batch.read_whole.add(key)
 
@@ -302,20 +323,51 @@ class BackendCache(DomainCache):
     def delete_group(self, batch: WriteBatch, name: str) -> None:
         batch.deleted_groups.add(self.key(name))
 
+    def plan_early(
+        self, batch: WriteBatch, groups: Iterable[tuple[str, int, str, Iterable[str]]]
+    ) -> None:
+        """Allow :meth:`commit_new_groups` on ``batch``. ``groups``: (name, gid, DN,
+        aliases) of every group the request may put in it, given before the first is
+        put: an index key that two of them write (a name, alias, gid or DN met twice)
+        keeps both out of the early commits, whichever comes first."""
+        seen: set[bytes] = set()
+        contested: set[bytes] = set()
+        key, dn_key = self.key, self.dn_key
+        for name, gid, dn, aliases in groups:
+            own = {b"g" + key(name), *(b"g" + key(a) for a in aliases), b"#" + ID_KEY.pack(gid)}
+            if dn:
+                own.add(b"=" + dn_key(dn))
+            contested |= seen & own
+            seen |= own
+        batch.early = EarlyPlan(contested)
+
     def commit_new_groups(self, batch: WriteBatch) -> list[bytes]:
-        """Commit now the groups of ``batch`` that only add to the store — no record
-        under their key, their gid and DN in no index — and take them out of it;
-        return their keys. The rest of the batch commits when its block ends.
+        """Commit now the groups of ``batch`` that only add to the store, and take them
+        out of it; return their keys. The rest of the batch commits when its block
+        ends. Nothing without :meth:`plan_early`.
 
         Why: the responder can put a user's groups in the memory cache while the
         backend still encodes the others (the prefill, nss/server.py), instead of
-        after the whole answer (docs/ARCHITECTURE.md §4, "Early prefill"). A reader
-        between the commits sees each such group whole or not at all, as it will be
-        after the last, and every entry the store held before as it was; the last
-        commit leaves what one commit of the whole batch leaves. A failure between
-        them leaves groups stored exactly as read, as a kill between two requests
-        does."""
+        after the whole answer (docs/ARCHITECTURE.md §4, "Early prefill").
+
+        A group goes early when: no record is under its key; its gid, DN and aliases
+        are in no index, and no other entry of the request writes them (the plan's
+        ``contested``, and the DN of a user in the batch); and each of its member
+        groups went early before or goes with it, so its expansion is final — a
+        member group still to be written (changed, new in a later chunk, or left for
+        the last commit) keeps it back, as does one the store held before (found in
+        review: a parent committed ahead of its changed member group was put in the
+        memory cache without the new members). So a reader between the commits sees
+        each such group whole or not at all, expanded as it will be after the last,
+        and every entry the store held before as it was; the last commit leaves what
+        one commit of the whole batch leaves; and a kill between them leaves groups
+        stored exactly as read, with all they expand to."""
+        plan = batch.early
+        if plan is None:
+            return []
         t = self.entries.tables
+        contested = plan.contested
+        users_dns = {self.dn_key(u.dn) for u, _m, _u in batch.users.values() if u.dn}
         aliases: dict[bytes, list[bytes]] = {}
         for a, k in batch.aliases.items():
             if a[:1] == b"g":
@@ -324,9 +376,10 @@ class BackendCache(DomainCache):
         with self.entries.read() as txn:
             get, groups = txn.get, t["groups"]
             # An index empty at the request's first early commit holds only what its
-            # early commits added since (this process is the store's one writer): for
-            # these very groups, the final commit's writes, so they are not looked up
-            # (the first fetch of a big user's groups: each look-up was a third of this).
+            # early commits added since (this process is the store's one writer), and
+            # no two groups of the request share an index key (contested): so it is
+            # not looked up (the first fetch of a big user's groups: each look-up was
+            # a third of this).
             empty = self._empty
             if empty is None or self._since is None:
                 stat = txn.stat
@@ -339,19 +392,41 @@ class BackendCache(DomainCache):
             dns = None if empty[1] else t["dn"]
             alias = None if empty[2] else t["alias"]
             for key, v in batch.groups.items():
+                gid_key = ID_KEY.pack(v[1])
+                dn_key = self.dn_key(v[2]) if v[2] else b""
+                mine = aliases.get(key, ())
                 if (
-                    get(key, None, groups) is None
-                    and (gids is None or get(ID_KEY.pack(v[1]), None, gids) is None)
-                    and (dns is None or not v[2] or get(self.dn_key(v[2]), None, dns) is None)
+                    b"g" + key in contested
+                    or b"#" + gid_key in contested
+                    or (dn_key and (b"=" + dn_key in contested or dn_key in users_dns))
+                    or any(a in contested for a in mine)
+                    or get(key, None, groups) is not None
+                ):
+                    continue
+                if (
+                    (gids is None or get(gid_key, None, gids) is None)
+                    and (dns is None or not dn_key or get(dn_key, None, dns) is None)
                     and (
                         alias is None
                         or (
                             get(b"g" + key, None, alias) is None
-                            and all(get(a, None, alias) is None for a in aliases.get(key, ()))
+                            and all(get(a, None, alias) is None for a in mine)
                         )
                     )
                 ):
                     new[key] = v
+        # Member groups: each must go early now or have gone before (a fixpoint: a
+        # group held back holds back those that expand to it).
+        children, ready = plan.children, plan.done | new.keys()
+        held = True
+        while held and new:
+            held = False
+            for key in list(new):
+                below = children.get(key)
+                if below is None or not ready.issuperset(below):
+                    del new[key]
+                    ready.discard(key)
+                    held = True
         if not new:
             return []
         part = WriteBatch(batch.since, batch.started)
@@ -359,6 +434,7 @@ class BackendCache(DomainCache):
         part.read_whole = batch.read_whole & new.keys()
         part.aliases = {a: k for k in new for a in aliases.get(k, ())}
         self.commit(part)
+        plan.done.update(new)
         for key in new:
             del batch.groups[key]
         batch.read_whole -= new.keys()

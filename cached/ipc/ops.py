@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from cached.model import Kind
 
@@ -170,22 +170,40 @@ class DomainStateNote:
 @dataclass(frozen=True, slots=True)
 class GroupsStoredNote:
     """A backend's note that a user's groups of an initgroups answer still being
-    stored were committed: the responder may put them in the memory cache now."""
+    stored were committed: the responder may put them in the memory cache now.
+    At most MAX_GROUPS names of 1..MAX_NAME_BYTES UTF-8 bytes without NUL (what the
+    NSS protocol takes, LOGIN_NAME_MAX): a backend sends longer lists in several
+    notes and leaves longer names to the answer's own prefill."""
+
+    MAX_GROUPS: ClassVar[int] = 1024
+    MAX_NAME_BYTES: ClassVar[int] = 256
 
     domain: str
+    user: str  # the initgroups request's name, as the responder asked for it
     groups: tuple[str, ...]
 
+    @classmethod
+    def notable(cls, name: str) -> bool:
+        """Can ``name`` be in a note?"""
+        size = len(name.encode("utf-8", "replace"))
+        return 0 < size <= cls.MAX_NAME_BYTES and "\0" not in name
+
     def args(self) -> dict[str, Any]:
-        return {"domain": self.domain, "groups": list(self.groups)}
+        return {"domain": self.domain, "user": self.user, "groups": list(self.groups)}
 
     @classmethod
     def parse(cls, args: dict[str, Any]) -> GroupsStoredNote:
-        domain, groups = args.get("domain"), args.get("groups")
-        if not isinstance(domain, str) or not isinstance(groups, list):
-            raise BadMessage(f"groups_stored: bad domain {domain!r} or groups")
-        if not all(isinstance(g, str) for g in groups):
-            raise BadMessage("groups_stored: a group name is not text")
-        return cls(domain, tuple(groups))
+        domain, user, groups = args.get("domain"), args.get("user"), args.get("groups")
+        if not isinstance(domain, str) or not isinstance(user, str) or not isinstance(groups, list):
+            raise BadMessage(f"groups_stored: bad domain {domain!r}, user or groups")
+        if len(groups) > cls.MAX_GROUPS:
+            raise BadMessage(f"groups_stored: {len(groups)} names, over {cls.MAX_GROUPS}")
+        if not all(isinstance(g, str) and cls.notable(g) for g in groups):
+            raise BadMessage(
+                f"groups_stored: a group name is not text of 1..{cls.MAX_NAME_BYTES} bytes "
+                "without NUL"
+            )
+        return cls(domain, user, tuple(groups))
 
 
 @dataclass(frozen=True, slots=True)

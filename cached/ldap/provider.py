@@ -307,7 +307,7 @@ class LdapProvider:
         self._last_run = False
         # Told the names of a user's groups stored ahead of the rest of an initgroups
         # answer (_store_initgroups; the service tells the responder): None, nobody.
-        self.on_groups_stored: Callable[[list[str]], None] | None = None
+        self.on_groups_stored: Callable[[str, list[str]], None] | None = None
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -1528,6 +1528,13 @@ class LdapProvider:
                          if g.name not in late and unchanged(g, idents.get(g.name))}  # fmt: skip
             put, name_attr = self.cache.put_group_of, self.schema.group_name
             trusted, started = validate.trusted_stamp, self.request_started
+            if early is not None:
+                # Every group this batch may get, before the first is put
+                # (BackendCache.plan_early: what two of them write goes in the last commit).
+                self.cache.plan_early(batch, [
+                    (g.name, g.gid, g.entry.dn, _group_aliases(g, name_attr))
+                    for g in posix.values()
+                ])  # fmt: skip
             for i, (k, g) in enumerate(posix.items()):
                 if early is not None and i and not i % EARLY_CHUNK:
                     early(batch)  # each EARLY_CHUNK groups, while more follow
@@ -1695,7 +1702,7 @@ class LdapProvider:
         with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:
             if entries:
                 self._store_users(batch, entries)
-            self._store_groups(batch, found, known, self._early_commits(found, mine))
+            self._store_groups(batch, found, known, self._early_commits(name, found, mine))
             for g_name in gone:
                 self.cache.delete_group(batch, g_name)
             gids = {user.gid} | {found[k].gid for k in mine}
@@ -1703,7 +1710,7 @@ class LdapProvider:
         return Result(Outcome.FOUND)
 
     def _early_commits(
-        self, found: dict[str, _GroupEntry], mine: set[str]
+        self, name: str, found: dict[str, _GroupEntry], mine: set[str]
     ) -> Callable[[WriteBatch], None] | None:
         """What _store_groups calls after each EARLY_CHUNK groups of a big answer:
         the groups new to the cache are committed at once, and the user's among
@@ -1718,7 +1725,7 @@ class LdapProvider:
         def commit(batch: WriteBatch) -> None:
             ours = [names[k] for k in self.cache.commit_new_groups(batch) if k in names]
             if ours:
-                hook(ours)
+                hook(name, ours)
 
         return commit
 

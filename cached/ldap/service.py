@@ -216,16 +216,21 @@ class BackendService:
                 log.debug("announcing domain state to the responder: %s", e)
                 return
 
-    def _groups_stored(self, names: list[str]) -> None:
+    def _groups_stored(self, user: str, names: list[str]) -> None:
         """The provider committed some of a user's groups ahead of its answer: the
         responder is told at once, from the executor thread (a note through the
         event loop waited for the thread to let go of the GIL, up to its 5 ms
         switch interval each time)."""
-        note = GroupsStoredNote(self.domain.name, tuple(names))
-        failed = self._notifier.send(Op.GROUPS_STORED, **note.args())
-        if failed:
-            # Not up, or restarting: the answer's own prefill puts them in.
-            log.debug("telling the responder of groups stored early: %s", failed)
+        # Names a note cannot carry are left to the answer's own prefill.
+        names = [n for n in names if GroupsStoredNote.notable(n)]
+        step = GroupsStoredNote.MAX_GROUPS
+        for i in range(0, len(names), step):
+            note = GroupsStoredNote(self.domain.name, user, tuple(names[i : i + step]))
+            failed = self._notifier.send(Op.GROUPS_STORED, **note.args())
+            if failed:
+                # Not up, or restarting: the answer's own prefill puts them in.
+                log.debug("telling the responder of groups stored early: %s", failed)
+                return
 
     async def handle(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
         if op in LOOKUPS:

@@ -45,7 +45,7 @@ from cached.cache import DomainCache, GroupView, Initgroups, State
 from cached.config import Config, ConfigError, DomainConfig
 from cached.counters import COUNTERS, NSS_EARLY, NSS_REQUEST
 from cached.ipc import aio, framing
-from cached.ipc.ops import GroupsStoredNote
+from cached.ipc.ops import GroupsStoredNote, Op
 from cached.model import User
 from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
@@ -347,12 +347,13 @@ class NssResponder:
         if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
             return
         names: Iterable[str] = ig.groups
-        early = self._early.get(domain.name)
+        # Fed moments ago from the cache this answer comes from (prefill_stored). The
+        # notes are used by this answer or not at all: another request's left over
+        # must not spare a later answer's prefill.
+        early = self._early.pop(domain.name, None)
         if early:
-            # Fed moments ago from the cache this answer comes from (prefill_stored);
-            # each note is used once.
             since = now - EARLY_FRESH
-            names = [n for n in ig.groups if early.pop(n, since) <= since]
+            names = [n for n in ig.groups if early.get(n, since) <= since]
         self._feed_groups(domain, found.cache, names)
         if len(self._prefilled) > 10_000:
             self._prefilled.clear()
@@ -383,6 +384,10 @@ class NssResponder:
             domain = self.config.domain(note.domain)
         except ConfigError:
             return  # not one of ours (a backend of an older configuration)
+        if (domain.name, Op.INITGROUPS, note.user) not in self.lookups.inflight:
+            # Its answer came first (the note travels on another socket), or it was
+            # never asked for: the answer's own prefill does, or did, these groups.
+            return
         self._feed_groups(domain, self.lookups.caches[domain.name], note.groups)
         COUNTERS.add(NSS_EARLY, 1, 0.0, len(note.groups))
         early = self._early.setdefault(domain.name, {})

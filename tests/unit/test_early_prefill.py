@@ -17,7 +17,7 @@ from cached.cache import open_domain_cache
 from cached.cache.writer import open_backend_cache
 from cached.config import Config, parse_config
 from cached.counters import Counters
-from cached.ipc.ops import BadMessage, GroupsStoredNote
+from cached.ipc.ops import BadMessage, GroupsStoredNote, Op
 from cached.memcache import McReader
 from cached.model import Group, User
 from cached.nss import protocol as p
@@ -61,7 +61,25 @@ def _responder(tmp_path: Path, **opts: Any) -> tuple[Config, NssResponder, list[
     return cfg, responder, fed
 
 
+def _asked(responder: NssResponder, user: str = USER.name) -> None:
+    """An initgroups of ``user`` in flight to the backend, as Lookups.refresh leaves
+    it while the backend works (its notes come meanwhile)."""
+    loop = asyncio.new_event_loop()
+    responder.lookups.inflight[("LDAP", Op.INITGROUPS, user)] = loop.create_future()
+    loop.close()
+
+
+def _note(responder: NssResponder, names: Iterable[str], domain: str = "LDAP") -> None:
+    """A backend's note while its initgroups is in flight."""
+    if not responder.lookups.inflight:
+        _asked(responder)
+    responder.prefill_stored(GroupsStoredNote(domain, USER.name, tuple(names)))
+
+
 def _answer(responder: NssResponder) -> None:
+    """The backend's answer: the flow forgets the request (Lookups._forget, the
+    future's first callback), then answers from the cache."""
+    responder.lookups.inflight.clear()
     assert COMMANDS[p.Command.INITGR].now(responder, p.Command.INITGR, USER.name) is not None
 
 
@@ -73,13 +91,13 @@ def _in_memory_cache(cfg: Config) -> set[str]:
 def test_noted_groups_are_fed_at_once_and_the_answer_feeds_the_others(tmp_path):
     cfg, responder, fed = _responder(tmp_path)
     early = [g.name for g in GROUPS[:25]]
-    responder.prefill_stored(GroupsStoredNote("LDAP", tuple(early)))
+    _note(responder, early)
     assert fed == early
     assert _in_memory_cache(cfg) == set(early)
     _answer(responder)
     assert fed == early + [g.name for g in GROUPS[25:]]
     assert _in_memory_cache(cfg) == {g.name for g in GROUPS}
-    assert not responder._early["LDAP"]  # each note used once
+    assert "LDAP" not in responder._early  # each note used once
 
 
 def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypatch):
@@ -88,14 +106,14 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     # A note no answer used for longer than EARLY_FRESH: the answer feeds every group.
-    responder.prefill_stored(GroupsStoredNote("LDAP", names))
+    _note(responder, names)
     clock[0] += server_mod.EARLY_FRESH + 1
     fed.clear()
     _answer(responder)
     assert fed == [g.name for g in GROUPS]
     # A note used by one answer spares nothing to the next (past the answer's own
     # refeed period, ``_prefill_every``).
-    responder.prefill_stored(GroupsStoredNote("LDAP", names))
+    _note(responder, names)
     _answer(responder)
     clock[0] += responder._prefill_every + 1
     fed.clear()
@@ -103,7 +121,7 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
     assert fed == [g.name for g in GROUPS]
     # After `cached cache -E` (a new memory-cache file), notes from before count for
     # nothing.
-    responder.prefill_stored(GroupsStoredNote("LDAP", names))
+    _note(responder, names)
 
     async def invalidated() -> None:
         responder.reset_memcache()
@@ -118,19 +136,51 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
 
 def test_notes_for_another_domain_or_without_a_memory_cache_feed_nothing(tmp_path):
     _, responder, fed = _responder(tmp_path)
-    responder.prefill_stored(GroupsStoredNote("nosuchdomain", ("g000",)))
+    _note(responder, ("g000",), domain="nosuchdomain")
     assert fed == []
     _, off, fed_off = _responder(tmp_path / "off", nss={"memcache_timeout": 0})
-    off.prefill_stored(GroupsStoredNote("LDAP", ("g000",)))
+    _note(off, ("g000",))
     assert fed_off == []
 
 
+def test_a_note_after_its_answer_or_unasked_feeds_and_spares_nothing(tmp_path):
+    """Notes travel on their own socket: one read after its answer (the request no
+    longer in flight), or one nobody asked for, is dropped; it must not spare a later
+    answer's prefill a group that answer's request may have changed (found in review)."""
+    _, responder, fed = _responder(tmp_path)
+    responder.prefill_stored(GroupsStoredNote("LDAP", USER.name, ("g000", "g001")))
+    assert fed == [] and not responder._early
+    _asked(responder, "bob")  # another user's initgroups in flight: not this note's
+    responder.prefill_stored(GroupsStoredNote("LDAP", USER.name, ("g000", "g001")))
+    assert fed == [] and not responder._early
+    _answer(responder)
+    assert fed == [g.name for g in GROUPS]
+
+
+def test_an_answer_takes_every_note_of_its_domain(tmp_path):
+    """What one answer did not use (another request's notes, still in flight when it
+    came) is dropped with it: the other answer feeds its groups itself."""
+    _, responder, _fed = _responder(tmp_path)
+    _asked(responder, "bob")  # another user's initgroups, in flight too
+    _asked(responder)
+    _note(responder, [g.name for g in GROUPS[:5]])
+    assert set(responder._early["LDAP"]) == {g.name for g in GROUPS[:5]}
+    _answer(responder)
+    assert "LDAP" not in responder._early
+
+
+MAX = GroupsStoredNote.MAX_GROUPS
 BAD_NOTES = [
     {},
     {"domain": "LDAP"},
-    {"domain": 1, "groups": []},
-    {"domain": "LDAP", "groups": "g1"},
-    {"domain": "LDAP", "groups": ["g1", 2]},
+    {"domain": 1, "user": "u", "groups": []},
+    {"domain": "LDAP", "groups": []},  # no user
+    {"domain": "LDAP", "user": "u", "groups": "g1"},
+    {"domain": "LDAP", "user": "u", "groups": ["g1", 2]},
+    {"domain": "LDAP", "user": "u", "groups": ["g1", ""]},  # the cache has no key for it
+    {"domain": "LDAP", "user": "u", "groups": ["g\0"]},
+    {"domain": "LDAP", "user": "u", "groups": ["x" * 257]},  # over LOGIN_NAME_MAX, as NSS
+    {"domain": "LDAP", "user": "u", "groups": [f"g{i}" for i in range(MAX + 1)]},
 ]
 
 

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
+from cached.config import parse_config
 from cached.ipc import aio, framing
-from cached.ipc.ops import Op
+from cached.ipc.ops import GroupsStoredNote, Op
+from cached.ldap.service import BackendService
+from testing.daemon import config_text
 
 
 def test_a_note_is_handled_and_not_answered_and_a_request_still_is(tmp_path: Path) -> None:
@@ -32,7 +36,7 @@ def test_a_note_is_handled_and_not_answered_and_a_request_still_is(tmp_path: Pat
         try:
             # Sent from another thread, as the backend's executor does.
             for i in range(3):
-                note = {"domain": "D", "groups": [str(i)]}
+                note = {"domain": "D", "user": "u", "groups": [str(i)]}
                 send = functools.partial(notifier.send, Op.GROUPS_STORED, **note)
                 assert await loop.run_in_executor(None, send) == ""
             client = aio.RpcClient(path)
@@ -56,10 +60,54 @@ def test_a_note_is_handled_and_not_answered_and_a_request_still_is(tmp_path: Pat
 
     asyncio.run(main())
     notes = [(op, args) for op, args in seen if op is Op.GROUPS_STORED]
-    assert notes == [(Op.GROUPS_STORED, {"domain": "D", "groups": [str(i)]}) for i in range(3)]
+    assert notes == [
+        (Op.GROUPS_STORED, {"domain": "D", "user": "u", "groups": [str(i)]}) for i in range(3)
+    ]
 
 
 def test_a_note_nobody_listens_to_is_dropped_with_the_reason(tmp_path: Path) -> None:
     notifier = framing.Notifier(str(tmp_path / "nothing-here"))
     why = notifier.send(Op.GROUPS_STORED, domain="D", groups=["g"])
     assert "nothing-here" in why and notifier._sock is None
+
+
+def test_a_backend_splits_long_lists_into_notes_and_leaves_out_what_none_can_carry(
+    tmp_path: Path,
+) -> None:
+    """BackendService._groups_stored: the user's groups of one early commit can exceed
+    what a note may carry (GroupsStoredNote.MAX_GROUPS, refused whole by the
+    responder): they go in several notes; a name a note cannot carry is left to the
+    answer's own prefill. A real backend service (no LDAP request made) and a real
+    server on the responder's private socket."""
+    cfg = parse_config(config_text(["ldap://127.0.0.1:1"], "dc=example,dc=test", tmp_path))
+    os.makedirs(cfg.daemon.pipes_dir, mode=0o755)
+    service = BackendService(cfg, cfg.domains[0])
+    step = GroupsStoredNote.MAX_GROUPS
+    names = [f"g{i}" for i in range(2 * step + 5)] + ["x" * 300, "ok"]
+    seen: list[GroupsStoredNote] = []
+    done = asyncio.Event()
+
+    async def handler(op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        seen.append(GroupsStoredNote.parse(args))  # what the responder does
+        if len(seen) == 3:
+            done.set()
+        return {}
+
+    async def main() -> None:
+        path = framing.responder_socket(cfg.daemon.pipes_dir)
+        server = await aio.serve(path, handler)
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, service._groups_stored, "alice", names
+            )
+            await asyncio.wait_for(done.wait(), 60)
+        finally:
+            service._notifier.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+    service.cache.close()
+    assert [len(n.groups) for n in seen] == [step, step, 6]
+    assert [g for n in seen for g in n.groups] == [*names[: 2 * step + 5], "ok"]
+    assert {n.user for n in seen} == {"alice"}
