@@ -408,8 +408,13 @@ class _Request:
         self.added: list[bytes] = []  # DNs this search put into ``seen``
         self.deadline = 0.0  # monotonic time its last page must have come by
         self.rows = spec.rows
-        # Rows wanted (Search.rows): what deref.decode_row reads them by.
-        self.slots = deref.RowShape(spec.attrs, spec.rows) if spec.rows is not None else None
+        # Rows wanted (Search.rows): what deref.decode_row reads them by. Not when an
+        # attribute is asked twice (``ldap_user_gid_number = uidNumber``, user private
+        # groups; found by fuzzing the sweep's naming): RowShape has one slot per type,
+        # so every row then takes the generic reader, which fills each slot (plain, entry).
+        unique = len({a.lower() for a in spec.attrs}) == len(spec.attrs)
+        rows = spec.rows if unique else None
+        self.slots = deref.RowShape(spec.attrs, rows) if rows is not None else None
 
     def reset(self) -> None:
         """Start again (a new connection): what the last try saw is forgotten."""

@@ -106,6 +106,28 @@ def test_small_directory_exact_when_every_request_sweeps(tmp_path, slapd_small):
     assert swept > 0
 
 
+def test_a_sweep_asking_one_attribute_twice_names_members_as_any_other(tmp_path, slapd_small):
+    """``ldap_user_gid_number = uidNumber`` (user private groups): the sweep asks for
+    uidNumber twice, as the user's uid and as its gid; the rows are read by the generic
+    reader (deref.RowShape has one slot per type: it raised, and every lookup that
+    swept failed). Found by fuzzing the sweep's naming."""
+    exp = slapd_small.expected
+    p, cache, spy = _backend(tmp_path, slapd_small, ldap_user_gid_number="uidNumber")
+    p.sweep_min = 1
+    p.sweep_factor = 100
+    swept = 0
+    for name in exp.group_names():
+        spy.clear()
+        assert p.group_by_name(name).outcome is Outcome.FOUND, name
+        assert stored_members(cache, name) == exp.members(name, 2), name
+        swept += spy.sweeps()
+    assert swept > 0  # the sweep path was taken
+    user = exp.user_names()[0]
+    assert p.user_by_name(user).outcome is Outcome.FOUND
+    u = cache.user_by_name(user).value
+    assert u is not None and u.gid == u.uid
+
+
 def test_sweep_gives_up_at_its_bound_and_deref_names_the_members(tmp_path, slapd_small):
     """A bound below the directory's users: the sweep stops at it (pages of 2, so it
     stops early, not after everything), and the deref control or the look-ups name
