@@ -16,6 +16,7 @@ import time
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import lmdb
 
@@ -109,19 +110,39 @@ class WriteBatch:
 
 class EarlyPlan:
     """What :meth:`BackendCache.commit_new_groups` must know of the whole request
-    before its first early commit: which index keys two of its entries write, which
-    groups each group expands to, and what went early so far."""
+    before its first early commit: the index keys two of its entries write, the
+    member groups each group expands to, and what went early so far."""
 
-    __slots__ = ("children", "contested", "done")
+    __slots__ = ("children", "dns", "done", "gids", "names", "users")
 
-    def __init__(self, contested: set[bytes]) -> None:
-        # Index keys written by two entries of the request (b"g" + a group name or
-        # alias key, b"#" + a gid, b"=" + a DN key): their groups wait for the last
-        # commit, where the one commit's order of writes decides, as without early ones.
-        self.contested = contested
-        # Group key -> the keys of its member groups, as put (put_group_of).
-        self.children: dict[bytes, tuple[bytes, ...]] = {}
+    def __init__(
+        self, names: set[bytes], gids: set[int], dns: set[bytes], users: set[bytes]
+    ) -> None:
+        # Written by two entries of the request: b"g" + a group's name or alias key, a
+        # gid, a DN key (a group's, or a user's of the batch). Their groups wait for
+        # the last commit, where one commit's order of writes decides, as without any.
+        self.names, self.gids, self.dns = names, gids, dns
+        self.users = users  # the keys of the batch's users when planned
+        # Group key -> the names of its member groups, as put (put_group_of).
+        self.children: dict[bytes, Collection[str]] = {}
         self.done: set[bytes] = set()  # keys committed early in this request
+
+
+# A group put without the plan knowing it: not committed early.
+_UNKNOWN: Collection[str] = ("\0",)
+
+
+def _twice(items: list[Any]) -> set[Any]:
+    """The items met more than once (none, at C speed, in the usual request)."""
+    if len(set(items)) == len(items):
+        return set()
+    seen: set[Any] = set()
+    twice = set()
+    for i in items:
+        if i in seen:
+            twice.add(i)
+        seen.add(i)
+    return twice
 
 
 class BackendCache(DomainCache):
@@ -298,7 +319,7 @@ class BackendCache(DomainCache):
             self._put_aliases(batch, b"g", key, aliases)
         batch.groups[key] = (record, gid, dn, modstamp, usn, complete)
         if batch.early is not None:
-            batch.early.children[key] = tuple(map(self.key, member_groups))
+            batch.early.children[key] = member_groups
         if whole:
             batch.read_whole.add(key)
 
@@ -324,22 +345,31 @@ class BackendCache(DomainCache):
         batch.deleted_groups.add(self.key(name))
 
     def plan_early(
-        self, batch: WriteBatch, groups: Iterable[tuple[str, int, str, Iterable[str]]]
+        self, batch: WriteBatch, groups: Collection[tuple[str, int, str, Iterable[str]]]
     ) -> None:
-        """Allow :meth:`commit_new_groups` on ``batch``. ``groups``: (name, gid, DN,
-        aliases) of every group the request may put in it, given before the first is
-        put: an index key that two of them write (a name, alias, gid or DN met twice)
-        keeps both out of the early commits, whichever comes first."""
-        seen: set[bytes] = set()
-        contested: set[bytes] = set()
-        key, dn_key = self.key, self.dn_key
-        for name, gid, dn, aliases in groups:
-            own = {b"g" + key(name), *(b"g" + key(a) for a in aliases), b"#" + ID_KEY.pack(gid)}
+        """Allow :meth:`commit_new_groups` on ``batch``. ``groups``: (name, gid, DN key
+        as dn.normalize_dn gives it, aliases) of every group the request may put in it,
+        given after its users and before its first group are put: an index key that
+        two of them write (a name, alias, gid or DN met twice, or a user's DN) keeps
+        both out of the early commits, whichever comes first. Measured on the 2,085
+        groups of bigroupuser: the checks cost nothing per group where nothing is met
+        twice (set sizes compared in C)."""
+        key = self.key
+        names: list[bytes] = []
+        gids: list[int] = []
+        dns: list[bytes] = []
+        for n, gid, dn, aliases in groups:
+            own = key(n)
+            names.append(b"g" + own)
+            gids.append(gid)
             if dn:
-                own.add(b"=" + dn_key(dn))
-            contested |= seen & own
-            seen |= own
-        batch.early = EarlyPlan(contested)
+                dns.append(dn.encode("utf-8"))
+            if aliases:
+                names += {b"g" + a for a in map(key, aliases) if a != own}
+        users = {self.dn_key(u.dn) for u, _m, _u in batch.users.values() if u.dn}
+        batch.early = EarlyPlan(
+            _twice(names), _twice(gids), _twice(dns) | (users & set(dns)), set(batch.users)
+        )
 
     def commit_new_groups(self, batch: WriteBatch) -> list[bytes]:
         """Commit now the groups of ``batch`` that only add to the store, and take them
@@ -366,8 +396,10 @@ class BackendCache(DomainCache):
         if plan is None:
             return []
         t = self.entries.tables
-        contested = plan.contested
-        users_dns = {self.dn_key(u.dn) for u, _m, _u in batch.users.values() if u.dn}
+        c_names, c_gids, c_dns = plan.names, plan.gids, plan.dns
+        if not plan.users.issuperset(batch.users):
+            # A user put after the plan: its DN, like the plan's, may be no group's.
+            c_dns = c_dns | {self.dn_key(u.dn) for u, _m, _u in batch.users.values() if u.dn}
         aliases: dict[bytes, list[bytes]] = {}
         for a, k in batch.aliases.items():
             if a[:1] == b"g":
@@ -377,9 +409,9 @@ class BackendCache(DomainCache):
             get, groups = txn.get, t["groups"]
             # An index empty at the request's first early commit holds only what its
             # early commits added since (this process is the store's one writer), and
-            # no two groups of the request share an index key (contested): so it is
-            # not looked up (the first fetch of a big user's groups: each look-up was
-            # a third of this).
+            # no two groups of the request share an index key (the plan): so it is not
+            # looked up (the first fetch of a big user's groups: each look-up was a
+            # third of this).
             empty = self._empty
             if empty is None or self._since is None:
                 stat = txn.stat
@@ -391,41 +423,40 @@ class BackendCache(DomainCache):
             gids = None if empty[0] else t["gid"]
             dns = None if empty[1] else t["dn"]
             alias = None if empty[2] else t["alias"]
+            dn_keys = dns is not None or bool(c_dns)
             for key, v in batch.groups.items():
-                gid_key = ID_KEY.pack(v[1])
-                dn_key = self.dn_key(v[2]) if v[2] else b""
-                mine = aliases.get(key, ())
                 if (
-                    b"g" + key in contested
-                    or b"#" + gid_key in contested
-                    or (dn_key and (b"=" + dn_key in contested or dn_key in users_dns))
-                    or any(a in contested for a in mine)
+                    b"g" + key in c_names
+                    or v[1] in c_gids
                     or get(key, None, groups) is not None
+                    or (gids is not None and get(ID_KEY.pack(v[1]), None, gids) is not None)
                 ):
                     continue
-                if (
-                    (gids is None or get(gid_key, None, gids) is None)
-                    and (dns is None or not dn_key or get(dn_key, None, dns) is None)
-                    and (
-                        alias is None
-                        or (
-                            get(b"g" + key, None, alias) is None
-                            and all(get(a, None, alias) is None for a in mine)
-                        )
-                    )
+                if dn_keys and v[2]:
+                    dn_key = self.dn_key(v[2])
+                    if dn_key in c_dns or (dns is not None and get(dn_key, None, dns) is not None):
+                        continue
+                mine = aliases.get(key)
+                if mine and any(a in c_names for a in mine):
+                    continue
+                if alias is None or (
+                    get(b"g" + key, None, alias) is None
+                    and all(get(a, None, alias) is None for a in mine or ())
                 ):
                     new[key] = v
         # Member groups: each must go early now or have gone before (a fixpoint: a
         # group held back holds back those that expand to it).
-        children, ready = plan.children, plan.done | new.keys()
+        children, ready, keyof = plan.children, plan.done | new.keys(), self.key
+        nested = [key for key in new if children.get(key, _UNKNOWN)]
         held = True
-        while held and new:
+        while held and nested:
             held = False
-            for key in list(new):
-                below = children.get(key)
-                if below is None or not ready.issuperset(below):
+            for key in list(nested):
+                below = children.get(key, _UNKNOWN)
+                if below is _UNKNOWN or not all(keyof(m) in ready for m in below):
                     del new[key]
                     ready.discard(key)
+                    nested.remove(key)
                     held = True
         if not new:
             return []

@@ -1532,8 +1532,8 @@ class LdapProvider:
                 # Every group this batch may get, before the first is put
                 # (BackendCache.plan_early: what two of them write goes in the last commit).
                 self.cache.plan_early(batch, [
-                    (g.name, g.gid, g.entry.dn, _group_aliases(g, name_attr))
-                    for g in posix.values()
+                    (g.name, g.gid, k, _group_aliases(g, name_attr) if g.several_names else ())
+                    for k, g in posix.items()
                 ])  # fmt: skip
             for i, (k, g) in enumerate(posix.items()):
                 if early is not None and i and not i % EARLY_CHUNK:

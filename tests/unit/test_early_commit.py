@@ -16,6 +16,7 @@ import pytest
 from cached.cache import State
 from cached.cache.writer import BackendCache, WriteBatch
 from cached.counters import ENTRY_RECORDS, TS_RECORDS, Counters
+from cached.dn import normalize_dn
 from cached.model import Group, User
 
 BASE = "dc=example,dc=test"
@@ -67,7 +68,7 @@ ALIASES = {"new05": ["other-name"], "newalias": ["nick2"]}
 
 def _plan(c: BackendCache, b: WriteBatch, *groups: Group, later: Iterable[Group] = ()) -> None:
     """plan_early for ``groups`` and ``later``, then put ``groups``."""
-    c.plan_early(b, [(g.name, g.gid, g.dn, ()) for g in (*groups, *later)])
+    c.plan_early(b, [(g.name, g.gid, normalize_dn(g.dn), ()) for g in (*groups, *later)])
     for g in groups:
         c.put_group(b, g)
 
@@ -88,7 +89,8 @@ def _request(c: BackendCache, early: list[int]) -> list[list[bytes]]:
     committed = []
     with c.request(), c.write() as b:
         c.put_user(b, _user(2))
-        c.plan_early(b, [(g.name, g.gid, g.dn, ALIASES.get(g.name, ())) for g in plan])
+        c.plan_early(b, [(g.name, g.gid, normalize_dn(g.dn), ALIASES.get(g.name, ()))
+                         for g in plan])  # fmt: skip
         for n, g in enumerate(plan):
             if n in early:
                 committed.append(c.commit_new_groups(b))
@@ -254,10 +256,13 @@ def test_what_two_entries_of_the_request_write_waits_for_the_last_commit(tmp_pat
                   _group("dn1", 500, dn=f"cn=shared,ou=groups,{BASE}"),
                   _group("dn2", 501, dn=f"CN=Shared,ou=groups,{BASE}"),
                   _group("nick1", 600), _group("nick2", 601)]  # fmt: skip
-        c.plan_early(b, [(g.name, g.gid, g.dn, ["nick"] if g.name.startswith("nick") else [])
+        def nick(g: Group) -> list[str]:
+            return ["nick"] if g.name.startswith("nick") else []
+
+        c.plan_early(b, [(g.name, g.gid, normalize_dn(g.dn), nick(g))
                          for g in [*groups, _group("r", 200), devs_b]])  # fmt: skip
         for g in groups:
-            c.put_group(b, g, aliases=["nick"] if g.name.startswith("nick") else [])
+            c.put_group(b, g, aliases=nick(g))
         # nick1 holds no alias any more (the later put took it, as in one commit).
         assert c.commit_new_groups(b) == [c.key("solo"), c.key("nick1")]
         c.put_group(b, _group("r", 200))  # r renumbered to q's gid
@@ -266,8 +271,8 @@ def test_what_two_entries_of_the_request_write_waits_for_the_last_commit(tmp_pat
     assert g200 is not None and g200.name == "r"  # the later write, as one commit
     g104 = c.group_by_gid(104).value
     assert g104 is not None and g104.name == "alpha"
-    nick = c.group_by_name("nick").value
-    assert nick is not None and nick.name == "nick2"
+    by_alias = c.group_by_name("nick").value
+    assert by_alias is not None and by_alias.name == "nick2"
 
 
 Aliased = list[tuple[Group, list[str]]]
@@ -304,7 +309,7 @@ def _run(c: BackendCache, seed: int, early: bool) -> list[dict[str, set[str] | N
     seen = []
     with c.request(), c.write() as b:
         if early:
-            c.plan_early(b, [(g.name, g.gid, g.dn, al) for g, al in plan])
+            c.plan_early(b, [(g.name, g.gid, normalize_dn(g.dn), al) for g, al in plan])
         for i, (g, al) in enumerate(plan):
             c.put_group(b, g, aliases=al)
             if early and i + 1 in points:
@@ -338,3 +343,12 @@ def test_random_requests_end_as_one_commit_and_early_groups_read_as_in_the_end(
         one.close()
         split.close()
     assert went  # the requests did commit groups early
+
+
+def test_a_user_put_after_the_plan_still_keeps_a_group_at_its_dn_back(tmp_path):
+    c = _store(tmp_path / "c")
+    user = _user(8)
+    with c.request(), c.write() as b:
+        _plan(c, b, _group("atuser", 700, dn=user.dn), _group("other", 701))
+        c.put_user(b, user)
+        assert c.commit_new_groups(b) == [c.key("other")]
