@@ -136,16 +136,19 @@ def group_fields(data: Data) -> tuple[str, int, str, bytes, int, list[str]]:
     return name, gid, dn, members, count, member_groups
 
 
-def decode_group_ident(data: Data) -> tuple[int, str]:
-    """A stored group's gid and DN, nothing else built: the refresh validation reads
-    2,000 of them at once, and a GroupRecord took three quarters of the time."""
+def decode_group_ident(data: Data) -> tuple[int, str, list[str]]:
+    """A stored group's gid, DN and member group names, nothing else built: the
+    refresh validation reads 2,000 of them at once, and a GroupRecord took three
+    quarters of the time."""
     try:
-        v, _name, gid, dn, *_rest = msgpack.unpackb(data)
+        v, _name, gid, dn, _members, _count, member_groups = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise RecordError(f"group record does not decode: {e}") from None
     if v != FORMAT or not isinstance(gid, int) or not isinstance(dn, str):
         raise RecordError(f"group record has format {v}, expected {FORMAT}")
-    return gid, dn
+    if not isinstance(member_groups, list):
+        raise RecordError("group record: member groups are not a list")
+    return gid, dn, member_groups
 
 
 # -- initgroups ----------------------------------------------------------------

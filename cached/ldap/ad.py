@@ -510,6 +510,7 @@ class AdProvider(LdapProvider):
             for k, g in posix.items()
             if not validate.unchanged(g, stored.get(g.name)) or g.name in late
         }
+        stale |= validate.stale_below(self, posix, stale, stored)
         self.counters.add(VALIDATE, 1, 0.0, len(posix))
         full: dict[str, _GroupEntry] = {}
         known: dict[str, Member] = {}

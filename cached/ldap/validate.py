@@ -8,8 +8,11 @@ control: each group comes with its name, gid, object class, ``modifyTimestamp`` 
 the walk up from the user *is* the answer of initgroups — and only the groups whose
 stamp differs from the stored one, or that the cache does not hold, are fetched again
 with their members (by name, matched back by DN) and their member groups below them;
-the others get fresh timestamps only. Groups the user left are re-read as on the full
-path (``LdapProvider._vanished``): removed memberships, deleted and renamed groups.
+the others get fresh timestamps only — but a group whose answer is expanded from a
+stored member group the walk did not see (one the user is not in) is touched only when
+that group's stamp is unchanged too (``stale_below``). Groups the user left are re-read
+as on the full path (``LdapProvider._vanished``): removed memberships, deleted and
+renamed groups.
 
 A group lookup of a group the cache holds (``getent group X`` after ``-E``) is
 validated likewise (``refresh_group``): the stamps of the group and of the stored
@@ -31,7 +34,8 @@ The stamp-trust rule (what makes a stored stamp worth believing, docs/ARCHITECTU
 * ``cached cache -E`` keeps the stamps (it expires, it does not distrust); a full
   fetch of a group invalidated that way never takes the unchanged-stamp shortcut.
 * What no stamp covers — a member's own entry renamed or deleted without referential
-  integrity, which leaves its groups' entries alone (docs/compatibility.md §9.2) —
+  integrity, or its name changed where the name attribute is not in its DN, which
+  leave its groups' entries alone (docs/compatibility.md §9.2) —
   is bounded in time: a group not stored whole (members named from their entries)
   within ``refresh_full_interval`` (a day by default) is read whole at its next
   refresh, stamp or not. When it was is kept in the timestamp store's ``read_whole``
@@ -61,6 +65,7 @@ from cached.dn import normalize_dn
 from cached.ldap.schema import BATCH, assertions, escape, first
 
 if TYPE_CHECKING:
+    from cached.cache.cache import Stamped
     from cached.ldap.client import Entry
     from cached.ldap.provider import LdapProvider, Member, _GroupEntry, _Job
     from cached.model import User
@@ -90,12 +95,12 @@ def trusted_stamp(modstamp: str, usn: str, fetched: float) -> str:
     return modstamp if t is not None and t < fetched - STAMP_MARGIN else ""
 
 
-def unchanged(g: _GroupEntry, stored: tuple[str, str, int, str] | None) -> bool:
+def unchanged(g: _GroupEntry, stored: Stamped | None) -> bool:
     """Does the stored group (``DomainCache.group_stamps``) still describe ``g``? Same
     stamp, gid and DN."""
     if stored is None:
         return False
-    modstamp, usn, gid, dn = stored
+    modstamp, usn, gid, dn, _below = stored
     return (
         bool(modstamp)
         and modstamp == g.modstamp
@@ -221,6 +226,7 @@ def refresh_initgroups(
     late = due(p, names)
     stale = {k for k, g in posix.items()
              if not unchanged(g, stored.get(g.name)) or g.name in late}  # fmt: skip
+    stale |= stale_below(p, posix, stale, stored)
 
     p.counters.add(VALIDATE, 1, 0.0, len(posix))
     # The changed and new groups, whole, by name (a hint, matched back by DN), with
@@ -240,6 +246,68 @@ def refresh_initgroups(
     # groups below them.
     p.counters.add(VALIDATE_FETCHED, 0, 0.0, len(full))
     store_validated(p, user, entries, posix, stale, full, known, mine)
+
+
+def stale_below(
+    p: LdapProvider, posix: dict[str, _GroupEntry], stale: set[str], stored: dict[str, Stamped]
+) -> set[str]:
+    """The groups of a validated initgroups (``posix``, by DN key; ``stale`` those to
+    fetch already) whose answer is expanded from a stored member group the walk did
+    not validate — one the user is not in — that changed, is gone, or cannot be gone
+    by (no trusted stamp, due a whole read, distrusted): they are fetched whole too,
+    with their member groups. A group's own stamp covers its member list only; its
+    member groups' stamps cover theirs, as refresh_group validates a group lookup.
+    Touched on its own stamp, a group listing a changed one stayed VALID with the
+    old members (found in review: a member removed from a nested group still listed
+    by its parent after ``-E``). One round trip, only when such member groups exist
+    (none on bigroupuser: every member group of its groups is one of the user's)."""
+    keyof = p.cache.key
+    walked = {keyof(g.name) for g in posix.values()}
+    above: dict[str, list[str]] = {}  # DN key -> the member groups the walk did not see
+    for k, g in posix.items():
+        t = stored.get(g.name)
+        if k not in stale and t is not None and t[4]:
+            extra = [m for m in t[4] if keyof(m) not in walked]
+            if extra:
+                above[k] = extra
+    if not above:
+        return set()
+    # Each such member group with the stored groups below it (its answer's records).
+    below: dict[str, list[str] | None] = {}
+    for m in sorted({m for ms in above.values() for m in ms}):
+        below[m] = p.cache.group_closure(m)
+    names = sorted({n for c in below.values() if c for n in c if keyof(n) not in walked})
+    bad = {keyof(m) for m, c in below.items() if c is None}
+    if names:
+        bad |= {keyof(n) for n in _not_unchanged(p, names)}
+    return {
+        k
+        for k, ms in above.items()
+        if any(keyof(m) in bad or any(keyof(n) in bad for n in below[m] or ()) for m in ms)
+    }
+
+
+def _not_unchanged(p: LdapProvider, names: list[str]) -> set[str]:
+    """Those of these stored groups a refresh may not touch on their stamps: no trusted
+    stamp, due a whole read or distrusted, or changed, renamed or gone on the server
+    (their stamps searched by name, in one round trip, as refresh_group's)."""
+    s = p.schema
+    stored = p.cache.group_stamps(names)
+    out = {n for n in names if not (t := stored.get(n)) or not t[0]}
+    out |= due(p, names) | distrusted(p, names)
+    items = [("g", f"({s.group_name}={escape(n)})") for n in names if n not in out]
+    jobs: list[_Job] = [
+        (s.group_bases, items[i : i + BATCH], stamp_attrs(p), None)
+        for i in range(0, len(items), BATCH)
+    ]
+    same: set[bytes] = set()
+    for entries in p._split_search_many(jobs, p._round_filter, paged=False):
+        for e in entries:
+            g = p._group_entry(e)
+            if g is not None and g.name in stored and unchanged(g, stored[g.name]):
+                same.add(p.cache.key(g.name))
+    p.counters.add(VALIDATE, 1, 0.0, len(names))
+    return {n for n in names if n in out or p.cache.key(n) not in same}
 
 
 def stored_closure(p: LdapProvider, name: str | None, gid: int | None) -> list[str] | None:

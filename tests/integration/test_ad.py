@@ -822,7 +822,7 @@ def test_a_stamp_read_from_another_dc_is_not_trusted(
         assert "rvx" in groups
 
         def corrupt() -> None:
-            (modstamp, usn, gid, dn) = p.cache.group_stamps(["rvx"])["rvx"]
+            (modstamp, usn, gid, dn, _below) = p.cache.group_stamps(["rvx"])["rvx"]
             with p.cache.write() as batch:
                 p.cache.put_group(batch, Group("rvx", gid, dn, ("m0006",), ()), modstamp, usn)
             assert _members(p, "rvx") == {"m0006"}
@@ -1159,7 +1159,7 @@ def test_group_lookup_after_expiry_trusts_no_stamp_of_another_dc(
     scratch.add("gvx", 40963, [_person(20), _person(21)])
     with _provider(dc, tmp_path, refresh_full_interval=STAMPS_AT_EXPIRY) as (p, _spy):
         assert p.group_by_name("gvx").outcome is Outcome.FOUND
-        (modstamp, usn, gid, dn) = p.cache.group_stamps(["gvx"])["gvx"]
+        (modstamp, usn, gid, dn, _below) = p.cache.group_stamps(["gvx"])["gvx"]
         assert usn.endswith("@" + p.dc_id)
         with p.cache.write() as batch:
             p.cache.put_group(batch, Group("gvx", gid, dn, ("m0020",), ()), modstamp, usn)

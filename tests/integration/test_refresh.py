@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cached.cache import State, open_domain_cache
 from cached.cache.cache import READ_WHOLE
 from cached.cache.records import split_members
@@ -210,6 +212,57 @@ def test_every_kind_of_change_is_seen_after_invalidation(tmp_path, slapd_small_f
         fetched = _member_searches(s, offset)
         assert fetched and counters.get(VALIDATE_FETCHED).amount >= 3
         assert counters.get(VALIDATE_FETCHED).amount < len(groups)
+
+
+@pytest.mark.parametrize(
+    "change", ["none", "member added", "member removed", "deleted", "due a whole read"]
+)
+def test_a_member_group_the_user_is_not_in_is_validated_with_its_parent(
+    tmp_path, slapd_small_fresh, change
+):
+    """One of the user's groups lists a group the user is not in ("sibx"): the walk
+    up never sees sibx, yet the parent's answer is expanded from it. After ``-E`` the
+    parent was touched on its own stamp and stayed VALID with sibx's old members
+    (found in review); now sibx's stamp is validated with it, and a change fetches
+    the parent whole with its member groups, as a cold fetch reads it."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    sc = exp.scenario
+    user = exp.big_user
+    cfg = make_domain([s.uri], s.base_dn)
+    parent = sorted(exp.direct_groups(user))[0]
+    a, b, newbie = [u for u in sorted(exp.user_names()) if u != user][-3:]
+    s.ldap_modify(
+        f"dn: {sc.group_dn('sibx')}\nchangetype: add\nobjectClass: top\n"
+        f"objectClass: groupOfNames\nobjectClass: posixGroup\ncn: sibx\ngidNumber: 39001\n"
+        f"member: {sc.user_dn(a)}\nmember: {sc.user_dn(b)}\n\n"
+        f"dn: {sc.group_dn(parent)}\nchangetype: modify\nadd: member\n"
+        f"member: {sc.group_dn('sibx')}\n\n"
+    )
+    with _resolved(tmp_path, cfg, user) as (p, cache, counters):
+        before = _state(cache, user)
+        assert a in before[1][parent][1] and "sibx" not in before[1]
+        edit = {
+            "none": "",
+            "due a whole read": "",
+            "member added": f"dn: {sc.group_dn('sibx')}\nchangetype: modify\nadd: member\n"
+            f"member: {sc.user_dn(newbie)}\n\n",
+            "member removed": f"dn: {sc.group_dn('sibx')}\nchangetype: modify\n"
+            f"delete: member\nmember: {sc.user_dn(a)}\n\n",
+            "deleted": f"dn: {sc.group_dn('sibx')}\nchangetype: delete\n\n",
+        }[change]
+        if edit:
+            s.ldap_modify(edit)
+        if change == "due a whole read":  # sibx alone, unchanged: read whole with its parent
+            _read_whole_at(cache, "sibx", time.time() - 2 * cfg.refresh_full_interval)
+        counters.reset()
+        _refresh(p, cache, user)
+        got = _state(cache, user)
+        assert got == _oracle(tmp_path, cfg, user)
+        members = got[1][parent][1]
+        assert (newbie in members) is (change == "member added")
+        assert (a in members) is (change in ("none", "member added", "due a whole read"))
+        fetched = counters.get(VALIDATE_FETCHED).amount
+        assert (fetched == 0) is (change == "none"), fetched
 
 
 def test_one_changed_group_is_the_one_fetched(tmp_path, slapd_small_fresh):

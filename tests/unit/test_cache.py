@@ -237,7 +237,8 @@ def test_touch_group_writes_timestamps_only(tmp_path):
 
 def test_group_stamps_and_closure_for_validation(tmp_path):
     # What the refresh validation reads (cached/ldap/validate.py): each group's stored
-    # stamp, gid and DN; and the groups an answer is expanded from, as _expand reads them.
+    # stamp, gid, DN and member groups; and the groups an answer is expanded from, as
+    # _expand reads them.
     c = backend(tmp_path, nesting_level=1)
     with c.write() as b:
         c.put_group(b, Group("top", 1, "cn=top", ("a",), ("mid",)), modstamp="m1", usn="c1")
@@ -246,7 +247,10 @@ def test_group_stamps_and_closure_for_validation(tmp_path):
         c.put_group(b, Group("dangling", 4, "cn=d", (), ("nosuch",)))
     c.invalidate_all()  # -E keeps the stamps
     got = c.group_stamps(["top", "mid", "nosuch"])
-    assert got == {"top": ("m1", "c1", 1, "cn=top"), "mid": ("", "", 2, "cn=mid")}
+    assert got == {
+        "top": ("m1", "c1", 1, "cn=top", ["mid"]),
+        "mid": ("", "", 2, "cn=mid", ["low", "top"]),
+    }
     assert c.group_closure("top") == ["top", "mid"]  # nesting level 1: "low" not read
     assert c.group_closure("dangling") is None  # a member group not stored
     assert c.group_closure("nosuch") is None
