@@ -226,6 +226,16 @@ class DomainCache:
             log.warning("%s: cannot open the timestamp store (%s)", self.ts_path, e)
             self.ts = None
 
+    def recheck_files(self) -> None:
+        """Check at the next read whether the backend replaced a store (after an
+        invalidation: the 1 s between checks must not outlive it)."""
+        self._next_identity_check = 0.0
+
+    def entries_version(self) -> int:
+        """The last transaction committed to the entry store, by any process."""
+        self._check_identity()
+        return _last_txnid(self.entries)
+
     def _check_identity(self) -> None:
         """Reopen stores the backend replaced (rebuilt ts store, new format)."""
         now = time.monotonic()

@@ -45,7 +45,7 @@ from cached.cache import DomainCache, GroupView, Initgroups, State
 from cached.config import Config, ConfigError, DomainConfig
 from cached.counters import COUNTERS, NSS_EARLY, NSS_REQUEST
 from cached.ipc import aio, framing
-from cached.ipc.ops import GroupsStoredNote, Op
+from cached.ipc.ops import GroupsStoredNote, Op, Outcome
 from cached.model import User
 from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
@@ -222,11 +222,12 @@ class NssResponder:
         self.config = config
         self.lookups = lookups
         self.feed = feed
-        self._prefilled: dict[tuple[str, str], tuple[bytes, float]] = {}
+        self._prefilled: dict[tuple[str, str], tuple[bytes, float, int]] = {}
         self._prefill_every = feed.refeed_every
         # Groups put in the memory cache on a backend's early commit (prefill_stored),
-        # by domain: name -> when; the INITGR answer that follows does not do them again.
-        self._early: dict[str, dict[str, float]] = {}
+        # by the backend request (Lookups.inflight) that committed them: (when, names);
+        # the INITGR answer that waited for it does not do them again.
+        self._early: dict[asyncio.Future[Outcome], tuple[float, set[str]]] = {}
         self.pwfield = config.nss.pwfield
         self.active = 0
         self.refused = 0
@@ -275,15 +276,30 @@ class NssResponder:
 
     # -- fill functions: a found value to its reply, stored in the memory cache ----------
 
+    def _feedable(self, found: Found[Any]) -> bool:
+        """May this answer go in the memory cache, where clients take it as valid for
+        ``memcache_timeout``? Not an expired one while the domain is online: its
+        backend request ended, yet the cache holds it expired — invalidated while the
+        request ran (BackendCache.request), so it may predate the change invalidated
+        for (found in review: such an answer was put in the memory cache `cached cache
+        -E` had just emptied). Offline, or with the backend stuck, the cache's stale
+        answer is the answer (invariant 4) and goes in as SSSD puts it."""
+        if found.state is not State.EXPIRED:
+            return True
+        st = self.lookups.states.get(found.domain.name)
+        return st is None or st.stalled or st.offline(self.lookups.clock())
+
     def fill_passwd(self, cmd: int, _key: str | int, found: Found[User]) -> bytes:
         name, rec = self._passwd_record(found.domain, found.value)
-        self.feed.user(name, found.value, self.pwfield)
+        if self._feedable(found):
+            self.feed.user(name, found.value, self.pwfield)
         return p.passwd_reply(cmd, [rec])
 
     def fill_group(self, cmd: int, key: str | int, found: Found[GroupView]) -> bytes:
         g = found.value
         r = self._group_record(found.domain, g)
-        self._feed_group(r)
+        if self._feedable(found):
+            self._feed_group(r)
         reply = p.group_reply(cmd, [self._encoded(r)])
         if g.member_count < MEMO_MEMBERS and found.state is State.VALID:
             plugin: Plugin[Any, GroupView] = COMMANDS[cmd].plugin
@@ -330,34 +346,44 @@ class NssResponder:
     def fill_initgr(self, _cmd: int, raw_name: str, found: Found[Initgroups]) -> bytes:
         ig = found.value
         gids = self.lookups.policy.initgroups_gids(found.domain, found.cache, ig)
-        self.feed.initgroups(raw_name, self._output_name(found.domain, ig.user.name), gids)
-        self._prefill_groups(found, gids)
+        if self._feedable(found):
+            self.feed.initgroups(raw_name, self._output_name(found.domain, ig.user.name), gids)
+            self._prefill_groups(found, gids)
         return p.initgr_reply(gids)
 
     def _prefill_groups(self, found: Found[Initgroups], gids: bytes) -> None:
         """Store every group of the user in the memory cache before the INITGR reply
         leaves, so the getgrgid calls `id` makes next never reach the socket. Done
-        again only when the group list changed or half the record lifetime passed."""
+        again only when the group list or the entry store changed, or half the record
+        lifetime passed."""
         if not self.feed.groups_enabled:
             return
         ig, domain = found.value, found.domain
         key = (domain.name, ig.user.name)
         now = time.monotonic()
+        # Fed moments ago from the cache this answer comes from (prefill_stored), by
+        # the backend request this answer waited for: no other answer uses them (one
+        # of a background refresh, which no answer waits for, once spared another
+        # user's answer a group that user's request changed: found in review).
+        noted = self._early.pop(found.refresh, None) if found.refresh is not None else None
+        # Not again for the same group list from an entry store no commit changed
+        # since (a group renamed or given new members keeps the list: found in review).
+        version = found.cache.entries_version()
         last = self._prefilled.get(key)
-        if last is not None and last[0] == gids and now - last[1] < self._prefill_every:
+        if (
+            last is not None
+            and last[0] == gids
+            and last[2] == version
+            and now - last[1] < self._prefill_every
+        ):
             return
         names: Iterable[str] = ig.groups
-        # Fed moments ago from the cache this answer comes from (prefill_stored). The
-        # notes are used by this answer or not at all: another request's left over
-        # must not spare a later answer's prefill.
-        early = self._early.pop(domain.name, None)
-        if early:
-            since = now - EARLY_FRESH
-            names = [n for n in ig.groups if early.get(n, since) <= since]
+        if noted is not None and now - noted[0] < EARLY_FRESH:
+            names = [n for n in ig.groups if n not in noted[1]]
         self._feed_groups(domain, found.cache, names)
         if len(self._prefilled) > 10_000:
             self._prefilled.clear()
-        self._prefilled[key] = (gids, now)
+        self._prefilled[key] = (gids, now, version)
 
     def _feed_groups(self, domain: DomainConfig, cache: DomainCache, names: Iterable[str]) -> None:
         """Put these groups, as the cache holds them, in the memory cache."""
@@ -384,18 +410,22 @@ class NssResponder:
             domain = self.config.domain(note.domain)
         except ConfigError:
             return  # not one of ours (a backend of an older configuration)
-        if (domain.name, Op.INITGROUPS, note.user) not in self.lookups.inflight:
+        request = self.lookups.inflight.get((domain.name, Op.INITGROUPS, note.user))
+        if request is None:
             # Its answer came first (the note travels on another socket), or it was
             # never asked for: the answer's own prefill does, or did, these groups.
             return
         self._feed_groups(domain, self.lookups.caches[domain.name], note.groups)
         COUNTERS.add(NSS_EARLY, 1, 0.0, len(note.groups))
-        early = self._early.setdefault(domain.name, {})
-        if len(early) > 100_000:
-            early.clear()  # notes no answer came for (a failed request): a bound
         now = time.monotonic()
-        for name in note.groups:
-            early[name] = now
+        # Notes no answer took (a background refresh, a failed request) go stale.
+        for old in [r for r, (t, _n) in self._early.items() if now - t >= EARLY_FRESH]:
+            del self._early[old]
+        noted = self._early.get(request)
+        if noted is None:
+            self._early[request] = (now, set(note.groups))
+        else:
+            noted[1].update(note.groups)
 
     def reset_memcache(self) -> None:
         """Retire the memory-cache files now (no client is served an old record after
@@ -403,6 +433,10 @@ class NssResponder:
         self.feed.retire()
         self._prefilled.clear()
         self._early.clear()
+        for cache in self.lookups.caches.values():
+            # A store the backend replaced (rebuilt) within the last second would be
+            # read, and answered VALID, until the next identity check (found in review).
+            cache.recheck_files()
         # The kept answers stay: each is used only while the cache hands out an equal
         # GroupView, so one kept across the invalidation is still exact, and re-encoding
         # all 2,085 of bigroupuser's groups was a seventh of the responder's CPU for `id`

@@ -80,8 +80,9 @@ class Admin:
         return matched
 
     def invalidated(self) -> None:
-        """Entries were expired (here or by `cached cache`): forget derived answers."""
-        self.lookups.clear_negative()
+        """Entries were expired (here or by `cached cache`): forget derived answers,
+        and the backend requests begun before (Lookups.invalidated)."""
+        self.lookups.invalidated()
         self._on_invalidate()
 
     def counters(self) -> CountersReply:

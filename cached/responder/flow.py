@@ -98,6 +98,9 @@ class Found(Generic[V]):
     cache: DomainCache
     value: V
     state: State
+    # The backend request this answer waited for, if any: what it noted ahead of its
+    # answer (NssResponder.prefill_stored) belongs to this answer alone.
+    refresh: asyncio.Future[Outcome] | None = None
 
 
 # The uid of the NSS client whose request is being answered (SO_PEERCRED, set by the
@@ -261,7 +264,7 @@ class Lookups:
             fut = asyncio.ensure_future(self._call_backend(domain, op, key))
             self.inflight[ikey] = fut
             self._waiting_uids[ikey] = {uid}
-            fut.add_done_callback(lambda _f: self._forget(ikey))
+            fut.add_done_callback(lambda f: self._forget(ikey, f))
         elif uid not in self._waiting_uids.setdefault(ikey, set()):
             # Another uid waits for this refresh too: the backend queues its one LDAP
             # request for this uid as well, so it runs at the earliest of their turns
@@ -272,9 +275,21 @@ class Lookups:
             extra.add_done_callback(self._extra.discard)
         return fut
 
-    def _forget(self, ikey: RefreshKey) -> None:
-        self.inflight.pop(ikey, None)
-        self._waiting_uids.pop(ikey, None)
+    def _forget(self, ikey: RefreshKey, fut: asyncio.Future[Outcome]) -> None:
+        if self.inflight.get(ikey) is fut:  # not a request begun after an invalidation
+            del self.inflight[ikey]
+            self._waiting_uids.pop(ikey, None)
+
+    def invalidated(self) -> None:
+        """Entries were expired: a lookup asked from now on starts its own backend
+        request rather than join one begun before (whose answer may predate the
+        change invalidated for; the backend runs such a lookup again too,
+        BackendService.request). Those begun before still answer their own
+        waiters. Found in review: the responder shared the old request, so the
+        backend never saw the second."""
+        self.inflight.clear()
+        self._waiting_uids.clear()
+        self.negative.clear()
 
     # -- the flow ----------------------------------------------------------------------
 
@@ -377,7 +392,7 @@ class Lookups:
         if again.value is not None:
             # Even still expired: after a failed or offline refresh, stale data is the
             # answer (invariant 4).
-            return Found(domain, cache, again.value, again.state)
+            return Found(domain, cache, again.value, again.state, fut)
         if outcome is Outcome.NOT_FOUND:
             # Only a successful backend answer of "no such entry" is remembered;
             # offline misses are not (reference §6.4).

@@ -17,14 +17,14 @@ from cached.cache import open_domain_cache
 from cached.cache.writer import open_backend_cache
 from cached.config import Config, parse_config
 from cached.counters import Counters
-from cached.ipc.ops import BadMessage, GroupsStoredNote, Op
+from cached.ipc.ops import BadMessage, GroupsStoredNote, Op, Outcome
 from cached.memcache import McReader
 from cached.model import Group, User
 from cached.nss import protocol as p
 from cached.nss import server as server_mod
 from cached.nss.mcfeed import MemcacheFeed
-from cached.nss.server import COMMANDS, NssResponder
-from cached.responder.flow import Lookups
+from cached.nss.server import NssResponder
+from cached.responder.flow import Found, Lookups
 from testing.daemon import config_text
 
 BASE = "dc=example,dc=test"
@@ -61,26 +61,32 @@ def _responder(tmp_path: Path, **opts: Any) -> tuple[Config, NssResponder, list[
     return cfg, responder, fed
 
 
-def _asked(responder: NssResponder, user: str = USER.name) -> None:
+def _asked(responder: NssResponder, user: str = USER.name) -> asyncio.Future[Outcome]:
     """An initgroups of ``user`` in flight to the backend, as Lookups.refresh leaves
     it while the backend works (its notes come meanwhile)."""
     loop = asyncio.new_event_loop()
-    responder.lookups.inflight[("LDAP", Op.INITGROUPS, user)] = loop.create_future()
+    fut: asyncio.Future[Outcome] = loop.create_future()
     loop.close()
+    responder.lookups.inflight[("LDAP", Op.INITGROUPS, user)] = fut
+    return fut
 
 
-def _note(responder: NssResponder, names: Iterable[str], domain: str = "LDAP") -> None:
-    """A backend's note while its initgroups is in flight."""
-    if not responder.lookups.inflight:
-        _asked(responder)
-    responder.prefill_stored(GroupsStoredNote(domain, USER.name, tuple(names)))
+def _note(
+    responder: NssResponder, names: Iterable[str], domain: str = "LDAP", user: str = USER.name
+) -> None:
+    """A backend's note of ``user``'s initgroups."""
+    responder.prefill_stored(GroupsStoredNote(domain, user, tuple(names)))
 
 
-def _answer(responder: NssResponder) -> None:
-    """The backend's answer: the flow forgets the request (Lookups._forget, the
-    future's first callback), then answers from the cache."""
+def _answer(responder: NssResponder, request: asyncio.Future[Outcome] | None = None) -> None:
+    """The INITGR answer from the cache; ``request``: the backend request it waited
+    for (the flow forgets it first: Lookups._forget is the future's first callback)."""
     responder.lookups.inflight.clear()
-    assert COMMANDS[p.Command.INITGR].now(responder, p.Command.INITGR, USER.name) is not None
+    cache = responder.lookups.caches["LDAP"]
+    got = cache.initgroups(USER.name)
+    assert got.value is not None
+    found = Found(responder.config.domains[0], cache, got.value, got.state, request)
+    responder.fill_initgr(p.Command.INITGR, USER.name, found)
 
 
 def _in_memory_cache(cfg: Config) -> set[str]:
@@ -91,13 +97,14 @@ def _in_memory_cache(cfg: Config) -> set[str]:
 def test_noted_groups_are_fed_at_once_and_the_answer_feeds_the_others(tmp_path):
     cfg, responder, fed = _responder(tmp_path)
     early = [g.name for g in GROUPS[:25]]
+    request = _asked(responder)
     _note(responder, early)
     assert fed == early
     assert _in_memory_cache(cfg) == set(early)
-    _answer(responder)
+    _answer(responder, request)
     assert fed == early + [g.name for g in GROUPS[25:]]
     assert _in_memory_cache(cfg) == {g.name for g in GROUPS}
-    assert "LDAP" not in responder._early  # each note used once
+    assert not responder._early  # each note used once
 
 
 def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypatch):
@@ -106,21 +113,24 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     # A note no answer used for longer than EARLY_FRESH: the answer feeds every group.
+    request = _asked(responder)
     _note(responder, names)
     clock[0] += server_mod.EARLY_FRESH + 1
     fed.clear()
-    _answer(responder)
+    _answer(responder, request)
     assert fed == [g.name for g in GROUPS]
     # A note used by one answer spares nothing to the next (past the answer's own
     # refeed period, ``_prefill_every``).
+    request = _asked(responder)
     _note(responder, names)
-    _answer(responder)
+    _answer(responder, request)
     clock[0] += responder._prefill_every + 1
     fed.clear()
-    _answer(responder)
+    _answer(responder, request)
     assert fed == [g.name for g in GROUPS]
     # After `cached cache -E` (a new memory-cache file), notes from before count for
     # nothing.
+    request = _asked(responder)
     _note(responder, names)
 
     async def invalidated() -> None:
@@ -129,16 +139,18 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
 
     asyncio.run(invalidated())
     fed.clear()
-    _answer(responder)
+    _answer(responder, request)
     assert fed == [g.name for g in GROUPS]
     assert _in_memory_cache(cfg) == {g.name for g in GROUPS}
 
 
 def test_notes_for_another_domain_or_without_a_memory_cache_feed_nothing(tmp_path):
     _, responder, fed = _responder(tmp_path)
+    _asked(responder)
     _note(responder, ("g000",), domain="nosuchdomain")
     assert fed == []
     _, off, fed_off = _responder(tmp_path / "off", nss={"memcache_timeout": 0})
+    _asked(off)
     _note(off, ("g000",))
     assert fed_off == []
 
@@ -148,25 +160,29 @@ def test_a_note_after_its_answer_or_unasked_feeds_and_spares_nothing(tmp_path):
     longer in flight), or one nobody asked for, is dropped; it must not spare a later
     answer's prefill a group that answer's request may have changed (found in review)."""
     _, responder, fed = _responder(tmp_path)
-    responder.prefill_stored(GroupsStoredNote("LDAP", USER.name, ("g000", "g001")))
+    _note(responder, ("g000", "g001"))
     assert fed == [] and not responder._early
     _asked(responder, "bob")  # another user's initgroups in flight: not this note's
-    responder.prefill_stored(GroupsStoredNote("LDAP", USER.name, ("g000", "g001")))
+    _note(responder, ("g000", "g001"))
     assert fed == [] and not responder._early
     _answer(responder)
     assert fed == [g.name for g in GROUPS]
 
 
-def test_an_answer_takes_every_note_of_its_domain(tmp_path):
-    """What one answer did not use (another request's notes, still in flight when it
-    came) is dropped with it: the other answer feeds its groups itself."""
-    _, responder, _fed = _responder(tmp_path)
-    _asked(responder, "bob")  # another user's initgroups, in flight too
-    _asked(responder)
+def test_a_note_spares_only_the_answer_of_its_own_request(tmp_path):
+    """Found in review: a note of one request (here a background refresh, which no
+    answer waits for) spared another request's answer a group that request had
+    changed since, and the memory cache kept the group's old members."""
+    _, responder, fed = _responder(tmp_path)
+    background = _asked(responder)
     _note(responder, [g.name for g in GROUPS[:5]])
-    assert set(responder._early["LDAP"]) == {g.name for g in GROUPS[:5]}
-    _answer(responder)
-    assert "LDAP" not in responder._early
+    other = _asked(responder)  # the next request of the same user, in flight later
+    fed.clear()
+    _answer(responder, other)
+    assert fed == [g.name for g in GROUPS]  # nothing spared by the other's note
+    assert background in responder._early  # kept for its own answer, none came
+    _answer(responder, background)
+    assert not responder._early
 
 
 MAX = GroupsStoredNote.MAX_GROUPS
