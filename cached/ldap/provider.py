@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from itertools import chain, filterfalse
@@ -529,7 +530,11 @@ class LdapProvider:
         # The class as configured is usually spelled as sent: a list search in C
         # before the case-folded set (2,085 groups per cold initgroups).
         if ocs and keys.oc not in ocs and keys.oc_lower not in {v.lower() for v in ocs}:
-            posix = False
+            # Not of the group class: no group at all, not even one to walk through
+            # (SSSD's searches ask for the class). Where users and groups share a
+            # base, a user entry with member values came back with the walk's
+            # searches and was climbed through as a group (found by fuzzing shapes).
+            return None
         if not posix and want != WALK:
             return None
         name = self._primary_name(e.dn, s.group_name, names) if names else ""
@@ -712,8 +717,13 @@ class LdapProvider:
         (POSIX or walked through), or nothing."""
         s = self.schema
         ocs = {v.lower() for v in e.get("objectclass")}
-        if s.user_oc.lower().encode() in ocs:
-            return self._user_member(e, key, from_group_bases)
+        # A user first, as SSSD tries one, where it may be one: found under the group
+        # bases only, an entry of both classes is the group (found by fuzzing shapes:
+        # it was dropped as a user outside the user bases).
+        if s.user_oc.lower().encode() in ocs and (
+            not from_group_bases or self._in_bases(key, s.user_bases)
+        ):
+            return self._user_member(e, key, False)
         if s.group_oc.lower().encode() in ocs:
             if not from_group_bases:
                 return None
@@ -1341,9 +1351,9 @@ class LdapProvider:
             e = Entry(r.dn, r.values)
             ocs = {v.lower() for v in r.values.get("objectclass", [])}
             m: Member
-            if s.user_oc.lower().encode() in ocs:
-                m = self._user_member(e, k, True)
-            elif self._in_bases(k, s.group_bases):
+            if s.user_oc.lower().encode() in ocs and self._in_bases(k, s.user_bases):
+                m = self._user_member(e, k, False)
+            elif self._in_bases(k, s.group_bases):  # a group, if of the class (_classify)
                 grp = self._group_entry(e, WALK)
                 if grp is None or lookup[k][1] >= 0:
                     continue  # to be fetched with its members
@@ -1432,22 +1442,27 @@ class LdapProvider:
         if not sc.walk:
             return sc.users, sc.groups
         users, groups = dict(sc.users), dict(sc.groups)
+        # Through a walked group, the POSIX groups below count at their depth too,
+        # flattened here: named in the record, a member group is expanded as one
+        # level below this group, and the walked levels above it are lost (found by
+        # fuzzing shapes: once a lookup of such a group stored its own member groups,
+        # this group listed members past the nesting level). Breadth first, so each
+        # group counts at the depth it is first reached.
         seen = {k}
-        stack: list[tuple[str, int]] = []
+        queue: deque[tuple[str, int]] = deque()
         for child in sc.walk:
             if child not in seen:
                 seen.add(child)
-                stack.append((child, 1))
-        while stack:
-            cur, depth = stack.pop()
+                queue.append((child, 1))
+        while queue:
+            cur, depth = queue.popleft()
             cs = scans[cur]
             users.update(cs.users)
             if depth < levels:
-                groups.update(cs.groups)
-                for child in cs.walk:
-                    if child not in seen:
+                for child in cs.children:
+                    if child not in seen and child in scans:
                         seen.add(child)
-                        stack.append((child, depth + 1))
+                        queue.append((child, depth + 1))
         return list(users), list(groups)
 
     def _complete(self, found: dict[str, _GroupEntry], scans: dict[str, _Scan]) -> set[str]:

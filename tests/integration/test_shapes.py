@@ -1,0 +1,128 @@
+"""Directory shapes found by fuzzing cached's answers against a model of the nesting
+rules (docs/compatibility.md §6.2, §6.3, §9.5) on random small directories: each
+answer must be the rules' whatever was looked up before. A real slapd per shape."""
+
+from __future__ import annotations
+
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cached.cache.records import split_members
+from cached.ldap.provider import Outcome
+from testing.backend import make_backend, make_domain
+from testing.slapd import Slapd
+
+BASE = "dc=zoo,dc=t"
+P = f"ou=people,{BASE}"
+G = f"ou=groups,{BASE}"
+HEAD = f"""dn: dc=t
+objectClass: dcObject
+objectClass: organization
+dc: t
+o: t
+
+dn: {BASE}
+objectClass: dcObject
+objectClass: organization
+dc: zoo
+o: zoo
+
+dn: {P}
+objectClass: organizationalUnit
+ou: people
+
+dn: {G}
+objectClass: organizationalUnit
+ou: groups
+"""
+
+
+def _user(
+    uid: str, number: int, where: str = P, classes: str = "", extra: str = "", gid: int = 5000
+) -> str:
+    return (f"\ndn: uid={uid},{where}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+            f"{classes}cn: {uid}\nsn: x\nuid: {uid}\nuidNumber: {number}\ngidNumber: {gid}\n"
+            f"homeDirectory: /h\n{extra}")  # fmt: skip
+
+
+def _group(cn: str, gid: int | None, members: list[str], posix: bool = True) -> str:
+    classes = "objectClass: groupOfNames\n" + ("objectClass: posixGroup\n" if posix else "")
+    number = f"gidNumber: {gid}\n" if gid is not None else ""
+    values = "".join(f"member: {m}\n" for m in members)
+    return f"\ndn: cn={cn},{G}\n{classes}cn: {cn}\n{number}{values}"
+
+
+def _answers(tmp: Path, ldif: str, lookups: list[str], **opts: Any) -> dict[str, Any]:
+    """Each lookup ("g:name" or "i:user") in turn on one cache; its stored answer."""
+    (tmp / "ldif").write_text(ldif)
+    out: dict[str, Any] = {}
+    with Slapd(tmp / "slapd", tmp / "ldif", "dc=t") as s:
+        cfg = make_domain([s.uri], BASE, ldap_schema="rfc2307bis", **opts)
+        p, cache, _ = make_backend(tmp / "db", cfg)
+        try:
+            for lk in lookups:
+                kind, name = lk.split(":", 1)
+                if kind == "i":
+                    assert p.initgroups(name).outcome is Outcome.FOUND
+                    v = cache.initgroups(name).value
+                    assert v is not None
+                    out[lk] = sorted(array("I", v.gids))
+                else:
+                    assert p.group_by_name(name).outcome is Outcome.FOUND, lk
+                    g = cache.group_by_name(name).value
+                    assert g is not None
+                    out[lk] = sorted(split_members(g.members))
+        finally:
+            p.client.close()
+            cache.close()
+    return out
+
+
+@pytest.mark.parametrize("first", [[], ["g:a"], ["i:deep"]], ids=["cold", "after a", "after deep"])
+def test_nesting_stops_at_its_level_through_a_non_posix_group_whatever_came_before(
+    tmp_path, first
+):
+    """top -> np (non-POSIX, walked through) -> a -> b -> deep, nesting level 2: a's
+    members count, b's do not. Stored, top named a as a member group, expanded one
+    level below top when read: once b was stored too, top listed deep."""
+    ldif = HEAD + _user("deep", 1001) + _user("mid", 1002)
+    ldif += _group("b", 3003, [f"uid=deep,{P}"])
+    ldif += _group("a", 3002, [f"cn=b,{G}", f"uid=mid,{P}"])
+    ldif += _group("np", None, [f"cn=a,{G}"], posix=False)
+    ldif += _group("top", 3000, [f"cn=np,{G}"])
+    got = _answers(tmp_path, ldif, [*first, "g:top"], ldap_group_nesting_level=2,
+                   ldap_group_object_class="groupOfNames")  # fmt: skip
+    assert got["g:top"] == ["mid"]
+
+
+def test_initgroups_never_climbs_through_an_entry_that_is_no_group(tmp_path):
+    """Users and groups under one base: ux, a user with member values but not of the
+    group class, came back with the walk's searches and was climbed through as a
+    group, so alice got top's gid though top lists only ux."""
+    ldif = HEAD + _user("alice", 1001)
+    ldif += _user("ux", 1002, classes="objectClass: extensibleObject\n",
+                  extra=f"member: cn=leaf,{G}\n")  # fmt: skip
+    ldif += _group("leaf", 3001, [f"uid=alice,{P}"])
+    ldif += _group("other", 3002, [f"uid=alice,{P}", f"uid=ux,{P}"])
+    ldif += _group("top", 3000, [f"uid=ux,{P}"])
+    got = _answers(tmp_path, ldif, ["i:alice", "g:top"])
+    assert got["i:alice"] == [3001, 3002, 5000]
+    assert got["g:top"] == ["ux"]
+
+
+def test_an_entry_of_both_classes_under_the_group_bases_only_is_the_group(tmp_path):
+    """svc is a posixAccount and a posixGroup under the group base, outside the user
+    base: as a member of top it is the group (SSSD looks a DN up as a user only
+    under the user bases), not dropped as a user outside them."""
+    ldif = HEAD + _user("alice", 1001)
+    ldif += _user("svc", 1500, where=G, gid=3500,
+                  classes="objectClass: posixGroup\nobjectClass: extensibleObject\n",
+                  extra=f"member: uid=alice,{P}\n")  # fmt: skip
+    ldif += _group("top", 3000, [f"uid=svc,{G}"])
+    got = _answers(tmp_path, ldif, ["g:top", "i:alice"],
+                   ldap_user_search_base=P, ldap_group_search_base=G)  # fmt: skip
+    assert got["g:top"] == ["alice"]
+    assert got["i:alice"] == [3000, 3500, 5000]
