@@ -57,6 +57,8 @@ NSS_REQUEST = "nss.request"  # responder requests answered
 NSS_BACKEND = "nss.backend"  # responder -> backend refresh requests (count, seconds)
 NSS_STALE = "nss.stale"  # expired entries answered without waiting for a refresh
 NSS_EARLY = "nss.prefill.early"  # notes of groups stored early; amount: groups fed from them
+# INITGR answers whose prefill its request's notes spared groups; amount: those groups.
+NSS_SPARED = "nss.prefill.spared"
 IFP_REQUEST = "ifp.request"  # D-Bus method calls answered (count, seconds)
 IFP_DENIED = "ifp.denied"  # root-only D-Bus calls refused
 

@@ -117,6 +117,9 @@ class LookupReply:
     message: str = ""
     online: bool = True
     retry_in: float = 0.0
+    # The backend's serial of the request that answered, when it sent notes ahead of
+    # this answer (GroupsStoredNote.request); 0: none.
+    early: int = 0
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -124,6 +127,7 @@ class LookupReply:
             "message": self.message,
             "online": self.online,
             "retry_in": self.retry_in,
+            "early": self.early,
         }
 
     @classmethod
@@ -132,11 +136,13 @@ class LookupReply:
             outcome = Outcome(reply.get("outcome"))
         except ValueError:
             raise BadMessage(f"unknown lookup outcome {reply.get('outcome')!r}") from None
+        early = reply.get("early") or 0
         return cls(
             outcome,
             str(reply.get("message") or ""),
             bool(reply.get("online", True)),
             float(reply.get("retry_in") or 0.0),
+            early if isinstance(early, int) and not isinstance(early, bool) else 0,
         )
 
 
@@ -180,6 +186,7 @@ class GroupsStoredNote:
 
     domain: str
     user: str  # the initgroups request's name, as the responder asked for it
+    request: int  # the backend's serial of that request (LookupReply.early)
     groups: tuple[str, ...]
 
     @classmethod
@@ -189,13 +196,21 @@ class GroupsStoredNote:
         return 0 < size <= cls.MAX_NAME_BYTES and "\0" not in name
 
     def args(self) -> dict[str, Any]:
-        return {"domain": self.domain, "user": self.user, "groups": list(self.groups)}
+        return {
+            "domain": self.domain,
+            "user": self.user,
+            "request": self.request,
+            "groups": list(self.groups),
+        }
 
     @classmethod
     def parse(cls, args: dict[str, Any]) -> GroupsStoredNote:
         domain, user, groups = args.get("domain"), args.get("user"), args.get("groups")
+        request = args.get("request")
         if not isinstance(domain, str) or not isinstance(user, str) or not isinstance(groups, list):
             raise BadMessage(f"groups_stored: bad domain {domain!r}, user or groups")
+        if not isinstance(request, int) or isinstance(request, bool) or request <= 0:
+            raise BadMessage(f"groups_stored: bad request serial {request!r}")
         if len(groups) > cls.MAX_GROUPS:
             raise BadMessage(f"groups_stored: {len(groups)} names, over {cls.MAX_GROUPS}")
         if not all(isinstance(g, str) and cls.notable(g) for g in groups):
@@ -203,7 +218,7 @@ class GroupsStoredNote:
                 f"groups_stored: a group name is not text of 1..{cls.MAX_NAME_BYTES} bytes "
                 "without NUL"
             )
-        return cls(domain, user, tuple(groups))
+        return cls(domain, user, request, tuple(groups))
 
 
 @dataclass(frozen=True, slots=True)

@@ -929,8 +929,9 @@ class LdapProvider:
                 continue
             ocs = {v.lower() for v in r.values.get("objectclass", [])}
             entry = Entry(r.dn, r.values)
-            if user_oc in ocs:
-                known[k] = self._user_member(entry, k, True)
+            # A user where it may be one, else the group (as _classify).
+            if user_oc in ocs and self._in_bases(k, s.user_bases):
+                known[k] = self._user_member(entry, k, False)
             elif group_oc in ocs and self._in_bases(k, s.group_bases):
                 g = self._group_entry(entry, WALK)
                 known[k] = None if g is None else ("group" if g.posix else WALK, g.name)

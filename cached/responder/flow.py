@@ -17,6 +17,7 @@ import contextvars
 import enum
 import logging
 import time
+import weakref
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
@@ -98,9 +99,10 @@ class Found(Generic[V]):
     cache: DomainCache
     value: V
     state: State
-    # The backend request this answer waited for, if any: what it noted ahead of its
-    # answer (NssResponder.prefill_stored) belongs to this answer alone.
-    refresh: asyncio.Future[Outcome] | None = None
+    # The backend's serial of the request this answer waited for, when that request
+    # sent notes ahead of its answer (NssResponder.prefill_stored): they belong to
+    # this answer alone. 0: none.
+    early: int = 0
 
 
 # The uid of the NSS client whose request is being answered (SO_PEERCRED, set by the
@@ -207,6 +209,11 @@ class Lookups:
         self.backend_timeout = backend_timeout
         self.negative = NegativeCache(config.nss.entry_negative_timeout)
         self.inflight: dict[RefreshKey, asyncio.Future[Outcome]] = {}
+        # A backend request (the task of _call_backend) -> its answer's serial, when
+        # it sent notes (LookupReply.early); gone with the task.
+        self.early_of: weakref.WeakKeyDictionary[asyncio.Future[Outcome], int] = (
+            weakref.WeakKeyDictionary()
+        )
         self._waiting_uids: dict[RefreshKey, set[int | None]] = {}
         self._extra: set[asyncio.Future[Outcome]] = set()  # referenced until done
         self.policy = ServePolicy(config)
@@ -251,6 +258,9 @@ class Lookups:
             return Outcome.UNAVAILABLE
         finally:
             COUNTERS.add(NSS_BACKEND, 1, time.perf_counter() - start)
+        task = asyncio.current_task()
+        if reply.early and task is not None:
+            self.early_of[task] = reply.early
         online = reply.online and reply.outcome is not Outcome.OFFLINE
         self.domain_state(DomainStateNote(domain, online, reply.retry_in, reply.message))
         return reply.outcome
@@ -392,7 +402,7 @@ class Lookups:
         if again.value is not None:
             # Even still expired: after a failed or offline refresh, stale data is the
             # answer (invariant 4).
-            return Found(domain, cache, again.value, again.state, fut)
+            return Found(domain, cache, again.value, again.state, self.early_of.get(fut, 0))
         if outcome is Outcome.NOT_FOUND:
             # Only a successful backend answer of "no such entry" is remembered;
             # offline misses are not (reference §6.4).

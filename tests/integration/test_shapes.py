@@ -56,7 +56,8 @@ def _group(cn: str, gid: int | None, members: list[str], posix: bool = True) -> 
 
 
 def _answers(tmp: Path, ldif: str, lookups: list[str], **opts: Any) -> dict[str, Any]:
-    """Each lookup ("g:name" or "i:user") in turn on one cache; its stored answer."""
+    """Each lookup ("g:name" or "i:user") in turn on one cache, its stored answer; or
+    ("c:name") a group as the cache holds it, asking nothing."""
     (tmp / "ldif").write_text(ldif)
     out: dict[str, Any] = {}
     with Slapd(tmp / "slapd", tmp / "ldif", "dc=t") as s:
@@ -71,7 +72,8 @@ def _answers(tmp: Path, ldif: str, lookups: list[str], **opts: Any) -> dict[str,
                     assert v is not None
                     out[lk] = sorted(array("I", v.gids))
                 else:
-                    assert p.group_by_name(name).outcome is Outcome.FOUND, lk
+                    if kind == "g":
+                        assert p.group_by_name(name).outcome is Outcome.FOUND, lk
                     g = cache.group_by_name(name).value
                     assert g is not None
                     out[lk] = sorted(split_members(g.members))
@@ -126,3 +128,18 @@ def test_an_entry_of_both_classes_under_the_group_bases_only_is_the_group(tmp_pa
                    ldap_user_search_base=P, ldap_group_search_base=G)  # fmt: skip
     assert got["g:top"] == ["alice"]
     assert got["i:alice"] == [3000, 3500, 5000]
+
+
+def test_the_deref_control_names_an_entry_of_both_classes_as_the_group_too(tmp_path):
+    """The same rule where the walk's deref control names the members (alice's g0 is
+    in g1, which lists svc): the deref naming still took svc for a user outside the
+    user bases, so g1's answer depended on the server's deref overlay."""
+    ldif = HEAD + _user("alice", 1001) + _user("bob", 1002)
+    ldif += _user("svc", 1500, where=G, gid=3500,
+                  classes="objectClass: posixGroup\nobjectClass: extensibleObject\n",
+                  extra=f"member: uid=bob,{P}\n")  # fmt: skip
+    ldif += _group("g0", 3000, [f"uid=alice,{P}"])
+    ldif += _group("g1", 3001, [f"cn=g0,{G}", f"uid=svc,{G}"])
+    got = _answers(tmp_path, ldif, ["i:alice", "c:g1"],
+                   ldap_user_search_base=P, ldap_group_search_base=G)  # fmt: skip
+    assert got["c:g1"] == ["alice", "bob"]  # as the walk up stored it

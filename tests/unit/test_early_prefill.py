@@ -6,6 +6,7 @@ memory cache either way. A real cache and real memory-cache files; no server."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,26 +62,35 @@ def _responder(tmp_path: Path, **opts: Any) -> tuple[Config, NssResponder, list[
     return cfg, responder, fed
 
 
-def _asked(responder: NssResponder, user: str = USER.name) -> asyncio.Future[Outcome]:
+_SERIALS = itertools.count(1)
+
+
+def _asked(responder: NssResponder, user: str = USER.name) -> int:
     """An initgroups of ``user`` in flight to the backend, as Lookups.refresh leaves
-    it while the backend works (its notes come meanwhile)."""
+    it while the backend works (its notes come meanwhile); the backend's serial of
+    the request, which its notes and its answer carry."""
     loop = asyncio.new_event_loop()
     fut: asyncio.Future[Outcome] = loop.create_future()
     loop.close()
     responder.lookups.inflight[("LDAP", Op.INITGROUPS, user)] = fut
-    return fut
+    return next(_SERIALS)
 
 
 def _note(
-    responder: NssResponder, names: Iterable[str], domain: str = "LDAP", user: str = USER.name
+    responder: NssResponder,
+    names: Iterable[str],
+    request: int,
+    domain: str = "LDAP",
+    user: str = USER.name,
 ) -> None:
-    """A backend's note of ``user``'s initgroups."""
-    responder.prefill_stored(GroupsStoredNote(domain, user, tuple(names)))
+    """A backend's note of ``user``'s initgroups, request ``request``."""
+    responder.prefill_stored(GroupsStoredNote(domain, user, request, tuple(names)))
 
 
-def _answer(responder: NssResponder, request: asyncio.Future[Outcome] | None = None) -> None:
-    """The INITGR answer from the cache; ``request``: the backend request it waited
-    for (the flow forgets it first: Lookups._forget is the future's first callback)."""
+def _answer(responder: NssResponder, request: int = 0) -> None:
+    """The INITGR answer from the cache; ``request``: the serial of the backend request
+    it waited for (LookupReply.early), 0 for none. The flow forgets that request
+    first (Lookups._forget is the future's first callback)."""
     responder.lookups.inflight.clear()
     cache = responder.lookups.caches["LDAP"]
     got = cache.initgroups(USER.name)
@@ -98,7 +108,7 @@ def test_noted_groups_are_fed_at_once_and_the_answer_feeds_the_others(tmp_path):
     cfg, responder, fed = _responder(tmp_path)
     early = [g.name for g in GROUPS[:25]]
     request = _asked(responder)
-    _note(responder, early)
+    _note(responder, early, request)
     assert fed == early
     assert _in_memory_cache(cfg) == set(early)
     _answer(responder, request)
@@ -114,7 +124,7 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     # A note no answer used for longer than EARLY_FRESH: the answer feeds every group.
     request = _asked(responder)
-    _note(responder, names)
+    _note(responder, names, request)
     clock[0] += server_mod.EARLY_FRESH + 1
     fed.clear()
     _answer(responder, request)
@@ -122,7 +132,7 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
     # A note used by one answer spares nothing to the next (past the answer's own
     # refeed period, ``_prefill_every``).
     request = _asked(responder)
-    _note(responder, names)
+    _note(responder, names, request)
     _answer(responder, request)
     clock[0] += responder._prefill_every + 1
     fed.clear()
@@ -131,7 +141,7 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
     # After `cached cache -E` (a new memory-cache file), notes from before count for
     # nothing.
     request = _asked(responder)
-    _note(responder, names)
+    _note(responder, names, request)
 
     async def invalidated() -> None:
         responder.reset_memcache()
@@ -146,12 +156,10 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
 
 def test_notes_for_another_domain_or_without_a_memory_cache_feed_nothing(tmp_path):
     _, responder, fed = _responder(tmp_path)
-    _asked(responder)
-    _note(responder, ("g000",), domain="nosuchdomain")
+    _note(responder, ("g000",), _asked(responder), domain="nosuchdomain")
     assert fed == []
     _, off, fed_off = _responder(tmp_path / "off", nss={"memcache_timeout": 0})
-    _asked(off)
-    _note(off, ("g000",))
+    _note(off, ("g000",), _asked(off))
     assert fed_off == []
 
 
@@ -160,10 +168,10 @@ def test_a_note_after_its_answer_or_unasked_feeds_and_spares_nothing(tmp_path):
     longer in flight), or one nobody asked for, is dropped; it must not spare a later
     answer's prefill a group that answer's request may have changed (found in review)."""
     _, responder, fed = _responder(tmp_path)
-    _note(responder, ("g000", "g001"))
+    _note(responder, ("g000", "g001"), 7)
     assert fed == [] and not responder._early
-    _asked(responder, "bob")  # another user's initgroups in flight: not this note's
-    _note(responder, ("g000", "g001"))
+    bob = _asked(responder, "bob")  # another user's initgroups in flight: not this note's
+    _note(responder, ("g000", "g001"), bob)
     assert fed == [] and not responder._early
     _answer(responder)
     assert fed == [g.name for g in GROUPS]
@@ -175,28 +183,53 @@ def test_a_note_spares_only_the_answer_of_its_own_request(tmp_path):
     changed since, and the memory cache kept the group's old members."""
     _, responder, fed = _responder(tmp_path)
     background = _asked(responder)
-    _note(responder, [g.name for g in GROUPS[:5]])
+    _note(responder, [g.name for g in GROUPS[:5]], background)
     other = _asked(responder)  # the next request of the same user, in flight later
     fed.clear()
     _answer(responder, other)
     assert fed == [g.name for g in GROUPS]  # nothing spared by the other's note
-    assert background in responder._early  # kept for its own answer, none came
+    assert ("LDAP", background) in responder._early  # kept for its own answer
     _answer(responder, background)
     assert not responder._early
+
+
+def test_a_note_of_a_request_begun_before_an_invalidation_spares_nothing_after(tmp_path):
+    """Found in review: `-E` forgets the request in flight; the lookup after it starts
+    another; a late note of the first, filed under the second, spared the second's
+    answer a group it had read again. Notes name their request's serial, and an
+    answer takes only its own request's."""
+    _, responder, fed = _responder(tmp_path)
+    before = _asked(responder)
+
+    async def invalidated() -> None:
+        responder.lookups.invalidated()
+        responder.reset_memcache()
+        await asyncio.sleep(0)
+
+    asyncio.run(invalidated())
+    after = _asked(responder)  # the lookup asked after the invalidation
+    _note(responder, [g.name for g in GROUPS[:5]], before)  # the first's note, late
+    fed[:] = []
+    _answer(responder, after)
+    assert fed[5:] and fed == [g.name for g in GROUPS]
 
 
 MAX = GroupsStoredNote.MAX_GROUPS
 BAD_NOTES = [
     {},
     {"domain": "LDAP"},
-    {"domain": 1, "user": "u", "groups": []},
-    {"domain": "LDAP", "groups": []},  # no user
-    {"domain": "LDAP", "user": "u", "groups": "g1"},
-    {"domain": "LDAP", "user": "u", "groups": ["g1", 2]},
-    {"domain": "LDAP", "user": "u", "groups": ["g1", ""]},  # the cache has no key for it
-    {"domain": "LDAP", "user": "u", "groups": ["g\0"]},
-    {"domain": "LDAP", "user": "u", "groups": ["x" * 257]},  # over LOGIN_NAME_MAX, as NSS
-    {"domain": "LDAP", "user": "u", "groups": [f"g{i}" for i in range(MAX + 1)]},
+    {"domain": 1, "user": "u", "request": 1, "groups": []},
+    {"domain": "LDAP", "request": 1, "groups": []},  # no user
+    {"domain": "LDAP", "user": "u", "groups": []},  # no request
+    {"domain": "LDAP", "user": "u", "request": 0, "groups": []},
+    {"domain": "LDAP", "user": "u", "request": True, "groups": []},
+    {"domain": "LDAP", "user": "u", "request": 1, "groups": "g1"},
+    {"domain": "LDAP", "user": "u", "request": 1, "groups": ["g1", 2]},
+    # No key in the cache for an empty name; over LOGIN_NAME_MAX, as NSS; too many.
+    {"domain": "LDAP", "user": "u", "request": 1, "groups": ["g1", ""]},
+    {"domain": "LDAP", "user": "u", "request": 1, "groups": ["g\0"]},
+    {"domain": "LDAP", "user": "u", "request": 1, "groups": ["x" * 257]},
+    {"domain": "LDAP", "user": "u", "request": 1, "groups": [f"g{i}" for i in range(MAX + 1)]},
 ]
 
 
