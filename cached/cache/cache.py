@@ -610,11 +610,10 @@ class DomainCache:
             get, groups = txn.get, self.entries.tables["groups"]
             tsget = None if tstxn is None or ts is None else tstxn.get
             tsdb = None if ts is None else ts.tables["groups"]
+            now, expiry = time.time(), rec.data_expire
             for key in map(self.key, names):
-                if tsget is not None:
-                    times = times_or_missing(tsget(key, None, tsdb))
-                    if self._classify(times, times.data_expire) is State.EXPIRED:
-                        continue
+                if tsget is not None and expiry(tsget(key, None, tsdb)) <= now:
+                    continue  # expired (as classify: an expiry at or before now)
                 got = known.get(key)
                 if got is None:
                     data = get(key, None, groups)
