@@ -327,12 +327,32 @@ def _write_pid_file(path: str) -> None:
         raise
 
 
+def _check_state_dir(option: str, path: str) -> None:
+    """Refuse a directory of ours that another user could write to or owns: there
+    they could plant a symlink where the responder chmods its socket, or a socket of
+    their own where ours should be, or a link where `cached cache` writes (found in
+    review: a world-writable pipes_dir let a user make a root-only file 0666)."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeError(f"{option} = {path}: not a directory")
+    if st.st_uid not in (0, os.geteuid()):
+        raise RuntimeError(f"{option} = {path}: belongs to uid {st.st_uid}, not root")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise RuntimeError(
+            f"{option} = {path}: writable by other users (mode {stat.S_IMODE(st.st_mode):04o});"
+            f" make it writable by root only (chmod go-w {path})"
+        )
+
+
 async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
     d = config.daemon
-    for path, mode in ((d.db_dir, 0o700), (d.pipes_dir, 0o755), (d.mc_dir, 0o755)):
-        os.makedirs(path, mode=mode, exist_ok=True)
-    os.makedirs(framing.private_dir(d.pipes_dir), mode=0o700, exist_ok=True)
+    dirs = (("db_dir", d.db_dir, 0o700), ("pipes_dir", d.pipes_dir, 0o755),
+            ("mc_dir", d.mc_dir, 0o755),
+            ("pipes_dir", framing.private_dir(d.pipes_dir), 0o700))  # fmt: skip
     try:
+        for option, path, mode in dirs:
+            os.makedirs(path, mode=mode, exist_ok=True)
+            _check_state_dir(option, path)
         _write_pid_file(d.pid_file)
     except (RuntimeError, OSError) as e:
         log.error("%s", e)

@@ -15,7 +15,8 @@ Lookups (``GetUserAttr``, ``FindBy*``, ...) go through the same flow as NSS requ
 so a D-Bus caller sees what ``getent`` sees; they are open to every caller because NSS
 data is public (reference §1.9). SSSD instead refuses every InfoPipe call from uids not
 in ``allowed_uids`` (default: root only); cached keeps that rule for the ``io.cached.Admin``
-interface and ``UpdateMemberList``, enforced twice: by the bus policy
+interface, ``UpdateMemberList`` and ``UpdateGroupsList`` (both refresh from LDAP
+whatever the cache holds), enforced twice: by the bus policy
 (``contrib/dbus/org.freedesktop.sssd.infopipe.conf``) and here, by asking the bus daemon
 for the caller's uid.
 """

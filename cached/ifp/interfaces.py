@@ -9,7 +9,7 @@ signatures and object paths below are SSSD's. cached implements a subset:
 * ``org.freedesktop.sssd.infopipe``: ``Ping``, ``GetUserAttr``, ``GetUserGroups``;
 * ``org.freedesktop.sssd.infopipe.Users`` / ``.Groups``: ``FindByName``, ``FindByID``;
 * ``org.freedesktop.sssd.infopipe.Users.User``: the getpwnam(3) properties, ``groups``
-  and ``domainname``, and ``UpdateGroupsList``;
+  and ``domainname``, and ``UpdateGroupsList`` (root only);
 * ``org.freedesktop.sssd.infopipe.Groups.Group``: ``name``, ``gidNumber``, ``users``,
   and ``UpdateMemberList``.
 
@@ -92,7 +92,9 @@ INTERFACES: dict[str, Interface] = {
         ),
         _iface(
             IFACE_USER,
-            Method("UpdateGroupsList"),
+            # Root only, as UpdateMemberList: it refreshes from LDAP however fresh the
+            # cache is (found in review: any user looped it, 20 searches a call).
+            Method("UpdateGroupsList", root_only=True),
             name="s",
             uidNumber="u",
             gidNumber="u",

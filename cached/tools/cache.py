@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 
@@ -97,10 +98,17 @@ def _recycle_memcache(mc_dir: str) -> bool:
     for kind in Kind:
         path = os.path.join(mc_dir, kind.value)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            # Never through a symlink, nor into anything but a regular file (found in
+            # review: a link planted in mc_dir had a root-only file written).
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             continue
+        except OSError as e:
+            why = e.strerror
+            raise SystemExit(f"cached cache: {path}: not a memory-cache file ({why})") from None
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SystemExit(f"cached cache: {path}: not a regular file; left alone")
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError:

@@ -437,6 +437,9 @@ def test_admin_is_root_only(
     (gpath,) = call(bus, GROUPS, I_GROUPS, "FindByName", "s", "users", uid=NOBODY)
     name, _ = call_error(bus, gpath, I_GROUP, "UpdateMemberList", uid=NOBODY)
     assert name == ACCESS_DENIED
+    # Found in review: any user looped UpdateGroupsList, an LDAP refresh each call.
+    name, _ = call_error(bus, path, I_USER, "UpdateGroupsList", uid=NOBODY)
+    assert name == ACCESS_DENIED
     # ...any other user is refused by the policy file already (the bus answers).
     name, text = call_error(bus, IFP, I_ADMIN, "Counters", uid=DAEMON_UID)
     assert name == ACCESS_DENIED
