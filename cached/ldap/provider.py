@@ -717,18 +717,24 @@ class LdapProvider:
         (POSIX or walked through), or nothing."""
         s = self.schema
         ocs = {v.lower() for v in e.get("objectclass")}
-        # A user first, as SSSD tries one, where it may be one: found under the group
-        # bases only, an entry of both classes is the group (found by fuzzing shapes:
-        # it was dropped as a user outside the user bases).
-        if s.user_oc.lower().encode() in ocs and (
-            not from_group_bases or self._in_bases(key, s.user_bases)
-        ):
+        if self._as_user(ocs, key, from_group_bases):
             return self._user_member(e, key, False)
         if s.group_oc.lower().encode() in ocs:
             if not from_group_bases:
                 return None
             return self._group_entry(e, WALK)
         return None
+
+    def _as_user(self, ocs: set[bytes], key: str, from_group_bases: bool = True) -> bool:
+        """Is a member entry of these classes (lower-cased) a user? A user first, as
+        SSSD tries one, where it may be one: of the user class and, found under the
+        group bases, under a user base too. Found under the group bases only, an
+        entry of both classes is the group (found by fuzzing shapes: it was dropped
+        as a user outside the user bases)."""
+        s = self.schema
+        return s.user_oc.lower().encode() in ocs and (
+            not from_group_bases or self._in_bases(key, s.user_bases)
+        )
 
     def _user_member(self, e: Entry, key: str, from_group_bases: bool) -> Member:
         if from_group_bases and not self._in_bases(key, self.schema.user_bases):
@@ -922,15 +928,13 @@ class LdapProvider:
         deref.decode_counted), so naming does not depend on the order of entries."""
         s = self.schema
         group_oc = s.group_oc.lower().encode()
-        user_oc = s.user_oc.lower().encode()
         for r in e.deref or ():
             k = normalize_dn(r.dn)
             if k in known:
                 continue
             ocs = {v.lower() for v in r.values.get("objectclass", [])}
             entry = Entry(r.dn, r.values)
-            # A user where it may be one, else the group (as _classify).
-            if user_oc in ocs and self._in_bases(k, s.user_bases):
+            if self._as_user(ocs, k):
                 known[k] = self._user_member(entry, k, False)
             elif group_oc in ocs and self._in_bases(k, s.group_bases):
                 g = self._group_entry(entry, WALK)
@@ -1352,7 +1356,7 @@ class LdapProvider:
             e = Entry(r.dn, r.values)
             ocs = {v.lower() for v in r.values.get("objectclass", [])}
             m: Member
-            if s.user_oc.lower().encode() in ocs and self._in_bases(k, s.user_bases):
+            if self._as_user(ocs, k):
                 m = self._user_member(e, k, False)
             elif self._in_bases(k, s.group_bases):  # a group, if of the class (_classify)
                 grp = self._group_entry(e, WALK)

@@ -130,8 +130,8 @@ class BackendService:
         # Notes of groups stored early (_groups_stored), sent from the executor thread;
         # not without a group memory cache, where the responder has nothing to put them in.
         self._notifier = framing.Notifier(framing.responder_socket(config.daemon.pipes_dir))
-        self._serial = 0  # requests run (_Job.serial)
-        self._running = 0  # the serial of the one running now
+        # Requests run (_Job.serial): while one runs, its own serial (one at a time).
+        self._serial = 0
         if config.nss.group_memcache:
             self.provider.on_groups_stored = self._groups_stored
 
@@ -156,7 +156,7 @@ class BackendService:
             job.since = self.cache.invalidations()
             # Read by _groups_stored in the worker thread while this job runs.
             self._serial += 1
-            job.serial = self._running = self._serial
+            job.serial = self._serial
             try:
                 result = await self._in_worker(functools.partial(self._do, job.op, job.key))
             except Exception as e:
@@ -236,7 +236,7 @@ class BackendService:
         step = GroupsStoredNote.MAX_GROUPS
         for i in range(0, len(names), step):
             note = GroupsStoredNote(
-                self.domain.name, user, self._running, tuple(names[i : i + step])
+                self.domain.name, user, self._serial, tuple(names[i : i + step])
             )
             failed = self._notifier.send(Op.GROUPS_STORED, **note.args())
             if failed:

@@ -272,20 +272,14 @@ def stale_below(
                 above[k] = extra
     if not above:
         return set()
-    # Each such member group with the stored groups below it (its answer's records).
-    below: dict[str, list[str] | None] = {}
-    for m in sorted({m for ms in above.values() for m in ms}):
-        below[m] = p.cache.group_closure(m)
+    # Each such member group with the stored groups below it, itself first (the
+    # records its answer is expanded from; None: one is not stored).
+    below = {m: p.cache.group_closure(m) for m in {m for ms in above.values() for m in ms}}
     names = sorted({n for c in below.values() if c for n in c if keyof(n) not in walked})
-    bad = {keyof(m) for m, c in below.items() if c is None}
-    if names:
-        bad |= {keyof(n) for n in _not_unchanged(p, names)}
+    bad = {keyof(n) for n in _not_unchanged(p, names)} if names else set()
     # Each member group judged once, however many groups list it (linear: 2,000
     # groups listing one with a closure of 500 took 0.35 s judged per parent).
-    changed = {
-        m: c is None or keyof(m) in bad or any(keyof(n) in bad for n in c)
-        for m, c in below.items()
-    }
+    changed = {m: c is None or any(keyof(n) in bad for n in c) for m, c in below.items()}
     return {k for k, ms in above.items() if any(changed[m] for m in ms)}
 
 
@@ -293,23 +287,38 @@ def _not_unchanged(p: LdapProvider, names: list[str]) -> set[str]:
     """Those of these stored groups a refresh may not touch on their stamps: no trusted
     stamp, due a whole read or distrusted, or changed, renamed or gone on the server
     (their stamps searched by name, in one round trip, as refresh_group's)."""
-    s = p.schema
     stored = p.cache.group_stamps(names)
     out = {n for n in names if not (t := stored.get(n)) or not t[0]}
     out |= due(p, names) | distrusted(p, names)
-    items = [("g", f"({s.group_name}={escape(n)})") for n in names if n not in out]
-    jobs: list[_Job] = [
-        (s.group_bases, items[i : i + BATCH], stamp_attrs(p), None)
-        for i in range(0, len(items), BATCH)
-    ]
-    same: set[bytes] = set()
-    for entries in p._split_search_many(jobs, p._round_filter, paged=False):
-        for e in entries:
-            g = p._group_entry(e)
-            if g is not None and g.name in stored and unchanged(g, stored[g.name]):
-                same.add(p.cache.key(g.name))
+    asked = [n for n in names if n not in out]
+    got = p._split_search_many(_by_name(p, asked), p._round_filter, paged=False) if asked else []
+    same = _unchanged_keys(p, got, {p.cache.key(n): stored[n] for n in asked})
     p.counters.add(VALIDATE, 1, 0.0, len(names))
     return {n for n in names if n in out or p.cache.key(n) not in same}
+
+
+def _by_name(p: LdapProvider, names: list[str]) -> list[_Job]:
+    """Stamp searches of these groups by name under the group bases, up to BATCH
+    names each: unpaged, they go out together (one round trip), answers of one entry
+    per name; a size limit cuts them as it cuts paged ones, and the split handles it."""
+    s = p.schema
+    items = [("g", f"({s.group_name}={escape(n)})") for n in names]
+    attrs = stamp_attrs(p)
+    return [(s.group_bases, items[i : i + BATCH], attrs, None) for i in range(0, len(items), BATCH)]
+
+
+def _unchanged_keys(
+    p: LdapProvider, answers: list[list[Entry]], stored: dict[bytes, Stamped]
+) -> set[bytes]:
+    """Keys of the stored groups (``stored``, by key) that the entries of ``answers``
+    show unchanged: by name, then the stored stamp, gid and DN (the entry the stored
+    group was read from)."""
+    same: set[bytes] = set()
+    for e in (e for entries in answers for e in entries):
+        g = p._group_entry(e)
+        if g is not None and (t := stored.get(k := p.cache.key(g.name))) and unchanged(g, t):
+            same.add(k)
+    return same
 
 
 def stored_closure(p: LdapProvider, name: str | None, gid: int | None) -> list[str] | None:
@@ -371,14 +380,8 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
     if any(not (t := stored.get(n)) or not t[0] for n in names) or distrusted(p, names):
         return False  # nothing trusted to compare with
     by_key = {p.cache.key(n): n for n in names}
-    attrs = stamp_attrs(p)
-    jobs: list[_Job] = [(s.group_bases, [("x", filt)], attrs, None)]
-    below = [("g", f"({s.group_name}={escape(n)})") for n in names[1:]]
-    jobs += [
-        (s.group_bases, below[i : i + BATCH], attrs, None) for i in range(0, len(below), BATCH)
-    ]
-    # Unpaged, so they go out together (one round trip): answers of one entry per
-    # name; a size limit cuts them as it cuts paged ones, and the split handles it.
+    jobs: list[_Job] = [(s.group_bases, [("x", filt)], stamp_attrs(p), None)]
+    jobs += _by_name(p, names[1:])  # in the same round trip
     got = p._split_search_many(jobs, p._round_filter, paged=False)
     p.counters.add(VALIDATE, 1, 0.0, len(names))
     # The group the lookup finds, picked as the full path picks it (provider._group).
@@ -391,17 +394,9 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
             top = g
             break
     first = p.cache.key(names[0])
-    same: set[bytes] = set()
+    same = _unchanged_keys(p, got[1:], {k: stored[n] for k, n in by_key.items() if k != first})
     if top is not None and p.cache.key(top.name) == first and unchanged(top, stored[names[0]]):
         same.add(first)
-    for e in (e for entries in got[1:] for e in entries):
-        g = p._group_entry(e)
-        if g is None:
-            continue
-        # By name, then the stored DN: the entry the stored member group was read from.
-        k = p.cache.key(g.name)
-        if k in by_key and k != first and unchanged(g, stored[by_key[k]]):
-            same.add(k)
     if len(same) != len(by_key):
         p.counters.add(VALIDATE_FETCHED, 0, 0.0, 1)
         return False

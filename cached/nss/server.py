@@ -284,9 +284,11 @@ class NssResponder:
         for (found in review: such an answer was put in the memory cache `cached cache
         -E` had just emptied). Offline, or with the backend stuck, the cache's stale
         answer is the answer (invariant 4) and goes in as SSSD puts it."""
-        if found.state is not State.EXPIRED:
-            return True
-        st = self.lookups.states.get(found.domain.name)
+        return found.state is not State.EXPIRED or self._stale_ok(found.domain)
+
+    def _stale_ok(self, domain: DomainConfig) -> bool:
+        """Offline, or with the backend stuck: expired entries are the answer."""
+        st = self.lookups.states.get(domain.name)
         return st is None or st.stalled or st.offline(self.lookups.clock())
 
     def fill_passwd(self, cmd: int, _key: str | int, found: Found[User]) -> bytes:
@@ -399,9 +401,7 @@ class NssResponder:
             ok = self.lookups.policy.group_view_filter(domain)
             batch = []
             # Not an expired group while the domain is online (as _feedable).
-            st = self.lookups.states.get(domain.name)
-            stale_ok = st is None or st.stalled or st.offline(self.lookups.clock())
-            for g in cache.groups_by_name(names, expired=stale_ok):
+            for g in cache.groups_by_name(names, expired=self._stale_ok(domain)):
                 if ok(g):
                     r = self._group_record(domain, g)
                     batch.append((r.name, g.gid, r.count, r.blob))

@@ -87,6 +87,13 @@ def _note(
     responder.prefill_stored(GroupsStoredNote(domain, user, request, tuple(names)))
 
 
+def _asked_and_noted(responder: NssResponder, names: Iterable[str]) -> int:
+    """An initgroups in flight that noted ``names``; its serial."""
+    request = _asked(responder)
+    _note(responder, names, request)
+    return request
+
+
 def _answer(responder: NssResponder, request: int = 0) -> None:
     """The INITGR answer from the cache; ``request``: the serial of the backend request
     it waited for (LookupReply.early), 0 for none. The flow forgets that request
@@ -107,8 +114,7 @@ def _in_memory_cache(cfg: Config) -> set[str]:
 def test_noted_groups_are_fed_at_once_and_the_answer_feeds_the_others(tmp_path):
     cfg, responder, fed = _responder(tmp_path)
     early = [g.name for g in GROUPS[:25]]
-    request = _asked(responder)
-    _note(responder, early, request)
+    request = _asked_and_noted(responder, early)
     assert fed == early
     assert _in_memory_cache(cfg) == set(early)
     _answer(responder, request)
@@ -123,16 +129,14 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     # A note no answer used for longer than EARLY_FRESH: the answer feeds every group.
-    request = _asked(responder)
-    _note(responder, names, request)
+    request = _asked_and_noted(responder, names)
     clock[0] += server_mod.EARLY_FRESH + 1
     fed.clear()
     _answer(responder, request)
     assert fed == [g.name for g in GROUPS]
     # A note used by one answer spares nothing to the next (past the answer's own
     # refeed period, ``_prefill_every``).
-    request = _asked(responder)
-    _note(responder, names, request)
+    request = _asked_and_noted(responder, names)
     _answer(responder, request)
     clock[0] += responder._prefill_every + 1
     fed.clear()
@@ -140,8 +144,7 @@ def test_notes_are_not_trusted_once_stale_used_or_invalidated(tmp_path, monkeypa
     assert fed == [g.name for g in GROUPS]
     # After `cached cache -E` (a new memory-cache file), notes from before count for
     # nothing.
-    request = _asked(responder)
-    _note(responder, names, request)
+    request = _asked_and_noted(responder, names)
 
     async def invalidated() -> None:
         responder.reset_memcache()

@@ -82,7 +82,7 @@ def test_a_backend_splits_long_lists_into_notes_and_leaves_out_what_none_can_car
     cfg = parse_config(config_text(["ldap://127.0.0.1:1"], "dc=example,dc=test", tmp_path))
     os.makedirs(cfg.daemon.pipes_dir, mode=0o755)
     service = BackendService(cfg, cfg.domains[0])
-    service._running = 5  # the serial of the request running (BackendService._work)
+    service._serial = 5  # the serial of the request running (BackendService._work)
     step = GroupsStoredNote.MAX_GROUPS
     names = [f"g{i}" for i in range(2 * step + 5)] + ["x" * 300, "ok"]
     seen: list[GroupsStoredNote] = []
