@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from cached import __version__
+from cached import __version__, printable
 from cached.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 
 if TYPE_CHECKING:
@@ -33,11 +33,16 @@ source) or README.md ("Configuration").
 
 
 def _setup_logging(level: str, role: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format=f"%(asctime)s cached[{role}:%(process)d] %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    """One log call, one line on stderr (the journal), whatever names are in it:
+    ``printable.Formatter`` escapes the message's control characters (a name is
+    directory or local-user data; docs/threat-model.md)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        printable.Formatter(
+            f"%(asctime)s cached[{role}:%(process)d] %(levelname)s %(name)s: %(message)s"
+        )
     )
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
 
 
 def _load(path: str) -> Config:

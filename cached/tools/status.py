@@ -9,6 +9,7 @@ from typing import Any
 from cached.config import Config
 from cached.ipc import framing
 from cached.ipc.ops import Op
+from cached.printable import printable
 
 
 def _ago(ts: float, now: float) -> str:
@@ -101,6 +102,9 @@ def _responder_answers(pipes_dir: str) -> bool:
 
 
 def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
+    """The report, one fact per line. A server's error text can quote what a directory
+    entry holds (a DN, a name), so it is printed through ``printable``: a newline or a
+    terminal escape in it cannot add a line or rewrite the administrator's screen."""
     now = time.time()
     lines = []
     if not running:
@@ -134,9 +138,10 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             if not c["name"].startswith("backend") or not s:
                 continue
             if s["online"]:
-                conn = f"online via {s['server'] or '(not connected yet)'}"
+                conn = f"online via {printable(s['server'] or '(not connected yet)')}"
             else:
-                conn = f"OFFLINE: {s['last_error']}; next attempt in {s['retry_in']:.0f} s"
+                why = printable(s["last_error"])
+                conn = f"OFFLINE: {why}; next attempt in {s['retry_in']:.0f} s"
             lines.append(f"Domain {s['domain']}: {conn}")
             if not s["online"] and s.get("offline_since"):
                 lines.append(f"  offline since: {_ago(s['offline_since'], now)}")
@@ -149,10 +154,10 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             if s.get("limit_error"):
                 lines.append(
                     f"  LOOKUP CUT BY A SERVER LIMIT ({_ago(s['limit_time'], now)}): "
-                    f"{s['limit_error']}"
+                    f"{printable(s['limit_error'])}"
                 )
             if s.get("ts_rebuilt"):
-                lines.append(f"  timestamp store rebuilt at start: {s['ts_rebuilt']}")
+                lines.append(f"  timestamp store rebuilt at start: {printable(s['ts_rebuilt'])}")
     lines.append("Stores:")
     for path, size in st["stores"].items():
         lines.append(f"  {path}: {_size(size)}")
