@@ -172,6 +172,18 @@ DOCTYPE = (
 )
 
 
+def root_only(interface: str | None, member: str | None) -> bool:
+    """Is this call one of the root-only methods? Without an interface field, when any
+    interface's method of that name is (the service's budgets only; the dispatcher
+    resolves the method and checks the caller)."""
+    ifaces = INTERFACES.values() if interface is None else [INTERFACES.get(interface)]
+    return any(
+        (m := iface.methods.get(member or "")) is not None and m.root_only
+        for iface in ifaces
+        if iface is not None
+    )
+
+
 def interface_xml(iface: Interface) -> str:
     lines = [f"  <interface name={quoteattr(iface.name)}>"]
     for m in iface.methods.values():

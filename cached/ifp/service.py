@@ -54,6 +54,12 @@ DRIVER_TIMEOUT = 5.0
 # queue unbounded work in the responder (dbus-daemon's own default caps pending
 # replies per connection at 128 on the system bus).
 MAX_INFLIGHT = 64
+# The root-only methods (invalidation, counters, status, the two refreshes) have a
+# budget of their own: public lookups held by a slow directory, any local user's, must
+# not make the administrator's calls answer "too many calls" (found in review). A
+# non-root caller of one is refused after one question to the bus, so a flood of those
+# holds each slot for a bus round trip only.
+MAX_ADMIN_INFLIGHT = 8
 # Waiting for the bus to acknowledge our disconnect at shutdown.
 CLOSE_TIMEOUT = 2.0
 RECONNECT_MIN = 1.0
@@ -139,7 +145,9 @@ class IfpService:
         self.dispatcher = dispatcher
         self.bus: Any = None
         self.reconnects = 0
+        # Calls being served: public ones, and root-only ones (budgets above).
         self._inflight: set[asyncio.Task[None]] = set()
+        self._admin_inflight: set[asyncio.Task[None]] = set()
         self._watcher: asyncio.Task[None] | None = None
         self._closing = False
         dispatcher.extra_status = self.status
@@ -150,7 +158,7 @@ class IfpService:
             "connected": bool(self.bus is not None and self.bus.connected),
             "unique_name": None if self.bus is None else self.bus.unique_name,
             "reconnects": self.reconnects,
-            "inflight": len(self._inflight),
+            "inflight": len(self._inflight) + len(self._admin_inflight),
         }
 
     async def open(self) -> None:
@@ -182,7 +190,7 @@ class IfpService:
         if self._closing:
             return
         self.bus = None
-        for task in list(self._inflight):
+        for task in self._serving():
             task.cancel()  # their replies cannot reach anyone now
         log.warning("D-Bus connection to %s lost (%s); reconnecting", self.address, error)
         delay = RECONNECT_MIN
@@ -199,10 +207,11 @@ class IfpService:
 
     async def close(self) -> None:
         self._closing = True
-        for task in list(self._inflight):
+        serving = self._serving()
+        for task in serving:
             task.cancel()
-        if self._inflight:
-            await asyncio.gather(*self._inflight, return_exceptions=True)
+        if serving:
+            await asyncio.gather(*serving, return_exceptions=True)
         bus, watcher = self.bus, self._watcher
         if bus is not None and bus.connected:
             # A clean goodbye: the bus daemon drops our name at once. The watcher sees
@@ -235,13 +244,20 @@ class IfpService:
             return False
         if msg.interface == i.PEER:
             return False  # dbus-next answers Ping and GetMachineId itself
-        if len(self._inflight) >= MAX_INFLIGHT:
+        admin = i.root_only(msg.interface, msg.member)
+        pool, limit = (
+            (self._admin_inflight, MAX_ADMIN_INFLIGHT) if admin else (self._inflight, MAX_INFLIGHT)
+        )
+        if len(pool) >= limit:
             self._reply(bus, msg, Message.new_error(msg, i.ERR_LIMITS_EXCEEDED, "too many calls"))
             return True
         task = asyncio.ensure_future(self._serve(bus, msg))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+        pool.add(task)
+        task.add_done_callback(pool.discard)
         return True
+
+    def _serving(self) -> list[asyncio.Task[None]]:
+        return [*self._inflight, *self._admin_inflight]
 
     async def _serve(self, bus: Any, msg: Any) -> None:
         async def caller_uid(sender: str | None) -> int | None:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from cached.ifp.dispatch import Dispatcher, IfpError
+from cached.ifp.interfaces import root_only
 from cached.ifp.paths import (
     BadArgument,
     check_attrs,
@@ -35,7 +36,10 @@ from cached.ifp.paths import (
     unescape,
     user_path,
 )
+from cached.ifp.service import MAX_INFLIGHT
+from testing.checks import wait_for
 from testing.daemon import CachedDaemon
+from testing.faultproxy import FaultProxy
 from testing.marks import requires_nss
 from testing.slapd import LiveDirectory
 
@@ -56,6 +60,7 @@ PROPS = "org.freedesktop.DBus.Properties"
 NOT_FOUND = "org.freedesktop.sssd.Error.NotFound"
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 INVALID_ARGS = "org.freedesktop.DBus.Error.InvalidArgs"
+LIMITS_EXCEEDED = "org.freedesktop.DBus.Error.LimitsExceeded"
 DOMAIN = "LDAP"  # testing.daemon.config_text's domain
 
 NOBODY = 65534  # let through the bus to io.cached.Admin; refused by the responder
@@ -475,6 +480,60 @@ def test_admin_is_root_only(
     assert st["dbus"]["denied"] >= 4
 
 
+def test_a_flood_of_lookups_leaves_the_admin_calls_their_own_budget(
+    slapd_small: LiveDirectory, daemon_factory: Callable[..., CachedDaemon],
+    bus_factory: Callable[[], DBusDaemon],
+) -> None:  # fmt: skip
+    """Found in review: the 64 calls in flight were shared by all callers, so any local
+    user's lookups held by a slow directory made root's admin calls answer "too many
+    calls". The server is stalled (the fault proxy forwards nothing), so each lookup of
+    an unknown name stays in flight until the test heals it."""
+    bus = bus_factory()
+    with FaultProxy("127.0.0.1", slapd_small.slapd.port) as proxy:
+        d = daemon_factory(slapd_small, uris=[proxy.uri], daemon={"dbus_address": bus.address},
+                           ldap_search_timeout=120, ldap_opt_timeout=120)  # fmt: skip
+        proxy.set(stall=True)
+        flood: list[subprocess.Popen[str]] = []
+        try:
+            for n in range(MAX_INFLIGHT):
+                flood.append(subprocess.Popen(
+                    [*_as_user(NOBODY), "busctl", f"--address={bus.address}", "--timeout=300",
+                     "call", SERVICE, USERS, I_USERS, "FindByName", "s", f"nosuch{n}"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                ))  # fmt: skip
+
+            def public_full() -> bool:
+                # A probe the responder takes stays in flight too (the server is
+                # stalled): the budget fills whatever order the calls arrive in.
+                probe = subprocess.run(
+                    [*_as_user(NOBODY), "dbus-send", f"--bus={bus.address}", "--print-reply",
+                     "--reply-timeout=1000", f"--dest={SERVICE}", USERS,
+                     f"{I_USERS}.FindByName", "string:probe"],
+                    capture_output=True, text=True, timeout=CLIENT_TIMEOUT,
+                )  # fmt: skip
+                return LIMITS_EXCEEDED in probe.stderr
+
+            wait_for(public_full, "the public calls' budget to fill", CLIENT_TIMEOUT, d.log_text)
+            # The administrator is still served, and the public budget is still full.
+            (counters,) = call(bus, IFP, I_ADMIN, "Counters")
+            assert json.loads(counters)["pid"] == d.child_pid("responder")
+            (status,) = call(bus, IFP, I_ADMIN, "Status")
+            assert json.loads(status)["dbus"]["inflight"] >= MAX_INFLIGHT + 1
+            name, text = call_error(bus, USERS, I_USERS, "FindByName", "string:late", uid=NOBODY)
+            assert (name, text) == (LIMITS_EXCEEDED, "too many calls")
+        finally:
+            proxy.heal()
+            for proc in flood:
+                try:
+                    proc.wait(CLIENT_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        # Healed, every flooding call got its answer (not found), none was dropped.
+        assert [proc.returncode for proc in flood] == [1] * MAX_INFLIGHT
+        assert "Traceback" not in d.log_text()
+
+
 # -- no bus, lost bus ---------------------------------------------------------------------
 
 
@@ -572,6 +631,14 @@ def test_bus_restart_reconnects(
 def test_path_escaping_is_sssds(raw: str, escaped: str) -> None:
     assert escape(raw) == escaped
     assert unescape(escaped) == raw
+
+
+def test_root_only_methods_are_told_apart_before_dispatch() -> None:
+    """The service's budgets sort a call before the dispatcher sees it."""
+    assert root_only(I_ADMIN, "Counters") and root_only(I_USER, "UpdateGroupsList")
+    assert root_only(None, "Invalidate")  # no interface field: any root-only method
+    assert not root_only(I_USERS, "FindByName") and not root_only(None, "FindByName")
+    assert not root_only("org.example.Nothing", "Counters") and not root_only(I_ADMIN, None)
 
 
 def test_object_paths() -> None:
