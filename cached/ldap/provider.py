@@ -75,7 +75,15 @@ from cached.ldap.client import (
     Row,
     Search,
 )
-from cached.ldap.schema import BATCH, MEMBER_BATCH, SchemaMap, assertions, escape, first
+from cached.ldap.schema import (
+    BATCH,
+    MEMBER_BATCH,
+    SchemaMap,
+    assertions,
+    c_string,
+    escape,
+    first,
+)
 from cached.model import User
 
 log = logging.getLogger(__name__)
@@ -422,10 +430,11 @@ class LdapProvider:
             return None
         name, uid, gid = named
         s = self.schema
-        gecos = first(e.get(s.user_gecos)) or first(e.get("cn"))
+        gecos = c_string(e.get(s.user_gecos)) or c_string(e.get("cn"))
         return User(
-            name, uid, gid, gecos, first(e.get(s.user_home)), first(e.get(s.user_shell)), e.dn
-        )
+            name, uid, gid, gecos, c_string(e.get(s.user_home)), c_string(e.get(s.user_shell)),
+            e.dn,
+        )  # fmt: skip
 
     def _user_name_ids(self, e: Entry) -> tuple[str, int, int] | None:
         """A POSIX user's name, uid and gid, or None for an entry that is no user

@@ -55,6 +55,15 @@ def first(values: list[bytes] | None) -> str:
     return values[0].decode("utf-8", errors="replace")
 
 
+def c_string(values: list[bytes] | None) -> str:
+    """A gecos, home or shell: the first value up to its first NUL, the C string SSSD
+    serves (its responder reads these attributes as ``const char *``). A NUL is legal
+    in IA5String, gecos's syntax, and users often write their own gecos: kept, it made
+    the user's passwd record unencodable, so he was not found and enumeration failed
+    for the whole domain (found in review)."""
+    return first(values).partition("\0")[0]
+
+
 @dataclass(frozen=True)
 class SchemaMap:
     bis: bool  # rfc2307bis: DN members, nesting

@@ -69,6 +69,15 @@ from cached.responder.flow import (
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
+
+def _left_out(name: str, e: ValueError) -> None:
+    """An entry no record can carry (a NUL in a field, in a cache written before such
+    values were cut at it) is left out of an enumeration alone, not the whole batch
+    (found in review: one user's gecos emptied ``getent passwd``)."""
+    limited.log(("enumeration", type(e).__name__), logging.WARNING,
+                "enumeration: %r left out: %s", name, e)  # fmt: skip
+
+
 # A client that has not read its reply after this long is stuck; drop it.
 WRITE_TIMEOUT = 30.0
 # A request must arrive whole within this many seconds of its first byte. libnss_sss
@@ -503,22 +512,25 @@ class NssResponder:
             state.sent.add(i)
             cache = self.lookups.caches[domain.name]
             # Never fed to the memory cache during enumeration (reference §2.1).
+            records: list[bytes] = []
             if req.cmd == p.Command.GETPWENT:
                 ok = GETPWUID.served
-                records = [
-                    self._passwd_record(domain, u)[1]
-                    for u in cache.iter_users()
-                    if ok(self.lookups.policy, domain, u)
-                ]
+                for u in cache.iter_users():
+                    if ok(self.lookups.policy, domain, u):
+                        try:
+                            records.append(self._passwd_record(domain, u)[1])
+                        except ValueError as e:
+                            _left_out(u.name, e)
                 if records:
                     return p.passwd_reply(req.cmd, records)
             else:
                 gok = GETGRGID.served
-                records = [
-                    self._encoded(self._group_record(domain, g))
-                    for g in cache.iter_groups()
-                    if gok(self.lookups.policy, domain, g)
-                ]
+                for g in cache.iter_groups():
+                    if gok(self.lookups.policy, domain, g):
+                        try:
+                            records.append(self._encoded(self._group_record(domain, g)))
+                        except ValueError as e:
+                            _left_out(g.name, e)
                 if records:
                     return p.group_reply(req.cmd, records)
         return p.not_found_reply(req.cmd)

@@ -81,6 +81,11 @@ def hostile_ldif() -> str:
         group_entry(g("nulgrp"), "nulgrp", 30200, ["user00001\0user00002"], attr="memberUid"),
         user_entry(u("bad1"), 30030, 10000, "bad1", extra=f"audio:: {b64(b'bad' + bytes([255]))}"),
         user_entry(u("bad2"), 30031, 10000, "bad2", extra=f"audio:: {b64(b'bad' + bytes([254]))}"),
+        # a NUL in the fields a user often writes himself (gecos is IA5String: slapd
+        # takes 0x00); found in the review of 2026-12-02
+        user_entry(u("nulgecos"), 30070, 10000, "nulgecos",
+                   extra=f"gecos:: {b64(b'Bob' + bytes(1) + b'/root' + bytes(1) + b'/bin/sh')}\n"
+                         f"loginShell:: {b64(b'/bin/false' + bytes(1) + b'/bin/sh')}"),
         # held: cycles, self-membership and a deep chain (carol is in the deepest)
         user_entry(u("carol"), 30060, 10000, "carol"),
         group_entry(g("cyc1"), "cyc1", 30400, [g("cyc2"), u("carol")]),
@@ -224,6 +229,16 @@ def test_17_13_a_nul_in_a_member_value_does_not_split_it(daemon_factory, slapd_h
     d = daemon_factory(slapd_hostile, ldap_schema="rfc2307")  # reads memberUid
     r = nss(d, "getent", "group", "nulgrp")
     assert r.returncode == 0 and r.stdout.strip() == "nulgrp:*:30200:", r.stdout
+
+
+def test_a_nul_in_gecos_or_shell_ends_the_value_as_in_sssd(daemon_factory, slapd_hostile):
+    """Found in review: kept whole, the NUL made the user's record unencodable (not
+    found; with enumeration on, ``getent passwd`` empty for the whole domain). SSSD
+    reads these attributes as C strings: the value ends at the NUL, no field shifts."""
+    d = daemon_factory(slapd_hostile)
+    r = nss(d, "getent", "passwd", "nulgecos")
+    assert (r.returncode, r.stdout) == (0, "nulgecos:*:30070:10000:Bob:/home/x:/bin/false\n")
+    assert nss(d, "getent", "passwd", "30070").stdout == r.stdout
 
 
 def test_17_13_non_utf8_names_are_refused_not_replaced(daemon_factory, slapd_hostile):

@@ -14,7 +14,7 @@ from cached.cache import State, open_domain_cache
 from cached.cache.writer import open_backend_cache
 from cached.config import Config, parse_config
 from cached.counters import Counters
-from cached.model import Group
+from cached.model import Group, User
 from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
 from cached.nss.server import NssResponder, _Enum
@@ -232,3 +232,33 @@ def test_the_prefill_runs_without_the_cyclic_collector(
     responder.feed.close()
     cache.close()
     writer.close(clean=True)
+
+
+def test_an_entry_no_record_can_carry_is_left_out_of_the_enumeration_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found in review: a NUL in one user's gecos (a cache written before the backend
+    cut such values at the NUL) failed GETPWENT for every user of the domain."""
+    cfg = _config(tmp_path, enumerate="true")
+    writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
+    people = f"ou=people,{BASE}"
+    with writer.write() as b:
+        writer.put_user(b, User("alice", 20001, 20001, "Alice", "/home/alice", "/bin/sh",
+                                f"uid=alice,{people}"))  # fmt: skip
+        writer.put_user(b, User("bob", 20002, 20001, "Bob\0/root\0/bin/sh", "/home/bob",
+                                "/bin/sh", f"uid=bob,{people}"))  # fmt: skip
+        writer.put_user(b, User("carol", 20003, 20001, "", "/home/carol", "/bin/sh",
+                                f"uid=carol,{people}"))  # fmt: skip
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0])
+    feed = MemcacheFeed(cfg.daemon.mc_dir, cfg.nss)
+    responder = NssResponder(cfg, Lookups(cfg, {"LDAP": cache}, {}), feed)
+    try:
+        reply = responder.answer_now(p.GetEnt(p.Command.GETPWENT, 100), _Enum())
+        assert reply is not None
+        names = sorted(e.name for e in p.decode_passwd(reply[16:]))
+        assert names == ["alice", "carol"]
+        assert "enumeration: 'bob' left out: " in caplog.text
+    finally:
+        feed.close()
+        cache.close()
+        writer.close(clean=True)
