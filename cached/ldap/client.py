@@ -499,6 +499,13 @@ _NETWORK_ERRORS = (
     ConnectionError,
     OSError,
 )
+# What decoding bytes that are not the LDAP they claim raises: our BER readers
+# (deref.BerError is a ValueError) and ldap3's decoder, which also raises KeyError for
+# a resultCode or protocolOp tag it has no name for, and RecursionError for thousands of
+# nested SEQUENCEs (6 KB on the wire). Such a server is failed like one that does not
+# answer, so the next URI is tried (found in review: a KeyError escaped every handler,
+# the healthy backup was never tried and the domain never went offline).
+_UNDECODABLE = (ValueError, LookupError, TypeError, RecursionError)
 
 
 class LdapClient:
@@ -724,7 +731,7 @@ class LdapClient:
                 except (LdapError, lexc.LDAPException, *_NETWORK_ERRORS) as e:
                     self._server_failed(uri, f"{uri}: {_describe(e)}")
                     continue
-                except (ValueError, IndexError, TypeError) as e:
+                except _UNDECODABLE as e:
                     # ldap3's decoder on bytes that are not LDAP: a broken server.
                     self._server_failed(uri, f"{uri}: undecodable answer ({_describe(e)})")
                     continue
@@ -823,8 +830,7 @@ class LdapClient:
                     self._server_failed(
                         uri, f"{uri}: search timed out after {self.cfg.ldap_search_timeout} s"
                     )
-                except (ValueError, IndexError, TypeError) as e:
-                    # deref.BerError included: bytes that are not the LDAP they claim.
+                except _UNDECODABLE as e:
                     self.close()
                     self._server_failed(uri, f"{uri}: undecodable answer ({_describe(e)})")
                 except _NETWORK_ERRORS as e:

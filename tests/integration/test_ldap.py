@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -17,6 +18,7 @@ from cached.ldap.provider import Outcome
 from cached.ldap.schema import escape
 from cached.model import User
 from testing.backend import OPEN_CLIENTS, make_backend, make_domain, stored_gids, stored_members
+from testing.faultproxy import FaultProxy
 
 # -- pure parts ------------------------------------------------------------------
 
@@ -581,6 +583,63 @@ def test_failover_to_the_second_uri(tmp_path, slapd_small):
     p, _cache, _ = make_backend(tmp_path, cfg)
     assert p.user_by_name(slapd_small.expected.big_user).outcome is Outcome.FOUND
     assert p.client.info is not None and p.client.info.uri == s.uri
+
+
+def _tlv(tag: int, body: bytes) -> bytes:
+    n = len(body)
+    size = bytes([n]) if n < 0x80 else bytes([0x82]) + n.to_bytes(2, "big")
+    return bytes([tag]) + size + body
+
+
+BIND_OK_TAIL = b"a\x07\n\x01\x00\x04\x00\x04\x00"  # success, no matched DN, no text
+
+
+def _bind_ok(chunk: bytes) -> bytes | None:
+    """The messageID (its encoded INTEGER) of slapd's successful BindResponse, when
+    ``chunk`` is one (ldap3 numbers messages across connections: 1 or 2 octets)."""
+    if chunk[:1] != b"0" or chunk[2:3] != b"\x02" or not chunk.endswith(BIND_OK_TAIL):
+        return None
+    msgid = chunk[2 : 4 + chunk[3]]
+    return msgid if chunk[1] == len(msgid) + len(BIND_OK_TAIL) == len(chunk) - 2 else None
+
+
+def _unknown_result_code(msgid: bytes) -> bytes:
+    """resultCode 99: no LDAP result has it; ldap3's decoder raises KeyError."""
+    return _tlv(0x30, msgid + b"a\x07\n\x01\x63\x04\x00\x04\x00")
+
+
+def _deep_nesting(msgid: bytes) -> bytes:
+    """3,000 nested SEQUENCEs (6 KB) inside: ldap3's recursive decoder raises
+    RecursionError."""
+    inner = b""
+    for _ in range(3000):
+        inner = _tlv(0x30, inner)
+    return _tlv(0x30, msgid + _tlv(0x61, b"\n\x01\x00" + inner + b"\x04\x00"))
+
+
+@pytest.mark.parametrize("bind_answer", [_unknown_result_code, _deep_nesting],
+                         ids=["unknown-result-code", "deep-nesting"])  # fmt: skip
+def test_a_server_whose_answer_ldap3_cannot_decode_is_failed_over(
+    tmp_path, slapd_small, bind_answer: Callable[[bytes], bytes]
+):
+    """Found in review: ldap3 raises KeyError for a resultCode it has no name for and
+    RecursionError for deeply nested SEQUENCEs; nothing caught them, so the server was
+    never failed, the working backup never tried, and lookups answered not found."""
+    s = slapd_small.slapd
+
+    def rewrite(chunk: bytes) -> bytes:
+        msgid = _bind_ok(chunk)
+        return chunk if msgid is None else bind_answer(msgid)
+
+    with FaultProxy("127.0.0.1", s.port) as hostile:
+        hostile.set(rewrite=rewrite)
+        cfg = make_domain([hostile.uri], s.base_dn, ldap_backup_uri=s.uri)
+        p, _cache, _ = make_backend(tmp_path, cfg)
+        r = p.user_by_name(slapd_small.expected.big_user)
+        assert r.outcome is Outcome.FOUND, r.message
+        assert p.client.info is not None and p.client.info.uri == s.uri
+        assert hostile.stats.connections == 1
+        assert "undecodable answer" in p.client.failed[hostile.uri]
 
 
 def test_all_servers_dead_goes_offline_then_back(tmp_path, slapd_small_fresh):
