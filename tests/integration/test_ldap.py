@@ -585,12 +585,6 @@ def test_failover_to_the_second_uri(tmp_path, slapd_small):
     assert p.client.info is not None and p.client.info.uri == s.uri
 
 
-def _tlv(tag: int, body: bytes) -> bytes:
-    n = len(body)
-    size = bytes([n]) if n < 0x80 else bytes([0x82]) + n.to_bytes(2, "big")
-    return bytes([tag]) + size + body
-
-
 BIND_OK_TAIL = b"a\x07\n\x01\x00\x04\x00\x04\x00"  # success, no matched DN, no text
 
 
