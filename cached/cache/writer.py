@@ -482,6 +482,7 @@ class BackendCache(DomainCache):
                 raise StoreWriteError(f"{self.ts_path}: the timestamp store cannot be created")
         now = time.time() if now is None else now
         ops: list[Op] = []
+        drops: list[Op] = []  # index entries records leave (_settle_drops)
         ts_ops: list[Op] = []
         # Timestamp records that vouch for nothing (expired, no stamp): written before
         # the entry commit, the others after it. A kill between the two commits then
@@ -501,7 +502,7 @@ class BackendCache(DomainCache):
             for key, (user, modstamp, usn) in batch.users.items():
                 new = rec.encode_user(user)
                 old = txn.get(key, db=t["users"])
-                ops += self._put_ops("users", key, new, old, (user.uid, user.dn))
+                ops += self._put_ops("users", key, new, old, (user.uid, user.dn), drops)
                 initgr_expire = old_times(tsu, key).initgr_expire
                 if key in batch.initgr:
                     initgr_expire = now + self.timeouts.user
@@ -521,7 +522,7 @@ class BackendCache(DomainCache):
             groups_db, fresh, stale = t["groups"], now + self.timeouts.group, now - 1
             for key, (new, gid, dn, modstamp, usn, complete) in batch.groups.items():
                 old = txn.get(key, db=groups_db)
-                ops += self._put_ops("groups", key, new, old, (gid, dn))
+                ops += self._put_ops("groups", key, new, old, (gid, dn), drops)
                 expire = fresh if complete else stale
                 packed = rec.pack_times(now, expire, 0.0, modstamp, usn)
                 (ts_ops if complete else early).append(("groups", key, packed))
@@ -549,13 +550,14 @@ class BackendCache(DomainCache):
                 ("groups", batch.deleted_groups, tsg),
             ):
                 for key in keys:
-                    ops += self._delete_ops(table, key, txn.get(key, db=t[table]))
+                    ops += self._delete_ops(table, key, txn.get(key, db=t[table]), drops)
                     if table == "users" and txn.get(key, db=t["initgr"]) is not None:
                         ops.append(("initgr", key, None))
                     if tstxn.get(key, db=tstable) is not None:
                         ts_ops.append((table, key, None))
                     if table == "groups" and tstxn.get(key, db=tsw) is not None:
                         ts_ops.append(("read_whole", key, None))
+            ops += self._settle_drops(txn, t, ops, drops)
 
         result = WriteResult()
         if ops and early:
@@ -595,10 +597,12 @@ class BackendCache(DomainCache):
         return result
 
     def _put_ops(
-        self, table: str, key: bytes, new: bytes, old: rec.Data | None, ident: tuple[int, str]
-    ) -> list[Op]:
-        """Store a record that changed, moving its id and DN index entries; nothing
-        when the stored bytes are the same (invariant 2)."""
+        self, table: str, key: bytes, new: bytes, old: rec.Data | None, ident: tuple[int, str],
+        drops: list[Op],
+    ) -> list[Op]:  # fmt: skip
+        """Store a record that changed, moving its id and DN index entries (the ones it
+        leaves go to ``drops``, see _settle_drops); nothing when the stored bytes are
+        the same (invariant 2)."""
         if old == new:
             return []
         id_table, tag = _INDEX[table]
@@ -607,24 +611,48 @@ class BackendCache(DomainCache):
         new_id, new_dn = ident
         if prev is None or prev[0] != new_id:
             if prev is not None:
-                ops.append((id_table, ID_KEY.pack(prev[0]), None))
+                drops.append((id_table, ID_KEY.pack(prev[0]), key))
             ops.append((id_table, ID_KEY.pack(new_id), key))
         if prev is None or self.dn_key(prev[1]) != self.dn_key(new_dn):
             if prev is not None and prev[1]:
-                ops.append(("dn", self.dn_key(prev[1]), None))
+                drops.append(("dn", self.dn_key(prev[1]), tag + key))
             if new_dn:
                 ops.append(("dn", self.dn_key(new_dn), tag + key))
         return ops
 
-    def _delete_ops(self, table: str, key: bytes, old: rec.Data | None) -> list[Op]:
+    def _delete_ops(
+        self, table: str, key: bytes, old: rec.Data | None, drops: list[Op]
+    ) -> list[Op]:
         if old is None:
             return []
-        id_table, _ = _INDEX[table]
+        id_table, tag = _INDEX[table]
         prev_id, prev_dn = self._ident(table, old)
-        ops: list[Op] = [(table, key, None), (id_table, ID_KEY.pack(prev_id), None)]
+        drops.append((id_table, ID_KEY.pack(prev_id), key))
         if prev_dn:
-            ops.append(("dn", self.dn_key(prev_dn), None))
-        return ops
+            drops.append(("dn", self.dn_key(prev_dn), tag + key))
+        return [(table, key, None)]
+
+    @staticmethod
+    def _settle_drops(txn: lmdb.Transaction, tables: dict[str, Any], ops: list[Op],
+                      drops: list[Op]) -> list[Op]:  # fmt: skip
+        """The index entries a batch's records leave, (table, key, the entry's value
+        when it names that record), deleted only where they still name it once the
+        batch's own index writes are counted. A record renamed on the server is put
+        under its new name and its old name deleted in one batch, both with the same
+        gid (and, for a change of case only, the same DN key): deleting the gid entry
+        unconditionally removed the one just written for the new name, for good, as
+        the next fetches find the record unchanged (found by fuzzing the refresh:
+        ``getent group <gid>`` answered nothing). Two groups swapping gids likewise."""
+        if not drops:
+            return []
+        written = {(tb, k): v for tb, k, v in ops if tb in ("uid", "gid", "dn")}
+        out: list[Op] = []
+        for tb, k, owner in drops:
+            now = written[tb, k] if (tb, k) in written else txn.get(k, db=tables[tb])
+            if now == owner:
+                out.append((tb, k, None))
+                written[tb, k] = None
+        return out
 
 
 def open_backend_cache(

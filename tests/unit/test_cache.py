@@ -286,6 +286,66 @@ def test_changed_uid_moves_the_index(tmp_path):
     assert c.user_by_uid(777).value is not None
 
 
+def _named(c: BackendCache, gid: int) -> str | None:
+    view = c.group_by_gid(gid).value
+    return None if view is None else view.name
+
+
+def test_a_group_renamed_on_the_server_keeps_its_gid_and_dn_index(tmp_path):
+    """Found by fuzzing the refresh: the new name is put and the old one deleted in one
+    batch; the delete dropped the gid entry (and, for a change of case, the DN entry)
+    just written for the new name, and later fetches, finding the record unchanged,
+    never wrote it again: `getent group <gid>` answered nothing for good."""
+    c = backend(tmp_path)
+    g2 = Group("g2", 3002, f"cn=g2,ou=groups,{BASE}", ("alice",))
+    devs = Group("devs", 3003, f"cn=devs,ou=groups,{BASE}", ("alice",))
+    with c.write() as b:
+        c.put_group(b, g2)
+        c.put_group(b, devs)
+    renamed = Group("rg1", 3002, f"cn=rg1,ou=groups,{BASE}", ("alice",))
+    case_only = Group("Devs", 3003, f"cn=Devs,ou=groups,{BASE}", ("alice",))
+    with c.write() as b:
+        c.put_group(b, renamed)
+        c.put_group(b, case_only)
+        c.delete_group(b, "g2")
+        c.delete_group(b, "devs")
+    assert (_named(c, 3002), _named(c, 3003)) == ("rg1", "Devs")
+    assert c.resolve_dns([renamed.dn, case_only.dn]) == {
+        renamed.dn: ("group", "rg1"), case_only.dn: ("group", "Devs")
+    }
+    assert c.group_by_name("g2").value is None and c.group_by_name("devs").value is None
+
+
+def test_two_groups_swapping_gids_keep_both_index_entries(tmp_path):
+    c = backend(tmp_path)
+    x, y = (Group(n, gid, f"cn={n},ou=groups,{BASE}", ()) for n, gid in (("x", 3002), ("y", 3003)))
+    with c.write() as b:
+        c.put_group(b, x)
+        c.put_group(b, y)
+    with c.write() as b:  # each stored by its own lookup, in either order
+        c.put_group(b, Group("y", 3002, y.dn, ()))
+    with c.write() as b:
+        c.put_group(b, Group("x", 3003, x.dn, ()))
+    assert (_named(c, 3002), _named(c, 3003)) == ("y", "x")
+    with c.write() as b:  # and back, in one batch
+        c.put_group(b, x)
+        c.put_group(b, y)
+    assert (_named(c, 3002), _named(c, 3003)) == ("x", "y")
+
+
+def test_a_deleted_duplicate_leaves_the_other_groups_gid_entry(tmp_path):
+    """Two groups of one gid (the directory's error): the gid entry names the last one
+    stored; deleting the other one leaves it."""
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_group(b, Group("a", 3005, f"cn=a,ou=groups,{BASE}", ()))
+        c.put_group(b, Group("b", 3005, f"cn=b,ou=groups,{BASE}", ()))
+    assert _named(c, 3005) == "b"
+    with c.write() as b:
+        c.delete_group(b, "a")
+    assert _named(c, 3005) == "b"
+
+
 def _fill(c: BackendCache, n: int = 50) -> None:
     with c.write() as b:
         for i in range(n):
