@@ -504,7 +504,9 @@ class AdProvider(LdapProvider):
         stored = self.cache.group_stamps(names)
         # One read of the timestamp store each for all: due a whole read, or `-E`
         # invalidated (validate.distrusted: AD's stamps miss a deleted member).
-        late = validate.due(self, names) | validate.distrusted(self, names)
+        due = validate.due(self, names)
+        self._from_entries = bool(due)  # a whole read names members from their entries
+        late = due | validate.distrusted(self, names)
         stale = {
             k
             for k, g in posix.items()

@@ -289,6 +289,14 @@ class LdapProvider:
         # key, as rows of _member_user_attrs(): members of later rounds are named
         # from it; None: not swept.
         self._swept: dict[str, Row] | None = None
+        # This request reads groups whole because they were due (validate.due): their
+        # members are named from entries fetched now, never from the users the cache
+        # holds. A member renamed where the name attribute is not in the DN changes
+        # no group's stamp, and its cached user entry, refreshed by a login before
+        # the rename, would name it the old way and reset the group's clock: the
+        # blind spot refresh_full_interval bounds went on past it (found by fuzzing
+        # the refresh).
+        self._from_entries = False
         # The users a sweep had passed when it gave up at its bound (0: none did): the
         # user bases hold at least that many, so a sweep whose bound is below it is
         # not tried (a lower bound: a directory that shrank costs a sweep not tried).
@@ -381,6 +389,7 @@ class LdapProvider:
                 self._swept, self._settled_known = None, None
                 self._member_memo, self._member_dn = {}, {}
                 self.missing = set()
+                self._from_entries = False
 
     def _runs(self, fn: Callable[[], Result]) -> Result:
         """``fn`` again when a group changed under it (validate.changed_since_read),
@@ -701,6 +710,26 @@ class LdapProvider:
         )
         return [g for e in entries if (g := self._group_entry(e)) is not None]
 
+    def _groups_by_name(self, names: list[str]) -> list[_GroupEntry]:
+        """POSIX groups by name, whole, in ORs of up to BATCH names; an answer a
+        server's size limit cuts is split (_split_search_many), as the walk's are. The
+        refresh's fetch of changed groups and _vanished's re-read of groups left went
+        as one OR unsplit: with more of them than the limit the refresh failed at every
+        lookup, where a cold one succeeds (found by fuzzing the refresh, slapd
+        ``sizelimit 5``)."""
+        s = self.schema
+        attrs = s.group_attrs(members=not self.cfg.ignore_group_members)
+        items = [("g", n) for n in names]  # names: build escapes them
+        jobs: list[_Job] = [
+            (s.group_bases, items[i : i + BATCH], attrs, None) for i in range(0, len(items), BATCH)
+        ]
+
+        def build(chunk: list[tuple[str, str]]) -> str:
+            return s.group_filter(s.any_of(s.group_name, [n for _k, n in chunk]))
+
+        got = self._split_search_many(jobs, build)
+        return [g for entries in got for e in entries if (g := self._group_entry(e)) is not None]
+
     def _in_bases(self, key: str, bases: tuple[SearchBase, ...]) -> bool:
         return any(in_scope(key, normalize_dn(b.dn), b.scope) for b in bases)
 
@@ -792,7 +821,7 @@ class LdapProvider:
             for mk in filterfalse(done.__contains__, dict.fromkeys(pools[b])):
                 if mk not in out:
                     out[mk] = (spelled[mk], b - 1)
-        if out:
+        if out and not self._from_entries:
             # Users already cached serve by DN (the cache's DN index), no search.
             for dn, member in self.cache.resolve_dns(dn for dn, _ in out.values()).items():
                 if member[0] == "user":
@@ -1586,9 +1615,10 @@ class LdapProvider:
         s = self._prepare()
         # The stored group and the groups below it its answer is expanded from.
         held = validate.stored_closure(self, name, gid)
+        self._from_entries = bool(held and validate.due(self, held))
         if (
             held
-            and not validate.due(self, held)
+            and not self._from_entries
             and not self.cfg.ignore_group_members
             and validate.refresh_group(self, filt, name, held)
         ):
@@ -1706,8 +1736,14 @@ class LdapProvider:
             with self.counters.timer(NESTED_RESOLVE):
                 mine = self._closure(found, {}, known, [user.dn], primary)
         else:
-            for g in self._search_groups(s.groups_with_members([user.name])):
-                found[normalize_dn(g.entry.dn)] = g
+            # Split where a size limit cuts it, as the refresh's search of the same
+            # filter (validate.walk_stamps) is: a user in more groups than the limit.
+            attrs = s.group_attrs(members=not self.cfg.ignore_group_members)
+            walk: list[_Job] = [(s.group_bases, [("x", s.groups_with_members([user.name]))],
+                                 attrs, None)]  # fmt: skip
+            for e in self._split_search_many(walk, self._round_filter)[0]:
+                if (g := self._group_entry(e)) is not None:
+                    found[normalize_dn(e.dn)] = g
             mine = set(found)
             if primary is not None and not any(g.gid == primary for g in found.values()):
                 for g in self._search_groups(self._group_by_gid_filter(primary))[:1]:
@@ -1773,13 +1809,12 @@ class LdapProvider:
         present = set()
         s = self.schema
         reread: dict[str, int] = {}
-        for chunk in _chunks(vanished, BATCH):
-            for g in self._search_groups(s.group_filter(s.any_of(s.group_name, chunk))):
-                k = normalize_dn(g.entry.dn)
-                if k not in found:
-                    found[k] = g
-                    reread[k] = s.nesting_level
-                present.add(self.cache.key(g.name))
+        for g in self._groups_by_name(vanished):
+            k = normalize_dn(g.entry.dn)
+            if k not in found:
+                found[k] = g
+                reread[k] = s.nesting_level
+            present.add(self.cache.key(g.name))
         if reread and s.bis and not self.cfg.ignore_group_members:
             with self.counters.timer(NESTED_RESOLVE):
                 self._closure(found, reread, known, [])

@@ -224,6 +224,7 @@ def refresh_initgroups(
     names = [g.name for g in posix.values()]
     stored = p.cache.group_stamps(names)
     late = due(p, names)
+    p._from_entries = bool(late)  # a whole read names members from their entries
     stale = {k for k, g in posix.items()
              if not unchanged(g, stored.get(g.name)) or g.name in late}  # fmt: skip
     stale |= stale_below(p, posix, stale, stored)
@@ -233,12 +234,10 @@ def refresh_initgroups(
     # their member groups below them as a group lookup fetches them (§6.2).
     full: dict[str, _GroupEntry] = {}
     known: dict[str, Member] = {}
-    want = sorted({posix[k].name for k in stale})
-    for i in range(0, len(want), BATCH):
-        for g in p._search_groups(s.group_filter(s.any_of(s.group_name, want[i : i + BATCH]))):
-            k = normalize_dn(g.entry.dn)
-            if k in stale:
-                full.setdefault(k, g)
+    for g in p._groups_by_name(sorted({posix[k].name for k in stale})):
+        k = normalize_dn(g.entry.dn)
+        if k in stale:
+            full.setdefault(k, g)
     if full and s.bis and not p.cfg.ignore_group_members:
         with p.counters.timer(NESTED_RESOLVE):
             p._closure(full, dict.fromkeys(full, s.nesting_level), known, [])
@@ -367,9 +366,13 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
     """A group lookup (by ``name`` or gid; ``filt`` is the lookup's filter) of a
     group the cache holds: validate it and the stored groups its answer is expanded
     from (``names``, from :func:`stored_closure`: its member groups down to the
-    nesting level, §6.2) by their stamps, in one round trip, and touch them all when
+    nesting level, §6.2) by their stamps, in one round trip, and touch the group when
     every one is unchanged — the group's own stamp covers its member list, each
-    member group's covers its own. Returns False when the caller must fetch whole
+    member group's covers its own. Only the group: a member group's own answer is
+    expanded down to the nesting level from *it*, through groups below those
+    validated here (found by fuzzing the refresh: touched, a member group answered
+    VALID with a member removed from a group one level below what was checked).
+    Returns False when the caller must fetch whole
     (no member value was fetched): a stamp not stored under the trust rule, or a
     group changed, gone or renamed. Every entry is read through ``p._group_entry``,
     as the store reads it: on AD that qualifies ``uSNChanged`` with the answering
@@ -401,8 +404,7 @@ def refresh_group(p: LdapProvider, filt: str, name: str | None, names: list[str]
         p.counters.add(VALIDATE_FETCHED, 0, 0.0, 1)
         return False
     with p.cache.write() as batch:
-        for n in names:
-            p.cache.touch_group(batch, n, stored[n][0], stored[n][1])
+        p.cache.touch_group(batch, names[0], stored[names[0]][0], stored[names[0]][1])
     return True
 
 

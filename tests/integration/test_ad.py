@@ -1033,6 +1033,9 @@ def test_group_lookup_after_expiry_validates_by_stamps(
         for key in ("gva", 40960):
             _validated(p, spy, key)
             assert _answer(p, "gva") == (40960, {"m0010", "m0011", "m0012"})
+            # gvb stays expired (its own answer reaches below what was checked) and
+            # is validated by its own lookup.
+            _validated(p, spy, "gvb")
             assert _answer(p, "gvb") == (40961, {"m0012"})
 
         def seen(key: str | int) -> None:
