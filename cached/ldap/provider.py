@@ -85,8 +85,12 @@ from cached.ldap.schema import (
     first,
 )
 from cached.model import User
+from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
+# What one directory entry makes us say: a search can return 400,000 such entries (found
+# in review: one line each), so one line per kind per minute, then a count of the rest.
+limited = RateLimitedLog(log)
 
 
 @dataclass(frozen=True)
@@ -458,7 +462,8 @@ class LdapProvider:
         s = self.schema
         names = _names(name_values)
         if names is None:
-            log.warning("%s: %s is not UTF-8 text; user ignored", dn, s.user_name)
+            limited.log("not-utf8-user", logging.WARNING, "%s: %s is not UTF-8 text; user ignored",
+                        dn, s.user_name)  # fmt: skip
             return None
         if not names:
             return None
@@ -466,7 +471,8 @@ class LdapProvider:
         # (SSSD's primary name, docs/compatibility.md §9.5).
         name = names[0] if len(names) == 1 else self._primary_name(dn, s.user_name, names)
         if uid is None or gid is None:
-            log.warning("%s: no numeric %s/%s; not a POSIX user", dn, s.user_uid, s.user_gid)
+            limited.log("not-posix-user", logging.WARNING, "%s: no numeric %s/%s; not a POSIX user",
+                        dn, s.user_uid, s.user_gid)  # fmt: skip
             return None
         if not self.cfg.id_in_range(uid):
             return None
@@ -541,7 +547,8 @@ class LdapProvider:
         names = _names(name_values)
         gid = self._group_gid(e)
         if names is None:
-            log.warning("%s: %s is not UTF-8 text; group ignored", e.dn, s.group_name)
+            limited.log("not-utf8-group", logging.WARNING,
+                        "%s: %s is not UTF-8 text; group ignored", e.dn, s.group_name)  # fmt: skip
             return None
         posix = bool(names) and gid is not None and self.cfg.id_in_range(gid)
         ocs = get("objectclass")

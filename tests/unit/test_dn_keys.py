@@ -173,3 +173,16 @@ def test_new_member_values_are_the_unread_ones_each_once_in_the_order_met(
         if v not in p._member_memo and v not in want:
             want.append(v)
     assert p._new_member_values(entries) == want
+
+
+def test_entries_that_are_no_user_are_logged_once_a_minute_not_once_each(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found in review: one search of 400,000 entries without numeric ids wrote 400,000
+    warnings (a directory writer's way to fill the disk)."""
+    p, _cache, _ = make_backend(tmp_path, make_domain(["ldap://127.0.0.1:1"], "dc=t"))
+    for i in range(1000):
+        assert p._name_ids(f"uid=x{i},dc=t", [b"x"], None, None) is None
+        assert p._name_ids(f"uid=y{i},dc=t", [b"\xff"], 1000, 1000) is None
+    assert caplog.text.count("not a POSIX user") == 1
+    assert caplog.text.count("is not UTF-8 text; user ignored") == 1
