@@ -323,7 +323,9 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_tls_reqcert": Option(
         _choice("never", "allow", "try", "demand", "hard"),
         "demand",
-        "Server certificate check; `demand`/`hard` verify, `never`/`allow`/`try` do not.",
+        "Server certificate check; `try`/`demand`/`hard` verify it and refuse a bad one "
+        "(a server always presents one, so SSSD's `try` acts as `demand`); `never`/`allow` "
+        "do not.",
     ),
     "ldap_tls_cacert": Option(_str, "", "CA certificate file (PEM)."),
     "ldap_tls_cacertdir": Option(_str, "", "CA certificate directory (c_rehash'ed)."),
@@ -426,7 +428,6 @@ ACCEPTED_UNUSED = frozenset(
         "user",
         "auth_provider",
         "chpass_provider",
-        "access_provider",
         "sudo_provider",
         "autofs_provider",
         "selinux_provider",
@@ -434,8 +435,6 @@ ACCEPTED_UNUSED = frozenset(
         "krb5_realm",
         "krb5_server",
         "ldap_tls_reqsan",
-        "ldap_access_filter",
-        "ldap_access_order",
         "ldap_pwd_policy",
         "ldap_chpass_uri",
         "ldap_connection_expire_timeout",
@@ -483,7 +482,32 @@ def _is_unset(raw: str) -> bool:
 # no change.
 _SSSD_RE_EXPRESSION = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
 
+# Access control (who may log in) is a PAM account check: cached answers NSS only and
+# has no PAM responder, so pam_sss finds no socket, returns PAM_USER_UNKNOWN, and the
+# usual account line (`[default=bad success=ok user_unknown=ignore] pam_sss.so`) lets the
+# user in. A restriction SSSD enforced would silently vanish: refused. SSSD's default
+# access_provider is `permit` (dp_targets.c); `ldap` without ldap_access_filter denies
+# everyone (ldap_init.c), so every other value restricts.
+_NO_ACCESS_CONTROL = (
+    "cached answers NSS only and has no PAM responder, so this login restriction would "
+    "not be enforced (pam_sss finds no PAM socket, and the usual PAM account stack then "
+    "lets the user in); enforce it another way (e.g. pam_access, or a filter in "
+    "ldap_user_search_base, which cached applies to who exists) and remove the option"
+)
+_ACCESS_OPTIONS = (
+    "ldap_access_filter",
+    "ldap_access_order",
+    "simple_allow_users",
+    "simple_allow_groups",
+    "simple_deny_users",
+    "simple_deny_groups",
+)
+
 UNSUPPORTED: dict[str, Unsupported] = {
+    "access_provider": Unsupported(
+        lambda raw: raw.strip().lower() in ("", "permit"), _NO_ACCESS_CONTROL
+    ),
+    **{name: Unsupported(_is_unset, _NO_ACCESS_CONTROL) for name in _ACCESS_OPTIONS},
     "use_fully_qualified_names": Unsupported(
         _is_false,
         "cached answers with plain names (alice, never alice@DOMAIN); set it to false or "

@@ -579,7 +579,9 @@ class LdapClient:
     # -- connecting ----------------------------------------------------------------
 
     def _tls(self) -> ldap3.Tls | None:
-        verify = self.cfg.ldap_tls_reqcert in ("demand", "hard")
+        # `try` verifies as `demand` does: OpenLDAP's `try` ends the session on a bad
+        # certificate, and a TLS server always presents one (sssd-ldap(5)).
+        verify = self.cfg.ldap_tls_reqcert in ("try", "demand", "hard")
         return ldap3.Tls(
             validate=ssl.CERT_REQUIRED if verify else ssl.CERT_NONE,
             ca_certs_file=self.cfg.ldap_tls_cacert or None,

@@ -698,14 +698,18 @@ def test_wrong_ca_fails_with_a_clear_error_naming_the_uri(tmp_path, slapd_small_
 
     s = slapd_small_tls.slapd
     other = make_tls_material(tmp_path / "other-ca")
-    for uri, starttls in ((s.ldaps_uri, "false"), (s.uri, "true")):
-        cfg = make_domain(
-            [uri], s.base_dn, ldap_tls_cacert=other.ca_cert, ldap_id_use_start_tls=starttls
-        )
-        p, _, _ = make_backend(tmp_path / uri.split(":")[0] / starttls, cfg)
-        r = p.user_by_name("anyone")
-        assert r.outcome is Outcome.OFFLINE
-        assert uri in r.message and "certificate" in r.message.lower()
+    # `try` refuses it as `demand` does: the server presents a certificate, and SSSD's
+    # `try` ends the session on a bad one (sssd-ldap(5)).
+    for reqcert in ("demand", "try"):
+        for uri, starttls in ((s.ldaps_uri, "false"), (s.uri, "true")):
+            cfg = make_domain(
+                [uri], s.base_dn, ldap_tls_cacert=other.ca_cert, ldap_id_use_start_tls=starttls,
+                ldap_tls_reqcert=reqcert,
+            )  # fmt: skip
+            p, _, _ = make_backend(tmp_path / reqcert / uri.split(":")[0] / starttls, cfg)
+            r = p.user_by_name("anyone")
+            assert r.outcome is Outcome.OFFLINE
+            assert uri in r.message and "certificate" in r.message.lower()
     # ldap_tls_reqcert = never accepts it (as SSSD).
     cfg = make_domain([s.ldaps_uri], s.base_dn, ldap_tls_reqcert="never")
     p, _, _ = make_backend(tmp_path / "never", cfg)
