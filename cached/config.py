@@ -13,9 +13,9 @@ changes nothing (``UNSUPPORTED``).
 
 from __future__ import annotations
 
-import configparser
 import logging
 import os
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -710,15 +710,84 @@ class Config:
 # Loading.
 
 
+class _Ini:
+    """The sections of a file (and, later, its snippets) as SSSD's libini reads them
+    (sss_ini.c ``sss_ini_parse``: INI_PARSE_NOWRAP, INI_MV1S_OVERWRITE, sections merged),
+    with the file that set each option, so a message names the file at fault."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path  # the main file
+        self.sections: dict[str, dict[str, str]] = {}  # in order of first appearance
+        self.origin: dict[tuple[str, str], str] = {}  # (section, option) -> file
+        self.section_origin: dict[str, str] = {}  # section -> file it first appeared in
+
+    def where(self, section: str, option: str | None = None) -> str:
+        """The file that set ``option`` of ``section`` (or that holds the section)."""
+        if option is not None and (section, option) in self.origin:
+            return self.origin[(section, option)]
+        return self.section_origin.get(section, self.path)
+
+    # `option = value`. Only `=`, as libini ("Equal sign is missing"): with `:` too, a
+    # wrapped `ldaps://host` line would be an option `ldaps`.
+    _OPTION = re.compile(r"(?P<key>[^=]*?)\s*=\s*(?P<value>.*)")
+
+    def read(self, text: str, path: str, warnings: list[str]) -> None:
+        """Add the sections of ``text`` (the file ``path``); what it sets overrides
+        what an earlier file set. Every line stands alone, as in libini: leading blanks
+        are dropped, and an indented line is never a continuation of the one before."""
+        current: str | None = None
+        header_line: dict[str, int] = {}  # in this file
+        option_line: dict[tuple[str, str], int] = {}
+        for lineno, raw_line in enumerate(text.splitlines(), 1):
+            line = raw_line.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line[0] == "[":
+                name = line[1:-1].strip() if line.endswith("]") else ""
+                if not name:
+                    raise ConfigError(
+                        f"{path}: line {lineno}: cannot parse {line!r}: a section header "
+                        "is `[name]`"
+                    )
+                if name in header_line:
+                    warnings.append(
+                        f"{path}: line {lineno}: section [{name}] appears again (first at "
+                        f"line {header_line[name]}); its options are merged, as SSSD does"
+                    )
+                header_line.setdefault(name, lineno)
+                self.sections.setdefault(name, {})
+                self.section_origin.setdefault(name, path)
+                current = name
+                continue
+            m = self._OPTION.fullmatch(line)
+            if m is None or not m["key"]:
+                raise ConfigError(
+                    f"{path}: line {lineno}: cannot parse {line!r}: expected "
+                    "`option = value`, a `[section]` header or a `#` comment"
+                )
+            if current is None:
+                raise ConfigError(f"{path}: line {lineno}: option outside any section: {line!r}")
+            key = m["key"].lower()
+            if (current, key) in option_line:
+                warnings.append(
+                    f"{path}: line {lineno}: [{current}] option {key!r} is set again (first "
+                    f"at line {option_line[(current, key)]}); the last value is used, as "
+                    "SSSD does"
+                )
+            option_line[(current, key)] = lineno
+            self.sections[current][key] = m["value"]
+            self.origin[(current, key)] = path
+
+
 def _read_section(
-    path: str,
+    ini: _Ini,
     section: str,
-    items: dict[str, str],
     table: dict[str, Option],
     warnings: list[str],
 ) -> dict[str, Any]:
     values: dict[str, Any] = {name: opt.default for name, opt in table.items()}
-    for name, raw in items.items():
+    for name, raw in ini.sections.get(section, {}).items():
+        path = ini.where(section, name)
         opt = table.get(name)
         if opt is None:
             unsupported = UNSUPPORTED.get(name)
@@ -816,45 +885,32 @@ def _check_secret_permissions(path: str, st: os.stat_result, section: str) -> No
 
 def parse_config(text: str, path: str = "<string>", st: os.stat_result | None = None) -> Config:
     """Parse sssd.conf-syntax ``text``; ``st`` is the file's stat for the permission check."""
-    parser = configparser.ConfigParser(
-        interpolation=None,
-        comment_prefixes=("#", ";"),
-        inline_comment_prefixes=None,
-        strict=True,
-        empty_lines_in_values=False,
-        default_section="\x00no-default-section",
-    )
-    try:
-        parser.read_string(text, source=path)
-    except configparser.MissingSectionHeaderError as e:
-        raise ConfigError(
-            f"{path}: line {e.lineno}: option outside any section: {e.line.strip()!r}"
-        ) from None
-    except configparser.DuplicateSectionError as e:
-        raise ConfigError(f"{path}: line {e.lineno}: section [{e.section}] appears twice") from None
-    except configparser.DuplicateOptionError as e:
-        raise ConfigError(
-            f"{path}: line {e.lineno}: [{e.section}] option {e.option!r} is set twice"
-        ) from None
-    except configparser.ParsingError as e:
-        lineno, line = e.errors[0]
-        raise ConfigError(f"{path}: line {lineno}: cannot parse {line.strip()!r}") from None
-
     warnings: list[str] = []
-    sections = parser.sections()
+    ini = _Ini(path)
+    ini.read(text, path, warnings)
+    return _config(ini, {path: st}, warnings)
+
+
+def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[str]) -> Config:
+    """The configuration the sections of ``ini`` say; ``stats`` holds each file's stat
+    for the permission check of a bind password."""
+    path = ini.path
+    sections = list(ini.sections)
     main = [s for s in sections if s in ("cached", "sssd")]
     if len(main) > 1:
         raise ConfigError(f"{path}: both [cached] and [sssd] are present; keep one of them")
     if not main:
         raise ConfigError(f"{path}: no [cached] section (or [sssd]); it must list `domains`")
     main_name = main[0]
-    daemon_vals = _read_section(path, main_name, dict(parser[main_name]), DAEMON_OPTIONS, warnings)
-    nss_items = dict(parser["nss"]) if parser.has_section("nss") else {}
-    nss_vals = _read_section(path, "nss", nss_items, NSS_OPTIONS, warnings)
+    daemon_vals = _read_section(ini, main_name, DAEMON_OPTIONS, warnings)
+    nss_vals = _read_section(ini, "nss", NSS_OPTIONS, warnings)
 
     names: list[str] = daemon_vals["domains"]
     if not names:
-        raise ConfigError(f"{path}: [{main_name}] domains is not set; list at least one domain")
+        raise ConfigError(
+            f"{ini.where(main_name, 'domains')}: [{main_name}] domains is not set; "
+            "list at least one domain"
+        )
     domain_sections = {s[len("domain/") :]: s for s in sections if s.startswith("domain/")}
     for s in sections:
         if s in (main_name, "nss") or s.startswith("domain/"):
@@ -862,45 +918,58 @@ def parse_config(text: str, path: str = "<string>", st: os.stat_result | None = 
         if s in IGNORED_SECTIONS:
             log.debug("%s: section [%s] is for an SSSD responder cached does not have", path, s)
         else:
-            warnings.append(f"{path}: unknown section [{s}] is ignored")
+            warnings.append(f"{ini.where(s)}: unknown section [{s}] is ignored")
     for dname, sname in domain_sections.items():
         if dname not in names:
-            warnings.append(f"{path}: [{sname}] is not listed in [{main_name}] domains; ignored")
+            warnings.append(
+                f"{ini.where(sname)}: [{sname}] is not listed in [{main_name}] domains; ignored"
+            )
 
     domains: list[DomainConfig] = []
     for dname in names:
         if dname not in domain_sections:
             raise ConfigError(
-                f"{path}: [{main_name}] domains lists {dname!r} but there is no "
-                f"[domain/{dname}] section"
+                f"{ini.where(main_name, 'domains')}: [{main_name}] domains lists {dname!r} but "
+                f"there is no [domain/{dname}] section"
             )
         sname = domain_sections[dname]
-        vals = _read_section(path, sname, dict(parser[sname]), DOMAIN_OPTIONS, warnings)
+        given = ini.sections[sname]
+        vals = _read_section(ini, sname, DOMAIN_OPTIONS, warnings)
         if vals["id_provider"] is None:
-            raise ConfigError(f"{path}: [{sname}] id_provider is not set; cached supports `ldap`")
-        if not vals["ldap_uri"]:
-            raise ConfigError(f"{path}: [{sname}] ldap_uri is not set; give at least one server")
-        if vals["ldap_default_authtok"] and st is not None:
-            _check_secret_permissions(path, st, sname)
-        if vals["ldap_default_authtok"] and not vals["ldap_default_bind_dn"]:
             raise ConfigError(
-                f"{path}: [{sname}] ldap_default_authtok is set but ldap_default_bind_dn is not"
+                f"{ini.where(sname)}: [{sname}] id_provider is not set; cached supports `ldap`"
             )
+        if not vals["ldap_uri"]:
+            raise ConfigError(
+                f"{ini.where(sname)}: [{sname}] ldap_uri is not set; give at least one server"
+            )
+        if vals["ldap_default_authtok"]:
+            holder = ini.where(sname, "ldap_default_authtok")
+            st = stats.get(holder)
+            if st is not None:
+                _check_secret_permissions(holder, st, sname)
+            if not vals["ldap_default_bind_dn"]:
+                raise ConfigError(
+                    f"{holder}: [{sname}] ldap_default_authtok is set but "
+                    "ldap_default_bind_dn is not"
+                )
         for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
             if vals[timeout] is None:
                 vals[timeout] = vals["entry_cache_timeout"]
-        _schema_defaults(path, sname, vals, parser[sname], warnings)
-        if "ldap_member_rdn_shortcut" in parser[sname]:
+        _schema_defaults(ini.where(sname), sname, vals, given, warnings)
+        if "ldap_member_rdn_shortcut" in given:
             warnings.append(
-                f"{path}: [{sname}] ldap_member_rdn_shortcut is deprecated and ignored: "
-                "member names come from the member entries"
+                f"{ini.where(sname, 'ldap_member_rdn_shortcut')}: [{sname}] "
+                "ldap_member_rdn_shortcut is deprecated and ignored: member names come from "
+                "the member entries"
             )
         for base in ("ldap_user_search_base", "ldap_group_search_base"):
             if not vals[base]:
                 vals[base] = vals["ldap_search_base"]
         if vals["max_id"] and vals["max_id"] < vals["min_id"]:
             raise ConfigError(
-                f"{path}: [{sname}] max_id = {vals['max_id']} is below min_id = {vals['min_id']}"
+                f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "
+                f"min_id = {vals['min_id']}"
             )
         domains.append(DomainConfig(name=dname, **vals))
 

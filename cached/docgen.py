@@ -118,6 +118,11 @@ def conf_page() -> str:
         "sssd.conf syntax: an existing `/etc/sssd/sssd.conf` with an LDAP domain loads "
         "unchanged. Sections: `[cached]` (or `[sssd]`), `[nss]`, and `[domain/NAME]` for each "
         "name in `domains`. Lists are separated by commas; booleans are `true` or `false`.",
+        "Lines are read as SSSD reads them: each is `option = value`, a `[section]` header "
+        "or a comment (`#` or `;`) on its own; leading blanks are dropped, so an indented "
+        "line is an option of its own, never the continuation of the line before. An "
+        "option set twice keeps its last value, and a section that appears again is merged "
+        "into the first, each with a warning.",
         "Unknown options warn and name the option. SSSD options cached does not use are "
         "accepted quietly (see IGNORED SSSD OPTIONS). SSSD options that would change who is "
         "who are refused (see REFUSED SSSD OPTIONS). A bad value stops the start with the "

@@ -113,10 +113,6 @@ def test_rfc2307_member_default_and_per_type_timeouts():
             ("[sssd]", "[cached]\ndomains = LDAP\n[sssd]"),
             "<string>: both [cached] and [sssd] are present; keep one of them",
         ),
-        (
-            ("cache_credentials = true", "cache_credentials = true\ncache_credentials = false"),
-            "<string>: line 20: [domain/LDAP] option 'cache_credentials' is set twice",
-        ),
     ],
 )
 def test_invalid_configurations_name_file_section_option_and_value(change, message):

@@ -72,3 +72,68 @@ def test_access_control_is_refused_not_ignored(line: str) -> None:
 )
 def test_permit_and_authentication_options_load_quietly(line: str) -> None:
     assert parse_config(MINIMAL + line + "\n").warnings == []
+
+
+# -- line syntax, as libini reads it (sss_ini.c: INI_PARSE_NOWRAP, INI_MV1S_OVERWRITE)
+
+
+def test_an_indented_line_is_an_option_of_its_own() -> None:
+    """The reviewer's example: SSSD (`sssd --genconf`) stores both filters; folded into
+    filter_users as a continuation, filter_groups was lost and bob's name mangled."""
+    text = MINIMAL.replace(
+        "filter_users = root\nfilter_groups = root\n",
+        "filter_users = root, bob\n    filter_groups = root, admins\n",
+    )
+    cfg = parse_config(text)
+    assert cfg.nss.filter_users == ["root", "bob"]
+    assert cfg.nss.filter_groups == ["root", "admins"]
+    assert cfg.warnings == []
+
+
+def test_an_indented_search_base_is_not_swallowed_by_the_option_before() -> None:
+    text = MINIMAL + "    ldap_user_search_base = ou=Staff,dc=example,dc=test\n"
+    d = parse_config(text).domain("LDAP")
+    assert d.ldap_user_search_base == "ou=Staff,dc=example,dc=test"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("    ldaps://ldap3.example.test",
+         "<string>: line 20: cannot parse 'ldaps://ldap3.example.test': expected "
+         "`option = value`, a `[section]` header or a `#` comment"),
+        ("// primary directory",
+         "<string>: line 20: cannot parse '// primary directory': expected "
+         "`option = value`, a `[section]` header or a `#` comment"),
+        ("[domain/LDAP",
+         "<string>: line 20: cannot parse '[domain/LDAP': a section header is `[name]`"),
+    ],
+)  # fmt: skip
+def test_a_line_that_is_not_an_option_is_refused_and_quoted_once(line: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL + line + "\n")
+    assert str(e.value) == message
+
+
+def test_an_option_set_twice_keeps_the_last_value_with_a_warning() -> None:
+    text = MINIMAL + "# site override below\nldap_search_base = dc=example,dc=org\n"
+    cfg = parse_config(text, "/etc/sssd/sssd.conf")
+    assert cfg.domain("LDAP").ldap_search_base == "dc=example,dc=org"
+    assert cfg.warnings == [
+        "/etc/sssd/sssd.conf: line 21: [domain/LDAP] option 'ldap_search_base' is set again "
+        "(first at line 17); the last value is used, as SSSD does"
+    ]
+
+
+def test_a_repeated_section_is_merged_with_a_warning() -> None:
+    text = MINIMAL + "[nss]\nfilter_users = root, bob\nentry_negative_timeout = 30\n"
+    cfg = parse_config(text)
+    assert cfg.nss.filter_users == ["root", "bob"]
+    assert cfg.nss.filter_groups == ["root"]  # from the first [nss]
+    assert cfg.nss.entry_negative_timeout == 30
+    assert cfg.warnings == [
+        "<string>: line 20: section [nss] appears again (first at line 6); its options are "
+        "merged, as SSSD does",
+        "<string>: line 21: [nss] option 'filter_users' is set again (first at line 7); the "
+        "last value is used, as SSSD does",
+    ]
