@@ -982,8 +982,7 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
     )
 
 
-def load_config(path: str = DEFAULT_CONFIG) -> Config:
-    """Read and validate ``path``. Raises ConfigError with a message for the administrator."""
+def _read_file(path: str) -> tuple[str, os.stat_result]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -1003,7 +1002,85 @@ def load_config(path: str = DEFAULT_CONFIG) -> Config:
     finally:
         os.close(fd)
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8"), st
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not valid UTF-8 (byte {e.start})") from None
-    return parse_config(text, path, st)
+
+
+def _owner_ok(st: os.stat_result) -> bool:
+    return st.st_uid in (0, os.geteuid())
+
+
+def _check_file_permissions(path: str, st: os.stat_result) -> None:
+    """Whoever can write the configuration chooses the servers, so every uid and group
+    membership: refuse a file that another user owns or that group or others may write
+    (SSSD refuses any sssd.conf not root-owned and mode 0600/0400)."""
+    if not _owner_ok(st):
+        raise ConfigError(
+            f"{path}: owned by uid {st.st_uid}; the configuration must belong to root (or to "
+            f"the user running cached); run: chown root:root {path}"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets group or others change the "
+            f"configuration; run: chmod go-w {path}"
+        )
+
+
+# SSSD's snippets (sss_ini.c sss_ini_add_snippets): files of conf.d whose names match
+# this, merged in alphabetical order.
+SNIPPET_NAME = re.compile(r"[^.].*\.conf")
+
+
+def _snippets(
+    path: str, warnings: list[str]
+) -> list[tuple[str, str, os.stat_result]]:
+    """The conf.d snippets of ``path`` as SSSD merges them: ``conf.d`` beside the file,
+    names ending in ``.conf`` and not starting with ``.``, in alphabetical order. A
+    snippet that fails SSSD's access check (root-owned, nothing for group or others;
+    cached also takes a file owned by the user running it) is skipped with a warning,
+    as SSSD skips it with a log line."""
+    confd = os.path.join(os.path.dirname(path) or ".", "conf.d")
+    try:
+        names = sorted(n for n in os.listdir(confd) if SNIPPET_NAME.fullmatch(n))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        raise ConfigError(f"{confd}: cannot read the snippet directory: {e.strerror}") from None
+    out = []
+    for name in names:
+        spath = os.path.join(confd, name)
+        try:
+            regular = stat.S_ISREG(os.stat(spath).st_mode)
+        except OSError as e:
+            raise ConfigError(f"{spath}: cannot read: {e.strerror}") from None
+        if not regular:
+            warnings.append(f"{spath}: not a regular file; skipped")
+            continue
+        text, st = _read_file(spath)
+        if not _owner_ok(st) or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            warnings.append(
+                f"{spath}: skipped, as SSSD skips it: a snippet must belong to root (or to "
+                "the user running cached) and give group and others no access, but it is "
+                f"owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}; "
+                f"run: chown root:root {spath}; chmod 600 {spath}"
+            )
+            continue
+        out.append((spath, text, st))
+    return out
+
+
+def load_config(path: str = DEFAULT_CONFIG) -> Config:
+    """Read and validate ``path`` and the snippets of the ``conf.d`` directory beside
+    it, which override it (sssd.conf(5), "CONFIGURATION SNIPPETS FROM INCLUDE
+    DIRECTORY"). Raises ConfigError with a message for the administrator."""
+    text, st = _read_file(path)
+    _check_file_permissions(path, st)
+    warnings: list[str] = []
+    ini = _Ini(path)
+    ini.read(text, path, warnings)
+    stats: dict[str, os.stat_result | None] = {path: st}
+    for spath, stext, sst in _snippets(path, warnings):
+        ini.read(stext, spath, warnings)
+        stats[spath] = sst
+    return _config(ini, stats, warnings)

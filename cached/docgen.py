@@ -128,6 +128,15 @@ def conf_page() -> str:
         "who are refused (see REFUSED SSSD OPTIONS). A bad value stops the start with the "
         "file, section, option and value at fault. A file holding `ldap_default_authtok` "
         "must be mode 0600. Defaults are SSSD 2.8.2's.",
+        "Snippets: as SSSD, the files of the `conf.d` directory beside the configuration "
+        "file (`/etc/sssd/conf.d` for `/etc/sssd/sssd.conf`) whose names end in `.conf` and "
+        "do not start with `.` are read after it, in alphabetical order; what a later file "
+        "sets overrides, and sections merge. As SSSD, a snippet not owned by root (or by "
+        "the user running cached) or giving group or others any access is skipped with a "
+        "warning. An error in a snippet names the snippet.",
+        "The configuration file must belong to root (or to the user running cached) and "
+        "not be writable by group or others, or cached does not start: whoever can write "
+        "it chooses the servers, and so every uid and group membership.",
     )
     out += [".SH OPTIONS"]
     for heading, _, table in SECTIONS:
@@ -151,6 +160,8 @@ def conf_page() -> str:
         "contrib/MIGRATING-FROM-SSSD.md says what each of them meant."
     )
     out += [".SH FILES", ".TP", f"\\fB{DEFAULT_CONFIG}\\fR", "The default configuration file."]
+    out += [".TP", roff("`conf.d/*.conf` beside the configuration file"),
+            "Snippets merged after it, in alphabetical order (see DESCRIPTION)."]  # fmt: skip
     out += [".SH SEE ALSO", "\\fBcached\\fR(8), \\fBsssd.conf\\fR(5), \\fBsssd\\-ldap\\fR(5)"]
     return "\n".join(out) + "\n"
 

@@ -4,11 +4,13 @@ cannot honour them (review of the configuration loading against SSSD 2.8.2)."""
 
 from __future__ import annotations
 
+import os
 import ssl
+from pathlib import Path
 
 import pytest
 
-from cached.config import ConfigError, parse_config
+from cached.config import ConfigError, load_config, parse_config
 from tests.unit.test_config import MINIMAL
 
 
@@ -137,3 +139,113 @@ def test_a_repeated_section_is_merged_with_a_warning() -> None:
         "<string>: line 21: [nss] option 'filter_users' is set again (first at line 7); the "
         "last value is used, as SSSD does",
     ]
+
+
+# -- conf.d snippets and file permissions (sss_ini.c sss_ini_add_snippets, access checks)
+
+
+def write_conf(tmp_path: Path, text: str = MINIMAL, mode: int = 0o600) -> Path:
+    path = tmp_path / "sssd.conf"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def snippet(tmp_path: Path, name: str, text: str, mode: int = 0o600) -> Path:
+    confd = tmp_path / "conf.d"
+    confd.mkdir(exist_ok=True)
+    path = confd / name
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_conf_d_snippets_override_the_file_in_alphabetical_order(tmp_path: Path) -> None:
+    path = write_conf(tmp_path)
+    snippet(tmp_path, "50-restrict.conf", "[domain/LDAP]\n"
+            "ldap_user_search_base = ou=People,dc=example,dc=test?subtree?(employeeType=staff)\n"
+            "[nss]\nfilter_users = root, bob\n")  # fmt: skip
+    snippet(tmp_path, "10-first.conf",
+            "[nss]\nfilter_users = overridden\nfilter_groups = root, admins\n")  # fmt: skip
+    snippet(tmp_path, ".50-hidden.conf", "[nss]\nfilter_users = hidden\n")
+    snippet(tmp_path, "60-notes.conf.rpmsave", "[nss]\nfilter_users = not a snippet\n")
+    (tmp_path / "conf.d" / "70-dir.conf").mkdir()
+    cfg = load_config(str(path))
+    assert cfg.nss.filter_users == ["root", "bob"]
+    assert cfg.nss.filter_groups == ["root", "admins"]
+    d = cfg.domain("LDAP")
+    assert d.ldap_user_search_base == "ou=People,dc=example,dc=test?subtree?(employeeType=staff)"
+    assert d.ldap_search_base == "dc=example,dc=test"  # from sssd.conf, merged
+    assert cfg.warnings == [f"{tmp_path}/conf.d/70-dir.conf: not a regular file; skipped"]
+
+
+def test_an_error_in_a_snippet_names_the_snippet(tmp_path: Path) -> None:
+    path = write_conf(tmp_path)
+    bad = snippet(tmp_path, "20-schema.conf", "[domain/LDAP]\nldap_schema = rfc2307x\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value) == (
+        f"{bad}: [domain/LDAP] ldap_schema = 'rfc2307x' is invalid: "
+        "expected one of rfc2307, rfc2307bis, ad"
+    )
+    bad.write_text("[nss]\n  filter_users root\n")
+    with pytest.raises(ConfigError, match=rf"^{bad}: line 2: cannot parse 'filter_users root'"):
+        load_config(str(path))
+
+
+def test_a_snippet_others_may_read_or_write_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    path = write_conf(tmp_path)
+    loose = snippet(tmp_path, "50-restrict.conf", "[nss]\nfilter_users = root, bob\n", 0o644)
+    cfg = load_config(str(path))
+    assert cfg.nss.filter_users == ["root"]
+    assert cfg.warnings == [
+        f"{loose}: skipped, as SSSD skips it: a snippet must belong to root (or to the user "
+        f"running cached) and give group and others no access, but it is owned by uid "
+        f"{os.geteuid()} with mode 0644; run: chown root:root {loose}; chmod 600 {loose}"
+    ]
+    loose.chmod(0o600)
+    assert load_config(str(path)).nss.filter_users == ["root", "bob"]
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files away")
+
+
+@needs_root
+def test_a_snippet_of_another_user_is_skipped(tmp_path: Path) -> None:
+    path = write_conf(tmp_path)
+    theirs = snippet(tmp_path, "50-x.conf", "[nss]\nfilter_users = root, bob\n")
+    os.chown(theirs, 65534, 65534)
+    cfg = load_config(str(path))
+    assert cfg.nss.filter_users == ["root"]
+    assert cfg.warnings[0].startswith(f"{theirs}: skipped, as SSSD skips it")
+
+
+def test_a_file_group_or_others_may_write_is_refused(tmp_path: Path) -> None:
+    path = write_conf(tmp_path, mode=0o666)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value) == (
+        f"{path}: mode 0666 lets group or others change the configuration; "
+        f"run: chmod go-w {path}"
+    )
+    path.chmod(0o620)
+    with pytest.raises(ConfigError, match="mode 0620 lets group or others change"):
+        load_config(str(path))
+    path.chmod(0o644)  # readable is fine without a password in it
+    assert load_config(str(path)).warnings == []
+
+
+@needs_root
+def test_a_file_of_another_user_is_refused_even_with_mode_0600(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        "cache_credentials = true",
+        "ldap_default_bind_dn = cn=reader,dc=example,dc=test\nldap_default_authtok = s3cret",
+    )
+    path = write_conf(tmp_path, text)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value) == (
+        f"{path}: owned by uid 65534; the configuration must belong to root (or to the user "
+        f"running cached); run: chown root:root {path}"
+    )
