@@ -258,6 +258,18 @@ NSS_OPTIONS: dict[str, Option] = {
 
 DOMAIN_OPTIONS: dict[str, Option] = {
     "id_provider": Option(_id_provider, None, "Must be `ldap`.", "(required)"),
+    "enabled": Option(
+        _bool,
+        None,
+        "As SSSD: `true` serves the domain even when `domains` does not list it (after the "
+        "listed ones), `false` never serves it, even when listed.",
+    ),
+    "domain_type": Option(
+        _choice("posix", "application"),
+        "posix",
+        "`application` domains are not served over NSS (as SSSD): such a domain, like an "
+        "`[application/NAME]` section, is left out with a warning.",
+    ),
     "ldap_uri": Option(_uri_list, [], "Servers, tried in order (failover).", "(required)"),
     "ldap_backup_uri": Option(_uri_list, [], "Servers tried after every ldap_uri failed."),
     "ldap_search_base": Option(
@@ -508,6 +520,12 @@ UNSUPPORTED: dict[str, Unsupported] = {
         lambda raw: raw.strip().lower() in ("", "permit"), _NO_ACCESS_CONTROL
     ),
     **{name: Unsupported(_is_unset, _NO_ACCESS_CONTROL) for name in _ACCESS_OPTIONS},
+    "auto_private_groups": Unsupported(
+        lambda raw: raw.strip().lower() == "false",
+        "cached serves each user's primary gid as the directory holds it and makes no group "
+        "named after the user (SSSD would answer gid = uid with such a group: primary "
+        "groups and file group owners would change); set it to false or remove it",
+    ),
     "use_fully_qualified_names": Unsupported(
         _is_false,
         "cached answers with plain names (alice, never alice@DOMAIN); set it to false or "
@@ -616,6 +634,8 @@ class NssConfig:
 class DomainConfig:
     name: str
     id_provider: str
+    enabled: bool | None
+    domain_type: str
     ldap_uri: list[str]
     ldap_backup_uri: list[str]
     ldap_search_base: str
@@ -779,6 +799,32 @@ class _Ini:
             self.origin[(current, key)] = path
 
 
+def _enabled_domains(
+    ini: _Ini, main_name: str, listed: list[str], domain_sections: dict[str, str]
+) -> list[str]:
+    """SSSD's domain list (confdb.c ``confdb_get_enabled_domain_list``): ``domains``,
+    then, domain by domain, ``enabled = true`` adds one not listed (at the end) and
+    ``enabled = false`` removes one that is; names compared case-insensitively."""
+    names = list(listed)
+    for dname, sname in domain_sections.items():
+        raw = ini.sections[sname].get("enabled")
+        if raw is None:
+            continue
+        try:
+            enabled = _bool(raw)
+        except ValueError as e:
+            raise ConfigError(
+                f"{ini.where(sname, 'enabled')}: [{sname}] enabled = {raw.strip()!r} is "
+                f"invalid: {e}"
+            ) from None
+        present = [n for n in names if n.lower() == dname.lower()]
+        if enabled and not present:
+            names.append(dname)
+        elif not enabled:
+            names = [n for n in names if n not in present]
+    return names
+
+
 def _read_section(
     ini: _Ini,
     section: str,
@@ -905,22 +951,43 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
     daemon_vals = _read_section(ini, main_name, DAEMON_OPTIONS, warnings)
     nss_vals = _read_section(ini, "nss", NSS_OPTIONS, warnings)
 
-    names: list[str] = daemon_vals["domains"]
+    domain_sections = {s[len("domain/") :]: s for s in sections if s.startswith("domain/")}
+    app_sections = {
+        s[len("application/") :]: s for s in sections if s.startswith("application/")
+    }
+    names = _enabled_domains(ini, main_name, daemon_vals["domains"], domain_sections)
     if not names:
         raise ConfigError(
             f"{ini.where(main_name, 'domains')}: [{main_name}] domains is not set; "
-            "list at least one domain"
+            "list at least one domain (or set `enabled = true` in a [domain/NAME] section)"
         )
-    domain_sections = {s[len("domain/") :]: s for s in sections if s.startswith("domain/")}
+    left_out: set[str] = set()
+    for dname in list(names):
+        sname = domain_sections.get(dname)
+        dtype = ini.sections[sname].get("domain_type", "") if sname else ""
+        if dname in app_sections or dtype.strip().lower() == "application":
+            where = ini.where(sname, "domain_type") if sname else ini.where(app_sections[dname])
+            warnings.append(
+                f"{where}: domain {dname!r} is an application domain; left out, as SSSD "
+                "does not serve application domains over NSS"
+            )
+            names.remove(dname)
+            left_out.add(dname)
+    if not names:
+        raise ConfigError(
+            f"{ini.where(main_name, 'domains')}: [{main_name}] domains lists only "
+            "application domains, which are not served over NSS; nothing to serve"
+        )
     for s in sections:
-        if s in (main_name, "nss") or s.startswith("domain/"):
+        if s in (main_name, "nss") or s.startswith(("domain/", "application/")):
             continue
         if s in IGNORED_SECTIONS:
             log.debug("%s: section [%s] is for an SSSD responder cached does not have", path, s)
         else:
             warnings.append(f"{ini.where(s)}: unknown section [{s}] is ignored")
     for dname, sname in domain_sections.items():
-        if dname not in names:
+        quiet = dname in left_out or "enabled" in ini.sections[sname]
+        if dname not in names and not quiet:
             warnings.append(
                 f"{ini.where(sname)}: [{sname}] is not listed in [{main_name}] domains; ignored"
             )

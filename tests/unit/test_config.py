@@ -103,7 +103,8 @@ def test_rfc2307_member_default_and_per_type_timeouts():
         ),
         (
             ("domains = LDAP", "domains ="),
-            "<string>: [sssd] domains is not set; list at least one domain",
+            "<string>: [sssd] domains is not set; list at least one domain (or set "
+            "`enabled = true` in a [domain/NAME] section)",
         ),
         (
             ("id_provider = ldap", "id_provider = ipa"),

@@ -249,3 +249,82 @@ def test_a_file_of_another_user_is_refused_even_with_mode_0600(tmp_path: Path) -
         f"{path}: owned by uid 65534; the configuration must belong to root (or to the user "
         f"running cached); run: chown root:root {path}"
     )
+
+
+# -- which domains are served: `enabled` (confdb.c), application domains
+
+
+STAFF = """
+[domain/STAFF]
+enabled = true
+id_provider = ldap
+ldap_uri = ldap://ldap1.example.test
+ldap_search_base = dc=example,dc=test
+ldap_user_search_base = ou=People,dc=example,dc=test?subtree?(employeeType=staff)
+"""
+
+
+def test_enabled_false_removes_a_listed_domain_and_true_adds_one() -> None:
+    text = MINIMAL + "enabled = false\n" + STAFF
+    cfg = parse_config(text)
+    assert [d.name for d in cfg.domains] == ["STAFF"]
+    assert cfg.warnings == []
+
+
+def test_enabled_true_appends_after_the_listed_domains() -> None:
+    cfg = parse_config(MINIMAL + STAFF)
+    assert [d.name for d in cfg.domains] == ["LDAP", "STAFF"]
+
+
+def test_domains_may_be_unset_when_a_domain_is_enabled() -> None:
+    text = MINIMAL.replace("domains = LDAP\n", "").replace(
+        "cache_credentials = true", "cache_credentials = true\nenabled = true"
+    )
+    assert [d.name for d in parse_config(text).domains] == ["LDAP"]
+
+
+def test_no_domain_left_is_refused() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL + "enabled = false\n")
+    assert str(e.value) == (
+        "<string>: [sssd] domains is not set; list at least one domain (or set "
+        "`enabled = true` in a [domain/NAME] section)"
+    )
+    with pytest.raises(ConfigError, match=r"\[domain/LDAP\] enabled = 'maybe' is invalid"):
+        parse_config(MINIMAL + "enabled = maybe\n")
+
+
+def test_application_domains_are_left_out_with_a_warning() -> None:
+    text = MINIMAL.replace("domains = LDAP", "domains = LDAP, appdom") + (
+        "\n[application/appdom]\ninherit_from = LDAP\n"
+    )
+    cfg = parse_config(text)
+    assert [d.name for d in cfg.domains] == ["LDAP"]
+    assert cfg.warnings == [
+        "<string>: domain 'appdom' is an application domain; left out, as SSSD does not "
+        "serve application domains over NSS"
+    ]
+    text = MINIMAL.replace("domains = LDAP", "domains = LDAP, STAFF") + STAFF.replace(
+        "enabled = true", "domain_type = application"
+    )
+    cfg = parse_config(text)
+    assert [d.name for d in cfg.domains] == ["LDAP"]
+    assert cfg.warnings == [
+        "<string>: domain 'STAFF' is an application domain; left out, as SSSD does not "
+        "serve application domains over NSS"
+    ]
+    with pytest.raises(ConfigError, match="lists only application domains"):
+        parse_config(MINIMAL + "domain_type = application\n")
+
+
+@pytest.mark.parametrize("value", ["true", "hybrid", "True"])
+def test_auto_private_groups_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL + f"auto_private_groups = {value}\n")
+    assert str(e.value) == (
+        f"<string>: [domain/LDAP] auto_private_groups = {value!r} is not supported: cached "
+        "serves each user's primary gid as the directory holds it and makes no group named "
+        "after the user (SSSD would answer gid = uid with such a group: primary groups and "
+        "file group owners would change); set it to false or remove it"
+    )
+    assert parse_config(MINIMAL + "auto_private_groups = false\n").warnings == []
