@@ -167,6 +167,21 @@ def parse_search_bases(raw: str) -> tuple[SearchBase, ...]:
     return tuple(out)
 
 
+def _search_filter(raw: str) -> str:
+    """An LDAP filter, parenthesised as the filters of search bases are."""
+    filt = raw.strip()
+    if filt and not filt.startswith("("):
+        filt = f"({filt})"
+    depth = 0
+    for ch in filt:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            break
+    if depth != 0:
+        raise ValueError(f"filter {filt!r} has unbalanced parentheses")
+    return filt
+
+
 def _search_base(raw: str) -> str:
     parse_search_bases(raw)  # validated here, so the error names the option
     return raw.strip()
@@ -283,6 +298,16 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     ),
     "ldap_group_search_base": Option(
         _search_base, "", "Base(s) of group searches, same syntax (default: search base)."
+    ),
+    "ldap_user_search_filter": Option(
+        _search_filter,
+        "",
+        "Deprecated, applied as SSSD 2.8.2 applies it: the filter of a plain "
+        "ldap_user_search_base (one DN, or the root DSE's); with the `dn?scope?filter` "
+        "syntax it is ignored (as SSSD), with a warning.",
+    ),
+    "ldap_group_search_filter": Option(
+        _search_filter, "", "Deprecated, the same for ldap_group_search_base."
     ),
     "ldap_schema": Option(
         _choice("rfc2307", "rfc2307bis", "ad"),
@@ -423,6 +448,15 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "max_id": Option(_int(0, MAX_ID), 0, "Highest uid/gid served; 0 = no limit."),
     "enumerate": Option(
         _bool, False, "Answer getpwent/getgrent with this domain's cached entries (no LDAP)."
+    ),
+    "filter_users": Option(
+        _list,
+        [],
+        "Users of this domain never answered, in addition to [nss] filter_users (as SSSD; "
+        "`name@OTHER` for another domain is ignored here).",
+    ),
+    "filter_groups": Option(
+        _list, [], "Groups of this domain never answered, in addition to [nss] filter_groups."
     ),
 }
 
@@ -641,6 +675,8 @@ class DomainConfig:
     ldap_search_base: str
     ldap_user_search_base: str
     ldap_group_search_base: str
+    ldap_user_search_filter: str
+    ldap_group_search_filter: str
     ldap_schema: str
     ldap_use_tokengroups: bool
     ldap_referrals: bool
@@ -698,6 +734,8 @@ class DomainConfig:
     min_id: int
     max_id: int
     enumerate: bool
+    filter_users: list[str]
+    filter_groups: list[str]
 
     @property
     def case_insensitive(self) -> bool:
@@ -1033,6 +1071,22 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
         for base in ("ldap_user_search_base", "ldap_group_search_base"):
             if not vals[base]:
                 vals[base] = vals["ldap_search_base"]
+        for kind in ("user", "group"):
+            opt = f"ldap_{kind}_search_filter"
+            if not vals[opt]:
+                continue
+            where = f"{ini.where(sname, opt)}: [{sname}] {opt}"
+            if "?" in vals[f"ldap_{kind}_search_base"]:
+                warnings.append(
+                    f"{where} is ignored, as SSSD ignores it, because "
+                    f"ldap_{kind}_search_base uses the base?scope?filter syntax; put the "
+                    "filter there"
+                )
+            else:
+                warnings.append(
+                    f"{where} is deprecated (applied, as SSSD does); write it into "
+                    f"ldap_{kind}_search_base as BASE?subtree?FILTER"
+                )
         if vals["max_id"] and vals["max_id"] < vals["min_id"]:
             raise ConfigError(
                 f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "

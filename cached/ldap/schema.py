@@ -64,6 +64,16 @@ def c_string(values: list[bytes] | None) -> str:
     return first(values).partition("\0")[0]
 
 
+def _with_filter(raw: str, old_filter: str) -> tuple[SearchBase, ...]:
+    """The search bases of ``raw``; a plain DN (no ``?``) gets the deprecated
+    ldap_{user,group}_search_filter as its filter, as SSSD's common_parse_search_base
+    gives it (with the ``base?scope?filter`` syntax SSSD ignores it, and so does this)."""
+    bases = parse_search_bases(raw)
+    if old_filter and len(bases) == 1 and "?" not in raw:
+        return (SearchBase(bases[0].dn, "sub", old_filter),)
+    return bases
+
+
 @dataclass(frozen=True)
 class SchemaMap:
     bis: bool  # rfc2307bis: DN members, nesting
@@ -92,6 +102,10 @@ class SchemaMap:
     user_sid: str = "objectSid"
     user_primary_group: str = "primaryGroupID"
     group_sid: str = "objectSid"
+    # The deprecated ldap_{user,group}_search_filter: the filter of a base read from
+    # the root DSE (with_default_base), as SSSD's sdap_set_search_base applies it.
+    user_search_filter: str = ""
+    group_search_filter: str = ""
 
     @classmethod
     def from_config(cls, d: DomainConfig) -> SchemaMap:
@@ -116,8 +130,10 @@ class SchemaMap:
             # (microseconds and a counter); a server without it returns nothing and the
             # modifyTimestamp rule of cached/ldap/validate.py applies alone.
             group_usn=d.ldap_group_entry_usn or ("" if d.ldap_schema == "ad" else "entryCSN"),
-            user_bases=parse_search_bases(d.ldap_user_search_base),
-            group_bases=parse_search_bases(d.ldap_group_search_base),
+            user_bases=_with_filter(d.ldap_user_search_base, d.ldap_user_search_filter),
+            group_bases=_with_filter(d.ldap_group_search_base, d.ldap_group_search_filter),
+            user_search_filter=d.ldap_user_search_filter,
+            group_search_filter=d.ldap_group_search_filter,
             # rfc2307 cannot nest (§6.1: the level is ignored there).
             nesting_level=d.ldap_group_nesting_level if d.ldap_schema != "rfc2307" else 0,
             ad=d.ldap_schema == "ad",
@@ -131,9 +147,10 @@ class SchemaMap:
         """The same map with unset search bases set to ``base`` (from the root DSE)."""
         from dataclasses import replace
 
-        dflt = (SearchBase(base),)
         return replace(
-            self, user_bases=self.user_bases or dflt, group_bases=self.group_bases or dflt
+            self,
+            user_bases=self.user_bases or (SearchBase(base, "sub", self.user_search_filter),),
+            group_bases=self.group_bases or (SearchBase(base, "sub", self.group_search_filter),),
         )
 
     @property

@@ -10,11 +10,12 @@ an older version or under an older configuration (``min_id = 0``, a shorter
   never); a user whose primary gid is out of range is not served at all (SSSD:
   "filtered out! (primary gid out of range)"), and out-of-range gids are left out of
   initgroups answers;
-* names: ``filter_users``/``filter_groups``; an entry ``name@domain`` applies to that
-  domain only (SSSD parses the domain), and in a case-insensitive domain the comparison
-  is case-folded, as the domain compares every other name. Filtered users are also left
-  out of group member lists (SSSD's filter_users_in_groups), filtered groups out of
-  initgroups answers (reference §1.6);
+* names: ``filter_users``/``filter_groups`` of [nss] and of the domain's own section
+  (both apply, as SSSD adds both to its negative cache); an entry ``name@domain``
+  applies to that domain only (SSSD parses the domain), and in a case-insensitive
+  domain the comparison is case-folded, as the domain compares every other name.
+  Filtered users are also left out of group member lists (SSSD's
+  filter_users_in_groups), filtered groups out of initgroups answers (reference §1.6);
 * output names: ``case_sensitive = false`` answers lower-case names, ``preserving`` the
   stored case (sssd.conf(5)).
 """
@@ -38,10 +39,13 @@ class ServePolicy:
         self.domains = {d.name.lower(): d for d in config.domains}
         self._filters: dict[tuple[str, Kind], frozenset[str]] = {}
         for d in config.domains:
-            for kind, names in ((Kind.USER, config.nss.filter_users),
-                                (Kind.GROUP, config.nss.filter_groups)):  # fmt: skip
+            for kind, names, own in (
+                (Kind.USER, config.nss.filter_users, d.filter_users),
+                (Kind.GROUP, config.nss.filter_groups, d.filter_groups),
+            ):
                 self._filters[(d.name, kind)] = frozenset(
-                    self._fold(d, n) for n in self._names_for(d, names)
+                    self._fold(d, n)
+                    for n in self._names_for(d, names) + self._own_names(d, own)
                 )
         # The filtered users as ``\0name\0`` to look for in member blobs (members); None
         # when a name is not ASCII (its case folding may change its length: split).
@@ -65,6 +69,21 @@ class ServePolicy:
                     out.append(name)
             else:
                 out.append(entry)  # no (known) domain: every domain
+        return out
+
+    def _own_names(self, domain: DomainConfig, entries: list[str]) -> list[str]:
+        """A domain's own filter_users/filter_groups (negcache.c
+        ``sss_ncache_prepopulate``, per-domain loop): ``name@DOMAIN`` of this domain is
+        ``name``; of another known domain SSSD takes it for a UPN, which names nobody
+        here; any other entry is the name as written."""
+        out = []
+        for entry in entries:
+            name, sep, dom = entry.rpartition("@")
+            if sep and name and dom.lower() in self.domains:
+                if dom.lower() == domain.name.lower():
+                    out.append(name)
+            else:
+                out.append(entry)
         return out
 
     @staticmethod

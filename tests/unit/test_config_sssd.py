@@ -328,3 +328,70 @@ def test_auto_private_groups_is_refused(value: str) -> None:
         "file group owners would change); set it to false or remove it"
     )
     assert parse_config(MINIMAL + "auto_private_groups = false\n").warnings == []
+
+
+# -- filters of a domain section (negcache.c), deprecated search filters (ldap_options.c)
+
+
+def test_filter_users_and_groups_in_a_domain_apply_to_that_domain() -> None:
+    from cached.model import Kind
+    from cached.responder.policy import ServePolicy
+
+    text = MINIMAL.replace("domains = LDAP", "domains = LDAP, STAFF") + (
+        "filter_users = bob, carol@LDAP, dave@STAFF\nfilter_groups = admins\n"
+    ) + STAFF.replace("enabled = true\n", "")
+    cfg = parse_config(text)
+    assert cfg.warnings == []
+    ldap, staff = cfg.domain("LDAP"), cfg.domain("STAFF")
+    assert ldap.filter_users == ["bob", "carol@LDAP", "dave@STAFF"]
+    policy = ServePolicy(cfg)
+    # [nss] filter_users = root still applies; dave@STAFF names another domain (SSSD: a
+    # UPN), so it filters nobody in LDAP; and LDAP's list does not reach STAFF.
+    assert policy.filter_names(ldap, Kind.USER) == {"root", "bob", "carol"}
+    assert policy.filter_names(ldap, Kind.GROUP) == {"root", "admins"}
+    assert policy.filter_names(staff, Kind.USER) == {"root"}
+    assert policy.filter_names(staff, Kind.GROUP) == {"root"}
+
+
+def test_deprecated_search_filters_apply_to_a_plain_base() -> None:
+    from cached.config import SearchBase
+    from cached.ldap.schema import SchemaMap
+
+    text = MINIMAL + "ldap_user_search_filter = employeeType=staff\n" \
+        "ldap_group_search_filter = (cn=users)\n"  # fmt: skip
+    cfg = parse_config(text)
+    d = cfg.domain("LDAP")
+    assert d.ldap_user_search_filter == "(employeeType=staff)"
+    s = SchemaMap.from_config(d)
+    assert s.user_bases == (SearchBase("dc=example,dc=test", "sub", "(employeeType=staff)"),)
+    assert s.group_bases == (SearchBase("dc=example,dc=test", "sub", "(cn=users)"),)
+    assert cfg.warnings == [
+        f"<string>: [domain/LDAP] ldap_{k}_search_filter is deprecated (applied, as SSSD "
+        f"does); write it into ldap_{k}_search_base as BASE?subtree?FILTER"
+        for k in ("user", "group")
+    ]
+    # A base read from the root DSE gets it too (sdap_set_search_base).
+    rootdse = SchemaMap.from_config(
+        parse_config(text.replace("ldap_search_base = dc=example,dc=test\n", "")).domain("LDAP")
+    ).with_default_base("dc=example,dc=org")
+    assert rootdse.user_bases == (SearchBase("dc=example,dc=org", "sub", "(employeeType=staff)"),)
+
+
+def test_deprecated_search_filter_with_the_base_scope_filter_syntax_is_ignored() -> None:
+    from cached.ldap.schema import SchemaMap
+
+    text = MINIMAL + (
+        "ldap_user_search_base = ou=People,dc=example,dc=test?onelevel?\n"
+        "ldap_user_search_filter = (employeeType=staff)\n"
+    )
+    cfg = parse_config(text)
+    s = SchemaMap.from_config(cfg.domain("LDAP"))
+    assert [(b.dn, b.scope, b.filter) for b in s.user_bases] == [
+        ("ou=People,dc=example,dc=test", "one", "")
+    ]
+    assert cfg.warnings == [
+        "<string>: [domain/LDAP] ldap_user_search_filter is ignored, as SSSD ignores it, "
+        "because ldap_user_search_base uses the base?scope?filter syntax; put the filter there"
+    ]
+    with pytest.raises(ConfigError, match="unbalanced parentheses"):
+        parse_config(MINIMAL + "ldap_user_search_filter = (uid=a\n")
