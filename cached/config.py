@@ -38,6 +38,27 @@ class ConfigError(Exception):
 # ValueError with a short description of what was expected.
 
 
+class NotSupported(ValueError):
+    """A value SSSD accepts that cached does not support: the message says why and
+    what to write instead (reported as "is not supported", never "is invalid")."""
+
+
+def _not_supported(
+    choices: tuple[str, ...], why: dict[str, str]
+) -> Callable[[str], str]:
+    """One of ``choices``; an SSSD value in ``why`` is refused with its reason."""
+
+    def parse(raw: str) -> str:
+        v = raw.strip().lower()
+        if v in choices:
+            return v
+        if v in why:
+            raise NotSupported(why[v])
+        raise ValueError("expected one of " + ", ".join(choices))
+
+    return parse
+
+
 def _bool(raw: str) -> bool:
     # SSSD's ini parser accepts true/false case-insensitively; yes/no/1/0 are common in
     # hand-written files, so accept them as well.
@@ -99,6 +120,17 @@ def _id_provider(raw: str) -> str:
             "`id_provider = ldap` with its `ldap_uri`, `ldap_schema = ad` and a bind DN "
             "(`ldap_default_bind_dn`, `ldap_default_authtok`); add `ldap_id_mapping = true` "
             "when the users have no uidNumber/gidNumber (SSSD's numbers)"
+        )
+    if v in ("files", "proxy", "ipa", "krb5", "local"):
+        raise NotSupported(
+            {
+                "files": "SSSD's files provider serves /etc/passwd and /etc/group, which "
+                "glibc's own `files` module answers (keep `files` before `sss` in "
+                "nsswitch.conf); remove this domain from `domains`",
+                "ipa": "cached has no IPA provider (HBAC, views, trusts); it supports "
+                "`id_provider = ldap`, with which an IPA server's users and groups can be "
+                "read as rfc2307bis",
+            }.get(v, f"cached has no {v} provider; it supports only `id_provider = ldap`")
         )
     if v != "ldap":
         raise ValueError("expected one of ldap")  # as _choice says it
@@ -310,7 +342,13 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         _search_filter, "", "Deprecated, the same for ldap_group_search_base."
     ),
     "ldap_schema": Option(
-        _choice("rfc2307", "rfc2307bis", "ad"),
+        _not_supported(
+            ("rfc2307", "rfc2307bis", "ad"),
+            {
+                "ipa": "cached has no IPA schema (no views or overrides); write "
+                "ldap_schema = rfc2307bis to read an IPA server's users and groups"
+            },
+        ),
         "rfc2307",
         "`rfc2307`, `rfc2307bis` or `ad` (Active Directory: SSSD's AD attribute names as "
         "defaults of the ldap_user_*/ldap_group_* options, objectSid, primaryGroupID, "
@@ -351,10 +389,30 @@ DOMAIN_OPTIONS: dict[str, Option] = {
     "ldap_user_primary_group": Option(_str, "primaryGroupID", "Primary group RID (ad)."),
     "ldap_group_objectsid": Option(_str, "objectSid", "Group SID attribute (ad)."),
     "ldap_default_bind_dn": Option(_str, "", "Bind DN; anonymous when unset."),
-    "ldap_default_authtok_type": Option(_choice("password"), "password", "Only `password`."),
+    "ldap_default_authtok_type": Option(
+        _not_supported(
+            ("password",),
+            {
+                "obfuscated_password": "cached does not read sss_obfuscate's obfuscated "
+                "passwords (anyone who can read the file can undo them); write the password "
+                "itself with ldap_default_authtok_type = password, in a file of mode 0600",
+            },
+        ),
+        "password",
+        "Only `password`.",
+    ),
     "ldap_default_authtok": Option(_str, "", "Bind password (the file must then be mode 0600)."),
     "ldap_sasl_mech": Option(
-        _choice("external"), "", "`EXTERNAL` for ldapi:// peer-credential binds."
+        _not_supported(
+            ("external",),
+            {
+                m: "cached binds with SASL only as EXTERNAL (ldapi:// peer credentials); "
+                "no Kerberos: bind with ldap_default_bind_dn and ldap_default_authtok instead"
+                for m in ("gssapi", "gss-spnego")
+            },
+        ),
+        "",
+        "`EXTERNAL` for ldapi:// peer-credential binds.",
     ),
     "ldap_id_use_start_tls": Option(_bool, False, "Use StartTLS on ldap:// URIs."),
     "ldap_tls_reqcert": Option(
@@ -882,6 +940,10 @@ def _read_section(
             continue
         try:
             values[name] = opt.parse(raw)
+        except NotSupported as e:
+            raise ConfigError(
+                f"{path}: [{section}] {name} = {raw.strip()!r} is not supported: {e}"
+            ) from None
         except ValueError as e:
             raise ConfigError(
                 f"{path}: [{section}] {name} = {raw.strip()!r} is invalid: {e}"
@@ -984,7 +1046,15 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
     if len(main) > 1:
         raise ConfigError(f"{path}: both [cached] and [sssd] are present; keep one of them")
     if not main:
-        raise ConfigError(f"{path}: no [cached] section (or [sssd]); it must list `domains`")
+        near = [s for s in sections if s.lower() in ("cached", "sssd")]
+        hint = (
+            f" (found [{near[0]}]: section names are case-sensitive; write [sssd])"
+            if near
+            else ""
+        )
+        raise ConfigError(
+            f"{path}: no [cached] section (or [sssd]); it must list `domains`{hint}"
+        )
     main_name = main[0]
     daemon_vals = _read_section(ini, main_name, DAEMON_OPTIONS, warnings)
     nss_vals = _read_section(ini, "nss", NSS_OPTIONS, warnings)

@@ -107,8 +107,8 @@ def test_rfc2307_member_default_and_per_type_timeouts():
             "`enabled = true` in a [domain/NAME] section)",
         ),
         (
-            ("id_provider = ldap", "id_provider = ipa"),
-            "<string>: [domain/LDAP] id_provider = 'ipa' is invalid: expected one of ldap",
+            ("id_provider = ldap", "id_provider = nis"),
+            "<string>: [domain/LDAP] id_provider = 'nis' is invalid: expected one of ldap",
         ),
         (
             ("[sssd]", "[cached]\ndomains = LDAP\n[sssd]"),

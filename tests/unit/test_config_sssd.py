@@ -395,3 +395,45 @@ def test_deprecated_search_filter_with_the_base_scope_filter_syntax_is_ignored()
     ]
     with pytest.raises(ConfigError, match="unbalanced parentheses"):
         parse_config(MINIMAL + "ldap_user_search_filter = (uid=a\n")
+
+
+# -- SSSD values cached does not support say so, and why (not "invalid")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("id_provider = ldap", "id_provider = files",
+         "id_provider = 'files' is not supported: SSSD's files provider serves /etc/passwd "
+         "and /etc/group, which glibc's own `files` module answers (keep `files` before `sss` "
+         "in nsswitch.conf); remove this domain from `domains`"),
+        ("id_provider = ldap", "id_provider = proxy",
+         "id_provider = 'proxy' is not supported: cached has no proxy provider; it supports "
+         "only `id_provider = ldap`"),
+        ("ldap_schema = rfc2307bis", "ldap_schema = IPA",
+         "ldap_schema = 'IPA' is not supported: cached has no IPA schema (no views or "
+         "overrides); write ldap_schema = rfc2307bis to read an IPA server's users and groups"),
+        ("cache_credentials = true", "ldap_sasl_mech = GSSAPI",
+         "ldap_sasl_mech = 'GSSAPI' is not supported: cached binds with SASL only as EXTERNAL "
+         "(ldapi:// peer credentials); no Kerberos: bind with ldap_default_bind_dn and "
+         "ldap_default_authtok instead"),
+        ("cache_credentials = true", "ldap_default_authtok_type = obfuscated_password",
+         "ldap_default_authtok_type = 'obfuscated_password' is not supported: cached does not "
+         "read sss_obfuscate's obfuscated passwords (anyone who can read the file can undo "
+         "them); write the password itself with ldap_default_authtok_type = password, in a "
+         "file of mode 0600"),
+    ],
+)  # fmt: skip
+def test_sssd_values_cached_does_not_support_say_why(old: str, new: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL.replace(old, new))
+    assert str(e.value) == f"<string>: [domain/LDAP] {message}"
+
+
+def test_an_uppercase_sssd_section_gets_a_hint() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL.replace("[sssd]", "[SSSD]"))
+    assert str(e.value) == (
+        "<string>: no [cached] section (or [sssd]); it must list `domains` (found [SSSD]: "
+        "section names are case-sensitive; write [sssd])"
+    )

@@ -111,7 +111,7 @@ def test_id_provider_ad_says_what_to_write_instead(tmp_path: Path) -> None:
         "`ldap_default_authtok`); add `ldap_id_mapping = true` when the users have no "
         "uidNumber/gidNumber (SSSD's numbers)\n"
     )
-    with pytest.raises(ConfigError, match=r"id_provider = 'ipa' is invalid: expected one of ldap"):
+    with pytest.raises(ConfigError, match=r"id_provider = 'ipa' is not supported: cached has no"):
         parse_config(MINIMAL.replace("id_provider = ldap", "id_provider = ipa"))
 
 
