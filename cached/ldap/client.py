@@ -926,9 +926,16 @@ class LdapClient:
                     # and slapd works on it while the entries ahead are read.
                     early.add(ahead)
                     send(pending[ahead])
-                for m in messages:
-                    if row_slots and deref.decode_row(m, row_slots):
-                        continue  # a row, put in its search's rows
+                i, count = 0, len(messages)
+                while i < count:
+                    if row_slots:
+                        # The rows from here on, put in their searches' rows, up to
+                        # the first message that is not one (deref.decode_rows).
+                        i = deref.decode_rows(messages, i, row_slots)
+                        if i == count:
+                            break
+                    m = messages[i]
+                    i += 1
                     plain = deref.decode_entry(m, _ATTR_NAMES, _ATTR_NAMES_MAX)
                     if plain is not None:
                         got = pending.get(plain[0])

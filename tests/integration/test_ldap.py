@@ -223,22 +223,21 @@ def test_searches_sent_together_give_what_each_gives_alone(slapd_small):
 
 def test_rows_are_the_entries_search_gives(slapd_small, monkeypatch):
     """client.search_rows: each entry as (DN, the values of each attribute asked, in
-    the order asked, any case), the same as search() gives, whether deref.decode_row
+    the order asked, any case), the same as search() gives, whether deref.decode_rows
     read it (small entries) or the generic reader did (entries of 130 bytes or more);
     paged (3 entries a page); bounded by max_entries like search()."""
     s = slapd_small.slapd
     client = LdapClient(make_domain([s.uri], s.base_dn, ldap_page_size=3))
     OPEN_CLIENTS.append(client)
     fast: list[bytes] = []
-    decode_row = deref.decode_row
+    decode_rows = deref.decode_rows
 
-    def counted(buf, shapes):
-        got = decode_row(buf, shapes)
-        if got:
-            fast.append(buf)
+    def counted(msgs, i, shapes):
+        got = decode_rows(msgs, i, shapes)
+        fast.extend(msgs[i:got])
         return got
 
-    monkeypatch.setattr(deref, "decode_row", counted)
+    monkeypatch.setattr(deref, "decode_rows", counted)
     filt = "(objectClass=posixAccount)"
     small = ["UID", "uidNumber", "gidnumber"]
     big = ["uid", "homeDirectory", "loginShell", "cn", "uidNumber", "description"]

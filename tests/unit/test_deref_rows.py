@@ -296,3 +296,40 @@ def test_the_layout_is_learnt_from_a_usual_row_within_a_few_tries():
     read(GOOD, never)
     assert never[7].heads == ()  # tries used up: the general loop reads every row
 
+
+
+def test_decode_rows_reads_runs_as_decode_row_reads_each_message():
+    """decode_rows: the rows of a run of messages, each as decode_row reads it (the
+    learnt layout inline, anything else by decode_row), up to the first message
+    decode_row declines, whose index it returns; nothing read past it."""
+    like = [
+        entry(attr(b"gidNumber", b"2"), attr(b"UID", b"u%d" % i), attr(b"uidNumber", b"%d" % i))
+        for i in range(5)
+    ]
+    unlike = entry(attr(b"UID", b"a"), attr(b"gidNumber", b"2"), attr(b"uidNumber", b"3"))
+    other = entry(attr(b"UID", b"b"), msgid=b"\x08")  # another search's: declined
+    bad_dn = entry(attr(b"gidNumber", b"2"), attr(b"UID", b"c"), attr(b"uidNumber", b"4"),
+                   dn=b"uid=\xff,dc=test")  # fmt: skip
+    hostile = [buf for _name, buf in _hostile()]
+    runs = [
+        [GOOD, *like],
+        [GOOD, *like[:2], unlike, *like[2:]],
+        [*like, other, *like],
+        [GOOD, bad_dn, *like],
+        *([GOOD, like[0], h, like[1]] for h in hostile),
+    ]
+    for msgs in runs:
+        one, many = _slots(), _slots()
+        want = len(msgs)
+        for k, buf in enumerate(msgs):
+            if not deref.decode_row(buf, one):
+                want = k
+                break
+        assert deref.decode_rows(msgs, 0, many) == want
+        assert many[7].rows == one[7].rows
+        assert many[7].heads == one[7].heads
+    # From an index on, and at the end.
+    shapes = _slots()
+    assert deref.decode_rows([other, GOOD, *like], 1, shapes) == 7
+    assert len(shapes[7].rows) == 6
+    assert deref.decode_rows(like, len(like), shapes) == len(like)
