@@ -1036,31 +1036,41 @@ class LdapProvider:
                 return
             self._swept = self._sweep(len(lookup))
         swept = self._swept
-        in_range = self.cfg.id_in_range
-        fast = not self.schema.ad
+        hits = list(filter(swept.__contains__, lookup))
+        if len(hits) == len(lookup):
+            lookup.clear()  # the usual: every member wanted is a swept user
+        else:
+            for k in hits:
+                del lookup[k]
+        if self.schema.ad:  # ids mapped from SIDs (cached/ldap/ad.py)
+            for k in hits:
+                known[k] = self._swept_member(swept[k])
+            return
+        # The usual user inline (one name, numeric ids in range): what _swept_member
+        # gives, without its five calls per user; the id range as two bounds, not a
+        # call of id_in_range per id, and the hits taken out of ``lookup`` at once
+        # (large01's 5,000 members: 218 M -> 213 M instructions, perf.replay).
+        lo, hi = self.cfg.id_bounds()
         # Whether each gidNumber value met is a number in range: users share a few
         # primary groups, so their 5,000 values are read a handful of times.
         gid_ok: dict[bytes, bool] = {}
-        for k in [k for k in lookup if k in swept]:
-            del lookup[k]
-            row = swept[k]
-            if fast:
-                # The usual user inline (one name, numeric ids in range): what
-                # _swept_member gives, without its five calls per user (5,000 here).
-                names, uids, gids = row[1]
-                if len(names) == 1 and uids and gids:
-                    ok = gid_ok.get(gids[0])
-                    if ok is None:
-                        try:
-                            ok = gid_ok[gids[0]] = in_range(int(gids[0]))
-                        except ValueError:
-                            ok = gid_ok[gids[0]] = False  # _swept_member says why
+        for k, row in zip(hits, map(swept.__getitem__, hits), strict=True):
+            names, uids, gids = row[1]
+            if len(names) == 1 and uids and gids:
+                ok = gid_ok.get(gids[0])
+                if ok is None:
+                    try:
+                        ok = lo <= int(gids[0]) <= hi
+                    except ValueError:
+                        ok = False  # _swept_member says why
+                    gid_ok[gids[0]] = ok
+                if ok:
                     try:
                         name, uid = names[0].decode("utf-8"), int(uids[0])
                     except ValueError:
                         pass  # not UTF-8 or not a number: _swept_member says why
                     else:
-                        if ok and "\0" not in name and in_range(uid):
+                        if lo <= uid <= hi and "\0" not in name:
                             known[k] = ("user", name)
                             continue
             known[k] = self._swept_member(row)
