@@ -276,6 +276,19 @@ def _receiving_linear(self: Any) -> list[bytes]:
         # once a message is complete (a message still arriving is never copied).
         whole = b""
         while True:
+            if need < 0 and end - pos >= 2 and buf[pos + 1] + 2 <= min(end - pos, 0x81):
+                # A run of whole messages of short-form length (the sweep's entries,
+                # 5,000 for large01) taken by this shorter loop, as the one below
+                # takes each (a cold large01: 203 M -> 200 M instructions, perf.replay).
+                if not whole:
+                    whole = bytes(buf)
+                append = messages.append
+                while pos + 2 <= end:
+                    f = whole[pos + 1]
+                    if f >= 0x80 or (nxt := pos + f + 2) > end:
+                        break
+                    append(whole[pos:nxt])
+                    pos = nxt
             if need < 0:
                 if end - pos >= 2 and buf[pos + 1] < 0x80:
                     need = buf[pos + 1] + 2  # short form: every entry of a sweep
