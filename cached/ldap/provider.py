@@ -183,10 +183,14 @@ def _names_each(values: list[bytes]) -> list[str]:
 
 
 def _int(values: list[bytes]) -> int | None:
-    try:
-        return int(values[0]) if values else None
-    except ValueError:
+    """An id as the INTEGER syntax spells it (RFC 4517 §3.3.16: ASCII digits, no sign
+    for an id, no padding); None for anything else. Python's ``int`` also takes
+    ``2_7``, ``+28`` and `` 28 `` (found in review; only a hostile server sends them,
+    slapd checks the syntax): such a value is no id, as in SSSD's strtouint32."""
+    if not values:
         return None
+    v = values[0]
+    return int(v) if v.isdigit() else None  # bytes.isdigit: ASCII digits only
 
 
 # A resolved member: ("user" | "group" | WALK, name), or None for a DN that names
@@ -1064,16 +1068,13 @@ class LdapProvider:
             if len(names) == 1 and uids and gids:
                 ok = gid_ok.get(gids[0])
                 if ok is None:
-                    try:
-                        ok = lo <= int(gids[0]) <= hi
-                    except ValueError:
-                        ok = False  # _swept_member says why
-                    gid_ok[gids[0]] = ok
-                if ok:
+                    # _int's rule (ASCII digits only); else _swept_member says why.
+                    ok = gid_ok[gids[0]] = gids[0].isdigit() and lo <= int(gids[0]) <= hi
+                if ok and uids[0].isdigit():
                     try:
                         name, uid = names[0].decode("utf-8"), int(uids[0])
                     except ValueError:
-                        pass  # not UTF-8 or not a number: _swept_member says why
+                        pass  # not UTF-8: _swept_member says why
                     else:
                         if lo <= uid <= hi and "\0" not in name:
                             known[k] = ("user", name)

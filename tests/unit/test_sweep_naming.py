@@ -34,13 +34,19 @@ def test_swept_users_named_inline_as_swept_member_names_them(tmp_path: Path) -> 
         ([], [b"10013"], [b"10000"]),
         ([b"mo"], [], [b"10000"]),
         ([b"ned"], [b"10015"], []),
-        ([b"olga"], [b"10016"], [b" 10000 "]),  # int() takes it, as _int does
+        ([b"olga"], [b"10016"], [b" 10000 "]),  # int() takes it; _int does not
+        ([b"olaf"], [b"10_019"], [b"10000"]),  # nor this (found in review)
+        ([b"oona"], [b"+10020"], [b"10000"]),
         ([b"pat"], [b"10017"], [b"0"]),
         ([b"quinn"], [b"10018"], [b"10000"]),
     ]
     swept = {f"uid={i},dc=test": (f"uid={i},dc=test", list(r)) for i, r in enumerate(rows)}
     want = {k: p._swept_member(row) for k, row in swept.items()}
     assert want["uid=0,dc=test"] == ("user", "alice") and want["uid=2,dc=test"] is None
+    # ids as the INTEGER syntax spells them, nothing int() alone would take
+    odd = [want[k] for k, (_dn, r) in swept.items()
+           if r[0][:1] in ([b"olga"], [b"olaf"], [b"oona"])]  # fmt: skip
+    assert odd == [None, None, None]
     for order in (list(swept), list(reversed(swept))):
         p._swept = {k: swept[k] for k in order}
         known: dict[str, tuple[str, str] | None] = {}
