@@ -1162,6 +1162,14 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
                     f"{where} is deprecated (applied, as SSSD does); write it into "
                     f"ldap_{kind}_search_base as BASE?subtree?FILTER"
                 )
+        if vals["enumerate"]:
+            # A documented difference (docs/compatibility.md §9.1), said where the admin
+            # looks: found in the configuration review.
+            warnings.append(
+                f"{ini.where(sname, 'enumerate')}: [{sname}] enumerate = true lists the "
+                "users and groups cached so far (those looked up), not the whole directory "
+                "as SSSD does"
+            )
         if vals["max_id"] and vals["max_id"] < vals["min_id"]:
             raise ConfigError(
                 f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "

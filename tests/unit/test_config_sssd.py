@@ -437,3 +437,13 @@ def test_an_uppercase_sssd_section_gets_a_hint() -> None:
         "<string>: no [cached] section (or [sssd]); it must list `domains` (found [SSSD]: "
         "section names are case-sensitive; write [sssd])"
     )
+
+
+def test_enumeration_says_it_lists_only_what_is_cached() -> None:
+    """Review S10: a documented difference from SSSD, said at start too."""
+    quiet = parse_config(MINIMAL)
+    assert not [w for w in quiet.warnings if "enumerate" in w]
+    cfg = parse_config(MINIMAL + "enumerate = true\n")
+    assert cfg.domains[0].enumerate
+    (w,) = [w for w in cfg.warnings if "enumerate" in w]
+    assert "cached so far" in w and "not the whole directory" in w
