@@ -116,8 +116,8 @@ class GroupView:
 
 
 #: A stored group's fields as rec.group_fields gives them: name, gid, DN, member blob,
-#: member count, member group names.
-_GroupFields = tuple[str, int, str, bytes, int, list[str]]
+#: member count, member group names, walked-only member layers (records._pack_group).
+_GroupFields = tuple[str, int, str, bytes, int, list[str], list[bytes]]
 #: Groups of one read snapshot by key: (stored bytes, fields) (see DomainCache._below).
 _Known = dict[bytes, tuple[rec.Data, _GroupFields]]
 
@@ -485,10 +485,11 @@ class DomainCache:
         key: bytes,
         member_groups: list[str],
         known: _Known | None = None,
-    ) -> Iterator[tuple[str, bytes, rec.Data | None, _GroupFields | None]]:
+    ) -> Iterator[tuple[str, bytes, rec.Data | None, _GroupFields | None, int]]:
         """The groups below the group of ``key`` (whose member groups are
         ``member_groups``) down to the nesting level (§6.2), each once, level by
-        level: (name, key, stored bytes or None, its rec.group_fields or None).
+        level: (name, key, stored bytes or None, its rec.group_fields or None, how
+        many levels below ``key`` it is, 1 for a direct member group).
 
         ``known``: groups of this same snapshot already read, by key, (stored bytes,
         fields), and where those read here are noted: a batch read
@@ -498,7 +499,7 @@ class DomainCache:
         groups = self.entries.tables["groups"]
         seen = {key}
         frontier = list(member_groups)
-        for _ in range(self.nesting_level):
+        for hop in range(1, self.nesting_level + 1):
             nxt: list[str] = []
             for gname in frontier:
                 gkey = self.key(gname)
@@ -515,7 +516,7 @@ class DomainCache:
                     fields = None if sub is None else rec.group_fields(sub)
                     if known is not None and sub is not None and fields is not None:
                         known[gkey] = (sub, fields)
-                yield gname, gkey, sub, fields
+                yield gname, gkey, sub, fields, hop
                 if fields is not None:
                     nxt.extend(fields[5])
             frontier = nxt
@@ -536,11 +537,20 @@ class DomainCache:
         sub_members = 0
         deps: list[tuple[bytes, rec.Data | None]] = []
         blobs = [own.members]
-        for _name, gkey, sub, fields in self._below(txn, bytes(key), member_groups, known):
+        for _name, gkey, sub, fields, hop in self._below(txn, bytes(key), member_groups, known):
             deps.append((gkey, sub))
             if fields is not None:
                 sub_members += fields[4]
-                blobs.append(fields[3])
+                deep, left = fields[6], self.nesting_level - hop
+                if len(deep) > left:
+                    # Its users reached through non-POSIX groups deeper than the levels
+                    # left below it are past this group's nesting level (flattened in
+                    # its record at their depth from it: provider._members).
+                    past = set(rec.split_members(b"".join(deep[left:])))
+                    kept = [m for m in rec.split_members(fields[3]) if m not in past]
+                    blobs.append("\0".join(kept).encode("utf-8") + b"\0" if kept else b"")
+                else:
+                    blobs.append(fields[3])
         # join_members of the union, from the concatenated blobs: each is sorted
         # already (a canonical record), so the sort merges runs, and dict.fromkeys
         # drops the names two groups share, keeping the order. Was a set of the names
@@ -620,7 +630,7 @@ class DomainCache:
                     if data is None:
                         continue
                     got = known[key] = (data, fields(data))
-                data, (name, gid, dn, members, count, member_groups) = got
+                data, (name, gid, dn, members, count, member_groups, _deep) = got
                 own = GroupView(name, gid, dn, members, count)
                 if member_groups and nested:
                     own = self._nested_view(txn, key, data, own, member_groups, known)
@@ -784,7 +794,7 @@ class DomainCache:
             try:
                 top, member_groups = _unpack_group(data)
                 out = [top.name]
-                for gname, _key, sub, _u in self._below(txn, self.key(top.name), member_groups):
+                for gname, _key, sub, _u, _h in self._below(txn, self.key(top.name), member_groups):
                     if sub is None:
                         return None
                     out.append(gname)
@@ -917,7 +927,7 @@ _ID_NATIVE = struct.Struct("=I")
 def _unpack_group(data: rec.Data) -> tuple[GroupView, list[str]]:
     """A stored group as (its view without its member groups, the names of its member
     groups): rec.group_fields, with no GroupRecord built."""
-    name, gid, dn, members, count, member_groups = rec.group_fields(data)
+    name, gid, dn, members, count, member_groups, _deep = rec.group_fields(data)
     return GroupView(name, gid, dn, members, count), member_groups
 
 

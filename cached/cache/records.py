@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -86,14 +86,23 @@ def encode_group(g: GroupRecord) -> bytes:
 
 
 def _pack_group(
-    name: str, gid: int, dn: str, blob: bytes, count: int, member_groups: list[str]
+    name: str, gid: int, dn: str, blob: bytes, count: int, member_groups: list[str],
+    deep: list[bytes] | None = None,
 ) -> bytes:
-    """The group record's layout (decode_group reads it), for both encoders."""
+    """The group record's layout (decode_group reads it), for both encoders. ``deep``
+    (only when not empty, so a record without it is the same bytes as before): the
+    member users reached only through non-POSIX member groups, by walk depth
+    (deep[0]: first reached one level down, ...), each a join_members blob. They are
+    in ``blob`` too (the group's own answer); a parent expanding this group from
+    ``hop`` levels above leaves out deep[nesting - hop:] (cache._expand)."""
+    if deep:
+        return msgpack.packb([FORMAT, name, gid, dn, blob, count, member_groups, deep])
     return msgpack.packb([FORMAT, name, gid, dn, blob, count, member_groups])
 
 
 def encode_group_of(
-    name: str, gid: int, dn: str, members: Collection[str], member_groups: Collection[str]
+    name: str, gid: int, dn: str, members: Collection[str], member_groups: Collection[str],
+    deep: Sequence[Collection[str]] = (),
 ) -> bytes | None:
     """The record of Group(name, gid, dn, members, member_groups): the members
     unique, sorted and joined (join_members), the member groups unique and sorted,
@@ -113,27 +122,31 @@ def encode_group_of(
     groups = sorted(set(member_groups))
     if groups and "\0" in "".join(groups):
         return None
-    return _pack_group(name, gid, dn, blob, len(unique), groups)
+    layers = [join_members(list(layer)) for layer in deep]
+    while layers and not layers[-1]:
+        layers.pop()
+    return _pack_group(name, gid, dn, blob, len(unique), groups, layers)
 
 
 def decode_group(data: Data) -> GroupRecord:
-    name, gid, dn, members, count, member_groups = group_fields(data)
+    name, gid, dn, members, count, member_groups, _deep = group_fields(data)
     return GroupRecord(name, gid, dn, members, count, tuple(member_groups))
 
 
-def group_fields(data: Data) -> tuple[str, int, str, bytes, int, list[str]]:
+def group_fields(data: Data) -> tuple[str, int, str, bytes, int, list[str], list[bytes]]:
     """A stored group's fields (name, gid, DN, member blob, member count, member group
-    names) with no GroupRecord built: the responder reads a user's 2,085 groups for
-    the memory-cache prefill after a cold initgroups, and the frozen record's
+    names, walked-only member layers: see _pack_group) with no GroupRecord built: the
+    responder reads a user's 2,085 groups for the memory-cache prefill after a cold
+    initgroups, and the frozen record's
     __init__ was 1.7 µs of the ~7 µs a group took (timeit). RecordError as
     decode_group."""
     try:
-        v, name, gid, dn, members, count, member_groups = msgpack.unpackb(data)
+        v, name, gid, dn, members, count, member_groups, *deep = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise RecordError(f"group record does not decode: {e}") from None
-    if v != FORMAT:
+    if v != FORMAT or len(deep) > 1:
         raise RecordError(f"group record has format {v}, expected {FORMAT}")
-    return name, gid, dn, members, count, member_groups
+    return name, gid, dn, members, count, member_groups, deep[0] if deep else []
 
 
 def decode_group_ident(data: Data) -> tuple[int, str, list[str]]:
@@ -141,7 +154,7 @@ def decode_group_ident(data: Data) -> tuple[int, str, list[str]]:
     refresh validation reads 2,000 of them at once, and a GroupRecord took three
     quarters of the time."""
     try:
-        v, _name, gid, dn, _members, _count, member_groups = msgpack.unpackb(data)
+        v, _name, gid, dn, _members, _count, member_groups, *_deep = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise RecordError(f"group record does not decode: {e}") from None
     if v != FORMAT or not isinstance(gid, int) or not isinstance(dn, str):

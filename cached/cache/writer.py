@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +103,8 @@ class WriteBatch:
         self.deleted_users: set[bytes] = set()
         self.deleted_groups: set[bytes] = set()
         self.read_whole: set[bytes] = set()  # keys of groups stored read whole
+        # gid -> key of the group a lookup by that gid answered (own_gid)
+        self.gid_owner: dict[int, bytes] = {}
         self.aliases: dict[bytes, bytes] = {}  # b"u"/b"g" + alias key -> entry key
         # Set by BackendCache.plan_early: groups of this batch may be committed early.
         self.early: EarlyPlan | None = None
@@ -294,17 +296,20 @@ class BackendCache(DomainCache):
         *,
         checked: bool = False,
         whole: bool = False,
+        deep: Sequence[Collection[str]] = (),
     ) -> None:
         """put_group of a Group(name, gid, dn, members, member_groups), without one
         built (the backend stores 2,085 for a cold initgroups of bigroupuser).
         ``members`` a dict or set: unique already (records.encode_group_of).
         ``checked``: storable_group(name, gid, dn) answered True for these very values
         (the provider asks it of every group it fetches), so they are not checked
-        again. ``whole``: the group was read whole (read_whole)."""
+        again. ``whole``: the group was read whole (read_whole). ``deep``: the
+        members reached only through non-POSIX member groups, by depth (in
+        ``members`` too; records._pack_group)."""
         key = self.key(name)
         if not checked and self._refused("group", name, gid, dn, key):
             return
-        record = rec.encode_group_of(name, gid, dn, members, member_groups)
+        record = rec.encode_group_of(name, gid, dn, members, member_groups, deep)
         if record is None:
             # A NUL would split one member into two in the NUL-joined list.
             limited.log(("nul-member", name), logging.WARNING,
@@ -313,6 +318,7 @@ class BackendCache(DomainCache):
             record = rec.encode_group_of(
                 name, gid, dn, [m for m in members if "\0" not in m],
                 [m for m in member_groups if "\0" not in m],
+                [[m for m in layer if "\0" not in m] for layer in deep],
             )  # fmt: skip
             assert record is not None
         if aliases:
@@ -327,6 +333,15 @@ class BackendCache(DomainCache):
         """Group ``name``, stored in this batch, was read whole (members named from
         their entries): the commit records when (``READ_WHOLE``, validate.due)."""
         batch.read_whole.add(self.key(name))
+
+    def own_gid(self, batch: WriteBatch, name: str, gid: int) -> None:
+        """Group ``name``, put in ``batch``, is the answer of a lookup by ``gid``: the
+        gid index names it after the commit, whatever other group of the batch (or
+        of the store) has that gid too. Where two groups share a gid and one is in
+        the other's closure, the one below, stored incomplete at its level, took the
+        index: getgrgid answered it with a truncated member list (found by fuzzing
+        the cold path)."""
+        batch.gid_owner[gid] = self.key(name)
 
     def touch_group(self, batch: WriteBatch, name: str, modstamp: str = "", usn: str = "") -> None:
         """The group is known unchanged (same modifyTimestamp): timestamps only."""
@@ -557,6 +572,17 @@ class BackendCache(DomainCache):
                         ts_ops.append((table, key, None))
                     if table == "groups" and tstxn.get(key, db=tsw) is not None:
                         ts_ops.append(("read_whole", key, None))
+            for gid, key in batch.gid_owner.items():
+                if key in batch.groups:
+                    if batch.groups[key][1] != gid:
+                        continue
+                elif key not in batch.touched_groups or txn.get(key, db=t["groups"]) is None:
+                    continue  # touched: stored with this very gid (validate.unchanged)
+                ikey = ID_KEY.pack(gid)
+                now_owner = next((v for tb, k, v in reversed(ops) if tb == "gid" and k == ikey),
+                                 txn.get(ikey, db=t["gid"]))  # fmt: skip
+                if now_owner != key:
+                    ops.append(("gid", ikey, key))
             ops += self._settle_drops(txn, t, ops, drops)
 
         result = WriteResult()

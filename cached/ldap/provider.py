@@ -1490,23 +1490,26 @@ class LdapProvider:
 
     def _members(
         self, k: str, g: _GroupEntry, scans: dict[str, _Scan]
-    ) -> tuple[Collection[str], Collection[str]]:
+    ) -> tuple[Collection[str], Collection[str], list[list[str]]]:
         """(member user names, member POSIX group names) of ``g``. A non-POSIX member
         group is walked through: its members count one level deeper (item 8), each
         walked group at the depth it is first reached. The scan's own dicts when
         nothing is walked through (the caller only reads them): a dict is unique,
-        so the record's encoding sorts it with no set built (encode_group_of)."""
+        so the record's encoding sorts it with no set built (encode_group_of). Third:
+        the users reached only through walked groups, by depth (deep[0]: one level
+        down): a parent that expands this group from levels above must leave the
+        deeper ones out (records._pack_group, cache._expand)."""
         s = self.schema
         if self.cfg.ignore_group_members:
-            return (), ()
+            return (), (), []
         if not s.bis:
-            return _names_each(g.entry.get(s.group_member)), ()
+            return _names_each(g.entry.get(s.group_member)), (), []
         levels = s.nesting_level
         sc = scans[k]
         if levels <= 0:
-            return sc.users, ()
+            return sc.users, (), []
         if not sc.walk:
-            return sc.users, sc.groups
+            return sc.users, sc.groups, []
         users, groups = dict(sc.users), dict(sc.groups)
         # Through a walked group, the POSIX groups below count at their depth too,
         # flattened here: named in the record, a member group is expanded as one
@@ -1520,16 +1523,26 @@ class LdapProvider:
             if child not in seen:
                 seen.add(child)
                 queue.append((child, 1))
+        # Each user at the depth it is first reached (breadth first: its least), so
+        # that a parent expanding this group from ``hop`` levels above keeps only
+        # those within its own nesting level (found by fuzzing the cold path: after
+        # an initgroups stored both, a parent listed a walked group's users one level
+        # past the nesting level, where a cold lookup of it did not).
+        deep: list[list[str]] = [[] for _ in range(levels)]
         while queue:
             cur, depth = queue.popleft()
             cs = scans[cur]
-            users.update(cs.users)
+            layer = deep[depth - 1]
+            for u in cs.users:
+                if u not in users:
+                    users[u] = None
+                    layer.append(u)
             if depth < levels:
                 for child in cs.children:
                     if child not in seen and child in scans:
                         seen.add(child)
                         queue.append((child, depth + 1))
-        return list(users), list(groups)
+        return list(users), list(groups), deep
 
     def _complete(self, found: dict[str, _GroupEntry], scans: dict[str, _Scan]) -> set[str]:
         """Groups whose member groups, down to the nesting level, were all fetched,
@@ -1623,7 +1636,7 @@ class LdapProvider:
                 if g.name in touch:
                     self.cache.touch_group(batch, g.name, g.modstamp, g.usn)
                     continue
-                users, groups = self._members(k, g, scans)
+                users, groups, deep = self._members(k, g, scans)
                 stamp = ""
                 # A non-POSIX member group's members count as the group's own (item
                 # 8): its stamp does not cover them (validate.py).
@@ -1632,7 +1645,8 @@ class LdapProvider:
                 # Every posix _GroupEntry passed storable_group in _group_entry with
                 # this name, gid and DN: not checked again (checked=True).
                 put(batch, g.name, g.gid, g.entry.dn, users, groups, stamp, g.usn, ok,
-                    _group_aliases(g, name_attr), checked=True, whole=True)  # fmt: skip
+                    _group_aliases(g, name_attr), checked=True, whole=True,
+                    deep=deep)  # fmt: skip
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
         s = self._prepare()
@@ -1679,6 +1693,10 @@ class LdapProvider:
                 self._closure(found, budget, known, [])
         with self.counters.timer(LDAP_DECODE), self.cache.write() as batch:
             self._store_groups(batch, found, known)
+            if gid is not None and top.posix:
+                # Another group of the closure may share the gid (stored below its
+                # level, incomplete): the answer is the group looked up.
+                self.cache.own_gid(batch, top.name, top.gid)
         return Result(Outcome.FOUND)
 
     def group_by_name(self, name: str) -> Result:

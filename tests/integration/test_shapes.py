@@ -56,8 +56,9 @@ def _group(cn: str, gid: int | None, members: list[str], posix: bool = True) -> 
 
 
 def _answers(tmp: Path, ldif: str, lookups: list[str], **opts: Any) -> dict[str, Any]:
-    """Each lookup ("g:name" or "i:user") in turn on one cache, its stored answer; or
-    ("c:name") a group as the cache holds it, asking nothing."""
+    """Each lookup ("g:name", "n:gid" or "i:user") in turn on one cache, its stored
+    answer (a group by gid: its name and members); or ("c:name") a group as the cache
+    holds it, asking nothing."""
     (tmp / "ldif").write_text(ldif)
     out: dict[str, Any] = {}
     with Slapd(tmp / "slapd", tmp / "ldif", "dc=t") as s:
@@ -71,6 +72,11 @@ def _answers(tmp: Path, ldif: str, lookups: list[str], **opts: Any) -> dict[str,
                     v = cache.initgroups(name).value
                     assert v is not None
                     out[lk] = sorted(array("I", v.gids))
+                elif kind == "n":
+                    assert p.group_by_gid(int(name)).outcome is Outcome.FOUND, lk
+                    g = cache.group_by_gid(int(name)).value
+                    assert g is not None
+                    out[lk] = (g.name, sorted(split_members(g.members)))
                 else:
                     if kind == "g":
                         assert p.group_by_name(name).outcome is Outcome.FOUND, lk
@@ -98,6 +104,39 @@ def test_nesting_stops_at_its_level_through_a_non_posix_group_whatever_came_befo
     got = _answers(tmp_path, ldif, [*first, "g:top"], ldap_group_nesting_level=2,
                    ldap_group_object_class="groupOfNames")  # fmt: skip
     assert got["g:top"] == ["mid"]
+
+
+@pytest.mark.parametrize("first", [[], ["i:u"]], ids=["cold", "after initgroups"])
+def test_users_below_a_walked_group_count_at_their_depth_from_each_parent(tmp_path, first):
+    """P -> Q -> N (non-POSIX) -> x, nesting level 1: x is two levels below P. Q's
+    record lists x (one level below Q, through N); once an initgroups had stored P and
+    Q together, P's answer, expanded from Q's record, listed x too (found by fuzzing
+    the cold path: the answer depended on what was looked up before)."""
+    ldif = HEAD + _user("u", 1001) + _user("x", 1002)
+    ldif += _group("N", None, [f"uid=x,{P}"], posix=False)
+    ldif += _group("Q", 4002, [f"uid=u,{P}", f"cn=N,{G}"])
+    ldif += _group("P", 4001, [f"cn=Q,{G}"])
+    lookups = [*first, "c:P" if first else "g:P", "g:Q"]
+    got = _answers(tmp_path, ldif, lookups, ldap_group_nesting_level=1,
+                   ldap_group_object_class="groupOfNames")  # fmt: skip
+    assert got[lookups[-2]] == ["u"]
+    assert got["g:Q"] == ["u", "x"]
+
+
+def test_getgrgid_answers_the_group_it_looked_up_whole(tmp_path):
+    """A and B share gid 7000 (a directory's error) and B is A's member group: the
+    lookup by gid fetched A and its closure, B stored below its level, incomplete,
+    took the gid index last, and getgrgid answered B without C's member (found by
+    fuzzing the cold path). Which of the two a gid names may depend on the order,
+    as in SSSD; the answer must be whole."""
+    ldif = HEAD + _user("v", 1001) + _user("w", 1002)
+    ldif += _group("A", 7000, [f"cn=B,{G}"])  # first: slapd returns entries in this order
+    ldif += _group("B", 7000, [f"uid=w,{P}", f"cn=C,{G}"])
+    ldif += _group("C", 7002, [f"uid=v,{P}"])
+    got = _answers(tmp_path, ldif, ["n:7000", "g:A", "g:B"], ldap_group_nesting_level=1,
+                   ldap_deref_threshold=0)  # fmt: skip
+    name, members = got["n:7000"]
+    assert members == got[f"g:{name}"], got
 
 
 def test_initgroups_never_climbs_through_an_entry_that_is_no_group(tmp_path):
