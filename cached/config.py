@@ -841,6 +841,18 @@ class _Ini:
         self.sections: dict[str, dict[str, str]] = {}  # in order of first appearance
         self.origin: dict[tuple[str, str], str] = {}  # (section, option) -> file
         self.section_origin: dict[str, str] = {}  # section -> file it first appeared in
+        # Every file that set the bind password, not only the last (its mode is checked).
+        self.secret_files: dict[str, set[str]] = {}  # section -> files
+        self._folded: dict[str, str] = {}  # a section name case-folded -> its name here
+
+    def canonical(self, name: str) -> str:
+        """A section's name as this reader keeps it: SSSD's confdb stores a section as
+        a case-insensitive ``cn``, so ``[NSS]`` is ``[nss]`` and ``[domain/LDAP]`` is
+        ``[DOMAIN/ldap]`` (found in review: ``[NSS]`` was ignored with its
+        ``filter_users``). The kind (``nss``, ``domain/``...) is lower-cased; a
+        domain's name keeps the spelling it first had."""
+        kind, slash, rest = name.partition("/")
+        return self._folded.setdefault(name.lower(), kind.lower() + slash + rest)
 
     def where(self, section: str, option: str | None = None) -> str:
         """The file that set ``option`` of ``section`` (or that holds the section)."""
@@ -859,7 +871,12 @@ class _Ini:
         current: str | None = None
         header_line: dict[str, int] = {}  # in this file
         option_line: dict[tuple[str, str], int] = {}
-        for lineno, raw_line in enumerate(text.splitlines(), 1):
+        # A leading byte-order mark is no part of the first line (editors on other
+        # systems write one). Lines end at "\n" only, as libini's: str.splitlines()
+        # also ends one at a form feed, a vertical tab, U+2028..., so a comment holding
+        # one became an option (found in review: `# retired<FF>ldap_tls_reqcert =
+        # never` turned certificate checks off for cached only).
+        for lineno, raw_line in enumerate(text.removeprefix("\ufeff").split("\n"), 1):
             line = raw_line.strip()
             if not line or line[0] in "#;":
                 continue
@@ -870,6 +887,7 @@ class _Ini:
                         f"{path}: line {lineno}: cannot parse {line!r}: a section header "
                         "is `[name]`"
                     )
+                name = self.canonical(name)
                 if name in header_line:
                     warnings.append(
                         f"{path}: line {lineno}: section [{name}] appears again (first at "
@@ -898,6 +916,8 @@ class _Ini:
             option_line[(current, key)] = lineno
             self.sections[current][key] = m["value"]
             self.origin[(current, key)] = path
+            if key == "ldap_default_authtok" and m["value"]:
+                self.secret_files.setdefault(current, set()).add(path)
 
 
 def _enabled_domains(
@@ -1051,15 +1071,7 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
     if len(main) > 1:
         raise ConfigError(f"{path}: both [cached] and [sssd] are present; keep one of them")
     if not main:
-        near = [s for s in sections if s.lower() in ("cached", "sssd")]
-        hint = (
-            f" (found [{near[0]}]: section names are case-sensitive; write [sssd])"
-            if near
-            else ""
-        )
-        raise ConfigError(
-            f"{path}: no [cached] section (or [sssd]); it must list `domains`{hint}"
-        )
+        raise ConfigError(f"{path}: no [cached] section (or [sssd]); it must list `domains`")
     main_name = main[0]
     daemon_vals = _read_section(ini, main_name, DAEMON_OPTIONS, warnings)
     nss_vals = _read_section(ini, "nss", NSS_OPTIONS, warnings)
@@ -1069,6 +1081,10 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
         s[len("application/") :]: s for s in sections if s.startswith("application/")
     }
     names = _enabled_domains(ini, main_name, daemon_vals["domains"], domain_sections)
+    # `domains` names its sections case-insensitively too (confdb's cn): a domain is
+    # called as its section spells it.
+    spelled = {d.lower(): d for d in [*domain_sections, *app_sections]}
+    names = list(dict.fromkeys(spelled.get(n.lower(), n) for n in names))
     if not names:
         raise ConfigError(
             f"{ini.where(main_name, 'domains')}: [{main_name}] domains is not set; "
@@ -1124,10 +1140,15 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
                 f"{ini.where(sname)}: [{sname}] ldap_uri is not set; give at least one server"
             )
         if vals["ldap_default_authtok"]:
+            # Every file that set it, not only the one whose value won: a password in
+            # a world-readable main file stays readable whatever a snippet sets later
+            # (found in review).
+            holders = sorted(ini.secret_files.get(sname, ()))
+            for holder in holders:
+                st = stats.get(holder)
+                if st is not None:
+                    _check_secret_permissions(holder, st, sname)
             holder = ini.where(sname, "ldap_default_authtok")
-            st = stats.get(holder)
-            if st is not None:
-                _check_secret_permissions(holder, st, sname)
             if not vals["ldap_default_bind_dn"]:
                 raise ConfigError(
                     f"{holder}: [{sname}] ldap_default_authtok is set but "
@@ -1261,6 +1282,12 @@ def _snippets(
         if not regular:
             warnings.append(f"{spath}: not a regular file; skipped")
             continue
+        if os.geteuid() != 0 and not os.access(spath, os.R_OK):
+            # A tool run by a user (cached status, getent, id) reads what it may: a
+            # snippet only root may read, as it must be, stopped them all (found in
+            # review). The daemon runs as root and reads it.
+            log.debug("%s: only root may read it; skipped (run as root to use it)", spath)
+            continue
         text, st = _read_file(spath)
         if not _owner_ok(st) or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             warnings.append(
@@ -1285,6 +1312,12 @@ def load_config(path: str = DEFAULT_CONFIG) -> Config:
     ini.read(text, path, warnings)
     stats: dict[str, os.stat_result | None] = {path: st}
     for spath, stext, sst in _snippets(path, warnings):
+        try:
+            _Ini(spath).read(stext, spath, [])  # whole, or not at all
+        except ConfigError as e:
+            # SSSD skips a snippet it cannot parse, with a log line, and starts.
+            warnings.append(f"{e}; the snippet is skipped, as SSSD skips it")
+            continue
         ini.read(stext, spath, warnings)
         stats[spath] = sst
     return _config(ini, stats, warnings)

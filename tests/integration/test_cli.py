@@ -191,6 +191,12 @@ def test_status_for_a_user_other_than_root(daemon_factory, slapd_small) -> None:
     open_the_way(d.pipes_dir / "nss")
     open_the_way(d.config_path)
     d.config_path.chmod(0o644)  # no password in it; an administrator's would be 0600
+    # A snippet only root may read, as it must be: a user's tool reads the rest (found
+    # in review: it stopped `cached status`, `getent` and `id` for every user).
+    confd = d.config_path.parent / "conf.d"
+    confd.mkdir()
+    (confd / "50-site.conf").write_text("[nss]\nfilter_users = root, alice\n")
+    (confd / "50-site.conf").chmod(0o600)
     ctl = d.pipes_dir / "private" / "control"
     r = run_python(["-m", "cached", "status", "-c", str(d.config_path)])
     assert (r.returncode, r.stderr) == (0, ""), r.stderr
