@@ -47,6 +47,7 @@ from operator import itemgetter
 
 from cached import gcpause
 from cached.cache import State, StoreWriteError
+from cached.cache.cache import Stamped
 from cached.cache.records import EXPIRED
 from cached.cache.writer import BackendCache, WriteBatch
 from cached.config import DomainConfig, SearchBase
@@ -1618,8 +1619,22 @@ class LdapProvider:
                 names = [g.name for g in same]
                 idents, late = self.cache.group_stamps(names), validate.due(self, names)
                 unchanged = validate.unchanged
+                # And only when the member groups named now are the stored ones: the
+                # group's stamp covers its member values, not what each value names.
+                # A member group deleted or renamed without referential integrity, no
+                # longer of the group class, or an entry become a group, leaves the
+                # stamp alone, and touched, the record kept expanding the old member
+                # groups though this read named the new ones (found by fuzzing the
+                # refresh: a deleted member group's users listed after expiry).
+                key, keys = self.cache.key, {g.name: k for k, g in posix.items()}
+
+                def same_below(g: _GroupEntry, held: Stamped) -> bool:
+                    named = self._members(keys[g.name], g, scans)[1]
+                    return {key(n) for n in held[4]} == {key(n) for n in named}
+
                 touch = {g.name for g in same
-                         if g.name not in late and unchanged(g, idents.get(g.name))}  # fmt: skip
+                         if g.name not in late and unchanged(g, held := idents.get(g.name))
+                         and held is not None and same_below(g, held)}  # fmt: skip
             put, name_attr = self.cache.put_group_of, self.schema.group_name
             trusted, started = validate.trusted_stamp, self.request_started
             if early is not None:

@@ -219,3 +219,23 @@ def test_a_due_whole_read_names_members_from_their_entries(directory):
     d.modify(f"cn=Doe\\, John,{PEOPLE}", uid=[(ldap3.MODIFY_REPLACE, ["john"])])
     age(cache, 400)  # G is due: read more than refresh_full_interval ago
     assert ask(p, cache, "group", "G") == d.cold("group", "G") == ("G", 3001, ["john"])
+
+
+@pytest.mark.parametrize("change", ["deleted", "non-POSIX"])
+def test_a_member_group_gone_is_seen_though_its_parents_stamp_did_not_move(directory, change):
+    """top -> g9 -> u8 (nesting 2). g9 deleted without referential integrity, or no
+    longer a POSIX group: top's entry, and so its stamp, is unchanged. After expiry
+    the lookup reads top whole (validation saw g9 change) but stored it by its stamp
+    alone, keeping g9 as its member group: u8 stayed in top (found by fuzzing the
+    refresh)."""
+    d = directory(user("uid=u8", "u8", 1008) + group("top", 104, [g("g9")])
+                  + group("g9", 3009, [u("u8")]), ldap_group_nesting_level=2)  # fmt: skip
+    p, cache = d.provider()
+    assert ask(p, cache, "group", "top") == ("top", 104, ["u8"])
+    if change == "deleted":
+        assert d.conn.delete(g("g9")), d.conn.result
+    else:
+        d.modify(g("g9"), objectClass=[(ldap3.MODIFY_DELETE, ["posixGroup"])],
+                 gidNumber=[(ldap3.MODIFY_DELETE, [])])  # fmt: skip
+    expire_all(cache)
+    assert ask(p, cache, "group", "top") == d.cold("group", "top") == ("top", 104, [])
