@@ -186,15 +186,10 @@ def parse_search_bases(raw: str) -> tuple[SearchBase, ...]:
                 f"base {i // 3 + 1}: unknown scope {parts[i + 1]!r}; "
                 "expected base, onelevel or subtree"
             )
-        if filt and not filt.startswith("("):
-            filt = f"({filt})"
-        depth = 0
-        for ch in filt:
-            depth += {"(": 1, ")": -1}.get(ch, 0)
-            if depth < 0:
-                break
-        if depth != 0:
-            raise ValueError(f"base {i // 3 + 1}: filter {filt!r} has unbalanced parentheses")
+        try:
+            filt = _search_filter(filt)
+        except ValueError as e:
+            raise ValueError(f"base {i // 3 + 1}: {e}") from None
         out.append(SearchBase(dn, _SCOPES[scope], filt))
     return tuple(out)
 

@@ -45,7 +45,7 @@ class ServePolicy:
             ):
                 self._filters[(d.name, kind)] = frozenset(
                     self._fold(d, n)
-                    for n in self._names_for(d, names) + self._own_names(d, own)
+                    for n in self._names_for(d, [*names, *own])
                 )
         # The filtered users as ``\0name\0`` to look for in member blobs (members); None
         # when a name is not ASCII (its case folding may change its length: split).
@@ -61,6 +61,10 @@ class ServePolicy:
             )
 
     def _names_for(self, domain: DomainConfig, entries: list[str]) -> list[str]:
+        """The names of ``domain`` a filter list names ([nss] and the domain's own, as
+        negcache.c ``sss_ncache_prepopulate``): ``name@DOMAIN`` of this domain is
+        ``name``; of another known domain it names nobody here (SSSD takes it for a
+        UPN there); any other entry is the name as written, in every domain."""
         out = []
         for entry in entries:
             name, sep, dom = entry.rpartition("@")
@@ -69,21 +73,6 @@ class ServePolicy:
                     out.append(name)
             else:
                 out.append(entry)  # no (known) domain: every domain
-        return out
-
-    def _own_names(self, domain: DomainConfig, entries: list[str]) -> list[str]:
-        """A domain's own filter_users/filter_groups (negcache.c
-        ``sss_ncache_prepopulate``, per-domain loop): ``name@DOMAIN`` of this domain is
-        ``name``; of another known domain SSSD takes it for a UPN, which names nobody
-        here; any other entry is the name as written."""
-        out = []
-        for entry in entries:
-            name, sep, dom = entry.rpartition("@")
-            if sep and name and dom.lower() in self.domains:
-                if dom.lower() == domain.name.lower():
-                    out.append(name)
-            else:
-                out.append(entry)
         return out
 
     @staticmethod
