@@ -45,8 +45,9 @@ def _setup_logging(level: str, role: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
 
 
-def _load(path: str) -> Config:
-    config = load_config(path)
+def _load(path: str, tool: bool = True) -> Config:
+    """The configuration; ``tool=False`` for the daemons (load_config)."""
+    config = load_config(path, tool=tool)
     for warning in config.warnings:
         log.warning("%s", warning)
     return config
@@ -68,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, "monitor")
     from cached.monitor import run_monitor
 
-    config = _load(args.config)
+    config = _load(args.config, tool=False)
     return _run(run_monitor(config, os.path.abspath(args.config), args.log_level))
 
 
@@ -77,7 +78,7 @@ def cmd_backend(args: argparse.Namespace) -> int:
     from cached.ldap.service import BackendService
     from cached.monitor import report_ready
 
-    config = _load(args.config)
+    config = _load(args.config, tool=False)
     service = BackendService(config, config.domain(args.domain))
     _run(service.run(report_ready))
     return 0
@@ -88,7 +89,7 @@ def cmd_responder(args: argparse.Namespace) -> int:
     from cached.monitor import report_ready
     from cached.responder.main import run_responder
 
-    _run(run_responder(_load(args.config), report_ready))
+    _run(run_responder(_load(args.config, tool=False), report_ready))
     return 0
 
 

@@ -1134,15 +1134,14 @@ def _config(ini: _Ini, stats: dict[str, os.stat_result | None], warnings: list[s
             raise ConfigError(
                 f"{ini.where(sname)}: [{sname}] ldap_uri is not set; give at least one server"
             )
+        # Every file that set a password, not only the one whose value won, and even
+        # when a later one empties it: a password in a world-readable main file stays
+        # readable whatever a snippet sets later (found in review).
+        for holder in sorted(ini.secret_files.get(sname, ())):
+            st = stats.get(holder)
+            if st is not None:
+                _check_secret_permissions(holder, st, sname)
         if vals["ldap_default_authtok"]:
-            # Every file that set it, not only the one whose value won: a password in
-            # a world-readable main file stays readable whatever a snippet sets later
-            # (found in review).
-            holders = sorted(ini.secret_files.get(sname, ()))
-            for holder in holders:
-                st = stats.get(holder)
-                if st is not None:
-                    _check_secret_permissions(holder, st, sname)
             holder = ini.where(sname, "ldap_default_authtok")
             if not vals["ldap_default_bind_dn"]:
                 raise ConfigError(
@@ -1253,7 +1252,7 @@ SNIPPET_NAME = re.compile(r"[^.].*\.conf")
 
 
 def _snippets(
-    path: str, warnings: list[str]
+    path: str, warnings: list[str], tool: bool = False
 ) -> list[tuple[str, str, os.stat_result]]:
     """The conf.d snippets of ``path`` as SSSD merges them: ``conf.d`` beside the file,
     names ending in ``.conf`` and not starting with ``.``, in alphabetical order. A
@@ -1277,10 +1276,11 @@ def _snippets(
         if not regular:
             warnings.append(f"{spath}: not a regular file; skipped")
             continue
-        if os.geteuid() != 0 and not os.access(spath, os.R_OK):
+        if tool and os.geteuid() != 0 and not os.access(spath, os.R_OK):
             # A tool run by a user (cached status, getent, id) reads what it may: a
             # snippet only root may read, as it must be, stopped them all (found in
-            # review). The daemon runs as root and reads it.
+            # review). The daemon never skips one: started unprivileged, it would
+            # lose what the snippet sets (TLS checks, the bind), so it stops instead.
             log.debug("%s: only root may read it; skipped (run as root to use it)", spath)
             continue
         text, st = _read_file(spath)
@@ -1296,17 +1296,19 @@ def _snippets(
     return out
 
 
-def load_config(path: str = DEFAULT_CONFIG) -> Config:
+def load_config(path: str = DEFAULT_CONFIG, *, tool: bool = False) -> Config:
     """Read and validate ``path`` and the snippets of the ``conf.d`` directory beside
     it, which override it (sssd.conf(5), "CONFIGURATION SNIPPETS FROM INCLUDE
-    DIRECTORY"). Raises ConfigError with a message for the administrator."""
+    DIRECTORY"). Raises ConfigError with a message for the administrator. ``tool``:
+    for a command other than the daemon's, which as a user skips the snippets only
+    root may read."""
     text, st = _read_file(path)
     _check_file_permissions(path, st)
     warnings: list[str] = []
     ini = _Ini(path)
     ini.read(text, path, warnings)
     stats: dict[str, os.stat_result | None] = {path: st}
-    for spath, stext, sst in _snippets(path, warnings):
+    for spath, stext, sst in _snippets(path, warnings, tool):
         try:
             _Ini(spath).read(stext, spath, [])  # whole, or not at all
         except ConfigError as e:

@@ -28,7 +28,12 @@ from cached.model import User
 # What LMDB hands back: bytes, or a memoryview with buffers=True.
 Data = bytes | memoryview
 
-FORMAT = 1  # bump when a record layout changes; older stores are rebuilt
+# Bump when a record layout changes: a store of another format is rebuilt (one cold
+# cache), whichever version finds it. 2: a group record may carry an 8th field (the
+# users reached only through non-POSIX groups, by depth); a version reading format 1
+# took such a record for damage and could neither serve nor rewrite it (found in
+# review: a downgrade).
+FORMAT = 2
 
 
 class RecordError(ValueError):
@@ -144,8 +149,10 @@ def group_fields(data: Data) -> tuple[str, int, str, bytes, int, list[str], list
         v, name, gid, dn, members, count, member_groups, *deep = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise RecordError(f"group record does not decode: {e}") from None
-    if v != FORMAT or len(deep) > 1:
+    if v != FORMAT:
         raise RecordError(f"group record has format {v}, expected {FORMAT}")
+    if len(deep) > 1:
+        raise RecordError(f"group record has {7 + len(deep)} fields, at most 8")
     return name, gid, dn, members, count, member_groups, deep[0] if deep else []
 
 
@@ -154,11 +161,13 @@ def decode_group_ident(data: Data) -> tuple[int, str, list[str]]:
     refresh validation reads 2,000 of them at once, and a GroupRecord took three
     quarters of the time."""
     try:
-        v, _name, gid, dn, _members, _count, member_groups, *_deep = msgpack.unpackb(data)
+        v, _name, gid, dn, _members, _count, member_groups, *deep = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise RecordError(f"group record does not decode: {e}") from None
     if v != FORMAT or not isinstance(gid, int) or not isinstance(dn, str):
         raise RecordError(f"group record has format {v}, expected {FORMAT}")
+    if len(deep) > 1:
+        raise RecordError(f"group record has {7 + len(deep)} fields, at most 8")
     if not isinstance(member_groups, list):
         raise RecordError("group record: member groups are not a list")
     return gid, dn, member_groups

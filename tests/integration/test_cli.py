@@ -198,6 +198,11 @@ def test_status_for_a_user_other_than_root(daemon_factory, slapd_small) -> None:
     (confd / "50-site.conf").write_text("[nss]\nfilter_users = root, alice\n")
     (confd / "50-site.conf").chmod(0o600)
     ctl = d.pipes_dir / "private" / "control"
+    # The daemon itself never skips it: started as a user, it stops (found in review:
+    # it would lose what the snippet sets, TLS checks or the bind).
+    r = run_python(["-c", "import sys; from cached.config import load_config; "
+                    "load_config(sys.argv[1])", str(d.config_path)])  # fmt: skip
+    assert r.returncode != 0 and "50-site.conf: cannot read" in r.stderr, r.stderr
     r = run_python(["-m", "cached", "status", "-c", str(d.config_path)])
     assert (r.returncode, r.stderr) == (0, ""), r.stderr
     assert r.stdout.splitlines()[0] == (

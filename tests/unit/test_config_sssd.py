@@ -480,3 +480,14 @@ def test_a_password_in_a_readable_file_is_refused_whatever_a_snippet_sets(tmp_pa
         load_config(str(path))
     path.chmod(0o600)
     assert load_config(str(path)).domains[0].ldap_default_authtok == "new"
+
+
+def test_a_password_emptied_by_a_snippet_is_still_a_password_in_a_readable_file(
+    tmp_path: Path,
+) -> None:
+    """Found in review: the check ran only when the final value was set."""
+    path = write_conf(tmp_path, MINIMAL + "ldap_default_bind_dn = cn=b\n"
+                      "ldap_default_authtok = secret\n", mode=0o644)  # fmt: skip
+    snippet(tmp_path, "10-pw.conf", "[domain/LDAP]\nldap_default_authtok =\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: "):
+        load_config(str(path))
