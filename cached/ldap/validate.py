@@ -137,14 +137,19 @@ def _level(
 
 
 def walk_stamps(
-    p: LdapProvider, user: User, primary: int | None = None
+    p: LdapProvider,
+    user: User,
+    primary: int | None = None,
+    via: dict[str, list[set[str]]] | None = None,
 ) -> tuple[dict[str, _GroupEntry], set[str], _GroupEntry | None]:
     """The groups above ``user`` (rfc2307bis: level by level to the nesting level, as
     the full walk; rfc2307: the ``memberUid`` search), stamps only; with ``primary``,
     the stamp of the group of that gid too, searched alongside the first level (one
     round trip: ``search_many``), apart so that its entry is not taken for a
     membership. Returns ({DN key: group, POSIX or walked through}, keys of the POSIX
-    ones, the primary group or None)."""
+    ones, the primary group or None). ``via``, when given, gets for each group found
+    above the first level the DN keys of each level's searched groups it was found
+    by (it lists one of them at least: :func:`unexplained`)."""
     from cached.ldap.provider import WALK
 
     s = p.schema
@@ -181,8 +186,11 @@ def walk_stamps(
             entries, rest = _level(p, items, attrs, extra, paged=level == 0)
             if extra:
                 prim, extra = _primary(p, rest, primary), []
+            searched = {normalize_dn(dn) for dn in up} if level else None
             for e in entries:
                 k = normalize_dn(e.dn)
+                if searched is not None and via is not None:
+                    via.setdefault(k, []).append(searched)
                 g = p._group_entry(e, WALK)
                 if g is None:
                     continue
@@ -216,7 +224,8 @@ def refresh_initgroups(
     the user's primary gid when its group is missing or expired in the cache (§6.3
     step 5), validated by stamp like the groups of the walk."""
     s = p.schema
-    walk, mine, prim = walk_stamps(p, user, primary)
+    via: dict[str, list[set[str]]] = {}
+    walk, mine, prim = walk_stamps(p, user, primary, via)
     posix = {k: g for k, g in walk.items() if g.posix}
     if prim is not None:
         # Validated like the others: `id` asks for it next, and finds it valid.
@@ -227,6 +236,7 @@ def refresh_initgroups(
     p._from_entries = bool(late)  # a whole read names members from their entries
     stale = {k for k, g in posix.items()
              if not unchanged(g, stored.get(g.name)) or g.name in late}  # fmt: skip
+    stale |= unexplained(p, walk, posix, stale, stored, via)
     stale |= stale_below(p, posix, stale, stored)
 
     p.counters.add(VALIDATE, 1, 0.0, len(posix))
@@ -245,6 +255,35 @@ def refresh_initgroups(
     # groups below them.
     p.counters.add(VALIDATE_FETCHED, 0, 0.0, len(full))
     store_validated(p, user, entries, posix, stale, full, known, mine)
+
+
+def unexplained(
+    p: LdapProvider,
+    walk: dict[str, _GroupEntry],
+    posix: dict[str, _GroupEntry],
+    stale: set[str],
+    stored: dict[str, Stamped],
+    via: dict[str, list[set[str]]],
+) -> set[str]:
+    """The groups of a validated initgroups (by DN key) that the walk found above a
+    level of groups none of which their stored record lists: found by a search for
+    groups listing one of those DNs, they list one, so the record misses a member
+    group — a value that named no group when it was stored and names one now (an
+    entry made a group, or a group created at a dangling DN), which the group's own
+    stamp does not see. Fetched whole, the parent names it; touched, it kept its old
+    answer while ``id`` of a member, walking up through the new group, listed it
+    (found by fuzzing the refresh). Local, no search; a group that also lists one of
+    its stored member groups on that level is not seen (docs/compatibility.md §9.2)."""
+    keyof = p.cache.key
+    dn_of = {keyof(g.name): k for k, g in walk.items() if g.name}
+    out = set()
+    for k, levels in via.items():
+        if k in stale or k not in posix or (t := stored.get(posix[k].name)) is None:
+            continue
+        below = {dn_of.get(keyof(n)) for n in t[4]}
+        if any(below.isdisjoint(searched) for searched in levels):
+            out.add(k)
+    return out
 
 
 def stale_below(

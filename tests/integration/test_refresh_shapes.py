@@ -38,10 +38,12 @@ def user(rdn: str, uid: str, number: int) -> str:
             f"homeDirectory: /home/{uid}\n\n")  # fmt: skip
 
 
-def group(cn: str, gid: int, members: list[str]) -> str:
-    return (f"dn: cn={cn},{GROUPS}\nobjectClass: groupOfNames\nobjectClass: posixGroup\n"
-            f"cn: {cn}\ngidNumber: {gid}\n" + "".join(f"member: {m}\n" for m in members)
-            + "\n")  # fmt: skip
+def group(cn: str, gid: int | None, members: list[str]) -> str:
+    """A group; without a gid, a groupOfNames only: no group under the default
+    ldap_group_object_class (posixGroup)."""
+    posix = f"objectClass: posixGroup\ngidNumber: {gid}\n" if gid is not None else ""
+    return (f"dn: cn={cn},{GROUPS}\nobjectClass: groupOfNames\n{posix}cn: {cn}\n"
+            + "".join(f"member: {m}\n" for m in members) + "\n")  # fmt: skip
 
 
 def u(name: str) -> str:
@@ -239,3 +241,25 @@ def test_a_member_group_gone_is_seen_though_its_parents_stamp_did_not_move(direc
                  gidNumber=[(ldap3.MODIFY_DELETE, [])])  # fmt: skip
     expire_all(cache)
     assert ask(p, cache, "group", "top") == d.cold("group", "top") == ("top", 104, [])
+
+
+@pytest.mark.parametrize("expire", [invalidate, expire_all], ids=["-E", "expiry"])
+def test_an_entry_that_becomes_a_group_below_a_parent_is_seen_by_the_walk(directory, expire):
+    """g5 -> g1 -> g2 -> u7 (nesting 2), g2 an entry of no group class until it is made
+    a POSIX group: no stamp of g1 or g5 moves. The refresh of u7's groups finds g1
+    above g2, which g1's stored record does not list: g1 is read whole (before, it was
+    touched, and g1 and g5 answered without u7 while `id u7` listed them; found by
+    fuzzing the refresh)."""
+    d = directory(user("uid=u7", "u7", 1007) + group("g5", 3005, [g("g1")])
+                  + group("g1", 3001, [g("g2")]) + group("g2", None, [u("u7")]),
+                  ldap_group_nesting_level=2)  # fmt: skip
+    p, cache = d.provider()
+    assert ask(p, cache, "init", "u7") == [5000]
+    assert ask(p, cache, "gid", "3005") == ("g5", 3005, [])
+    assert ask(p, cache, "group", "g1") == ("g1", 3001, [])
+    d.modify(g("g2"), objectClass=[(ldap3.MODIFY_ADD, ["posixGroup"])],
+             gidNumber=[(ldap3.MODIFY_ADD, ["3002"])])  # fmt: skip
+    expire(cache)
+    assert ask(p, cache, "init", "u7") == d.cold("init", "u7") == [3001, 3002, 3005, 5000]
+    assert ask(p, cache, "gid", "3005") == d.cold("gid", "3005") == ("g5", 3005, ["u7"])
+    assert ask(p, cache, "group", "g1") == d.cold("group", "g1") == ("g1", 3001, ["u7"])
