@@ -723,24 +723,23 @@ class LdapProvider:
         )
         return [g for e in entries if (g := self._group_entry(e)) is not None]
 
-    def _groups_by_name(self, names: list[str]) -> list[_GroupEntry]:
-        """POSIX groups by name, whole, in ORs of up to BATCH names; an answer a
-        server's size limit cuts is split (_split_search_many), as the walk's are. The
-        refresh's fetch of changed groups and _vanished's re-read of groups left went
-        as one OR unsplit: with more of them than the limit the refresh failed at every
-        lookup, where a cold one succeeds (found by fuzzing the refresh, slapd
-        ``sizelimit 5``)."""
+    def _jobs_by_name(self, names: list[str], attrs: list[str]) -> list[_Job]:
+        """Searches of groups by name under the group bases, ORs of up to BATCH names
+        (``g`` items: _round_filter asks for the group class), for _split_search_many:
+        the refresh's stamps and whole groups, and changed_since_read."""
         s = self.schema
-        attrs = s.group_attrs(members=not self.cfg.ignore_group_members)
-        items = [("g", n) for n in names]  # names: build escapes them
-        jobs: list[_Job] = [
-            (s.group_bases, items[i : i + BATCH], attrs, None) for i in range(0, len(items), BATCH)
-        ]
+        items = [("g", f"({s.group_name}={escape(n)})") for n in names]
+        return [(s.group_bases, items[i : i + BATCH], attrs, None)
+                for i in range(0, len(items), BATCH)]  # fmt: skip
 
-        def build(chunk: list[tuple[str, str]]) -> str:
-            return s.group_filter(s.any_of(s.group_name, [n for _k, n in chunk]))
-
-        got = self._split_search_many(jobs, build)
+    def _groups_by_name(self, names: list[str]) -> list[_GroupEntry]:
+        """POSIX groups by name, whole; an answer a server's size limit cuts is split
+        (_split_search_many), as the walk's are. The refresh's fetch of changed groups
+        and _vanished's re-read of groups left went as one OR unsplit: with more of
+        them than the limit the refresh failed at every lookup, where a cold one
+        succeeds (found by fuzzing the refresh, slapd ``sizelimit 5``)."""
+        attrs = self.schema.group_attrs(members=not self.cfg.ignore_group_members)
+        got = self._split_search_many(self._jobs_by_name(names, attrs), self._round_filter)
         return [g for entries in got for e in entries if (g := self._group_entry(e)) is not None]
 
     def _in_bases(self, key: str, bases: tuple[SearchBase, ...]) -> bool:

@@ -62,7 +62,7 @@ from cached.counters import (
     VALIDATE_FETCHED,
 )
 from cached.dn import normalize_dn
-from cached.ldap.schema import BATCH, assertions, escape, first
+from cached.ldap.schema import BATCH, assertions, first
 
 if TYPE_CHECKING:
     from cached.cache.cache import Stamped
@@ -336,13 +336,10 @@ def _not_unchanged(p: LdapProvider, names: list[str]) -> set[str]:
 
 
 def _by_name(p: LdapProvider, names: list[str]) -> list[_Job]:
-    """Stamp searches of these groups by name under the group bases, up to BATCH
-    names each: unpaged, they go out together (one round trip), answers of one entry
-    per name; a size limit cuts them as it cuts paged ones, and the split handles it."""
-    s = p.schema
-    items = [("g", f"({s.group_name}={escape(n)})") for n in names]
-    attrs = stamp_attrs(p)
-    return [(s.group_bases, items[i : i + BATCH], attrs, None) for i in range(0, len(items), BATCH)]
+    """Stamp searches of these groups by name: unpaged, they go out together (one
+    round trip), answers of one entry per name; a size limit cuts them as it cuts
+    paged ones, and the split handles it."""
+    return p._jobs_by_name(names, stamp_attrs(p))
 
 
 def _unchanged_keys(
@@ -487,11 +484,7 @@ def changed_since_read(p: LdapProvider, found: dict[str, _GroupEntry]) -> set[st
     s = p.schema
     by_values = s.ad or not all(g.usn for g in suspects.values())
     attrs = stamp_attrs(p) + ([s.group_member] if by_values else [])
-    names = sorted({g.name for g in suspects.values() if g.name})
-    items = [("g", f"({s.group_name}={escape(n)})") for n in names]
-    jobs: list[_Job] = [
-        (s.group_bases, items[i : i + BATCH], attrs, None) for i in range(0, len(items), BATCH)
-    ]
+    jobs = p._jobs_by_name(sorted({g.name for g in suspects.values() if g.name}), attrs)
     # A non-POSIX group without a name (walked through): its own base search.
     jobs += [((SearchBase(g.entry.dn, "base"),), [("x", "(objectClass=*)")], attrs, None)
              for g in suspects.values() if not g.name]  # fmt: skip
