@@ -53,11 +53,13 @@ from cached.ifp.paths import (
     user_path,
 )
 from cached.model import User
+from cached.ratelimit import RateLimitedLog
 from cached.responder.admin import INVALIDATE_KINDS, Admin
 from cached.responder.flow import GETGRGID, GETGRNAM, GETPWNAM, GETPWUID, INITGR, Found
 from cached.responder.policy import ServePolicy
 
 log = logging.getLogger(__name__)
+limited = RateLimitedLog(log)
 
 # Stats in the one counters registry (docs/ARCHITECTURE.md, invariant 6).
 
@@ -233,10 +235,17 @@ class Dispatcher:
     async def _require_root(self, caller_uid: CallerUid, sender: str | None, what: str) -> None:
         uid = await caller_uid(sender)
         if uid != 0:
-            self.stats.denied += 1
-            COUNTERS.add(IFP_DENIED)
-            log.info("refused %s to D-Bus caller %s (uid %s)", what, sender, uid)
-            raise IfpError(i.ERR_ACCESS_DENIED, f"{what} is allowed to root only")
+            raise self.refusal(what, sender, uid)
+
+    def refusal(self, what: str, sender: str | None, uid: int | None) -> IfpError:
+        """The answer to a root-only method ``what`` (interface.member) called by
+        another uid, counted and logged (at most a line a minute per uid: any user can
+        loop these)."""
+        self.stats.denied += 1
+        COUNTERS.add(IFP_DENIED)
+        limited.log(("denied", uid), logging.INFO, "refused %s to D-Bus caller %s (uid %s)",
+                    what, sender, uid)  # fmt: skip
+        return IfpError(i.ERR_ACCESS_DENIED, f"{what} is allowed to root only")
 
     # -- introspection and properties --------------------------------------------------
 

@@ -57,9 +57,17 @@ MAX_INFLIGHT = 64
 # The root-only methods (invalidation, counters, status, the two refreshes) have a
 # budget of their own: public lookups held by a slow directory, any local user's, must
 # not make the administrator's calls answer "too many calls" (found in review). A
-# non-root caller of one is refused after one question to the bus, so a flood of those
-# holds each slot for a bus round trip only.
+# non-root caller of one is refused after one question to the bus, asked once per
+# connection (MAX_KNOWN_UIDS), so a flood of those holds each slot for an event-loop
+# turn, and a new connection's first call for a bus round trip.
 MAX_ADMIN_INFLIGHT = 8
+# The uids the bus gave for callers, kept for our connection to the bus: unique names
+# are never reused on a bus (D-Bus specification, "Bus Names") and a connection's uid is
+# fixed when it authenticates. So a caller refused once is refused again without a
+# question to the bus (found in review: a user looping root-only calls on one
+# connection kept the 8 admin slots busy, each for a round trip). Bounded: the oldest
+# is forgotten first, and asked again if it calls again.
+MAX_KNOWN_UIDS = 4096
 # Waiting for the bus to acknowledge our disconnect at shutdown.
 CLOSE_TIMEOUT = 2.0
 RECONNECT_MIN = 1.0
@@ -148,6 +156,10 @@ class IfpService:
         # Calls being served: public ones, and root-only ones (budgets above).
         self._inflight: set[asyncio.Task[None]] = set()
         self._admin_inflight: set[asyncio.Task[None]] = set()
+        # Callers' uids on ``self.bus`` (the question to the bus, asked once for the
+        # calls of a caller that arrive together); questions asked of the bus.
+        self._uids: dict[str, asyncio.Future[int | None]] = {}
+        self.uid_queries = 0
         self._watcher: asyncio.Task[None] | None = None
         self._closing = False
         dispatcher.extra_status = self.status
@@ -159,6 +171,7 @@ class IfpService:
             "unique_name": None if self.bus is None else self.bus.unique_name,
             "reconnects": self.reconnects,
             "inflight": len(self._inflight) + len(self._admin_inflight),
+            "uid_queries": self.uid_queries,
         }
 
     async def open(self) -> None:
@@ -175,6 +188,7 @@ class IfpService:
         except BaseException:
             _dispose(bus)
             raise
+        self._forget_uids()  # unique names are per bus daemon
         self.bus = bus
         self._watcher = asyncio.ensure_future(self._watch(bus))
         log.info("D-Bus interface %s on %s as %s", BUS_NAME, self.address, bus.unique_name)
@@ -190,6 +204,7 @@ class IfpService:
         if self._closing:
             return
         self.bus = None
+        self._forget_uids()
         for task in self._serving():
             task.cancel()  # their replies cannot reach anyone now
         log.warning("D-Bus connection to %s lost (%s); reconnecting", self.address, error)
@@ -207,6 +222,7 @@ class IfpService:
 
     async def close(self) -> None:
         self._closing = True
+        self._forget_uids()
         serving = self._serving()
         for task in serving:
             task.cancel()
@@ -245,6 +261,13 @@ class IfpService:
         if msg.interface == i.PEER:
             return False  # dbus-next answers Ping and GetMachineId itself
         admin = i.root_only(msg.interface, msg.member)
+        uid = self._known_uid(bus, msg.sender) if admin and msg.interface is not None else None
+        if uid is not None and uid != 0:
+            # A caller known not to be root: refused now, without a slot (a user's
+            # burst of them would fill the slots before any is answered).
+            refused = self.dispatcher.refusal(f"{msg.interface}.{msg.member}", msg.sender, uid)
+            self._reply(bus, msg, Message.new_error(msg, refused.name, refused.text))
+            return True
         pool, limit = (
             (self._admin_inflight, MAX_ADMIN_INFLIGHT) if admin else (self._inflight, MAX_INFLIGHT)
         )
@@ -295,9 +318,44 @@ class IfpService:
         sent.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     async def _caller_uid(self, bus: Any, sender: str | None) -> int | None:
-        """The caller's uid, from the bus daemon (the only party that knows it)."""
+        """The caller's uid, from the bus daemon (the only party that knows it), asked
+        once per caller (MAX_KNOWN_UIDS); a question that got no uid is asked again."""
         if sender is None or not bus.connected:
             return None
+        if bus is not self.bus:
+            return await self._ask_uid(bus, sender)
+        known = self._uids
+        asked = known.get(sender)
+        if asked is None:
+            if len(known) >= MAX_KNOWN_UIDS:
+                del known[next(iter(known))]
+            asked = known[sender] = asyncio.ensure_future(self._ask_uid(bus, sender))
+
+            def keep_only_uids(f: asyncio.Future[int | None]) -> None:
+                if (f.cancelled() or f.exception() is not None or f.result() is None) and (
+                    known.get(sender) is f
+                ):
+                    del known[sender]
+
+            asked.add_done_callback(keep_only_uids)
+        # Shielded: one caller's call cancelled does not cancel the question the
+        # others wait for.
+        return await asyncio.shield(asked)
+
+    def _known_uid(self, bus: Any, sender: str | None) -> int | None:
+        """The uid the bus gave for ``sender``, when it has answered already."""
+        asked = self._uids.get(sender or "") if bus is self.bus else None
+        if asked is None or not asked.done() or asked.cancelled() or asked.exception():
+            return None
+        return asked.result()
+
+    def _forget_uids(self) -> None:
+        for asked in self._uids.values():
+            asked.cancel()
+        self._uids = {}
+
+    async def _ask_uid(self, bus: Any, sender: str) -> int | None:
+        self.uid_queries += 1
         query = Message(
             destination="org.freedesktop.DBus",
             path="/org/freedesktop/DBus",

@@ -37,6 +37,7 @@ from cached.ifp.paths import (
     user_path,
 )
 from cached.ifp.service import MAX_INFLIGHT
+from testing.asuser import run_python
 from testing.checks import wait_for
 from testing.daemon import CachedDaemon
 from testing.faultproxy import FaultProxy
@@ -478,6 +479,49 @@ def test_admin_is_root_only(
     st = json.loads(status)
     assert st["dbus"]["connected"] is True
     assert st["dbus"]["denied"] >= 4
+
+
+# One connection of uid 65534 sends root-only calls: first one, then a burst that all
+# arrive before any is answered. Prints the error names of the replies.
+_REFUSED_CALLS = """
+import asyncio, sys
+from dbus_next import Message
+from dbus_next.aio import MessageBus
+
+async def main(address, burst, service, path, interface):
+    bus = await MessageBus(bus_address=address).connect()
+    def counters():
+        return bus.call(Message(destination=service, path=path, interface=interface,
+                                member="Counters"))
+    replies = [await counters()]
+    replies += await asyncio.gather(*(counters() for _ in range(burst)))
+    print(" ".join(r.error_name or "returned" for r in replies))
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:]))
+"""
+
+
+def test_a_refused_caller_is_refused_again_without_asking_the_bus(
+    ifp_small: CachedDaemon, bus: DBusDaemon
+) -> None:
+    """Found in review: each root-only call of a non-root caller asked the bus daemon for
+    the caller's uid and held one of the 8 admin slots for that round trip, so a user
+    looping them on one connection kept root's calls short of slots. The uid is asked
+    once per connection, also for calls that arrive together."""
+
+    def queries() -> int:
+        # Root's call asks for root's uid first (busctl: a new connection per call).
+        (status,) = call(bus, IFP, I_ADMIN, "Status")
+        return int(json.loads(status)["dbus"]["uid_queries"])
+
+    burst = 40
+    before = queries()
+    r = run_python(["-c", _REFUSED_CALLS, bus.address, str(burst), SERVICE, IFP, I_ADMIN])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [ACCESS_DENIED] * (burst + 1)
+    # One question for uid 65534's connection, one for root's second Status call.
+    assert queries() - before == 2
+    assert "Traceback" not in ifp_small.log_text()
 
 
 def test_a_flood_of_lookups_leaves_the_admin_calls_their_own_budget(
