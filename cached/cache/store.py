@@ -92,6 +92,16 @@ def _open_env(
     return env
 
 
+def open_here(path: str) -> bool:
+    """Whether this process has the store at ``path`` open (liblmdb allows one
+    environment per file and process; py-lmdb refuses a second)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) in _ENVS
+
+
 def _release_env(env: lmdb.Environment) -> None:
     for key, (e, refs) in list(_ENVS.items()):
         if e is env:

@@ -263,6 +263,47 @@ def test_timestamp_store_damage_with_the_daemon_loses_nothing(
     assert verify_entry_store(d.db_dir).users == len(exp.user_names())
 
 
+@pytest.mark.parametrize("damage", ["truncated", "pages-zeroed", "garbage"])
+def test_entry_store_damage_is_set_aside_and_the_daemon_starts_empty(
+    daemon_factory, slapd_small_fresh, damage
+):
+    """Found in review: a truncated or garbled entry store stopped `cached serve` from
+    starting at all (the backend died of SIGBUS or MDB_CORRUPTED opening it). The
+    backend walks it at start in a child process; a damaged one is moved aside, and the
+    daemon starts with an empty cache and answers from the directory."""
+    exp = slapd_small_fresh.expected
+    d: CachedDaemon = daemon_factory(slapd_small_fresh, **FAST_FAILOVER)
+    want = expected_answers(exp)
+    assert served_answers(d, exp) == want
+    entry_path, _ = cache_paths(str(d.db_dir), DOMAIN)
+    assert d.stop() == 0
+    size = os.path.getsize(entry_path)
+    if damage == "truncated":
+        os.truncate(entry_path, size // 2)
+    elif damage == "pages-zeroed":  # the meta pages intact, the tree's pages gone
+        with open(entry_path, "r+b") as f:
+            f.seek(size // 2)
+            f.write(bytes(size - size // 2))
+    else:
+        Path(entry_path).write_bytes(random.Random(5).randbytes(size))
+    damaged = Path(entry_path).read_bytes()
+
+    d.start()
+    log = d.log_text()
+    assert f"{entry_path}: entry store " in log, log[-2000:]
+    assert f"moved to {entry_path}.damaged, starting with an empty cache" in log
+    assert Path(entry_path + ".damaged").read_bytes() == damaged  # kept as it was
+    assert cache_states(d, exp) == {State.MISSING}
+    assert served_answers(d, exp) == want
+    assert "Traceback" not in log
+    # Stored again, and the next start walks the new store without a word.
+    assert verify_entry_store(d.db_dir).users == len(exp.user_names())
+    assert d.stop() == 0
+    d.start()
+    assert d.log_text().count("starting with an empty cache") == 1
+    assert cache_states(d, exp) == {State.VALID}
+
+
 # == a full filesystem ===================================================================
 
 

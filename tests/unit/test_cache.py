@@ -10,6 +10,7 @@ import time
 from array import array
 from pathlib import Path
 
+import lmdb
 import pytest
 
 from cached.cache import DomainCache, State, cache_paths, classify, integrity
@@ -843,3 +844,42 @@ def test_a_store_of_the_previous_record_format_is_rebuilt_empty(tmp_path, caplog
         assert f"record format 1, this version writes {rec.FORMAT}" in caplog.text
     finally:
         c.close(clean=True)
+
+
+# -- the entry store's walk at start (integrity.entry_store_damage) ------------------------
+
+
+def _store_with_a_record(path: Path) -> str:
+    env = lmdb.open(str(path), subdir=False, max_dbs=16)
+    with env.begin(write=True) as txn:
+        txn.put(b"u1", b"record", db=env.open_db(b"users", txn=txn))
+    env.close()
+    return str(path)
+
+
+def test_entry_store_walk_passes_a_sound_store(tmp_path: Path) -> None:
+    assert integrity.entry_store_damage(_store_with_a_record(tmp_path / "e.lmdb")) == ""
+
+
+def test_entry_store_walk_that_dies_or_hangs_is_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """liblmdb may crash or loop on a damaged file: the walk runs in a child process,
+    whose death by a signal, or which outlives WALK_TIMEOUT, tells the store is damaged
+    (and the backend lives on)."""
+    path = _store_with_a_record(tmp_path / "e.lmdb")
+
+    def crash(_path: str) -> str:
+        os.kill(os.getpid(), signal.SIGBUS)
+        return ""
+
+    monkeypatch.setattr(integrity, "_walk", crash)
+    assert integrity.entry_store_damage(path) == "entry store walk died of SIGBUS"
+
+    def hang(_path: str) -> str:
+        time.sleep(60)
+        return ""
+
+    monkeypatch.setattr(integrity, "_walk", hang)
+    monkeypatch.setattr(integrity, "WALK_TIMEOUT", 0.2)
+    assert integrity.entry_store_damage(path) == "entry store walk did not end in 0.2 s"
