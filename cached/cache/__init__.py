@@ -7,6 +7,7 @@ the backend's alone, imported from ``cached.cache.writer`` and not re-exported h
 """
 
 from cached.cache.cache import (
+    DamagedStore,
     DomainCache,
     GroupView,
     Initgroups,
@@ -20,6 +21,7 @@ from cached.cache.records import Times
 from cached.cache.store import StoreWriteError
 
 __all__ = [
+    "DamagedStore",
     "DomainCache",
     "GroupView",
     "Initgroups",

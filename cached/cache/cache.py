@@ -18,6 +18,7 @@ and write only the timestamp store (invalidation).
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -29,7 +30,7 @@ import lmdb
 
 from cached.cache import records as rec
 from cached.cache.expiry import State, classify, midpoint
-from cached.cache.integrity import ENTRY_TABLES, TS_TABLES, cache_paths
+from cached.cache.integrity import ENTRY_TABLES, TS_TABLES, cache_paths, short_file
 from cached.cache.records import RecordError, Times
 from cached.cache.store import (
     ENTRY_MAP_SIZE,
@@ -165,6 +166,10 @@ class Timeouts:
 DEFAULT_TIMEOUTS = Timeouts()
 
 
+class DamagedStore(Exception):
+    """The entry store cannot be read safely by a reader; the message says why."""
+
+
 class DomainCache:
     """Reading (nesting expanded down to the level) and invalidation, which writes the
     timestamp store only. Reopens the files when the backend replaced them."""
@@ -208,6 +213,15 @@ class DomainCache:
     # -- opening ---------------------------------------------------------------------
 
     def _open(self) -> None:
+        # A reader never repairs (the backend does at its start: integrity.py), but a
+        # file shorter than its pages is a SIGBUS on the first read through the map:
+        # found in review, `cached cache -E` died of "Bus error" on one.
+        short = short_file(self.entry_path) if os.path.exists(self.entry_path) else ""
+        if short:
+            raise DamagedStore(
+                f"{self.entry_path}: the entry store is damaged ({short}); `cached "
+                "serve` moves it aside and starts with an empty cache at its next start"
+            )
         self.entries = Store(
             self.entry_path, ENTRY_TABLES, writer=False, sync=True, map_size=ENTRY_MAP_SIZE
         )

@@ -212,7 +212,7 @@ def entry_store_damage(path: str) -> str:
         return ""
     short = short_file(path)
     if short:
-        return f"entry store is truncated ({short})"
+        return f"entry store is damaged or truncated ({short})"
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: walk, say what failed, and leave without cleaning up

@@ -42,7 +42,7 @@ def _split_fq(name: str, domains: set[str]) -> tuple[str, str]:
 
 def invalidate(config: Config, what: Invalidation) -> int:
     """Expire the selected entries in every (or the given) domain; return how many."""
-    from cached.cache import StoreWriteError, open_domain_cache
+    from cached.cache import DamagedStore, StoreWriteError, open_domain_cache
 
     names = {d.name for d in config.domains}
     if what.domain and what.domain not in names:
@@ -59,6 +59,8 @@ def invalidate(config: Config, what: Invalidation) -> int:
             cache = open_domain_cache(config.daemon.db_dir, d)
         except FileNotFoundError:
             continue  # never started: nothing cached
+        except DamagedStore as e:
+            raise ToolError(f"{e}; nothing was invalidated in domain {d.name}") from None
         try:
             if cache.ts is None:
                 raise ToolError(
