@@ -173,11 +173,14 @@ class ServePolicy:
         return search
 
     def filtered_gids(self, domain: DomainConfig, cache: DomainCache) -> set[int]:
-        """The gids of the groups of ``filter_groups`` that the cache knows."""
+        """The gids of the groups of ``filter_groups`` that the cache knows, by the name
+        they are answered under, as :meth:`group_ok` compares: a filter naming another
+        value of a group's ``cn`` hid it from `id` while `getent group` served it (found
+        by a differential fuzz against SSSD 2.8.2, which filters neither)."""
         out = set()
         for name in self.filter_names(domain, Kind.GROUP):
             g = cache.group_by_name(name).value
-            if g is not None:
+            if g is not None and self._fold(domain, g.name) == name:
                 out.add(g.gid)
         return out
 

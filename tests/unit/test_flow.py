@@ -378,6 +378,19 @@ def test_initgroups_gids_drop_the_primary_filtered_and_out_of_range_gids(
     if sensitive:
         assert gids([500, 700], ("g700", "primary")) == [700]  # another name
     assert gids([5, 500, 600, 700, 0xFFFFFFFF], ("g700",)) == [700]
+
+    # A filter naming another value of a group's cn (found by name through the alias
+    # index): the group is answered under its first name, which no filter names, so it
+    # stays, as getent group and getgrgid serve it (SSSD 2.8.2 answers the same).
+    views[600] = GroupView("admins", 600, "", b"", 0)
+    aliases = {"wheel": views[600]}
+    by_name = Cache.group_by_name
+    Cache.group_by_name = lambda self, name: (  # type: ignore[method-assign]
+        Lookup(State.VALID, aliases[name.lower()]) if name.lower() in aliases
+        else by_name(self, name)
+    )  # fmt: skip
+    assert gids([500, 600, 700], ("g700", "admins")) == [600, 700]
+    assert policy.group_ok(domain, "admins", 600)
     assert gids([5, 500, 700], ("g700", member)) == [500, 700]
     assert gids([700, 800], ("g700", "g800", member)) == [700, 800]
     assert gids([], ()) == []
