@@ -491,10 +491,23 @@ class LdapProvider:
     def _store_users(self, batch: WriteBatch, entries: list[Entry]) -> User | None:
         found = None
         s = self.schema
+        keys: set[bytes] = set()
         for e in entries:
             u = self._to_user(e)
             if u is None:
                 continue
+            key = self.cache.key(u.name)
+            if key in keys:
+                # Two users whose names differ only in case, in a domain that folds
+                # case: the first in the server's answer is the user, as for
+                # _initgroups_user (found by a differential fuzz against SSSD 2.8.2,
+                # which answers the first too: the last stored took the name, so a
+                # login got one user's uid with the other's groups).
+                limited.log(("same-name-user", key), logging.WARNING,
+                            "%s: another user of this answer is named %r too (names "
+                            "differing only in case); the first is used", e.dn, u.name)  # fmt: skip
+                continue
+            keys.add(key)
             usn = first(e.get(s.user_usn)) if s.user_usn else ""
             self.cache.put_user(
                 batch, u, first(e.get(s.user_modstamp)), usn, aliases=_entry_names(e, s.user_name)

@@ -182,3 +182,39 @@ def test_the_deref_control_names_an_entry_of_both_classes_as_the_group_too(tmp_p
     got = _answers(tmp_path, ldif, ["i:alice", "c:g1"],
                    ldap_user_search_base=P, ldap_group_search_base=G)  # fmt: skip
     assert got["c:g1"] == ["alice", "bob"]  # as the walk up stored it
+
+
+@pytest.mark.parametrize("case", ["false", "preserving"])
+@pytest.mark.parametrize(
+    "order", [["u:Fay", "i:Fay"], ["i:Fay"], ["u:fay", "i:FAY"], ["i:fay", "u:Fay", "i:Fay"]]
+)
+def test_two_users_differing_only_in_case_answer_as_one_user_whole(tmp_path, case, order):
+    """fay and Fay in a domain that folds case (a directory's error there): the name
+    lookup stored every entry, the last taking the name, where initgroups took the
+    first, so a login got one user's uid with the other's groups (found by a
+    differential fuzz against SSSD 2.8.2, which answers the first). One user now, in
+    every order: its uid and its own groups."""
+    more = f"ou=more,{P}"
+    ldif = HEAD + f"\ndn: {more}\nobjectClass: organizationalUnit\nou: more\n"
+    ldif += _user("fay", 1001, gid=2001) + _user("Fay", 1002, where=more, gid=2002)
+    ldif += _group("g1", 2001, [f"uid=fay,{P}"]) + _group("g2", 2002, [f"uid=Fay,{more}"])
+    ldif += _group("g3", 2003, [f"uid=fay,{P}"]) + _group("g4", 2004, [f"uid=Fay,{more}"])
+    own = {1001: [2001, 2003], 1002: [2002, 2004]}
+    (tmp_path / "ldif").write_text(ldif)
+    with Slapd(tmp_path / "slapd", tmp_path / "ldif", "dc=t") as s:
+        cfg = make_domain([s.uri], BASE, ldap_schema="rfc2307bis", case_sensitive=case)
+        p, cache, _ = make_backend(tmp_path / "db", cfg)
+        try:
+            for lk in order:
+                kind, name = lk.split(":", 1)
+                op = p.initgroups if kind == "i" else p.user_by_name
+                assert op(name).outcome is Outcome.FOUND, lk
+                user = cache.user_by_name(name).value
+                assert user is not None and cache.user_by_name(name.swapcase()).value == user
+                if kind == "i":
+                    ig = cache.initgroups(name).value
+                    assert ig is not None and ig.user == user
+                    assert sorted(array("I", ig.gids)) == own[user.uid], (lk, user)
+        finally:
+            p.client.close()
+            cache.close()
