@@ -10,7 +10,10 @@ work), each present once:
 * nested groups (``team`` ⊃ ``eng`` ⊃ alice), and a group without ``gidNumber``
   between POSIX groups (``staff`` ⊃ ``nonposix`` ⊃ carol): walked through, not listed;
 * a group of more than 1,500 members, the size where Windows DCs force ranged retrieval
-  (``member;range=0-1499``, MaxValRange); Samba serves ranges when asked.
+  (``member;range=0-1499``, MaxValRange); Samba serves ranges when asked;
+* a distribution group (``groupType`` without the security bit) with a ``gidNumber``
+  and a member: no POSIX group in SSSD ("Only security groups from AD are considered
+  for POSIX groups"), nor in tokenGroups.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ DOMAIN_USERS = f"CN=Domain Users,CN=Users,{BASE_DN}"
 DOMAIN_USERS_GID = 10000
 #: Windows' MaxValRange default: more members than this come in ranges.
 MAX_VAL_RANGE = 1500
+#: The distribution group's name (bob its member): never a POSIX group.
+DISTRIBUTION = "announce"
 
 
 @dataclass
@@ -86,9 +91,11 @@ def small(big_members: int = MAX_VAL_RANGE + 100) -> ADDirectory:
     user("dave", "Dave NoPosix", None)
     many = [user(f"m{i:04d}", f"Member {i:04d}", 30000 + i) for i in range(big_members)]
 
-    def group(name: str, gid: int | None, members: list[str]) -> str:
+    def group(name: str, gid: int | None, members: list[str], group_type: str = "") -> str:
         dn = f"CN={name},{GROUPS}"
         attrs: dict[str, str | list[str]] = {"objectClass": "group", "sAMAccountName": name}
+        if group_type:
+            attrs["groupType"] = group_type
         if gid is not None:
             attrs["gidNumber"] = str(gid)
         if members:
@@ -101,6 +108,7 @@ def small(big_members: int = MAX_VAL_RANGE + 100) -> ADDirectory:
     nonposix = group("nonposix", None, [carol])
     group("staff", 40003, [nonposix])
     group("big", 40004, many)
+    group(DISTRIBUTION, 40005, [bob], group_type="2")  # global, distribution
 
     everyone = sorted(d.passwd)
     d.groups = {

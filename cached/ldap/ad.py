@@ -141,6 +141,27 @@ def invocation_id(values: list[bytes]) -> str:
     return str(uuid.UUID(bytes_le=bytes(values[0])))
 
 
+# groupType's security bit ([MS-ADTS] 2.2.12, GROUP_TYPE_SECURITY_ENABLED; the value
+# is a signed 32-bit INTEGER in text, so a security group's is negative).
+GROUP_TYPE_SECURITY = 0x80000000
+
+
+def security_group(values: list[bytes]) -> bool:
+    """Whether an AD group is a security group: a distribution group (a mail list) is
+    no POSIX group, its gidNumber or SID notwithstanding, as in SSSD 2.8.2
+    (sdap_save_group: "Only security groups from AD are considered for POSIX groups");
+    found by a differential fuzz against it, where `getent group` served one and, with
+    ldap_use_tokengroups = false, `id` granted its gid. Without one readable value, a
+    security group, as SSSD keeps a group POSIX when it cannot read the attribute."""
+    if len(values) != 1:
+        return True
+    v = bytes(values[0])
+    digits = v[1:] if v[:1] == b"-" else v
+    if not digits.isdigit() or len(digits) > 11:
+        return True
+    return bool(int(v) & GROUP_TYPE_SECURITY)
+
+
 def _domain_of(sid: str) -> str:
     return sid.rsplit("-", 1)[0]
 
@@ -279,6 +300,8 @@ class AdProvider(LdapProvider):
         return self._map(sid), self._map(f"{_domain_of(sid)}-{int(rid[0])}")
 
     def _group_gid(self, e: Entry) -> int | None:
+        if not security_group(e.get(self.schema.group_type)):
+            return None  # walked through by nesting, never answered (item 8)
         if self.idmap is None:
             return super()._group_gid(e)
         return self._map(_sid(e.get(self.schema.group_sid)))

@@ -102,6 +102,9 @@ class SchemaMap:
     user_sid: str = "objectSid"
     user_primary_group: str = "primaryGroupID"
     group_sid: str = "objectSid"
+    # AD's group kind: without the security bit a group is no POSIX group (SSSD's
+    # sdap_save_group, "Only security groups from AD are considered for POSIX groups").
+    group_type: str = "groupType"
     # The deprecated ldap_{user,group}_search_filter: the filter of a base read from
     # the root DSE (with_default_base), as SSSD's sdap_set_search_base applies it.
     user_search_filter: str = ""
@@ -197,7 +200,7 @@ class SchemaMap:
         if self.group_usn:
             attrs.append(self.group_usn)
         if self.ad:
-            attrs.append(self.group_sid)
+            attrs += [self.group_sid, self.group_type]
         if members:
             attrs.append(self.group_member)
         return attrs
@@ -219,7 +222,7 @@ class SchemaMap:
         attrs = {"objectClass", self.user_name, self.user_uid, self.user_gid, self.group_name,
                  self.group_gid}  # fmt: skip
         if self.ad:
-            attrs |= {self.user_sid, self.user_primary_group, self.group_sid}
+            attrs |= {self.user_sid, self.user_primary_group, self.group_sid, self.group_type}
         return sorted(attrs)
 
     # -- filters -----------------------------------------------------------------

@@ -25,7 +25,14 @@ from cached.cache.cache import READ_WHOLE
 from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
 from cached.counters import COUNTERS, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
-from cached.ldap.ad import AdProvider, invocation_id, sid_assertion, sid_to_bytes, sid_to_str
+from cached.ldap.ad import (
+    AdProvider,
+    invocation_id,
+    security_group,
+    sid_assertion,
+    sid_to_bytes,
+    sid_to_str,
+)
 from cached.ldap.client import (
     AD_CAPABILITY_OID,
     ASQ_OID,
@@ -57,6 +64,15 @@ def test_merge_ranges_folds_ranged_values() -> None:
     for bad in ("member;range=x-1", "member;range=5-2", "member;range=3"):
         with pytest.raises(LdapError, match="range"):
             merge_ranges({bad: [b"a"]}, "cn=g")
+
+
+def test_security_group_reads_the_security_bit_of_group_type() -> None:
+    for values, security in (
+        ([b"-2147483646"], True), ([b"-2147483644"], True), ([b"-2147483640"], True),
+        ([b"2"], False), ([b"4"], False), ([b"8"], False),
+        ([], True), ([b"x"], True), ([b"2", b"4"], True), ([b"+2"], True), ([b"2_0"], True),
+    ):  # fmt: skip
+        assert security_group(values) is security, values
 
 
 def test_sid_round_trip_and_filter_value() -> None:
@@ -191,6 +207,9 @@ def test_groups_nested_and_ranged(
     assert _group_line(posix, "Domain Users") == ("Domain Users", addir.DOMAIN_USERS_GID, set())
     # A group without gidNumber is walked through (staff lists carol), never answered.
     assert _nss(posix, "getent", "group", "nonposix")[0] == 2
+    # A distribution group neither, its gidNumber notwithstanding (as SSSD 2.8.2).
+    assert _nss(posix, "getent", "group", addir.DISTRIBUTION)[0] == 2
+    assert _nss(posix, "getent", "group", "40005")[0] == 2
 
 
 @requires_nss
@@ -248,6 +267,9 @@ def test_id_mapping_gives_sssd_numbers(
     assert got == want
     # BUILTIN (S-1-5-32-545 Users, in every token) is not mapped.
     assert all(g < 2**31 for g in got)
+    # A distribution group has a SID, and no gid (SSSD 2.8.2 the same).
+    assert _nss(mapped, "getent", "group", addir.DISTRIBUTION)[0] == 2
+    assert _nss(mapped, "getent", "group", str(m.sid_to_id(sids[addir.DISTRIBUTION])))[0] == 2
 
 
 def test_ranged_values_read_from_the_dc(ad: tuple[addc.SambaDC, addir.ADDirectory]) -> None:
