@@ -170,6 +170,12 @@ class DamagedStore(Exception):
     """The entry store cannot be read safely by a reader; the message says why."""
 
 
+def damaged(path: str, why: str) -> str:
+    """What a reader says of an entry store it cannot read."""
+    return (f"{path}: the entry store is damaged ({why}); `cached serve` moves it aside "
+            "and starts with an empty cache at its next start")  # fmt: skip
+
+
 class DomainCache:
     """Reading (nesting expanded down to the level) and invalidation, which writes the
     timestamp store only. Reopens the files when the backend replaced them."""
@@ -218,13 +224,13 @@ class DomainCache:
         # found in review, `cached cache -E` died of "Bus error" on one.
         short = short_file(self.entry_path) if os.path.exists(self.entry_path) else ""
         if short:
-            raise DamagedStore(
-                f"{self.entry_path}: the entry store is damaged ({short}); `cached "
-                "serve` moves it aside and starts with an empty cache at its next start"
+            raise DamagedStore(damaged(self.entry_path, short))
+        try:
+            self.entries = Store(
+                self.entry_path, ENTRY_TABLES, writer=False, sync=True, map_size=ENTRY_MAP_SIZE
             )
-        self.entries = Store(
-            self.entry_path, ENTRY_TABLES, writer=False, sync=True, map_size=ENTRY_MAP_SIZE
-        )
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as e:
+            raise DamagedStore(damaged(self.entry_path, str(e))) from None
         self._open_ts_nonbackend()
 
     def _open_ts_nonbackend(self) -> None:

@@ -49,8 +49,18 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # The entry store's walk at start (entry_store_damage) runs in a child process killed
 # after this long: liblmdb may crash on a damaged file (SIGBUS, a wild read) or loop on
 # a cycle of pages. Measured: a 214 MiB store of 600,000 records walked in 0.29 s here
-# (fork included, page cache warm), so this is room for a cold disk and far more.
-WALK_TIMEOUT = 120.0
+# (fork included, page cache warm), so this is room for a cold disk and far more; and
+# well within the monitor's READY_TIMEOUT (60 s), past which the backend is killed
+# before it could set the store aside (found in review).
+WALK_TIMEOUT = 30.0
+# How the walk may die of the file: liblmdb reading past a short file or through a
+# garbled page pointer. Any other end (killed, out of memory, a Python error) says
+# nothing about the file, which is then used as it is (found in review: an OOM kill
+# would have set a sound cache aside).
+_DAMAGE_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV})
+# liblmdb's answers that describe the file, not the machine.
+_DAMAGE_ERRORS = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError,
+                  lmdb.VersionMismatchError, lmdb.BadValsizeError)  # fmt: skip
 
 
 def read_boot_id() -> str:
@@ -98,12 +108,17 @@ def open_backend_stores(entry_path: str, ts_path: str, boot_id: str) -> BackendS
         # Found in review: a truncated or garbled entry store stopped the daemon from
         # starting at all (liblmdb's SIGBUS, MDB_CORRUPTED). It is a cache: kept aside
         # for whoever wants to look, and started empty (a cold cache is correct).
-        aside = entry_path + ".damaged"
+        aside = entry_path + ".damaged"  # an earlier one is replaced: the last kept
+        try:
+            os.replace(entry_path, aside)
+        except OSError as e:
+            log.error("%s: %s; cannot move it aside (%s): remove it, and cached starts "
+                      "with an empty cache", entry_path, damage, e.strerror or e)  # fmt: skip
+            raise SystemExit(1) from None
         log.error(
             "%s: %s; moved to %s, starting with an empty cache (entries are fetched "
             "again from the directory)", entry_path, damage, aside,
         )  # fmt: skip
-        os.replace(entry_path, aside)
         with suppress(FileNotFoundError):
             os.unlink(entry_path + "-lock")
         remove_store(ts_path)
@@ -218,6 +233,12 @@ def entry_store_damage(path: str) -> str:
     if pid == 0:  # the child: walk, say what failed, and leave without cleaning up
         code = 0
         try:
+            # A deadline of its own (the backend may be killed meanwhile: found in
+            # review, an orphaned walk spun on), and none of the backend's files (the
+            # monitor's ready pipe among them).
+            signal.alarm(int(WALK_TIMEOUT) + 5)
+            os.closerange(3, r)
+            os.closerange(w + 1, os.sysconf("SC_OPEN_MAX"))
             os.close(r)
             os.write(w, _walk(path).encode(errors="replace")[:4000])
         except BaseException:
@@ -240,16 +261,20 @@ def entry_store_damage(path: str) -> str:
     finally:
         os.close(r)
     _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
+    said_text = said.decode(errors="replace")
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in _DAMAGE_SIGNALS:
         return f"entry store walk died of {signal.Signals(os.WTERMSIG(status)).name}"
-    if os.WEXITSTATUS(status) != 0:
-        return "entry store walk failed"
-    return said.decode(errors="replace")
+    if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) != 0 or said_text.startswith("?"):
+        why = said_text[1:] or f"wait status {status:#x}"
+        log.warning("%s: could not check the entry store (%s); used as it is", path, why)
+        return ""
+    return said_text
 
 
 def _walk(path: str) -> str:
     """Read every record of every table of the store at ``path`` (in a child process:
-    :func:`entry_store_damage`); what liblmdb reported, or ""."""
+    :func:`entry_store_damage`); what liblmdb reported of the file, "" when nothing,
+    or "?" and an error that says nothing of the file."""
     try:
         env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=MAX_TABLES)
         with env.begin(buffers=True) as txn:
@@ -260,8 +285,10 @@ def _walk(path: str) -> str:
                     continue  # a table never created: an empty store
                 for _key, _value in txn.cursor(db=db):
                     pass
-    except lmdb.Error as e:
+    except _DAMAGE_ERRORS as e:
         return f"entry store cannot be read ({e})"
+    except lmdb.Error as e:
+        return f"?{type(e).__name__}: {e}"
     return ""
 
 
@@ -304,23 +331,32 @@ def verify_ts(ts_path: str, store_id: bytes) -> str:
 # LMDB 0.9 meta page, 64-bit: a 16-byte page header, then MDB_meta. The page size
 # aliases the free DB's md_pad; mm_last_pg and mm_txnid follow the two MDB_db
 # records (48 bytes each).
+_META_HEAD = struct.Struct("=II")  # at 16: mm_magic, mm_version
+_MDB_MAGIC, _MDB_VERSION = 0xBEEFC0DE, 1  # lmdb.h MDB_MAGIC, MDB_DATA_VERSION
 _META_PSIZE = struct.Struct("=I")  # at 16 + 24 (mm_dbs[FREE].md_pad)
 _META_TAIL = struct.Struct("=QQ")  # mm_last_pg, mm_txnid at 16 + 24 + 96
 
 
 def short_file(path: str) -> str:
-    """Why ``path`` is shorter than its own meta page says, or "".
+    """Why ``path`` is no LMDB file or is shorter than its own meta page says, or "".
 
     py-lmdb's verifier walks the live pages only; liblmdb also reuses free pages
     up to mm_last_pg, and touching one beyond end-of-file through the map is a
-    SIGBUS that kills the process. So the file must hold every page up to it.
+    SIGBUS that kills the process. So the file must hold every page up to it. And
+    the meta page must be one, or its page size means nothing (found in review: a
+    file of zeros passed, and a reader then died of lmdb.InvalidError).
     """
     with open(path, "rb") as f:
         head = f.read(65536 * 2)
     size = os.path.getsize(path)
     if len(head) < 16 + 24 + 4:
         return f"{size} bytes"
+    magic, version = _META_HEAD.unpack_from(head, 16)
     (psize,) = _META_PSIZE.unpack_from(head, 16 + 24)
+    if magic != _MDB_MAGIC or version != _MDB_VERSION:
+        return f"{size} bytes, no LMDB meta page"
+    if psize < 512 or psize > 65536 or psize & (psize - 1):
+        return f"{size} bytes, a page size of {psize}"
     best = (0, -1)
     for page in (0, 1):
         off = page * psize + 16 + 24 + 96

@@ -261,7 +261,15 @@ class IfpService:
         if msg.interface == i.PEER:
             return False  # dbus-next answers Ping and GetMachineId itself
         admin = i.root_only(msg.interface, msg.member)
-        uid = self._known_uid(bus, msg.sender) if admin and msg.interface is not None else None
+        asked = self._uids.get(msg.sender or "") if admin and bus is self.bus else None
+        if asked is not None and not asked.done():
+            # Who the caller is is being asked of the bus for a call of its that holds
+            # a slot: its other calls until then are refused, so that one connection's
+            # burst cannot fill the admin slots (found in review: 40 calls on a new
+            # connection, sent before the bus answered, took all 8).
+            self._reply(bus, msg, Message.new_error(msg, i.ERR_LIMITS_EXCEEDED, "too many calls"))
+            return True
+        uid = self._known_uid(asked) if msg.interface is not None else None
         if uid is not None and uid != 0:
             # A caller known not to be root: refused now, without a slot (a user's
             # burst of them would fill the slots before any is answered).
@@ -277,6 +285,8 @@ class IfpService:
         task = asyncio.ensure_future(self._serve(bus, msg))
         pool.add(task)
         task.add_done_callback(pool.discard)
+        if admin:
+            self._uid_question(bus, msg.sender)  # asked now: the caller's next calls see it
         return True
 
     def _serving(self) -> list[asyncio.Task[None]]:
@@ -322,8 +332,18 @@ class IfpService:
         once per caller (MAX_KNOWN_UIDS); a question that got no uid is asked again."""
         if sender is None or not bus.connected:
             return None
-        if bus is not self.bus:
+        asked = self._uid_question(bus, sender)
+        if asked is None:
             return await self._ask_uid(bus, sender)
+        # Shielded: one caller's call cancelled does not cancel the question the
+        # others wait for.
+        return await asyncio.shield(asked)
+
+    def _uid_question(self, bus: Any, sender: str | None) -> asyncio.Future[int | None] | None:
+        """The question to the bus for ``sender``'s uid, asked now unless asked already
+        (None on a connection that is no longer ours, or without a sender)."""
+        if sender is None or bus is not self.bus:
+            return None
         known = self._uids
         asked = known.get(sender)
         if asked is None:
@@ -338,13 +358,11 @@ class IfpService:
                     del known[sender]
 
             asked.add_done_callback(keep_only_uids)
-        # Shielded: one caller's call cancelled does not cancel the question the
-        # others wait for.
-        return await asyncio.shield(asked)
+        return asked
 
-    def _known_uid(self, bus: Any, sender: str | None) -> int | None:
-        """The uid the bus gave for ``sender``, when it has answered already."""
-        asked = self._uids.get(sender or "") if bus is self.bus else None
+    @staticmethod
+    def _known_uid(asked: asyncio.Future[int | None] | None) -> int | None:
+        """The uid the bus gave, when it has answered already."""
         if asked is None or not asked.done() or asked.cancelled() or asked.exception():
             return None
         return asked.result()

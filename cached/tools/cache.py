@@ -42,7 +42,10 @@ def _split_fq(name: str, domains: set[str]) -> tuple[str, str]:
 
 def invalidate(config: Config, what: Invalidation) -> int:
     """Expire the selected entries in every (or the given) domain; return how many."""
+    import lmdb
+
     from cached.cache import DamagedStore, StoreWriteError, open_domain_cache
+    from cached.cache.cache import damaged
 
     names = {d.name for d in config.domains}
     if what.domain and what.domain not in names:
@@ -80,6 +83,11 @@ def invalidate(config: Config, what: Invalidation) -> int:
                         matched += one_fn(base)
         except StoreWriteError as e:
             raise ToolError(f"{e}; nothing was invalidated in domain {d.name}") from None
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as e:
+            # Found in review: a store with garbled pages but whole meta pages opens,
+            # and liblmdb reports the damage at the first read.
+            why = damaged(cache.entry_path, str(e))
+            raise ToolError(f"{why}; invalidation stopped in domain {d.name}") from None
         finally:
             cache.close()
     return matched

@@ -12,6 +12,7 @@ The daemons under test are real ``cached serve`` processes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import socket
@@ -683,6 +684,63 @@ def test_root_only_methods_are_told_apart_before_dispatch() -> None:
     assert root_only(None, "Invalidate")  # no interface field: any root-only method
     assert not root_only(I_USERS, "FindByName") and not root_only(None, "FindByName")
     assert not root_only("org.example.Nothing", "Counters") and not root_only(I_ADMIN, None)
+
+
+def test_a_burst_before_the_bus_says_who_called_holds_one_admin_slot() -> None:
+    """Found in review: the root-only calls a new connection sent before the bus had
+    answered who it is each took an admin slot, so one connection's burst took all 8
+    and root's call answered "too many calls". While the question is out, the caller's
+    other root-only calls are refused; another caller still gets a slot. (The bus is a
+    stand-in that never answers the question: the admission rule alone, without the
+    timing a real bus would add.)"""
+    from dbus_next.constants import MessageType as MT
+    from dbus_next.message import Message
+
+    from cached.ifp.service import MAX_ADMIN_INFLIGHT, IfpService
+
+    class Bus:
+        connected = True
+
+        def __init__(self) -> None:
+            self.sent: list[Any] = []
+
+        def call(self, _msg: Any) -> asyncio.Future[Any]:
+            return asyncio.get_running_loop().create_future()  # never answered
+
+        def send(self, reply: Any) -> asyncio.Future[None]:
+            self.sent.append(reply)
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+    class Dispatcher:
+        extra_status: Any = None
+
+        async def call(self, *args: Any) -> tuple[str, list[Any]]:
+            uid = await args[-1](args[-2])
+            return "s", [str(uid)]
+
+    def counters(sender: str, serial: int) -> Message:
+        return Message(destination=SERVICE, path=IFP, interface=I_ADMIN, member="Counters",
+                       sender=sender, serial=serial)  # fmt: skip
+
+    async def go() -> None:
+        service = IfpService("unix:path=/nonexistent", Dispatcher())  # type: ignore[arg-type]
+        bus = service.bus = Bus()
+        for n in range(40):
+            assert service._on_message(bus, counters(":1.5", n + 1))
+        await asyncio.sleep(0)
+        assert len(service._admin_inflight) == 1
+        assert [r.error_name for r in bus.sent] == [LIMITS_EXCEEDED] * 39
+        assert all(r.message_type is MT.ERROR for r in bus.sent)
+        # Another connection (root's, say) is still let in.
+        assert service._on_message(bus, counters(":1.6", 1))
+        assert len(service._admin_inflight) == 2 < MAX_ADMIN_INFLIGHT
+        assert len(bus.sent) == 39
+        service.bus = None  # the stand-in has no connection to close
+        await service.close()  # cancels the calls waiting for the question
+
+    asyncio.run(go())
 
 
 def test_object_paths() -> None:

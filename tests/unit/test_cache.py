@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import multiprocessing as mp
 import os
@@ -870,11 +871,26 @@ def test_entry_store_walk_that_dies_or_hangs_is_damage(
     path = _store_with_a_record(tmp_path / "e.lmdb")
 
     def crash(_path: str) -> str:
+        faulthandler.disable()  # pytest's: its dump of the child's death is noise here
         os.kill(os.getpid(), signal.SIGBUS)
         return ""
 
     monkeypatch.setattr(integrity, "_walk", crash)
     assert integrity.entry_store_damage(path) == "entry store walk died of SIGBUS"
+
+    # An end that says nothing of the file (killed, as by the OOM killer; a Python
+    # error; an lmdb error of the machine): the store is used as it is (found in
+    # review: a sound cache would have been set aside).
+    def killed(_path: str) -> str:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return ""
+
+    def fails(_path: str) -> str:
+        raise MemoryError
+
+    for end in (killed, fails, lambda _path: "?ReadersFullError: no slot"):
+        monkeypatch.setattr(integrity, "_walk", end)
+        assert integrity.entry_store_damage(path) == ""
 
     def hang(_path: str) -> str:
         time.sleep(60)
@@ -883,3 +899,23 @@ def test_entry_store_walk_that_dies_or_hangs_is_damage(
     monkeypatch.setattr(integrity, "_walk", hang)
     monkeypatch.setattr(integrity, "WALK_TIMEOUT", 0.2)
     assert integrity.entry_store_damage(path) == "entry store walk did not end in 0.2 s"
+
+
+def test_a_reader_refuses_a_damaged_entry_store_with_the_reason(tmp_path: Path) -> None:
+    """Found in review: a reader (`cached cache`) mapped a truncated store and died of
+    SIGBUS, and one of zeros with lmdb.InvalidError: it names the file and the damage."""
+    from cached.cache.cache import DamagedStore
+
+    c = backend(tmp_path)
+    _fill(c, 5)
+    c.close()
+    entry_path, _ = cache_paths(str(tmp_path), "LDAP")
+    size = os.path.getsize(entry_path)
+    for damage, why in (
+        (lambda: os.truncate(entry_path, size // 2), f"{size // 2} bytes, its pages need"),
+        (lambda: Path(entry_path).write_bytes(bytes(size)), f"{size} bytes, no LMDB meta page"),
+    ):
+        damage()
+        with pytest.raises(DamagedStore, match=f"^{entry_path}: the entry store is damaged "
+                           f"\\({why}"):  # fmt: skip
+            DomainCache(str(tmp_path), "LDAP", counters=Counters())
