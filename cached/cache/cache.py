@@ -30,7 +30,13 @@ import lmdb
 
 from cached.cache import records as rec
 from cached.cache.expiry import State, classify, midpoint
-from cached.cache.integrity import ENTRY_TABLES, TS_TABLES, cache_paths, short_file
+from cached.cache.integrity import (
+    ENTRY_TABLES,
+    TS_TABLES,
+    cache_paths,
+    of_the_file,
+    short_file,
+)
 from cached.cache.records import RecordError, Times
 from cached.cache.store import (
     ENTRY_MAP_SIZE,
@@ -229,7 +235,9 @@ class DomainCache:
             self.entries = Store(
                 self.entry_path, ENTRY_TABLES, writer=False, sync=True, map_size=ENTRY_MAP_SIZE
             )
-        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as e:
+        except lmdb.Error as e:
+            if not of_the_file(e):
+                raise
             raise DamagedStore(damaged(self.entry_path, str(e))) from None
         self._open_ts_nonbackend()
 

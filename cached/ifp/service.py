@@ -68,6 +68,12 @@ MAX_ADMIN_INFLIGHT = 8
 # connection kept the 8 admin slots busy, each for a round trip). Bounded: the oldest
 # is forgotten first, and asked again if it calls again.
 MAX_KNOWN_UIDS = 4096
+# A connection's root-only calls that arrive while the bus is asked who it is wait
+# for the answer without a slot, this many at most (more get "too many calls"): then
+# they are refused, or let in as any call is. Questions are asked for calls that hold
+# an admin slot only, so at most MAX_ADMIN_INFLIGHT × this many wait (found in review:
+# refusing them refused root's second call sent at once on a new connection).
+MAX_WAITING = 16
 # Waiting for the bus to acknowledge our disconnect at shutdown.
 CLOSE_TIMEOUT = 2.0
 RECONNECT_MIN = 1.0
@@ -159,6 +165,7 @@ class IfpService:
         # Callers' uids on ``self.bus`` (the question to the bus, asked once for the
         # calls of a caller that arrive together); questions asked of the bus.
         self._uids: dict[str, asyncio.Future[int | None]] = {}
+        self._waiting: dict[str, list[Any]] = {}  # MAX_WAITING
         self.uid_queries = 0
         self._watcher: asyncio.Task[None] | None = None
         self._closing = False
@@ -264,16 +271,26 @@ class IfpService:
         asked = self._uids.get(msg.sender or "") if admin and bus is self.bus else None
         if asked is not None and not asked.done():
             # Who the caller is is being asked of the bus for a call of its that holds
-            # a slot: its other calls until then are refused, so that one connection's
-            # burst cannot fill the admin slots (found in review: 40 calls on a new
-            # connection, sent before the bus answered, took all 8).
-            self._reply(bus, msg, Message.new_error(msg, i.ERR_LIMITS_EXCEEDED, "too many calls"))
+            # a slot: its other calls wait for the answer without one, so that one
+            # connection's burst cannot fill the admin slots (found in review: 40 calls
+            # on a new connection, sent before the bus answered, took all 8).
+            waiting = self._waiting.setdefault(msg.sender, [])
+            if len(waiting) >= MAX_WAITING:
+                too_many = Message.new_error(msg, i.ERR_LIMITS_EXCEEDED, "too many calls")
+                self._reply(bus, msg, too_many)
+            elif not waiting:
+                waiting.append(msg)
+                asked.add_done_callback(lambda _f: self._let_waiting(bus, msg.sender))
+            else:
+                waiting.append(msg)
             return True
-        uid = self._known_uid(asked) if msg.interface is not None else None
+        uid = self._known_uid(asked)
         if uid is not None and uid != 0:
             # A caller known not to be root: refused now, without a slot (a user's
-            # burst of them would fill the slots before any is answered).
-            refused = self.dispatcher.refusal(f"{msg.interface}.{msg.member}", msg.sender, uid)
+            # burst of them would fill the slots before any is answered), with or
+            # without an interface field (found in review).
+            what = f"{msg.interface}.{msg.member}" if msg.interface else str(msg.member)
+            refused = self.dispatcher.refusal(what, msg.sender, uid)
             self._reply(bus, msg, Message.new_error(msg, refused.name, refused.text))
             return True
         pool, limit = (
@@ -367,10 +384,18 @@ class IfpService:
             return None
         return asked.result()
 
+    def _let_waiting(self, bus: Any, sender: str) -> None:
+        """The bus answered who ``sender`` is: its waiting calls are admitted (or
+        refused) as they would be now."""
+        for msg in self._waiting.pop(sender, []):
+            if bus is self.bus and bus.connected:
+                self._on_message(bus, msg)
+
     def _forget_uids(self) -> None:
         for asked in self._uids.values():
             asked.cancel()
         self._uids = {}
+        self._waiting = {}  # their connection is gone or going: no one to answer
 
     async def _ask_uid(self, bus: Any, sender: str) -> int | None:
         self.uid_queries += 1

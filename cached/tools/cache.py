@@ -46,6 +46,7 @@ def invalidate(config: Config, what: Invalidation) -> int:
 
     from cached.cache import DamagedStore, StoreWriteError, open_domain_cache
     from cached.cache.cache import damaged
+    from cached.cache.integrity import of_the_file
 
     names = {d.name for d in config.domains}
     if what.domain and what.domain not in names:
@@ -83,9 +84,11 @@ def invalidate(config: Config, what: Invalidation) -> int:
                         matched += one_fn(base)
         except StoreWriteError as e:
             raise ToolError(f"{e}; nothing was invalidated in domain {d.name}") from None
-        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as e:
+        except lmdb.Error as e:
             # Found in review: a store with garbled pages but whole meta pages opens,
             # and liblmdb reports the damage at the first read.
+            if not of_the_file(e):
+                raise ToolError(f"{cache.entry_path}: {e}; invalidation stopped") from None
             why = damaged(cache.entry_path, str(e))
             raise ToolError(f"{why}; invalidation stopped in domain {d.name}") from None
         finally:

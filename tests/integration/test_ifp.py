@@ -690,22 +690,31 @@ def test_a_burst_before_the_bus_says_who_called_holds_one_admin_slot() -> None:
     """Found in review: the root-only calls a new connection sent before the bus had
     answered who it is each took an admin slot, so one connection's burst took all 8
     and root's call answered "too many calls". While the question is out, the caller's
-    other root-only calls are refused; another caller still gets a slot. (The bus is a
-    stand-in that never answers the question: the admission rule alone, without the
-    timing a real bus would add.)"""
+    other root-only calls wait without a slot (16 at most), then are refused or let in
+    as the answer says: root's two calls sent at once are both served (a second
+    review). The bus is a stand-in whose answers the test gives: the admission rule
+    alone, without the timing a real bus adds."""
+    from types import SimpleNamespace
+
     from dbus_next.constants import MessageType as MT
     from dbus_next.message import Message
 
-    from cached.ifp.service import MAX_ADMIN_INFLIGHT, IfpService
+    from cached.ifp.service import MAX_WAITING, IfpService
 
     class Bus:
         connected = True
 
         def __init__(self) -> None:
             self.sent: list[Any] = []
+            self.questions: dict[str, asyncio.Future[Any]] = {}
 
-        def call(self, _msg: Any) -> asyncio.Future[Any]:
-            return asyncio.get_running_loop().create_future()  # never answered
+        def call(self, msg: Any) -> asyncio.Future[Any]:
+            self.questions[msg.body[0]] = asyncio.get_running_loop().create_future()
+            return self.questions[msg.body[0]]
+
+        def answer(self, sender: str, uid: int) -> None:
+            reply = SimpleNamespace(message_type=MT.METHOD_RETURN, signature="u", body=[uid])
+            self.questions[sender].set_result(reply)
 
         def send(self, reply: Any) -> asyncio.Future[None]:
             self.sent.append(reply)
@@ -717,28 +726,48 @@ def test_a_burst_before_the_bus_says_who_called_holds_one_admin_slot() -> None:
         extra_status: Any = None
 
         async def call(self, *args: Any) -> tuple[str, list[Any]]:
-            uid = await args[-1](args[-2])
-            return "s", [str(uid)]
+            await asyncio.Event().wait()  # served later than this test looks
+            return "s", []
+
+        def refusal(self, what: str, _sender: str, _uid: int) -> IfpError:
+            return IfpError(ACCESS_DENIED, f"{what} is allowed to root only")
 
     def counters(sender: str, serial: int) -> Message:
         return Message(destination=SERVICE, path=IFP, interface=I_ADMIN, member="Counters",
                        sender=sender, serial=serial)  # fmt: skip
+
+    async def settle() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
 
     async def go() -> None:
         service = IfpService("unix:path=/nonexistent", Dispatcher())  # type: ignore[arg-type]
         bus = service.bus = Bus()
         for n in range(40):
             assert service._on_message(bus, counters(":1.5", n + 1))
-        await asyncio.sleep(0)
+        await settle()
         assert len(service._admin_inflight) == 1
-        assert [r.error_name for r in bus.sent] == [LIMITS_EXCEEDED] * 39
-        assert all(r.message_type is MT.ERROR for r in bus.sent)
-        # Another connection (root's, say) is still let in.
+        assert [r.error_name for r in bus.sent] == [LIMITS_EXCEEDED] * (39 - MAX_WAITING)
+        # root's connection: two calls at once, both let in once the bus answered.
         assert service._on_message(bus, counters(":1.6", 1))
-        assert len(service._admin_inflight) == 2 < MAX_ADMIN_INFLIGHT
-        assert len(bus.sent) == 39
+        assert service._on_message(bus, counters(":1.6", 2))
+        await settle()
+        assert len(service._admin_inflight) == 2
+        bus.answer(":1.6", 0)
+        await settle()
+        assert len(service._admin_inflight) == 3
+        # The other caller is no root: its waiting calls are refused, without a slot.
+        bus.sent.clear()
+        bus.answer(":1.5", 65534)
+        await settle()
+        assert [r.error_name for r in bus.sent] == [ACCESS_DENIED] * MAX_WAITING
+        # Known now: a call without an interface field is refused at once too.
+        late = Message(destination=SERVICE, path=IFP, member="Counters", sender=":1.5", serial=99)
+        assert service._on_message(bus, late)
+        assert bus.sent[-1].error_name == ACCESS_DENIED
+        assert len(service._admin_inflight) <= 3
         service.bus = None  # the stand-in has no connection to close
-        await service.close()  # cancels the calls waiting for the question
+        await service.close()  # cancels the calls in flight
 
     asyncio.run(go())
 
