@@ -64,7 +64,10 @@ _DAMAGE_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, sign
 # MDB_INCOMPATIBLE, and a narrower list kept such stores, the backend dying on them).
 _MACHINE_ERRORS = (lmdb.ReadersFullError, lmdb.TlsFullError, lmdb.LockError,
                    lmdb.MapResizedError, lmdb.MemoryError, lmdb.DbsFullError,
-                   lmdb.InvalidParameterError)  # fmt: skip
+                   lmdb.InvalidParameterError, lmdb.ReadonlyError, lmdb.DiskError,
+                   lmdb.MapFullError, lmdb.TxnFullError, lmdb.BadTxnError,
+                   lmdb.NotFoundError)  # fmt: skip
+# (NotFoundError: a table this version has and an older store lacks, no damage.)
 
 
 def read_boot_id() -> str:

@@ -70,10 +70,11 @@ MAX_ADMIN_INFLIGHT = 8
 MAX_KNOWN_UIDS = 4096
 # A connection's root-only calls that arrive while the bus is asked who it is wait
 # for the answer without a slot, this many at most (more get "too many calls"): then
-# they are refused, or let in as any call is. Questions are asked for calls that hold
-# an admin slot only, so at most MAX_ADMIN_INFLIGHT × this many wait (found in review:
-# refusing them refused root's second call sent at once on a new connection).
+# they are refused, or let in as any call is (found in review: refusing them refused
+# root's second call sent at once on a new connection). All callers' together: at most
+# MAX_WAITING_ALL (a question can outlive its call's slot, a third review found).
 MAX_WAITING = 16
+MAX_WAITING_ALL = 128
 # Waiting for the bus to acknowledge our disconnect at shutdown.
 CLOSE_TIMEOUT = 2.0
 RECONNECT_MIN = 1.0
@@ -166,6 +167,7 @@ class IfpService:
         # calls of a caller that arrive together); questions asked of the bus.
         self._uids: dict[str, asyncio.Future[int | None]] = {}
         self._waiting: dict[str, list[Any]] = {}  # MAX_WAITING
+        self._waiting_all = 0
         self.uid_queries = 0
         self._watcher: asyncio.Task[None] | None = None
         self._closing = False
@@ -269,20 +271,22 @@ class IfpService:
             return False  # dbus-next answers Ping and GetMachineId itself
         admin = i.root_only(msg.interface, msg.member)
         asked = self._uids.get(msg.sender or "") if admin and bus is self.bus else None
-        if asked is not None and not asked.done():
+        # Behind calls of the caller's still waiting too: a connection's calls are
+        # admitted in the order they came (review).
+        if asked is not None and (not asked.done() or self._waiting.get(msg.sender)):
             # Who the caller is is being asked of the bus for a call of its that holds
             # a slot: its other calls wait for the answer without one, so that one
             # connection's burst cannot fill the admin slots (found in review: 40 calls
             # on a new connection, sent before the bus answered, took all 8).
             waiting = self._waiting.setdefault(msg.sender, [])
-            if len(waiting) >= MAX_WAITING:
+            if len(waiting) >= MAX_WAITING or self._waiting_all >= MAX_WAITING_ALL:
                 too_many = Message.new_error(msg, i.ERR_LIMITS_EXCEEDED, "too many calls")
                 self._reply(bus, msg, too_many)
-            elif not waiting:
-                waiting.append(msg)
-                asked.add_done_callback(lambda _f: self._let_waiting(bus, msg.sender))
             else:
+                if not waiting:
+                    asked.add_done_callback(lambda f: self._let_waiting(bus, msg.sender, f))
                 waiting.append(msg)
+                self._waiting_all += 1
             return True
         uid = self._known_uid(asked)
         if uid is not None and uid != 0:
@@ -384,18 +388,29 @@ class IfpService:
             return None
         return asked.result()
 
-    def _let_waiting(self, bus: Any, sender: str) -> None:
+    def _let_waiting(self, bus: Any, sender: str, asked: asyncio.Future[int | None]) -> None:
         """The bus answered who ``sender`` is: its waiting calls are admitted (or
-        refused) as they would be now."""
-        for msg in self._waiting.pop(sender, []):
-            if bus is self.bus and bus.connected:
+        refused) as they would be now; without an answer (the caller gone, the bus
+        silent) they are refused as the dispatcher refuses an unknown caller, not each
+        asked again (review: 17 questions for one connection that hung up)."""
+        waiting = self._waiting.pop(sender, [])
+        self._waiting_all -= len(waiting)
+        if bus is not self.bus or not bus.connected:
+            return
+        uid = self._known_uid(asked)
+        for msg in waiting:
+            if uid is None:
+                what = f"{msg.interface}.{msg.member}" if msg.interface else str(msg.member)
+                refused = self.dispatcher.refusal(what, msg.sender, None)
+                self._reply(bus, msg, Message.new_error(msg, refused.name, refused.text))
+            else:
                 self._on_message(bus, msg)
 
     def _forget_uids(self) -> None:
         for asked in self._uids.values():
             asked.cancel()
         self._uids = {}
-        self._waiting = {}  # their connection is gone or going: no one to answer
+        self._waiting, self._waiting_all = {}, 0  # their connection is gone or going
 
     async def _ask_uid(self, bus: Any, sender: str) -> int | None:
         self.uid_queries += 1

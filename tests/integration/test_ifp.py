@@ -707,13 +707,17 @@ def test_a_burst_before_the_bus_says_who_called_holds_one_admin_slot() -> None:
         def __init__(self) -> None:
             self.sent: list[Any] = []
             self.questions: dict[str, asyncio.Future[Any]] = {}
+            self.asked: list[str] = []
 
         def call(self, msg: Any) -> asyncio.Future[Any]:
+            self.asked.append(msg.body[0])
             self.questions[msg.body[0]] = asyncio.get_running_loop().create_future()
             return self.questions[msg.body[0]]
 
-        def answer(self, sender: str, uid: int) -> None:
+        def answer(self, sender: str, uid: int | None) -> None:
             reply = SimpleNamespace(message_type=MT.METHOD_RETURN, signature="u", body=[uid])
+            if uid is None:  # the caller hung up: the bus answers with an error
+                reply = SimpleNamespace(message_type=MT.ERROR, signature="s", body=["gone"])
             self.questions[sender].set_result(reply)
 
         def send(self, reply: Any) -> asyncio.Future[None]:
@@ -766,6 +770,16 @@ def test_a_burst_before_the_bus_says_who_called_holds_one_admin_slot() -> None:
         assert service._on_message(bus, late)
         assert bus.sent[-1].error_name == ACCESS_DENIED
         assert len(service._admin_inflight) <= 3
+        # A caller gone before the bus answered: its waiting calls are refused, not
+        # each asked about again (a third review: 17 questions for one connection).
+        for n in range(3):
+            assert service._on_message(bus, counters(":1.7", n + 1))
+        await settle()
+        bus.sent.clear()
+        bus.answer(":1.7", None)
+        await settle()
+        assert [r.error_name for r in bus.sent] == [ACCESS_DENIED] * 2
+        assert bus.asked.count(":1.7") == 1
         service.bus = None  # the stand-in has no connection to close
         await service.close()  # cancels the calls in flight
 
