@@ -293,9 +293,7 @@ class IfpService:
             # A caller known not to be root: refused now, without a slot (a user's
             # burst of them would fill the slots before any is answered), with or
             # without an interface field (found in review).
-            what = f"{msg.interface}.{msg.member}" if msg.interface else str(msg.member)
-            refused = self.dispatcher.refusal(what, msg.sender, uid)
-            self._reply(bus, msg, Message.new_error(msg, refused.name, refused.text))
+            self._refuse(bus, msg, uid)
             return True
         pool, limit = (
             (self._admin_inflight, MAX_ADMIN_INFLIGHT) if admin else (self._inflight, MAX_INFLIGHT)
@@ -400,11 +398,16 @@ class IfpService:
         uid = self._known_uid(asked)
         for msg in waiting:
             if uid is None:
-                what = f"{msg.interface}.{msg.member}" if msg.interface else str(msg.member)
-                refused = self.dispatcher.refusal(what, msg.sender, None)
-                self._reply(bus, msg, Message.new_error(msg, refused.name, refused.text))
+                self._refuse(bus, msg, None)
             else:
                 self._on_message(bus, msg)
+
+    def _refuse(self, bus: Any, msg: Any, uid: int | None) -> None:
+        """Answer a root-only call of a caller not root (or not known) as the
+        dispatcher answers one, without serving it."""
+        what = f"{msg.interface}.{msg.member}" if msg.interface else str(msg.member)
+        refused = self.dispatcher.refusal(what, msg.sender, uid)
+        self._reply(bus, msg, Message.new_error(msg, refused.name, refused.text))
 
     def _forget_uids(self) -> None:
         for asked in self._uids.values():
