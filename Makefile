@@ -5,7 +5,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: test unit demo bench soak lint deps clean compat
 
-$(STAMP): pyproject.toml
+# _ber.c: `pip install -e` builds the C reader in place once; a change needs a rebuild.
+$(STAMP): pyproject.toml cached/ldap/_ber.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,perf]'
@@ -13,6 +14,10 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP)
 	sh contrib/install-deps
+	@# The C reader (cached/ldap/_ber.c) is optional to pip, which skips it without gcc
+	@# and python3-dev; install-deps has installed both now, so it is built here if the
+	@# first install skipped it (tests/unit/test_ber_c.py fails without it).
+	$(PY) -c 'import cached.ldap._ber' 2>/dev/null || $(PY) -m pip install -q --no-deps -e .
 
 # lint and unit need only the venv (no root, no apt); everything that starts slapd, dbus
 # or libnss_sss also needs the Debian packages (contrib/install-deps, which runs apt when

@@ -543,7 +543,7 @@ def decode_row(buf: bytes, shapes: dict[int, RowShape]) -> bool:
     return True
 
 
-def decode_rows(msgs: list[bytes], i: int, shapes: dict[int, RowShape]) -> int:
+def read_rows(msgs: list[bytes], i: int, shapes: dict[int, RowShape]) -> int:
     """:func:`decode_row` of ``msgs[i]``, ``msgs[i + 1]``, … while each is a row: the
     index of the first it declines (``len(msgs)`` when none), left to the caller's
     generic readers. The same rows, in the same order, as decode_row one by one.
@@ -554,7 +554,9 @@ def decode_rows(msgs: list[bytes], i: int, shapes: dict[int, RowShape]) -> int:
     learnt layout (the one-octet messageID of the last row decode_row read, so the
     same shape) is read inline with its checks in one expression, the rest are
     decode_row's. Every check decode_row's learnt path makes is made here: a
-    message that fails one is handed to decode_row, which reads it or declines it."""
+    message that fails one is handed to decode_row, which reads it or declines it.
+    The same in C (``_ber.decode_rows``, below) is what the client calls where it is
+    built; it reads every row by decode_row's general loop (no layout is learnt)."""
     count = len(msgs)
     unpack = _HEAD9.unpack_from
     shape: RowShape | None = None
@@ -662,7 +664,7 @@ def _container(buf: bytes, pos: int) -> tuple[int, int]:
     return 0, -1
 
 
-def decode_entry(
+def read_entry(
     buf: bytes, names: dict[bytes, str], names_max: int
 ) -> tuple[int, bytes, dict[str, list[bytes]]] | None:
     """Read one LDAPMessage carrying a SearchResultEntry without controls as (message
@@ -682,7 +684,8 @@ def decode_entry(
     entries of 1.2 KiB, 61,000 values) went through a SearchEntry and a second dict
     per entry. Read here, with the headers of the usual length forms inline, reading
     them into Entry objects takes 17 % fewer instructions (valgrind, on the messages
-    of perf/readpath.py), the whole initgroups 6 % fewer."""
+    of perf/readpath.py), the whole initgroups 6 % fewer. The same in C
+    (``_ber.decode_entry``, below) is what the client calls where it is built."""
     n = len(buf)
     try:
         if buf[0] != 0x30:
@@ -777,3 +780,16 @@ def decode_entry(
     except IndexError:
         return None  # a header cut by the end of the buffer
     return msgid, dn, attrs
+
+
+# read_entry and read_rows in C where they were built (`pip install` builds them when
+# a C compiler and Python's headers are there; `make test` installs both): the same
+# answers (tests/unit/test_deref_entries.py, test_deref_rows.py and test_ber_c.py run
+# both), at a tenth of the cost. A cold initgroups of a user in 2,000 groups spent 18 %
+# of the backend's CPU in read_entry, a cold large01 38 % in read_rows (py-spy of
+# perf.replay); see docs/ARCHITECTURE.md, "The C entry reader".
+try:
+    from cached.ldap._ber import decode_entry as decode_entry
+    from cached.ldap._ber import decode_rows as decode_rows
+except ImportError:  # not built: the references
+    decode_entry, decode_rows = read_entry, read_rows

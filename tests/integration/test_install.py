@@ -86,6 +86,9 @@ for cmd in spec["commands"]:
 # What the wheel installed, by top-level folder: the package, never the harness or tests.
 files = "import importlib.metadata as m; print(*{str(f).split('/')[0] for f in m.files('cached')})"
 out["installed"] = run(["/opt/cached/bin/python", "-c", files], env=env, timeout=120).stdout.split()
+# The C entry reader was built (gcc and python3-dev are in the README's apt-get line).
+c_reader = "from cached.ldap import _ber, deref; print(deref.decode_entry is _ber.decode_entry)"
+out["c_reader"] = run(["/opt/cached/bin/python", "-c", c_reader], env=env, timeout=120).stdout
 
 # The administrator's edit: our directory instead of the sample's, no D-Bus here.
 conf = "/etc/cached/cached.conf"
@@ -144,7 +147,7 @@ print(json.dumps(out))
 def copy_checkout(dest: Path) -> Path:
     """The checkout as a clone has it: without the venv, caches and build output."""
     junk = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build",
-                                  ".*_cache", ".benchmarks", "results")  # fmt: skip
+                                  ".*_cache", ".benchmarks", "results", "*.so")  # fmt: skip
     shutil.copytree(REPO, dest, ignore=junk)
     return dest
 
@@ -189,6 +192,7 @@ def test_readme_install_and_the_units_exec_start(
     failed = [st for st in out["steps"] if st["status"] != 0]
     assert not failed, json.dumps(failed, indent=2)
     assert [st["argv"][-1] for st in out["steps"] if st["argv"][:2] == ["sh", "-ec"]] == runnable
+    assert out["c_reader"] == "True\n", out["c_reader"]
     assert "cached" in out["installed"] and not {"testing", "tests", "perf"} & set(
         out["installed"]
     ), out["installed"]

@@ -3,7 +3,10 @@ controls (the group entries of a walk, any search's plain entries). It must give
 what the client builds from the generic reader (decode_search_entry, then
 client._Request.entry: the types lower-cased), or decline (None) and leave the
 message to it; hostile bytes — truncated, lengths past their container, long-form
-and huge lengths — are declined, never read past their end. Pure logic."""
+and huge lengths — are declined, never read past their end. Every test runs on both
+readers: the pure-Python reference (deref.read_entry) and the C one
+(cached/ldap/_ber.c), which must give the same answers, None included; and the C
+reader must be built (`make test` installs the compiler). Pure logic."""
 
 from __future__ import annotations
 
@@ -12,6 +15,24 @@ import contextlib
 import pytest
 
 from cached.ldap import deref
+
+try:
+    from cached.ldap import _ber
+except ImportError:  # reported by test_the_c_reader_is_built
+    _ber = None  # type: ignore[assignment]
+
+READERS = {"python": deref.read_entry, "c": _ber.decode_entry if _ber else None}
+
+
+@pytest.fixture(params=sorted(READERS), autouse=True)
+def reader(request, monkeypatch):
+    """Each test once per reader; ``decode`` and ``deref.decode_entry`` are it."""
+    fn = READERS[request.param]
+    if fn is None:
+        pytest.fail("cached/ldap/_ber.c is not built: `pip install -e .` with gcc and "
+                    "python3-dev installed builds it (contrib/install-deps installs them)")
+    monkeypatch.setattr(deref, "decode_entry", fn)
+    return fn
 
 DN = b"cn=g1,ou=groups,dc=example,dc=test"
 MEMBERS = [b"uid=user%05d,ou=people,dc=example,dc=test" % i for i in range(30)]
@@ -194,3 +215,4 @@ def test_no_value_from_past_its_container_at_any_cut_or_octet(good):
             # Accepted only where the change left a well-formed message (a value's
             # bytes): then it is what the generic reader gives.
             assert got == generic(bad), (at, octet)
+

@@ -298,8 +298,8 @@ def test_the_layout_is_learnt_from_a_usual_row_within_a_few_tries():
 
 
 
-def test_decode_rows_reads_runs_as_decode_row_reads_each_message():
-    """decode_rows: the rows of a run of messages, each as decode_row reads it (the
+def test_read_rows_reads_runs_as_decode_row_reads_each_message():
+    """read_rows: the rows of a run of messages, each as decode_row reads it (the
     learnt layout inline, anything else by decode_row), up to the first message
     decode_row declines, whose index it returns; nothing read past it."""
     like = [
@@ -325,11 +325,11 @@ def test_decode_rows_reads_runs_as_decode_row_reads_each_message():
             if not deref.decode_row(buf, one):
                 want = k
                 break
-        assert deref.decode_rows(msgs, 0, many) == want
+        assert deref.read_rows(msgs, 0, many) == want
         assert many[7].rows == one[7].rows
         assert many[7].heads == one[7].heads
     # From an index on, and at the end.
     shapes = _slots()
-    assert deref.decode_rows([other, GOOD, *like], 1, shapes) == 7
+    assert deref.read_rows([other, GOOD, *like], 1, shapes) == 7
     assert len(shapes[7].rows) == 6
-    assert deref.decode_rows(like, len(like), shapes) == len(like)
+    assert deref.read_rows(like, len(like), shapes) == len(like)
