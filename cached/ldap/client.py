@@ -544,6 +544,10 @@ class LdapClient:
         # or the preferred servers are tried again), with why; never tried twice.
         self.failed: dict[str, str] = {}
         self.connected_at = 0.0  # clock() when self.conn was made
+        # Whether connect() tries the servers again once the backoff has passed. The
+        # backend service turns it off and runs the offline check (probe) instead, so
+        # that no lookup waits on a server that hangs (service.py, _offline_check).
+        self.retry_in_lookups = True
 
     # -- state ---------------------------------------------------------------------
 
@@ -699,7 +703,7 @@ class LdapClient:
             if not self._primary_due():
                 return self.conn
             return self._back_to_primary()
-        if self.retry_at and self.clock() < self.retry_at:
+        if self.retry_at and (not self.retry_in_lookups or self.clock() < self.retry_at):
             raise LdapOffline(self.last_error or "offline")
         conn = self._try(self.uris)
         if conn is None:
@@ -721,35 +725,34 @@ class LdapClient:
         self.connected_at = self.clock()
         return backup[0]
 
+    def _attempt(self, uri: str) -> tuple[ldap3.Connection, ServerInfo] | str:
+        """A bound connection to ``uri`` and its root DSE, or why there is none."""
+        try:
+            return self._connect_one(uri)
+        except LdapTimeout:
+            return (
+                f"{uri}: StartTLS, bind and root DSE timed out after "
+                f"ldap_opt_timeout = {self.cfg.ldap_opt_timeout} s"
+            )
+        except lexc.LDAPInvalidCredentialsResult:
+            return f"{uri}: bind as {self.cfg.ldap_default_bind_dn!r} refused (invalid credentials)"
+        except (LdapError, lexc.LDAPException, *_NETWORK_ERRORS) as e:
+            return f"{uri}: {_describe(e)}"
+        except _UNDECODABLE as e:
+            # ldap3's decoder on bytes that are not LDAP: a broken server.
+            return f"{uri}: undecodable answer ({_describe(e)})"
+
     def _try(self, uris: list[str]) -> ldap3.Connection | None:
         """Connect to the first of ``uris`` not failed in this round, or None."""
         with self.counters.timer(LDAP_CONNECT):
             for uri in uris:
                 if uri in self.failed:
                     continue
-                try:
-                    conn, info = self._connect_one(uri)
-                except LdapTimeout:
-                    self._server_failed(
-                        uri,
-                        f"{uri}: StartTLS, bind and root DSE timed out after "
-                        f"ldap_opt_timeout = {self.cfg.ldap_opt_timeout} s",
-                    )
+                got = self._attempt(uri)
+                if isinstance(got, str):
+                    self._server_failed(uri, got)
                     continue
-                except lexc.LDAPInvalidCredentialsResult:
-                    self._server_failed(
-                        uri,
-                        f"{uri}: bind as {self.cfg.ldap_default_bind_dn!r} refused "
-                        "(invalid credentials)",
-                    )
-                    continue
-                except (LdapError, lexc.LDAPException, *_NETWORK_ERRORS) as e:
-                    self._server_failed(uri, f"{uri}: {_describe(e)}")
-                    continue
-                except _UNDECODABLE as e:
-                    # ldap3's decoder on bytes that are not LDAP: a broken server.
-                    self._server_failed(uri, f"{uri}: undecodable answer ({_describe(e)})")
-                    continue
+                conn, info = got
                 self.conn, self.info = conn, info
                 self.connected_at = self.clock()
                 if not self.online:
@@ -761,6 +764,35 @@ class LdapClient:
                 self.last_error = ""
                 return conn
         return None
+
+    # -- the offline check (service.py runs it) --------------------------------------
+
+    def probe(self) -> tuple[str | None, dict[str, str]]:
+        """Try the servers in order as connect() does, each on a connection of its own
+        closed at once, touching none of this client's state, so it can run in a
+        thread of its own while lookups go on: (the first URI that answered, or None;
+        why each before it failed)."""
+        failed: dict[str, str] = {}
+        with self.counters.timer(LDAP_CONNECT):
+            for uri in self.uris:
+                got = self._attempt(uri)
+                if isinstance(got, str):
+                    failed[uri] = got
+                    continue
+                _discard(got[0])
+                return uri, failed
+        return None, failed
+
+    def after_probe(self, found: str | None, failed: dict[str, str]) -> None:
+        """What a probe found, taken on the thread that runs lookups: a server answered
+        — connect now, skipping the servers the probe saw fail (never waited on twice
+        in a round); none did — offline until the next backoff step."""
+        if self.online:
+            return
+        for uri, reason in failed.items():
+            self._server_failed(uri, reason)
+        if found is None or self._try(self.uris) is None:
+            self._go_offline("; ".join(self.failed.values()) or "no ldap_uri configured")
 
     # -- searching -----------------------------------------------------------------
 

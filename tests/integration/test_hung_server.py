@@ -293,3 +293,47 @@ def test_slow_server_cold_lookups_wait_for_the_whole_answer(
     r = getent(d, "initgroups", user)
     assert frozenset(int(g) for g in r.stdout.split()[1:]) == want.initgroups
     assert count(d, NSS_STALE) == 0
+
+
+def test_a_retry_against_a_hung_server_never_holds_a_lookup(
+    daemon_factory, proxy_factory, slapd_small_fresh
+):
+    """Offline, the servers are tried again in the background (SSSD's check_if_online):
+    while that attempt waits on a hung server — for ldap_opt_timeout, set far longer
+    than the test — lookups the responder sends the backend are answered at once,
+    cached names from the cache, unknown names NOTFOUND. Before, the first lookup past
+    the retry time made the attempt itself and waited for it, and every lookup queued
+    behind it (a helper's differential against SSSD 2.8.2: 8 s per backoff step)."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    px = proxy_factory("127.0.0.1", s.port)
+    d = daemon_factory(
+        slapd_small_fresh, uris=[px.uri], nss={"cache_first_wait": 1},
+        ldap_search_timeout=2, ldap_network_timeout=2, ldap_opt_timeout=600,
+        offline_timeout=1, offline_timeout_max=1, offline_timeout_random_offset=0,
+    )  # fmt: skip
+    want = expected_answers(exp)
+    assert served_answers(d, exp) == want
+    user = sorted(want.passwd)[0]
+    px.set(stall=True)  # the open connection's answers and every new connection wait
+    assert d.cli("cache", "-E").returncode == 0
+    assert getent(d, "passwd", user).stdout.strip() == want.passwd[user]  # from the cache
+    wait_for(lambda: not backend_status(d)["online"], "offline", log=d.log_tail)
+    # The retry, one second later, in the background: a new connection to the proxy,
+    # which holds it (ldap_opt_timeout = 600 s).
+    attempts = px.stats.connections
+    wait_for(lambda: px.stats.connections > attempts, "the background retry", log=d.log_tail)
+    before = count(d, NSS_BACKEND)
+    r = getent(d, "passwd", "nosuchuser-while-retrying")
+    assert r.returncode == 2
+    assert served_answers(d, exp) == want
+    # The backend was asked (the responder saw the retry time pass) and answered while
+    # the retry still waits: offline, the proxy still holding that connection.
+    assert count(d, NSS_BACKEND) > before
+    assert not backend_status(d)["online"] and px.open_connections >= 1
+    assert px.stats.connections == attempts + 1  # one attempt at a time
+
+    px.heal()  # the held connection goes through: its bind and root DSE succeed
+    wait_for(lambda: backend_status(d)["online"], "online again", log=d.log_tail)
+    wait_for(lambda: not domain_view(d)["offline"], "responder learns online", log=d.log_tail)
+    assert getent(d, "passwd", user).stdout.strip() == want.passwd[user]
+    assert "domain LDAP back online via " + px.uri in d.log_text()
