@@ -82,6 +82,11 @@ async def serve(
                     task.add_done_callback(tasks.discard)
         except (ConnectionError, RpcError) as e:
             log.warning("rpc client on %s dropped: %s", path, e)
+        except asyncio.CancelledError:
+            # The process stops with the client connected (asyncio.run cancels every
+            # task): not an error, where asyncio logged the cancelled callback's
+            # traceback at ERROR (seen on SIGTERM by a helper; tests/unit/test_ipc_notes.py).
+            pass
         finally:
             writer.close()
 
