@@ -521,6 +521,17 @@ _NETWORK_ERRORS = (
 _UNDECODABLE = (ValueError, LookupError, TypeError, RecursionError)
 
 
+@dataclass
+class Probe:
+    """What :meth:`LdapClient.probe` found: the first server that answered with its
+    bound connection and root DSE (None: none did), and why each before it failed."""
+
+    uri: str = ""
+    conn: ldap3.Connection | None = None
+    info: ServerInfo | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+
+
 class LdapClient:
     def __init__(
         self,
@@ -544,9 +555,10 @@ class LdapClient:
         # or the preferred servers are tried again), with why; never tried twice.
         self.failed: dict[str, str] = {}
         self.connected_at = 0.0  # clock() when self.conn was made
-        # Whether connect() tries the servers again once the backoff has passed. The
-        # backend service turns it off and runs the offline check (probe) instead, so
-        # that no lookup waits on a server that hangs (service.py, _offline_check).
+        # Whether connect() tries the servers again once the backoff has passed, and
+        # the preferred ones after failover_primary_timeout on a backup. The backend
+        # service turns it off and runs the server check (probe, after_probe) instead,
+        # so that no lookup waits on a server that hangs (service.py, _server_check).
         self.retry_in_lookups = True
 
     # -- state ---------------------------------------------------------------------
@@ -700,7 +712,7 @@ class LdapClient:
     def connect(self) -> ldap3.Connection:
         """The bound connection, connecting (with failover) when needed."""
         if self.conn is not None:
-            if not self._primary_due():
+            if not self.retry_in_lookups or not self._primary_due():
                 return self.conn
             return self._back_to_primary()
         if self.retry_at and (not self.retry_in_lookups or self.clock() < self.retry_at):
@@ -765,34 +777,77 @@ class LdapClient:
                 return conn
         return None
 
-    # -- the offline check (service.py runs it) --------------------------------------
+    # -- the server check (service.py runs it) ---------------------------------------
 
-    def probe(self) -> tuple[str | None, dict[str, str]]:
-        """Try the servers in order as connect() does, each on a connection of its own
-        closed at once, touching none of this client's state, so it can run in a
-        thread of its own while lookups go on: (the first URI that answered, or None;
-        why each before it failed)."""
-        failed: dict[str, str] = {}
+    def check_in(self) -> float | None:
+        """Seconds until the servers are to be tried again off the lookup path: while
+        offline, the backoff's retry; on an ``ldap_backup_uri`` server, the return to
+        the preferred ones (failover_primary_timeout); None when neither is due."""
+        if not self.online:
+            return self.retry_in
+        if self.info is not None and self.cfg.ldap_uri and self.info.uri not in self.cfg.ldap_uri:
+            since = self.clock() - self.connected_at
+            return max(0.0, self.cfg.failover_primary_timeout - since)
+        return None
+
+    def probe(self) -> Probe:
+        """Try the servers as connect() would — every server while offline, the
+        preferred ones while on a backup — in order, touching none of this client's
+        state, so it can run in a thread of its own while lookups go on. The first
+        connection made is kept for :meth:`after_probe` to adopt."""
+        uris = self.uris if not self.online else list(self.cfg.ldap_uri)
+        out = Probe()
         with self.counters.timer(LDAP_CONNECT):
-            for uri in self.uris:
+            for uri in uris:
                 got = self._attempt(uri)
                 if isinstance(got, str):
-                    failed[uri] = got
+                    out.failed[uri] = got
                     continue
-                _discard(got[0])
-                return uri, failed
-        return None, failed
+                out.uri, out.conn, out.info = uri, *got
+                break
+        return out
 
-    def after_probe(self, found: str | None, failed: dict[str, str]) -> None:
-        """What a probe found, taken on the thread that runs lookups: a server answered
-        — connect now, skipping the servers the probe saw fail (never waited on twice
-        in a round); none did — offline until the next backoff step."""
-        if self.online:
+    def after_probe(self, probe: Probe) -> None:
+        """What a probe found, taken on the thread that runs lookups, with no network
+        I/O: its connection adopted (back online, or back on a preferred server from a
+        backup); or, offline, the next backoff step; or, on a backup, the preferred
+        servers tried again after another failover_primary_timeout. A probe that the
+        state moved past meanwhile (a lookup reconnected) is discarded."""
+        for uri, reason in probe.failed.items():
+            self.failed[uri] = reason
+        if not self.online:
+            if probe.conn is None or probe.info is None:
+                self._go_offline("; ".join(self.failed.values()) or "no ldap_uri configured")
+                return
+            log.info("domain %s back online via %s", self.cfg.name, probe.uri)
+            _discard(self.conn)
+            self._adopt(probe.conn, probe.info)
             return
-        for uri, reason in failed.items():
-            self._server_failed(uri, reason)
-        if found is None or self._try(self.uris) is None:
-            self._go_offline("; ".join(self.failed.values()) or "no ldap_uri configured")
+        if self.check_in() is None:
+            _discard(probe.conn)  # no longer on a backup: a lookup got there first
+            return
+        if probe.conn is None or probe.info is None:
+            self.connected_at = self.clock()  # on the backup for another period
+            return
+        log.info("domain %s back on %s", self.cfg.name, probe.uri)
+        _discard(self.conn)
+        self.failed.pop(probe.uri, None)
+        self._adopt(probe.conn, probe.info)
+
+    def _adopt(self, conn: ldap3.Connection, info: ServerInfo) -> None:
+        self.conn, self.info = conn, info
+        self.connected_at = self.clock()
+        self.retry_at = 0.0
+        self.backoff = 0.0
+        self.last_error = ""
+
+    def probe_failed(self, reason: str) -> None:
+        """The check itself failed (a thread that could not start, an error no server
+        explains): offline, the next backoff step; on a backup, another period."""
+        if not self.online:
+            self._go_offline(f"checking the servers failed: {reason}")
+        elif self.check_in() is not None:
+            self.connected_at = self.clock()
 
     # -- searching -----------------------------------------------------------------
 

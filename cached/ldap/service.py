@@ -62,7 +62,7 @@ def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[_T] = loop.create_future()
 
-    def settle(value: Any, error: BaseException | None) -> None:
+    def settle(value: Any, error: BaseException | None) -> None:  # on the loop
         if fut.done():
             return  # cancelled meanwhile (shutdown)
         if error is not None:
@@ -72,11 +72,12 @@ def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
 
     def run() -> None:
         try:
-            value = fn()
+            value, error = fn(), None
         except BaseException as e:  # handed to the awaiting task
-            loop.call_soon_threadsafe(settle, None, e)
-        else:
-            loop.call_soon_threadsafe(settle, value, None)
+            value, error = None, e
+        # The loop is closed when the process stopped while fn waited: nobody awaits.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, value, error)
 
     threading.Thread(target=run, name=name, daemon=True).start()
     return fut
@@ -143,9 +144,11 @@ class BackendService:
         if self.cache.ts_rebuilt_reason:
             log.warning("timestamp store rebuilt: %s", self.cache.ts_rebuilt_reason)
         self.client = LdapClient(domain)
-        # Servers are tried again by the offline check, never inside a lookup.
+        # Servers are tried again by the server check, never inside a lookup.
         self.client.retry_in_lookups = False
-        self._offline = asyncio.Event()  # set while the domain is offline (announce)
+        # Set while the domain is offline or on a backup server (announce).
+        self._check_due = asyncio.Event()
+        self.probing_since = 0.0  # time.monotonic() the running probe began; 0: none
         provider = AdProvider if domain.ldap_schema == "ad" else LdapProvider
         self.provider = provider(domain, self.client, self.cache)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"ldap-{domain.name}")
@@ -236,10 +239,10 @@ class BackendService:
 
     def announce(self) -> None:
         """Tell the responder when the domain went offline or came back; wake the
-        offline check when it went offline."""
+        server check when it went offline or to a backup server."""
         online = self.client.online
-        if not online:
-            self._offline.set()
+        if self.client.check_in() is not None:
+            self._check_due.set()
         if online == self.announced_online:
             return
         self.announced_online = online
@@ -309,6 +312,7 @@ class BackendService:
             "server": client.info.uri if client.info else "",
             "last_error": client.last_error,
             "retry_in": client.retry_in,
+            "probing_for": time.monotonic() - self.probing_since if self.probing_since else 0.0,
             "offline_since": 0.0 if client.online else client.went_offline,
             "last_success": self.last_success,
             "started": self.started,
@@ -321,24 +325,40 @@ class BackendService:
             "limit_time": self.provider.limit_time,
         }
 
-    async def _offline_check(self) -> None:
-        """While the domain is offline, try the servers again when the backoff says
-        (offline_timeout, doubling: §6.4), as SSSD's check_if_online does: the probe
-        runs in a thread of its own, so lookups meanwhile are answered at once from
-        the cache (NOTFOUND for names it lacks) instead of queueing behind a connection
-        attempt to a server that hangs. When a lookup itself retried, every unknown
-        name waited ldap_opt_timeout (8 s) once per backoff step, and every lookup
-        queued behind it (a helper's differential against SSSD 2.8.2 with slapd
-        SIGSTOPped: 6.96-8.1 s, SSSD <= 0.05 s). Only the connection the probe found
-        is made on the lookups' thread, to a server that just answered."""
+    async def _server_check(self) -> None:
+        """Try the servers again off the lookup path, as SSSD's check_if_online does:
+        while the domain is offline, when the backoff says (offline_timeout, doubling:
+        §6.4); while on an ldap_backup_uri server, the preferred ones after
+        failover_primary_timeout. The probe runs in a thread of its own and the
+        connection it makes is adopted, so lookups meanwhile are answered at once from
+        the cache (NOTFOUND for names it lacks) and never wait on a server that hangs.
+        When a lookup itself retried, every unknown name waited ldap_opt_timeout (8 s)
+        once per backoff step, and every lookup queued behind it (a helper's
+        differential against SSSD 2.8.2 with slapd SIGSTOPped: 6.96-8.1 s, SSSD
+        <= 0.05 s); on a backup, a hung preferred server held one lookup every
+        failover_primary_timeout (found in review)."""
+        name = f"probe-{self.domain.name}"
         while True:
-            await self._offline.wait()
-            while not self.client.online:
-                await asyncio.sleep(self.client.retry_in)
-                found, failed = await _in_thread(self.client.probe, f"probe-{self.domain.name}")
-                await self._in_worker(functools.partial(self.client.after_probe, found, failed))
+            await self._check_due.wait()
+            while (wait := self.client.check_in()) is not None:
+                await asyncio.sleep(wait)
+                try:
+                    self.probing_since = time.monotonic()
+                    probe = await _in_thread(self.client.probe, name)
+                    await self._in_worker(functools.partial(self.client.after_probe, probe))
+                except Exception as e:
+                    # The check outlives any one failure (a thread that cannot start
+                    # under TasksMax, an error no server explains): without it the
+                    # domain would stay offline until a restart (found in review).
+                    log.error("domain %s: checking the servers failed: %s: %s",
+                              self.domain.name, type(e).__name__, e)  # fmt: skip
+                    await self._in_worker(
+                        functools.partial(self.client.probe_failed, f"{type(e).__name__}: {e}")
+                    )
+                finally:
+                    self.probing_since = 0.0
                 self.announce()
-            self._offline.clear()
+            self._check_due.clear()
 
     async def _sync_timestamps(self) -> None:
         # The timestamp store is no-sync (reference §3.1); flush it on a timer so a
@@ -404,7 +424,7 @@ class BackendService:
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # logs go to stderr
         syncer = asyncio.create_task(self._sync_timestamps())
-        checker = asyncio.create_task(self._offline_check())
+        checker = asyncio.create_task(self._server_check())
         refresher = (
             asyncio.create_task(self._refresh_expired())
             if self.domain.refresh_expired_interval > 0

@@ -141,7 +141,11 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                 conn = f"online via {printable(s['server'] or '(not connected yet)')}"
             else:
                 why = printable(s["last_error"])
-                conn = f"OFFLINE: {why}; next attempt in {s['retry_in']:.0f} s"
+                if s.get("probing_for"):
+                    when = f"trying the servers now (for {s['probing_for']:.0f} s)"
+                else:
+                    when = f"next attempt in {s['retry_in']:.0f} s"
+                conn = f"OFFLINE: {why}; {when}"
             lines.append(f"Domain {s['domain']}: {conn}")
             if not s["online"] and s.get("offline_since"):
                 lines.append(f"  offline since: {_ago(s['offline_since'], now)}")

@@ -314,14 +314,18 @@ def test_a_retry_against_a_hung_server_never_holds_a_lookup(
     want = expected_answers(exp)
     assert served_answers(d, exp) == want
     user = sorted(want.passwd)[0]
+    attempts = px.stats.connections
     px.set(stall=True)  # the open connection's answers and every new connection wait
     assert d.cli("cache", "-E").returncode == 0
     assert getent(d, "passwd", user).stdout.strip() == want.passwd[user]  # from the cache
     wait_for(lambda: not backend_status(d)["online"], "offline", log=d.log_tail)
     # The retry, one second later, in the background: a new connection to the proxy,
     # which holds it (ldap_opt_timeout = 600 s).
-    attempts = px.stats.connections
     wait_for(lambda: px.stats.connections > attempts, "the background retry", log=d.log_tail)
+    assert "trying the servers now" in d.cli("status").stdout
+    # The responder's offline period (the retry time it was told) is over: it asks the
+    # backend again.
+    wait_for(lambda: domain_view(d)["retry_in"] == 0, "retry time passed", log=d.log_tail)
     before = count(d, NSS_BACKEND)
     r = getent(d, "passwd", "nosuchuser-while-retrying")
     assert r.returncode == 2
@@ -337,3 +341,39 @@ def test_a_retry_against_a_hung_server_never_holds_a_lookup(
     wait_for(lambda: not domain_view(d)["offline"], "responder learns online", log=d.log_tail)
     assert getent(d, "passwd", user).stdout.strip() == want.passwd[user]
     assert "domain LDAP back online via " + px.uri in d.log_text()
+
+
+def test_the_return_to_a_hung_preferred_server_never_holds_a_lookup(
+    daemon_factory, proxy_factory, slapd_small_fresh
+):
+    """On a backup server, the preferred one is tried again after
+    failover_primary_timeout in the background too: while that attempt waits on the
+    hung preferred server, lookups go on over the backup. Before, the first lookup
+    past the timeout made the attempt and waited ldap_opt_timeout (found in review)."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    hung = proxy_factory("127.0.0.1", s.port)
+    hung.set(stall=True)
+    d = daemon_factory(
+        slapd_small_fresh, uris=[hung.uri], ldap_backup_uri=s.uri,
+        ldap_search_timeout=2, ldap_opt_timeout=2, ldap_network_timeout=2,
+        failover_primary_timeout=1,
+    )  # fmt: skip
+    want = expected_answers(exp)
+    user = sorted(want.passwd)[0]
+    assert getent(d, "passwd", user).stdout.strip() == want.passwd[user]  # via the backup
+    assert backend_status(d)["server"] == s.uri
+    assert hung.stats.connections == 1
+    # The first return attempt times out (ldap_opt_timeout = 2 s) in the background;
+    # the second one is held: long enough to look everything up meanwhile.
+    wait_for(lambda: hung.stats.connections >= 2, "a return attempt", log=d.log_tail)
+    assert d.cli("cache", "-E").returncode == 0
+    before = count(d, NSS_BACKEND)
+    assert served_answers(d, exp) == want
+    assert count(d, NSS_BACKEND) > before  # refreshed over the backup, not from the cache
+    assert count(d, NSS_STALE) == 0  # none waited out cache_first_wait
+    st = backend_status(d)
+    assert st["online"] and st["server"] == s.uri, st
+    hung.heal()
+    wait_for(lambda: backend_status(d)["server"] == hung.uri, "back on the primary",
+             log=d.log_tail)  # fmt: skip
+    assert served_answers(d, exp) == want

@@ -138,3 +138,54 @@ def test_a_client_connection_open_at_shutdown_logs_no_error(tmp_path: Path) -> N
 
     asyncio.run(main())
     assert [str(e.get("message")) + repr(e.get("exception")) for e in errors] == []
+
+
+def test_the_server_check_outlives_a_failure_of_its_own(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """BackendService._server_check: a probe that raises (a thread that cannot start
+    under TasksMax) is logged and counts as a failed attempt; the next one still runs
+    and its connection is adopted. Without the guard the task died and the domain
+    stayed offline until a restart (found in review). A real backend service; the
+    probe is a stand-in (no LDAP server)."""
+    import ldap3
+
+    from cached.ldap.client import Probe, ServerInfo
+
+    cfg = parse_config(config_text(
+        ["ldap://127.0.0.1:1"], "dc=example,dc=test", tmp_path,
+        offline_timeout=1, offline_timeout_max=1, offline_timeout_random_offset=0,
+    ))  # fmt: skip
+    os.makedirs(cfg.daemon.pipes_dir, mode=0o755)
+    service = BackendService(cfg, cfg.domains[0])
+    client = service.client
+    client._go_offline("test: server down")
+    calls: list[int] = []
+    uri = "ldap://127.0.0.1:1"
+
+    def probe() -> Probe:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("can't start new thread")
+        return Probe(uri, ldap3.Connection(ldap3.Server(uri)), ServerInfo(uri))
+
+    client.probe = probe  # type: ignore[method-assign]
+
+    async def main() -> None:
+        client.retry_at = client.clock()  # due now
+        service.announce()
+        task = asyncio.create_task(service._server_check())
+        try:
+            for _ in range(6000):  # 60 s at most; the second try comes after 1 s
+                if client.online:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+
+    with caplog.at_level("ERROR"):
+        asyncio.run(main())
+    service.cache.close()
+    assert client.online and client.info is not None and client.info.uri == uri
+    assert len(calls) == 2
+    assert "checking the servers failed: RuntimeError: can't start new thread" in caplog.text
