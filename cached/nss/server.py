@@ -302,27 +302,26 @@ class NssResponder:
 
     def fill_passwd(self, cmd: int, _key: str | int, found: Found[User]) -> bytes:
         name, rec = self._passwd_record(found.domain, found.value)
-        if self._feedable(found):
-            self.feed.user(name, found.value, self.pwfield)
+        u = found.value
+        if self._feedable(found) and self.lookups.owns(
+            found.domain, GETPWNAM, u.name, GETPWUID, u.uid
+        ):
+            self.feed.user(name, u, self.pwfield)
         return p.passwd_reply(cmd, [rec])
 
     def fill_group(self, cmd: int, key: str | int, found: Found[GroupView]) -> bytes:
         g = found.value
         r = self._group_record(found.domain, g)
-        if self._feedable(found):
+        lookups = self.lookups
+        owned = lookups.owns(found.domain, GETGRNAM, g.name, GETGRGID, g.gid)
+        if owned and self._feedable(found):
             self._feed_group(r)
         reply = p.group_reply(cmd, [self._encoded(r)])
-        if g.member_count < MEMO_MEMBERS and found.state is State.VALID:
+        if owned and g.member_count < MEMO_MEMBERS and found.state is State.VALID:
             plugin: Plugin[Any, GroupView] = COMMANDS[cmd].plugin
-            lookups = self.lookups
             # Only an answer of the first domain that admits the key: an earlier one
             # skipped for a negative entry or offline could answer once that ends.
-            for first in lookups.config.domains:
-                if plugin.admits(lookups.policy, first, key):
-                    break
-            else:
-                first = None
-            if first is found.domain:
+            if lookups.first_admitting(plugin, key) is found.domain:
                 if len(self._answers) >= MEMO_SMALL_GROUPS:
                     self._answers.clear()
                 self._answers[(cmd, key)] = _Answer(
@@ -358,7 +357,8 @@ class NssResponder:
         ig = found.value
         gids = self.lookups.policy.initgroups_gids(found.domain, found.cache, ig)
         if self._feedable(found):
-            self.feed.initgroups(raw_name, self._output_name(found.domain, ig.user.name), gids)
+            if self.lookups.first_admitting(INITGR, raw_name) is found.domain:
+                self.feed.initgroups(raw_name, self._output_name(found.domain, ig.user.name), gids)
             self._prefill_groups(found, gids)
         return p.initgr_reply(gids)
 
@@ -408,10 +408,12 @@ class NssResponder:
         # hold no cycles.
         with gcpause.paused():
             ok = self.lookups.policy.group_view_filter(domain)
+            owns = self.lookups.owns
             batch = []
-            # Not an expired group while the domain is online (as _feedable).
+            # Not an expired group while the domain is online (as _feedable), nor one
+            # whose name or gid an earlier domain admits (Lookups.owns).
             for g in cache.groups_by_name(names, expired=self._stale_ok(domain)):
-                if ok(g):
+                if ok(g) and owns(domain, GETGRNAM, g.name, GETGRGID, g.gid):
                     r = self._group_record(domain, g)
                     batch.append((r.name, g.gid, r.count, r.blob))
             self.feed.groups(batch, self.pwfield)

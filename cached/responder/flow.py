@@ -308,11 +308,15 @@ class Lookups:
         return plugin.served(self.policy, domain, value)
 
     async def lookup(self, plugin: Plugin[K, V], key: K) -> Found[V] | None:
-        """The cached answer of ``plugin`` for ``key`` in the first domain that has it."""
+        """The cached answer of ``plugin`` for ``key`` in the first domain that has one
+        it may serve. A domain whose entry is filtered (by name, or out of its id
+        range) answers nothing and the next domain is asked, as SSSD's cache_req does:
+        a uid of a user filtered in the first domain is another domain's user's (found
+        by a helper's multi-domain differential against SSSD 2.8.2)."""
         for domain, nkey in self._domains(plugin, key):
             found = await self._lookup_domain(plugin, domain, key, nkey)
-            if found is not None:
-                return found if self.servable(plugin, domain, found.value) else None
+            if found is not None and self.servable(plugin, domain, found.value):
+                return found
         return None
 
     def lookup_now(self, plugin: Plugin[K, V], key: K) -> Found[V] | NotNow | None:
@@ -323,9 +327,33 @@ class Lookups:
             found = self._cached(plugin, domain, self.caches[domain.name], key)
             if isinstance(found, Lookup):
                 return NOT_NOW
-            if found is not None:
-                return found if self.servable(plugin, domain, found.value) else None
+            if found is not None and self.servable(plugin, domain, found.value):
+                return found
         return None
+
+    def first_admitting(self, plugin: Plugin[K, V], key: K) -> DomainConfig | None:
+        """The first domain whose filters and id range admit ``key``: the one whose
+        answer the flow gives for it whenever that domain has one it may serve."""
+        for domain in self.config.domains:
+            if plugin.admits(self.policy, domain, key):
+                return domain
+        return None
+
+    def owns(self, domain: DomainConfig, by_name: Plugin[str, V], name: str,
+             by_id: Plugin[int, V], ident: int) -> bool:  # fmt: skip
+        """Whether ``domain`` is the first to admit both the name and the id of an
+        entry: then a record of it in the memory cache, which clients read by name and
+        by id alike, is what the flow answers for both (one domain: always). An entry
+        of a later domain whose name or id an earlier domain also admits is answered
+        over the socket only: the earlier domain may hold that name or id (a helper's
+        multi-domain differential: the memory cache answered a later domain's group
+        for an earlier domain's gid after `id` of the later domain's user)."""
+        if len(self.config.domains) == 1:
+            return True
+        return (
+            self.first_admitting(by_name, name) is domain
+            and self.first_admitting(by_id, ident) is domain
+        )
 
     def _domains(self, plugin: Plugin[K, V], key: K) -> Iterator[tuple[DomainConfig, NegKey]]:
         """The domains to ask for ``key``, in order: those whose filters and id
