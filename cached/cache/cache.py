@@ -55,7 +55,7 @@ from cached.counters import (
     Counters,
 )
 from cached.dn import normalize_dn
-from cached.model import User
+from cached.model import Kind, User
 from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -336,6 +336,21 @@ class DomainCache:
                 key = bytes(target)
                 data = txn.get(key, db=self.entries.tables["users"])
         return key, data
+
+    def holds(self, kind: Kind, names: Iterable[str]) -> set[str]:
+        """Which of ``names`` the entry store holds a user (Kind.USER) or group of,
+        under the name or an alias, read in one transaction and not decoded (whether a
+        later domain's entry may go in the memory cache, responder/flow.py
+        Lookups.owns: bigroupuser's 2,085 groups at once)."""
+        table = self.entries.tables["users" if kind is Kind.USER else "groups"]
+        aliases, tag = self.entries.tables["alias"], b"u" if kind is Kind.USER else b"g"
+        out = set()
+        with self._reader() as txn:
+            for name in names:
+                key = self.key(name)
+                if txn.get(key, db=table) is not None or txn.get(tag + key, db=aliases):
+                    out.add(name)
+        return out
 
     def user_by_uid(self, uid: int) -> Lookup[User]:
         with self.counters.timer(CACHE_READ):

@@ -304,7 +304,7 @@ class NssResponder:
         name, rec = self._passwd_record(found.domain, found.value)
         u = found.value
         if self._feedable(found) and self.lookups.owns(
-            found.domain, GETPWNAM, u.name, GETPWUID, u.uid
+            found.domain, GETPWNAM, name, GETPWUID, u.uid
         ):
             self.feed.user(name, u, self.pwfield)
         return p.passwd_reply(cmd, [rec])
@@ -313,11 +313,10 @@ class NssResponder:
         g = found.value
         r = self._group_record(found.domain, g)
         lookups = self.lookups
-        owned = lookups.owns(found.domain, GETGRNAM, g.name, GETGRGID, g.gid)
-        if owned and self._feedable(found):
+        if self._feedable(found) and lookups.owns(found.domain, GETGRNAM, r.name, GETGRGID, g.gid):
             self._feed_group(r)
         reply = p.group_reply(cmd, [self._encoded(r)])
-        if owned and g.member_count < MEMO_MEMBERS and found.state is State.VALID:
+        if g.member_count < MEMO_MEMBERS and found.state is State.VALID:
             plugin: Plugin[Any, GroupView] = COMMANDS[cmd].plugin
             # Only an answer of the first domain that admits the key: an earlier one
             # skipped for a negative entry or offline could answer once that ends.
@@ -408,15 +407,15 @@ class NssResponder:
         # hold no cycles.
         with gcpause.paused():
             ok = self.lookups.policy.group_view_filter(domain)
-            owns = self.lookups.owns
             batch = []
             # Not an expired group while the domain is online (as _feedable), nor one
-            # whose name or gid an earlier domain admits (Lookups.owns).
+            # an earlier domain may answer by its name or gid (Lookups.owns).
             for g in cache.groups_by_name(names, expired=self._stale_ok(domain)):
-                if ok(g) and owns(domain, GETGRNAM, g.name, GETGRGID, g.gid):
+                if ok(g):
                     r = self._group_record(domain, g)
                     batch.append((r.name, g.gid, r.count, r.blob))
-            self.feed.groups(batch, self.pwfield)
+            owned = self.lookups.owned(domain, GETGRNAM, GETGRGID, [(b[0], b[1]) for b in batch])
+            self.feed.groups([b for b, o in zip(batch, owned, strict=True) if o], self.pwfield)
 
     def prefill_stored(self, note: GroupsStoredNote) -> None:
         """A backend committed some of a user's groups ahead of the rest of its

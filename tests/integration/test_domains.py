@@ -42,13 +42,16 @@ def _group(cn: str, gid: int, members: list[str], base: str) -> str:
 
 
 # ALPHA: ann 10001, staff 20000 {ann}. BETA: bob 10001 (ALPHA's uid), dev 20000
-# (ALPHA's gid) and staff 20001 (ALPHA's name), both {bob}.
+# (ALPHA's gid) and staff 20001 (ALPHA's name), both {bob}; and cid 25001, ops 25000
+# {cid}, names and ids ALPHA has not; ann 25003 (ALPHA's name, another id).
 LDIF = (
     f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: md\no: md\n"
     + "".join(_ou(dn) for d in (A, B) for dn in (d, f"ou=people,{d}", f"ou=groups,{d}"))
     + _user("ann", 10001, 20000, A) + _group("staff", 20000, ["ann"], A)
     + _user("bob", 10001, 20000, B) + _group("dev", 20000, ["bob"], B)
     + _group("staff", 20001, ["bob"], B)
+    + _user("cid", 25001, 25000, B) + _group("ops", 25000, ["cid"], B)
+    + _user("ann", 25003, 25000, B)
 )  # fmt: skip
 
 
@@ -60,14 +63,16 @@ def slapd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slapd]:
         yield s
 
 
-def _daemon(tmp_path: Path, s: Slapd, alpha: dict[str, Any]) -> CachedDaemon:
+def _daemon(
+    tmp_path: Path, s: Slapd, alpha: dict[str, Any], beta: dict[str, Any] | None = None
+) -> CachedDaemon:
     d = CachedDaemon(tmp_path / "cached", [s.uri], BASE)
     text = [
         "[cached]", "domains = ALPHA, BETA", f"pipes_dir = {d.workdir / 'pipes'}",
         f"mc_dir = {d.workdir / 'mc'}", f"db_dir = {d.workdir / 'db'}",
         f"pid_file = {d.workdir / 'cached.pid'}", "dbus_address = none", "[nss]",
     ]  # fmt: skip
-    for name, base, opts in (("ALPHA", A, alpha), ("BETA", B, {})):
+    for name, base, opts in (("ALPHA", A, alpha), ("BETA", B, beta or {})):
         text += [f"[domain/{name}]", "id_provider = ldap", f"ldap_uri = {s.uri}",
                  f"ldap_search_base = {base}", "ldap_schema = rfc2307bis",
                  *(f"{k} = {v}" for k, v in opts.items())]  # fmt: skip
@@ -87,7 +92,8 @@ def test_an_entry_filtered_in_the_first_domain_leaves_its_id_to_the_next(tmp_pat
         for env in (SOCKET_ONLY, None):  # and again from the memory cache
             assert _getent(d, "passwd", "10001", env=env) == "bob:*:10001:20000:bob:/home/bob:"
             assert _getent(d, "group", "20000", env=env) == "dev:*:20000:bob"
-            assert _getent(d, "passwd", "ann", env=env) == "status 2"
+            # ALPHA's ann is filtered there: BETA's ann is the answer, as SSSD's.
+            assert _getent(d, "passwd", "ann", env=env) == "ann:*:25003:25000:ann:/home/ann:"
         r = d.run_nss(["id", "bob"], env=SOCKET_ONLY)
         assert r.stdout.strip() == "uid=10001(bob) gid=20000(dev) groups=20000(dev),20001(staff)"
     finally:
@@ -118,3 +124,33 @@ def test_the_memory_cache_answers_a_shared_name_or_id_as_the_socket_does(
         assert got == want
     finally:
         d.stop()
+
+
+def test_a_later_domain_with_its_own_id_range_is_served_from_the_memory_cache(
+    tmp_path, slapd
+):
+    """With disjoint min_id/max_id, BETA's entries whose names ALPHA does not hold go in
+    the memory cache and answer from it with the daemon stopped (found in review: any
+    name an earlier domain admitted, which is every name without filters, kept them
+    out)."""
+    d = _daemon(tmp_path, slapd, {"min_id": 1, "max_id": 24999},
+                {"min_id": 25000, "max_id": 29999})  # fmt: skip
+    try:
+        assert d.run_nss(["id", "cid"]).stdout.strip() == (
+            "uid=25001(cid) gid=25000(ops) groups=25000(ops)"
+        )
+        want = {k: _getent(d, *k) for k in (("passwd", "cid"), ("passwd", "25001"),
+                                               ("group", "ops"), ("group", "25000"))}  # fmt: skip
+        assert want[("group", "ops")] == "ops:*:25000:cid"
+        # A name both domains hold: ALPHA's ann by name, then BETA's by its uid, which
+        # only BETA's range admits. BETA's may not go in the memory cache, where it
+        # would answer the name ALPHA answers on the socket.
+        alpha_ann = _getent(d, "passwd", "ann")
+        assert alpha_ann == "ann:*:10001:20000:ann:/home/ann:"
+        assert _getent(d, "passwd", "25003") == "ann:*:25003:25000:ann:/home/ann:"
+    finally:
+        d.stop()
+    # The daemon is gone: only the memory cache answers.
+    assert {k: _getent(d, *k) for k in want} == want
+    assert _getent(d, "passwd", "ann") == alpha_ann
+    assert _getent(d, "passwd", "25003") == "status 2"  # never put there
