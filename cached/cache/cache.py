@@ -742,6 +742,21 @@ class DomainCache:
                     out[k] = (kind, name)
         return out
 
+    def newest_update(self) -> float:
+        """The latest time the server confirmed an entry (its ``last_update``, written
+        by a refresh that found it unchanged too); 0 when none is stored. What `cached
+        status` shows for a backend that has had no answer since it started (it kept
+        the time in memory only, so a restart during an outage showed "never" over a
+        full cache: a helper's outage differential). One pass over the timestamps."""
+        newest = 0.0
+        if self.ts is None:
+            return newest
+        with self.ts.read() as txn:
+            for table in ("users", "groups"):
+                for _k, v in txn.cursor(db=self.ts.tables[table]):
+                    newest = max(newest, times_or_missing(v).last_update)
+        return newest
+
     def expiring(self, before: float) -> tuple[list[str], list[str], list[str]]:
         """Keys of entries whose expiry is at or before ``before``: users (data),
         groups (data), users whose initgroups list is cached (initgr). For the

@@ -157,6 +157,7 @@ class BackendService:
         self._worker: asyncio.Task[None] | None = None
         self.started = time.time()
         self.last_success = 0.0
+        self._confirmed: float | None = None  # _cache_confirmed
         self.requests = 0
         # The online state the responder was last told of (it learns the
         # state from answers and from these announcements, never per object).
@@ -315,6 +316,7 @@ class BackendService:
             "probing_for": time.monotonic() - self.probing_since if self.probing_since else 0.0,
             "offline_since": 0.0 if client.online else client.went_offline,
             "last_success": self.last_success,
+            "cache_confirmed": 0.0 if self.last_success else self._cache_confirmed(),
             "started": self.started,
             "requests": self.requests,
             "queued": 0 if self.queue is None else self.queue.waiting(),
@@ -324,6 +326,14 @@ class BackendService:
             "limit_error": self.provider.limit_error,
             "limit_time": self.provider.limit_time,
         }
+
+    def _cache_confirmed(self) -> float:
+        """With no answer since the start, when the server last confirmed an entry of
+        the cache (DomainCache.newest_update): read once, since without an answer it
+        cannot change, and the read passes over every timestamp."""
+        if self._confirmed is None:
+            self._confirmed = self.cache.newest_update()
+        return self._confirmed
 
     async def _server_check(self) -> None:
         """Try the servers again off the lookup path, as SSSD's check_if_online does:

@@ -149,7 +149,13 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             lines.append(f"Domain {s['domain']}: {conn}")
             if not s["online"] and s.get("offline_since"):
                 lines.append(f"  offline since: {_ago(s['offline_since'], now)}")
-            lines.append(f"  last successful refresh: {_ago(s['last_success'], now)}")
+            if s["last_success"] or not s.get("cache_confirmed"):
+                lines.append(f"  last successful refresh: {_ago(s['last_success'], now)}")
+            else:
+                lines.append(
+                    "  last successful refresh: none since the start; the cache was last "
+                    f"confirmed by the server {_ago(s['cache_confirmed'], now)}"
+                )
             e = s["entries"]
             lines.append(
                 f"  cached: {e['users']} users, {e['groups']} groups, "

@@ -166,6 +166,37 @@ def test_server_restarted_mid_run_and_stopped_then_started_comes_back(
     print(f"\nstopped slapd started again: fresh answers {back_s:.2f} s later")
 
 
+def test_status_after_a_restart_during_an_outage_says_when_the_cache_was_confirmed(
+    daemon_factory, slapd_small_fresh
+):
+    """The daemon restarted while the server is down has had no answer: `cached status`
+    says when the server last confirmed the cache, where it said "never" over a full
+    cache (a helper's outage differential against SSSD 2.8.2)."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    d: CachedDaemon = daemon_factory(slapd_small_fresh, **FAST_FAILOVER)
+    before = time.time()
+    assert served_answers(d, exp) == expected_answers(exp)
+    after = time.time()
+    s.stop()
+    d.stop()
+    d.start()
+    assert served_answers(d, exp) == expected_answers(exp)  # from the cache
+    st = backend_status(d)
+    assert st["last_success"] == 0, st
+    assert before <= st["cache_confirmed"] <= after, st
+    text = d.cli("status").stdout
+    assert "last successful refresh: none since the start; the cache was last confirmed" in text
+    s.start()  # an answer again (a name the cache lacks goes to the server): the usual line
+
+    def answered() -> bool:
+        d.run_nss(["getent", "passwd", "nosuchuser-after"], env=SOCKET_ONLY)
+        return bool(backend_status(d)["last_success"] > 0)
+
+    wait_for(answered, "an answer from the server", log=d.log_tail)
+    st = backend_status(d)
+    assert st["cache_confirmed"] == 0 and "last successful refresh: 20" in d.cli("status").stdout
+
+
 # == the timestamp store: lost, damaged, distrusted ======================================
 
 
