@@ -414,8 +414,11 @@ class NssResponder:
                 if ok(g):
                     r = self._group_record(domain, g)
                     batch.append((r.name, g.gid, r.count, r.blob))
-            owned = self.lookups.owned(domain, GETGRNAM, GETGRGID, [(b[0], b[1]) for b in batch])
-            self.feed.groups([b for b, o in zip(batch, owned, strict=True) if o], self.pwfield)
+            if len(self.lookups.config.domains) > 1:
+                keys = [(b[0], b[1]) for b in batch]
+                owned = self.lookups.owned(domain, GETGRNAM, GETGRGID, keys)
+                batch = [b for b, o in zip(batch, owned, strict=True) if o]
+            self.feed.groups(batch, self.pwfield)
 
     def prefill_stored(self, note: GroupsStoredNote) -> None:
         """A backend committed some of a user's groups ahead of the rest of its

@@ -352,6 +352,8 @@ class Lookups:
         earlier one admits it, which every domain without filters does: with disjoint
         min_id/max_id each domain's entries go in (found in review). ``name`` is the
         output name, the memory cache's key."""
+        if len(self.config.domains) == 1:
+            return True  # the usual case, on every answer: no list built
         return self.owned(domain, by_name, by_id, [(name, ident)])[0]
 
     def owned(self, domain: DomainConfig, by_name: Plugin[str, V], by_id: Plugin[int, V],
@@ -364,10 +366,10 @@ class Lookups:
             return [False] * len(entries)
         ok = [self.first_admitting(by_id, ident) is domain for _name, ident in entries]
         held: set[str] = set()
+        admits = by_name.admits
         for earlier in self.config.domains:
             if earlier is domain:
                 break
-            admits = by_name.admits
             names = [n for (n, _i), o in zip(entries, ok, strict=True)
                      if o and n not in held and admits(self.policy, earlier, n)]  # fmt: skip
             if names:
