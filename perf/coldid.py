@@ -84,38 +84,20 @@ def main(argv: list[str] | None = None) -> int:
             return _gids(out) == want
 
     derefs = {"both": (True, False), "yes": (True,), "no": (False,)}[args.deref]
-    runs: dict[bool, list[tuple[float, float, int, dict[str, float]]]] = {d: [] for d in derefs}
+    runs: dict[bool, list[Row]] = {d: [] for d in derefs}
     with tempfile.TemporaryDirectory(prefix="coldid-", dir="/tmp") as tmp:
         for deref in derefs:
             with Slapd(Path(tmp) / f"slapd-{deref}", gen.ldif, sc.base_dn, deref=deref) as server:
                 for i in range(args.reps):
                     work = Path(tmp) / f"cached-{deref}-{i}"
-                    with CachedDaemon(
-                        work, [server.uri], server.base_dn, log_level=args.log_level
-                    ) as d:
-                        pids = {"cached": d.pid, "slapd": server.pid or 0}
-
-                        def cpu(d: CachedDaemon = d, pids: dict[str, int] = pids) -> float:
-                            kids = {f"{x.comm}.{x.pid}": x.pid for x in procstat.children(d.pid)}
-                            return sum(procstat.cpu_seconds({**pids, **kids}).values())
-
-                        d.run_nss(["true"], env=env, timeout=600)  # namespace warm
-                        roles = _roles(d.pid, server.pid or 0)
-                        offset, cpu0, split0 = server.log_offset(), cpu(), _split(roles)
-                        start = time.perf_counter()
-                        r = d.run_nss([*TIMECMD, *cmd], env=env, timeout=1800)
-                        wall = time.perf_counter() - start
-                        timing = parse(r.stderr)[0]
-                        split = {k: v - split0[k] for k, v in _split(roles).items()}
-                        row = (timing.wall if timing else wall, cpu() - cpu0,
-                               _searches(server, offset), split)  # fmt: skip
-                        runs[deref].append(row)
-                        print(
-                            f"deref={deref} rep={i} {cmd[0]}_wall={row[0]:.3f}"
-                            f" cpu={row[1]:.3f} {_fmt(split)} searches={row[2]}"
-                            f" exact={exact(r.stdout)}",
-                            flush=True,
-                        )
+                    row, out = cold_once(server, work, cmd, env, args.log_level)
+                    runs[deref].append(row)
+                    print(
+                        f"deref={deref} rep={i} {cmd[0]}_wall={row[0]:.3f}"
+                        f" cpu={row[1]:.3f} {_fmt(row[3])} searches={row[2]}"
+                        f" exact={exact(out)}",
+                        flush=True,
+                    )
     for deref, rows in runs.items():
         walls, cpus, searches, splits = zip(*rows, strict=True)
         med = {k: statistics.median(s[k] for s in splits) for k in splits[0]}
@@ -125,6 +107,34 @@ def main(argv: list[str] | None = None) -> int:
             f" searches={statistics.median(searches):g}"
         )
     return 0
+
+
+Row = tuple[float, float, int, dict[str, float]]  # wall, CPU, searches, CPU by role
+
+
+def cold_once(
+    server: Slapd, work: Path, cmd: list[str], env: dict[str, Any], log_level: str
+) -> tuple[Row, str]:
+    """``cmd`` once through glibc and libnss_sss, against a fresh ``cached serve`` with
+    an empty cache in ``work``: its wall time (perf.timecmd), the CPU of cached's
+    processes and slapd, slapd's logical searches and the CPU by role; and its stdout."""
+    with CachedDaemon(work, [server.uri], server.base_dn, log_level=log_level) as d:
+        pids = {"cached": d.pid, "slapd": server.pid or 0}
+
+        def cpu() -> float:
+            kids = {f"{x.comm}.{x.pid}": x.pid for x in procstat.children(d.pid)}
+            return sum(procstat.cpu_seconds({**pids, **kids}).values())
+
+        d.run_nss(["true"], env=env, timeout=600)  # namespace warm
+        roles = _roles(d.pid, server.pid or 0)
+        offset, cpu0, split0 = server.log_offset(), cpu(), _split(roles)
+        start = time.perf_counter()
+        r = d.run_nss([*TIMECMD, *cmd], env=env, timeout=1800)
+        wall = time.perf_counter() - start
+        timing = parse(r.stderr)[0]
+        split = {k: v - split0[k] for k, v in _split(roles).items()}
+        row = (timing.wall if timing else wall, cpu() - cpu0, _searches(server, offset), split)
+        return row, r.stdout
 
 
 def _roles(monitor: int, slapd: int) -> dict[str, int]:

@@ -108,21 +108,28 @@ def record(out: Path, work: Path, group: str | None) -> None:
     gen = generate(BIGROUPUSER.with_schema("rfc2307bis"), work / "gen")
     exp = gen.expected()
     with Slapd(work / "slapd", gen.ldif, exp.base_dn, deref=True) as s:
-        cfg = make_domain([s.uri], s.base_dn)
-        for i in range(2):
-            p, cache, _ = make_backend(work / f"round{i}", cfg, Counters())
-            p.client.connect()
-            assert p.client.conn is not None
-            log: Log = []
-            start = ldap3.Server._message_counter
-            p.client.conn.socket = _Recording(p.client.conn.socket, log)
-            answer = _lookup(p, group)
-            info = p.client.info
-            p.client.close()
-            cache.close()
-        with open(out, "wb") as f:
-            pickle.dump({"uri": s.uri, "base": s.base_dn, "info": info, "start": start,
-                         "log": log, "answer": answer, "group": group}, f)  # fmt: skip
+        recording = record_lookup(s.uri, s.base_dn, work, group)
+    with open(out, "wb") as f:
+        pickle.dump(recording, f)
+
+
+def record_lookup(uri: str, base: str, work: Path, group: str | None) -> dict[str, Any]:
+    """The second of two cold lookups against the server at ``uri``, recorded (the
+    first warms the server); caches in ``work``. perf.floor sends its requests again."""
+    cfg = make_domain([uri], base)
+    for i in range(2):
+        p, cache, _ = make_backend(work / f"round{i}", cfg, Counters())
+        p.client.connect()
+        assert p.client.conn is not None
+        log: Log = []
+        start = ldap3.Server._message_counter
+        p.client.conn.socket = _Recording(p.client.conn.socket, log)
+        answer = _lookup(p, group)
+        info = p.client.info
+        p.client.close()
+        cache.close()
+    return {"uri": uri, "base": base, "info": info, "start": start,
+            "log": log, "answer": answer, "group": group}  # fmt: skip
 
 
 def replay(src: Path, work: Path, rounds: int) -> None:

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from cached.cache.records import split_members
 from cached.counters import COUNTERS, LDAP_BYTES, LDAP_SEARCH, Counters
 from cached.ldap.provider import Outcome
+from perf.floor import FloorError, floor_once, gated_sends
+from perf.replay import record_lookup
 from testing.backend import make_backend, make_domain
 
 
@@ -40,3 +44,23 @@ def test_cold_group_large01(benchmark, slapd_big, tmp_path):
         for p, cache, *_ in backends:
             p.client.close()
             cache.close()
+
+
+def test_floor_group_large01(benchmark, slapd_big, tmp_path):
+    """The floor under the test above (perf/floor.py): cached's recorded requests
+    sent again with no client work. Its answers come to the recorded bytes; a
+    request the server answers otherwise (here, the group search for another group)
+    stops it rather than timing something else."""
+    s = slapd_big.slapd
+    rec = record_lookup(s.uri, s.base_dn, tmp_path, "large01")
+    sends, total = gated_sends(rec["log"])
+    assert len(sends) == 2  # the group search, the sweep (no unbind: no answer comes)
+    elapsed = benchmark.pedantic(floor_once, args=(s.port, sends, total), rounds=5)
+    assert elapsed > 0
+    # A small group's lookup with large01's name: more answer bytes than recorded.
+    small = record_lookup(s.uri, s.base_dn, tmp_path / "small", "grp0001")
+    sends, total = gated_sends(small["log"])
+    other = [(gate, req.replace(b"grp0001", b"large01")) for gate, req in sends]
+    assert other != sends
+    with pytest.raises(FloorError, match="answer bytes where the recording has"):
+        floor_once(s.port, other, total)
