@@ -4,10 +4,11 @@ no client work at all, beside cached's cold lookup end to end on the same server
 No client can answer a cold lookup faster than the server sends what it needs. This
 measures that time for exactly the searches cached makes: a cold lookup is recorded
 (perf.replay's ``record_lookup``), then its requests are sent again, byte for byte,
-over a fresh connection (TCP connect and an anonymous bind counted, the root DSE read
-not): each request goes out once as many answer bytes have arrived as had when cached
-sent it (a nesting level's searches wait for the level above, as cached's do), and
-the clock stops at the last byte. Nothing is decoded, stored or answered; the answers
+over a fresh connection, timed from the first request (the backend connects at its
+start, so neither its connection nor the floor's is counted): each request goes out
+once as many answer bytes have arrived as had when cached sent it (a nesting level's
+searches wait for the level above, as cached's do), and the clock stops at the last
+byte. Nothing is decoded, stored or answered; the answers
 must come to the recorded number of bytes, so a directory or a checkout that
 searches differently stops it. Each repetition alternates this floor with cached's
 cold lookup (perf.coldid's measure: glibc, the real libnss_sss, a fresh ``cached
@@ -85,7 +86,8 @@ def _message_end(buf: bytearray) -> int:
 def floor_once(
     port: int, sends: list[tuple[int, bytes]], total: int, timeout: float = TIMEOUT
 ) -> float:
-    """Seconds from connect to the last answer byte of the recorded requests."""
+    """Seconds from the first recorded request to the last answer byte, on a
+    connection opened and bound before."""
     try:
         return _floor_once(port, sends, total, timeout)
     except TimeoutError:
@@ -97,7 +99,6 @@ def floor_once(
 def _floor_once(port: int, sends: list[tuple[int, bytes]], total: int, timeout: float) -> float:
     buf = bytearray(1 << 20)
     view = memoryview(buf)
-    start = time.perf_counter()
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(BIND)
         reply = bytearray()
@@ -109,6 +110,7 @@ def _floor_once(port: int, sends: list[tuple[int, bytes]], total: int, timeout: 
         if end != len(reply) or reply[end - 7 : end - 4] != b"\x0a\x01\x00":
             raise FloorError(f"the anonymous bind failed: {bytes(reply)!r}")
         received, i = 0, 0
+        start = time.perf_counter()
         while True:
             while i < len(sends) and sends[i][0] <= received:
                 s.sendall(sends[i][1])
