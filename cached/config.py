@@ -862,7 +862,9 @@ class _Ini:
     def read(self, text: str, path: str, warnings: list[str]) -> None:
         """Add the sections of ``text`` (the file ``path``); what it sets overrides
         what an earlier file set. Every line stands alone, as in libini: leading blanks
-        are dropped, and an indented line is never a continuation of the one before."""
+        are dropped, and an indented line is never a continuation of the one before.
+        The one exception is libini's C comment: ``/*`` in the first column to a line
+        ending in ``*/`` (_ends_c_comment); ``//`` there comments out its line."""
         current: str | None = None
         header_line: dict[str, int] = {}  # in this file
         option_line: dict[tuple[str, str], int] = {}
@@ -871,7 +873,19 @@ class _Ini:
         # also ends one at a form feed, a vertical tab, U+2028..., so a comment holding
         # one became an option (found in review: `# retired<FF>ldap_tls_reqcert =
         # never` turned certificate checks off for cached only).
+        comment_from = 0  # the line of an open `/*`
         for lineno, raw_line in enumerate(text.removeprefix("\ufeff").split("\n"), 1):
+            if comment_from:
+                if _ends_c_comment(raw_line, 2):
+                    comment_from = 0
+                continue
+            if raw_line.startswith(("//", "/*")):
+                # C comments, which libini reads as SSSD calls it (no
+                # INI_PARSE_NO_C_COMMENTS): only from the line's first column, as
+                # there; an indented one is an `option = value` line in both.
+                if raw_line.startswith("/*") and not _ends_c_comment(raw_line, 3):
+                    comment_from = lineno
+                continue
             line = raw_line.strip()
             if not line or line[0] in "#;":
                 continue
@@ -913,6 +927,27 @@ class _Ini:
             self.origin[(current, key)] = path
             if key == "ldap_default_authtok" and m["value"]:
                 self.secret_files.setdefault(current, set()).add(path)
+        if comment_from:
+            # SSSD refuses the file ("Incomplete comment at the end of the file").
+            raise ConfigError(
+                f"{path}: line {comment_from}: the comment opened by `/*` is never closed: "
+                "SSSD ends one only at a line ending in `*/` with something before the `*/` "
+                "on that line (a line of just `*/` does not end it)"
+            )
+
+
+# libini (ding-libs ini_parse.c, check_for_comment): a line ends a C comment when its
+# last non-blank characters are `*/` with the `/` at index 2 or more (on the opening
+# line 3 or more, so `/*/` opens one and `/**/` is whole). SSSD 2.8.2's `sssctl
+# config-check` accepts `/* a` then ` b */` and refuses `/*` then `*/`.
+_BLANKS = " \t\n\v\f\r"  # C isspace() in the C locale
+
+
+def _ends_c_comment(raw_line: str, least: int) -> bool:
+    """Whether ``raw_line`` closes a C comment: it ends in ``*/`` (blanks after it
+    aside) whose ``/`` is at index ``least`` or more, counting leading blanks."""
+    line = raw_line.rstrip(_BLANKS)
+    return line.endswith("*/") and len(line) - 1 >= least
 
 
 def _enabled_domains(

@@ -119,7 +119,10 @@ def conf_page() -> str:
         "unchanged. Sections: `[cached]` (or `[sssd]`), `[nss]`, and `[domain/NAME]` for each "
         "name in `domains`. Lists are separated by commas; booleans are `true` or `false`.",
         "Lines are read as SSSD reads them: each is `option = value`, a `[section]` header "
-        "or a comment (`#` or `;`) on its own; leading blanks are dropped, so an indented "
+        "or a comment (`#` or `;`) on its own, or, from the first column as libini reads "
+        "them, `//` to the end of the line or `/*` to a line ending in `*/` (a line of just "
+        "`*/` does not end it: SSSD and cached then refuse the file); leading blanks are "
+        "dropped, so an indented "
         "line is an option of its own, never the continuation of the line before. An "
         "option set twice keeps its last value, and a section that appears again is merged "
         "into the first, each with a warning.",

@@ -104,7 +104,7 @@ def test_an_indented_search_base_is_not_swallowed_by_the_option_before() -> None
         ("    ldaps://ldap3.example.test",
          "<string>: line 20: cannot parse 'ldaps://ldap3.example.test': expected "
          "`option = value`, a `[section]` header or a `#` comment"),
-        ("// primary directory",
+        ("  // primary directory",  # indented: not a comment in libini either
          "<string>: line 20: cannot parse '// primary directory': expected "
          "`option = value`, a `[section]` header or a `#` comment"),
         ("[domain/LDAP",
@@ -115,6 +115,50 @@ def test_a_line_that_is_not_an_option_is_refused_and_quoted_once(line: str, mess
     with pytest.raises(ConfigError) as e:
         parse_config(MINIMAL + line + "\n")
     assert str(e.value) == message
+
+
+NEVER = "ldap_tls_reqcert = never"
+
+
+@pytest.mark.parametrize(
+    ("lines", "applied"),
+    [
+        ("// primary directory", False),
+        ("//" + NEVER, False),
+        ("/* primary directory */", False),
+        (f"/* retired\n{NEVER}\n until the new CA */", False),
+        (f"/*\n{NEVER}\n  */", False),  # the `/` at index 3
+        (f"/*/\n{NEVER}\n x */", False),  # `/*/` opens one
+        (f"/* a\n[domain/OTHER]\n{NEVER}\n b */", False),  # a header inside is text
+        (f"/* a\n{NEVER}\n b */ x\n c */", False),  # ends at the line ending in */
+        (f"/* a\r\n{NEVER}\r\n b */\r", False),  # edited on Windows
+        (f"/**/\n{NEVER}", True),  # whole on its line
+        (f"/* a */\n/* b */\n{NEVER}", True),
+    ],
+)  # fmt: skip
+def test_c_comments_are_read_as_libini_reads_them(lines: str, applied: bool) -> None:
+    """Every case as SSSD 2.8.2 reads it (`sssctl config-check` with an unknown option
+    in place of the value: reported where applied, silent where commented out)."""
+    d = parse_config(MINIMAL + lines + "\n").domain("LDAP")
+    assert (d.ldap_tls_reqcert == "never") is applied
+
+
+@pytest.mark.parametrize(
+    ("lines", "line"),
+    [
+        (f"/*\n{NEVER}\n*/", 20),  # a lone `*/`: the `/` at index 1
+        (f"/* a */{NEVER}", 20),  # text after the `*/`: still open
+        (f"{NEVER}\n/* b\n", 21),
+    ],
+)
+def test_a_c_comment_never_closed_is_refused_as_sssd_refuses_it(lines: str, line: int) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL + lines + "\n")
+    assert str(e.value) == (
+        f"<string>: line {line}: the comment opened by `/*` is never closed: SSSD ends one "
+        "only at a line ending in `*/` with something before the `*/` on that line (a "
+        "line of just `*/` does not end it)"
+    )
 
 
 def test_an_option_set_twice_keeps_the_last_value_with_a_warning() -> None:
