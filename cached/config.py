@@ -1291,9 +1291,9 @@ def _snippets(
 ) -> list[tuple[str, str, os.stat_result]]:
     """The conf.d snippets of ``path`` as SSSD merges them: ``conf.d`` beside the file,
     names ending in ``.conf`` and not starting with ``.``, in alphabetical order. A
-    snippet that fails SSSD's access check (root-owned, nothing for group or others;
-    cached also takes a file owned by the user running it) is skipped with a warning,
-    as SSSD skips it with a log line."""
+    snippet that fails SSSD's access check (owned by root:root, nothing for group or
+    others; cached also takes a file owned by the user running it and its group) is
+    skipped with a warning, as SSSD skips it with a log line."""
     confd = os.path.join(os.path.dirname(path) or ".", "conf.d")
     try:
         names = sorted(n for n in os.listdir(confd) if SNIPPET_NAME.fullmatch(n))
@@ -1319,11 +1319,16 @@ def _snippets(
             log.debug("%s: only root may read it; skipped (run as root to use it)", spath)
             continue
         text, st = _read_file(spath)
-        if not _owner_ok(st) or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        # SSSD's check is uid, gid and mode (libini ini_access_check with 0, 0, 0600 in
+        # sss_ini.c): a root-owned 0600 snippet of group `wheel` is skipped there too
+        # (sssctl config-check: "did not pass access check. Skipping."), so cached must
+        # not apply what SSSD leaves out.
+        group_ok = st.st_gid in (0, os.getegid())
+        if not _owner_ok(st) or not group_ok or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             warnings.append(
-                f"{spath}: skipped, as SSSD skips it: a snippet must belong to root (or to "
-                "the user running cached) and give group and others no access, but it is "
-                f"owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}; "
+                f"{spath}: skipped, as SSSD skips it: a snippet must belong to root:root (or "
+                "to the user running cached) and give group and others no access, but it is "
+                f"owned by {st.st_uid}:{st.st_gid} with mode {stat.S_IMODE(st.st_mode):04o}; "
                 f"run: chown root:root {spath}; chmod 600 {spath}"
             )
             continue

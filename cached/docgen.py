@@ -134,7 +134,7 @@ def conf_page() -> str:
         "Snippets: as SSSD, the files of the `conf.d` directory beside the configuration "
         "file (`/etc/sssd/conf.d` for `/etc/sssd/sssd.conf`) whose names end in `.conf` and "
         "do not start with `.` are read after it, in alphabetical order; what a later file "
-        "sets overrides, and sections merge. As SSSD, a snippet not owned by root (or by "
+        "sets overrides, and sections merge. As SSSD, a snippet not owned by root:root (or by "
         "the user running cached) or giving group or others any access is skipped with a "
         "warning. An error in a snippet names the snippet.",
         "The configuration file must belong to root (or to the user running cached) and "

@@ -249,9 +249,10 @@ def test_a_snippet_others_may_read_or_write_is_skipped_with_a_warning(tmp_path: 
     cfg = load_config(str(path))
     assert cfg.nss.filter_users == ["root"]
     assert cfg.warnings == [
-        f"{loose}: skipped, as SSSD skips it: a snippet must belong to root (or to the user "
-        f"running cached) and give group and others no access, but it is owned by uid "
-        f"{os.geteuid()} with mode 0644; run: chown root:root {loose}; chmod 600 {loose}"
+        f"{loose}: skipped, as SSSD skips it: a snippet must belong to root:root (or to the "
+        f"user running cached) and give group and others no access, but it is owned by "
+        f"{os.geteuid()}:{os.getegid()} with mode 0644; run: chown root:root {loose}; "
+        f"chmod 600 {loose}"
     ]
     loose.chmod(0o600)
     assert load_config(str(path)).nss.filter_users == ["root", "bob"]
@@ -268,6 +269,25 @@ def test_a_snippet_of_another_user_is_skipped(tmp_path: Path) -> None:
     cfg = load_config(str(path))
     assert cfg.nss.filter_users == ["root"]
     assert cfg.warnings[0].startswith(f"{theirs}: skipped, as SSSD skips it")
+
+
+@needs_root
+def test_a_root_snippet_of_another_group_is_skipped_as_sssd_skips_it(tmp_path: Path) -> None:
+    """SSSD 2.8.2 checks the group too: `sssctl config-check` skips a root-owned 0600
+    snippet of group `daemon` ("did not pass access check"), so cached must not apply
+    what it sets."""
+    path = write_conf(tmp_path)
+    theirs = snippet(tmp_path, "50-x.conf", "[domain/LDAP]\nldap_tls_reqcert = never\n")
+    os.chown(theirs, 0, 1)
+    cfg = load_config(str(path))
+    assert cfg.domain("LDAP").ldap_tls_reqcert == "demand"
+    assert cfg.warnings == [
+        f"{theirs}: skipped, as SSSD skips it: a snippet must belong to root:root (or to the "
+        "user running cached) and give group and others no access, but it is owned by 0:1 "
+        f"with mode 0600; run: chown root:root {theirs}; chmod 600 {theirs}"
+    ]
+    os.chown(theirs, 0, 0)
+    assert load_config(str(path)).domain("LDAP").ldap_tls_reqcert == "never"
 
 
 def test_a_file_group_or_others_may_write_is_refused(tmp_path: Path) -> None:
