@@ -19,6 +19,7 @@ SSSD's fail over does (sssd.conf(5) ``failover_primary_timeout``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import random
@@ -560,6 +561,8 @@ class LdapClient:
         # service turns it off and runs the server check (probe, after_probe) instead,
         # so that no lookup waits on a server that hangs (service.py, _server_check).
         self.retry_in_lookups = True
+        # The start's probe while not taken yet (begin_warm_up, take_warm_up).
+        self._warm: concurrent.futures.Future[Probe] | None = None
 
     # -- state ---------------------------------------------------------------------
 
@@ -711,6 +714,8 @@ class LdapClient:
 
     def connect(self) -> ldap3.Connection:
         """The bound connection, connecting (with failover) when needed."""
+        if self._warm is not None:
+            self.take_warm_up()
         if self.conn is not None:
             if not self.retry_in_lookups or not self._primary_due():
                 return self.conn
@@ -832,6 +837,41 @@ class LdapClient:
         log.info("domain %s back on %s", self.cfg.name, probe.uri)
         _discard(self.conn)
         self.failed.pop(probe.uri, None)
+        self._adopt(probe.conn, probe.info)
+
+    def begin_warm_up(self) -> concurrent.futures.Future[Probe]:
+        """The start's probe (service.py runs :meth:`probe` in a thread of its own
+        and sets the result): until it is taken, a lookup that needs a connection
+        waits for it instead of making a second one to the same servers."""
+        self._warm = concurrent.futures.Future()
+        return self._warm
+
+    def take_warm_up(self) -> None:
+        """On the thread that runs lookups: the start's probe taken, waiting for it if
+        it still runs (bounded by its own connection timeouts, which a lookup
+        connecting itself would wait as well). Its connection is adopted when none
+        was made meanwhile. Servers it found failing are skipped, as :meth:`_try`
+        skips them, unless every server failed: then nothing is recorded and the
+        first lookup tries them all afresh (a daemon started before its server,
+        at boot, must not be offline for offline_timeout from then on)."""
+        fut, self._warm = self._warm, None
+        if fut is None:
+            return
+        try:
+            probe = fut.result()
+        except Exception as e:  # the thread's own failure: as if there had been no probe
+            log.debug("domain %s: connecting at the start: %s", self.cfg.name, _describe(e))
+            return
+        if any(u not in probe.failed for u in self.uris):
+            for uri, reason in probe.failed.items():
+                self._server_failed(uri, reason)
+        elif probe.failed:
+            log.info("domain %s: no server answered at the start (%s); the first lookup "
+                     "tries them again", self.cfg.name, "; ".join(probe.failed.values()))  # fmt: skip
+        if probe.conn is None or probe.info is None or self.conn is not None or not self.online:
+            _discard(probe.conn)
+            return
+        log.debug("domain %s connected to %s at the start", self.cfg.name, probe.uri)
         self._adopt(probe.conn, probe.info)
 
     def _adopt(self, conn: ldap3.Connection, info: ServerInfo) -> None:

@@ -191,6 +191,44 @@ def test_hung_first_uri_fails_over_to_the_second_and_returns_to_the_primary(
     print(f"\nhung first URI: first lookup via the second in {first_s:.2f} s")
 
 
+def test_the_connection_is_made_at_the_start_and_the_first_lookup_uses_it(
+    daemon_factory, proxy_factory, slapd_small_fresh
+):
+    """The backend connects at the start, off the lookup path: the first lookup finds
+    the connection (TCP, bind, root DSE) made instead of making it."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    px = proxy_factory("127.0.0.1", s.port)
+    d = daemon_factory(slapd_small_fresh, uris=[px.uri])
+    wait_for(lambda: backend_status(d)["server"] == px.uri, "connected at the start",
+             log=d.log_tail)  # fmt: skip
+    assert px.stats.connections == 1
+    want = expected_answers(exp)
+    user = sorted(want.passwd)[0]
+    r = getent(d, "passwd", user)
+    assert r.returncode == 0 and r.stdout.strip() == want.passwd[user]
+    assert px.stats.connections == 1  # the start's connection, not a second one
+
+
+def test_a_server_down_at_the_start_is_tried_again_by_the_first_lookup(
+    daemon_factory, slapd_small_fresh
+):
+    """A daemon started before its server (at boot): the start's failed attempt
+    records nothing, so the first lookup once the server is up connects, rather
+    than finding every server failed and going offline for offline_timeout."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    s.stop()
+    d = daemon_factory(slapd_small_fresh, offline_timeout=600)
+    wait_for(lambda: "no server answered at the start" in d.log_text(),
+             "the start's attempt", log=d.log_tail)  # fmt: skip
+    s.start()
+    want = expected_answers(exp)
+    user = sorted(want.passwd)[0]
+    r = getent(d, "passwd", user)
+    assert r.returncode == 0 and r.stdout.strip() == want.passwd[user]
+    st = backend_status(d)
+    assert st["online"] and st["server"] == s.uri, st
+
+
 def test_server_dropping_mid_answer_leaves_no_half_written_entry(
     daemon_factory, proxy_factory, slapd_small_fresh
 ):
