@@ -15,6 +15,17 @@ this module would need real fences between the barrier stores and the data store
 Python cannot express; ``layout.py`` refuses big-endian hosts, and a port to arm64 must add
 fences (for example through a tiny C helper) before relying on this writer there.
 
+Barrier values (the ABA window). The client (``sss_nss_mc_get_record``) accepts a copy when
+``b1`` read before the memcpy equals ``b2`` read after it and ``b2`` in the copy: it cannot
+tell "unchanged" from "freed and rewritten with the same barrier value during the copy".
+Every record written into a free slot used to get the same barrier (``0xF0000000``, as
+SSSD's ``MC_NEXT_BARRIER(MC_INVALID_VAL)``), so a reader descheduled inside its memcpy
+accepted the old record's header and tail with another record's middle (the soak's
+``('soakg9', '**', …)``). Every barrier raised on a record (new record, batch, refresh)
+therefore takes the next value of one per-file 24-bit counter: a slot never shows the same
+valid barrier twice until 2**24 raises later. This also closes the stale-``len`` window
+(the client copies ``rec_len`` read before it re-reads ``b1``).
+
 Replacement is make-before-break: the new record is written and linked at the chain tail
 *before* the record it supersedes is unlinked and wiped, so a concurrent reader finds the old
 or the new version, never a gap. SSSD instead rewrites a same-size record in place under
@@ -213,6 +224,9 @@ class McWriter:
         self._u64: memoryview | None = None
         self._seed = 0
         self._zero_runs: dict[int, bytes] = {}
+        #: Low 24 bits of the last record barrier raised in this file (see the module
+        #: docstring: never reset while the file lives, so a reused slot gets a new value).
+        self._gen = _GEN_MASK
         self._one_runs: dict[int, bytes] = {}
         self._reset_state()
         self._create()
@@ -304,6 +318,8 @@ class McWriter:
         while (seed := secrets.randbits(32)) == previous:  # a reset must change the seed
             pass
         self._seed = seed
+        # A new file (new inode): no reader can see a barrier of the old one in it.
+        self._gen = _GEN_MASK  # the first record barrier is 0xF0000000, as SSSD's
         self._update_header(
             MAJOR_VNO,
             MINOR_VNO,
@@ -438,7 +454,8 @@ class McWriter:
             if mm[start + SLOT_SIZE : start + length] == payload:
                 # Same content: renew the expiry in place, under the barriers.
                 w = old1.word
-                b = next_barrier(u32[w + R_B1])
+                self._gen = g = (self._gen + 1) & _GEN_MASK
+                b = _VALID_TAG | g
                 u32[w + R_B2] = b
                 u64[(start + R_EXPIRE_OFF) >> 3] = expire
                 u32[w + R_B1] = b
@@ -458,8 +475,10 @@ class McWriter:
         u32[w + R_PADDING] = INVALID32
         u32[w + R_B1] = INVALID32
         self._mark_used(rec)
-        # 2. Raise b2, write header fields and payload, lower b1 = b2.
-        b = _FIRST_BARRIER
+        # 2. Raise b2 (a value this slot has not shown: the ABA window, module
+        #    docstring), write header fields and payload, lower b1 = b2.
+        self._gen = g = (self._gen + 1) & _GEN_MASK
+        b = _VALID_TAG | g
         u32[w + R_B2] = b
         u64[(off + R_EXPIRE_OFF) >> 3] = expire
         u32[w + R_HASH1] = hash1
@@ -521,7 +540,7 @@ class McWriter:
 
     def _publish_run(self, pos: int, data: bytes, recs: list[_Rec]) -> None:
         """Write ``data``, the records ``recs`` laid out from slot ``pos`` with their
-        ``b1`` still invalid (as a free slot's) and ``b2`` the first barrier, then raise
+        ``b1`` still invalid (as a free slot's) and ``b2`` each its own barrier, then lower
         each ``b1`` and make it reachable: each is complete before a reader can reach
         it, as in :meth:`_store` (make-before-break needs no unlinking here: they
         supersede nothing). ``len(data)`` is a whole number of slots, all free."""
@@ -534,11 +553,10 @@ class McWriter:
         self._free -= total
         self._write_free_bits(pos, pos + total)
         self._cursor = pos + total
-        b = _FIRST_BARRIER
         reach = self._reach
         recs_by_start, by1, by2 = self._recs, self._by1, self._by2
         for rec in recs:
-            u32[rec.word + R_B1] = b
+            u32[rec.word + R_B1] = u32[rec.word + R_B2]  # its own barrier, written above
             reach(rec)  # only now, complete (see _store, step 3)
             recs_by_start[rec.start] = rec
             by1[rec.key1] = rec
@@ -742,8 +760,9 @@ class McWriter:
 #: bit 7 - k of the top byte: slot 8i+k -> bit 0x80 >> k of free-table byte i (§2.2).
 _GATHER: Final = 0x8040201008040201
 
-#: The barrier of a record written into a free slot (whose barriers read 0xFFFFFFFF).
-_FIRST_BARRIER: Final = next_barrier(INVALID32)
+#: Record barriers: 0xF0 tag | a 24-bit per-file counter (``McWriter._gen``).
+_VALID_TAG: Final = 0xF0000000
+_GEN_MASK: Final = 0x00FFFFFF
 
 #: A passwd or group record's header and payload prefix (name_off, id, id|count,
 #: strs_len) in one struct: :meth:`GroupWriter._store_group_run` packs both at once.
@@ -895,7 +914,7 @@ class GroupWriter(McWriter):
         """Lay ``items`` out from the free slot ``pos`` as :meth:`_store` writes each
         (``encode_group_keyed``'s payload), their ``b1`` invalid, and publish them."""
         expire = int(self._clock()) + self.timeout
-        b = _FIRST_BARRIER
+        g, tag, gmask = self._gen, _VALID_TAG, _GEN_MASK
         pack, strs_off = _RECORD_HEAD.pack, _RECORD_HEAD.size - SLOT_SIZE
         base = _RECORD_HEAD.size + len(pw)
         hash_, seed, elems = hash32, self._seed, self._ht_elems
@@ -909,6 +928,8 @@ class GroupWriter(McWriter):
             nslots = -(-length // SLOT_SIZE)
             hash1 = hash_(key1, seed, False) % elems
             hash2 = hash_(key2, seed, False) % elems
+            g = (g + 1) & gmask  # each record its own barrier, as _store gives it
+            b = tag | g
             # b1 stays invalid (as the free slot's) until the whole run is written.
             parts += (
                 pack(inv, length, expire, inv, inv, hash1, hash2, inv, b,
@@ -918,6 +939,7 @@ class GroupWriter(McWriter):
             recs.append(new(_Rec, (slot, nslots, length, key1, key2, hash1, hash2, word)))
             slot += nslots
             word += nslots * (SLOT_SIZE >> 2)
+        self._gen = g
         self._publish_run(pos, b"".join(parts), recs)
 
     def _passwd_field(self, passwd: str) -> bytes:

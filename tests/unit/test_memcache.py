@@ -329,7 +329,34 @@ def test_replace_same_key_and_refresh(tmp_path: Path) -> None:
             assert r.get_record(again.slot).expire == NOW + 400
             assert r.verify() == []
         (b1,) = struct.unpack_from("=I", w.path.read_bytes(), 56 + 40 * again.slot)
-        assert b1 == 0xF0000001  # one more barrier generation
+        assert b1 == 0xF0000002  # one more barrier generation (the file's third raise)
+
+
+def test_reused_slot_never_shows_a_barrier_it_showed_before(tmp_path: Path) -> None:
+    """The ABA window of the client's copy check (b1 before == b2 after the memcpy): a
+    record freed and another written at the same slot while a reader copies must not
+    carry the same barrier, or the reader accepts a mix of both (the soak's torn
+    ('soakg9', '**', ...)). Before the fix every record in a free slot got 0xF0000000."""
+    with GroupWriter(tmp_path / "group", slots=56, hash_elems=5, clock=clock) as w:
+        seen: set[int] = set()
+
+        def barriers() -> tuple[int, int]:
+            raw = w.path.read_bytes()
+            return struct.unpack_from("=I", raw, 56)[0], struct.unpack_from("=I", raw, 56 + 36)[0]
+
+        for i in range(50):
+            name, gid = ("ga", "gb")[i % 2], 1000 + i % 2
+            members = [f"m{j:04d}" for j in range(250)]
+            res = w.store(name, gid, members)
+            assert res.stored and res.slot == 0 and res.evicted == (i > 0)
+            b1, b2 = barriers()
+            assert valid_barrier(b1) and b1 == b2 and b1 not in seen
+            seen.add(b1)
+            if i == 10:
+                assert w.store(name, gid, members).refreshed
+                b1, b2 = barriers()
+                assert b1 == b2 and b1 not in seen
+                seen.add(b1)
 
 
 def test_store_supersedes_same_id_under_another_name(tmp_path: Path) -> None:
