@@ -866,8 +866,9 @@ class LdapClient:
             for uri, reason in probe.failed.items():
                 self._server_failed(uri, reason)
         elif probe.failed:
+            why = "; ".join(probe.failed.values())
             log.info("domain %s: no server answered at the start (%s); the first lookup "
-                     "tries them again", self.cfg.name, "; ".join(probe.failed.values()))  # fmt: skip
+                     "tries them again", self.cfg.name, why)  # fmt: skip
         if probe.conn is None or probe.info is None or self.conn is not None or not self.online:
             _discard(probe.conn)
             return
