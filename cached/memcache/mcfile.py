@@ -26,6 +26,15 @@ therefore takes the next value of one per-file 24-bit counter: a slot never show
 valid barrier twice until 2**24 raises later. This also closes the stale-``len`` window
 (the client copies ``rec_len`` read before it re-reads ``b1``).
 
+No record's bytes read as another record's start. A client follows a record's ``next``
+to a slot and takes whatever is there for a record if its ``b1`` is valid (top byte
+0xF0, §2.4); a stale ``next`` (the chain changed while it walked) can land inside a
+longer record written over the old one, and a directory value whose bytes put 0xF0 at
+offset 3 of a slot there (any 4-byte UTF-8 character in a gecos can, and a gidNumber of
+4,026,531,840 or more) would then be read as a record of the directory's making. SSSD's
+writer stores such bytes; cached leaves such a record out of the memory cache (it is
+answered through the socket): no slot but a record's first shows a valid barrier.
+
 Replacement is make-before-break: the new record is written and linked at the chain tail
 *before* the record it supersedes is unlinked and wiped, so a concurrent reader finds the old
 or the new version, never a gap. SSSD instead rewrites a same-size record in place under
@@ -445,6 +454,14 @@ class McWriter:
             )
             log.info("memory cache: not stored: %s", reason)
             return StoreResult(False, reason=reason)
+        if _FORGEABLE in payload[3::SLOT_SIZE]:
+            reason = (
+                f"{self.KIND.value} record for {key1[:-1]!r}: its bytes would read as "
+                "the start of another record at a slot boundary (0xF0 at offset 3 of a "
+                "slot); answered through the socket"
+            )
+            log.info("memory cache: not stored: %s", reason)
+            return StoreResult(False, reason=reason)
         expire = int(self._clock()) + self.timeout
 
         old1 = self._by1.get(key1)
@@ -760,6 +777,10 @@ class McWriter:
 #: bit 7 - k of the top byte: slot 8i+k -> bit 0x80 >> k of free-table byte i (§2.2).
 _GATHER: Final = 0x8040201008040201
 
+#: The top byte of a valid barrier (§2.4): a record's bytes must not show it at offset 3
+#: of any slot but its first (module docstring).
+_FORGEABLE: Final = 0xF0
+
 #: Record barriers: 0xF0 tag | a 24-bit per-file counter (``McWriter._gen``).
 _VALID_TAG: Final = 0xF0000000
 _GEN_MASK: Final = 0x00FFFFFF
@@ -902,17 +923,21 @@ class GroupWriter(McWriter):
         stored = 0
         if pos < 0:
             rest = items  # one at a time, in order
-        else:
-            self._store_group_run(pos, fresh, pw)
+        elif self._store_group_run(pos, fresh, pw):
             stored = len(fresh)
+        else:
+            rest = items  # a record whose bytes read as a barrier: each on its own
         for key1, key2, gid, count, blob in rest:
             if self._store(key1, key2, encode_group_keyed(key1, pw, gid, count, blob)).stored:
                 stored += 1
         return stored, bad
 
-    def _store_group_run(self, pos: int, items: list[_GroupItem], pw: bytes) -> None:
+    def _store_group_run(self, pos: int, items: list[_GroupItem], pw: bytes) -> bool:
         """Lay ``items`` out from the free slot ``pos`` as :meth:`_store` writes each
-        (``encode_group_keyed``'s payload), their ``b1`` invalid, and publish them."""
+        (``encode_group_keyed``'s payload), their ``b1`` invalid, and publish them;
+        False, with nothing written, when a slot of the run other than a record's first
+        would read as a record's start (module docstring: each is then stored alone,
+        and that one left out). A first slot's ``b1`` is still invalid here."""
         expire = int(self._clock()) + self.timeout
         g, tag, gmask = self._gen, _VALID_TAG, _GEN_MASK
         pack, strs_off = _RECORD_HEAD.pack, _RECORD_HEAD.size - SLOT_SIZE
@@ -939,8 +964,12 @@ class GroupWriter(McWriter):
             recs.append(new(_Rec, (slot, nslots, length, key1, key2, hash1, hash2, word)))
             slot += nslots
             word += nslots * (SLOT_SIZE >> 2)
+        data = b"".join(parts)
+        if _FORGEABLE in data[3::SLOT_SIZE]:
+            return False
         self._gen = g
-        self._publish_run(pos, b"".join(parts), recs)
+        self._publish_run(pos, data, recs)
+        return True
 
     def _passwd_field(self, passwd: str) -> bytes:
         pw = self._passwd_fields.get(passwd)

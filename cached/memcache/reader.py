@@ -416,6 +416,14 @@ class McReader:
             if any(used[slot : slot + rec.nslots]):
                 problems.append(f"slot {slot}: overlaps another record")
             used[slot : slot + rec.nslots] = b"\x01" * rec.nslots
+            # Inside a record, no slot reads as a record's start (a client following a
+            # stale next would take it for one: mcfile.py's module docstring).
+            base = h.data_table + slot * SLOT_SIZE
+            for k in range(1, rec.nslots):
+                (word,) = struct.unpack_from("=I", self._mm, base + k * SLOT_SIZE)
+                if valid_barrier(word):
+                    problems.append(f"slot {slot + k}, inside the record at {slot}, "
+                                    f"reads as a record's start ({word:#010x})")  # fmt: skip
         ft = self._mm[h.free_table : h.free_table + h.ft_size]
         expect = bytes(
             ((int.from_bytes(used[i : i + 8], "big") * 0x0102040810204080) >> 56) & 0xFF

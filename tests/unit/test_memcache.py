@@ -34,7 +34,14 @@ from cached.memcache import (
     Status,
     murmurhash3,
 )
-from cached.memcache.layout import HEADER, REC_HEADER, SLOT_SIZE, default_mb, valid_barrier
+from cached.memcache.layout import (
+    HEADER,
+    REC_HEADER,
+    SLOT_SIZE,
+    default_mb,
+    encode_passwd,
+    valid_barrier,
+)
 from cached.model import Group, User
 
 NOW = 1_700_000_000
@@ -357,6 +364,81 @@ def test_reused_slot_never_shows_a_barrier_it_showed_before(tmp_path: Path) -> N
                 b1, b2 = barriers()
                 assert b1 == b2 and b1 not in seen
                 seen.add(b1)
+
+
+GRIN = "\U0001f600"  # F0 9F 98 80 in UTF-8: a 0xF0 byte a gecos may hold
+
+
+def forgeable_gecos(name: str, uid: int) -> str:
+    """A gecos that puts GRIN's 0xF0 at offset 3 of a slot of ``name``'s record."""
+    for pad in range(SLOT_SIZE):
+        gecos = "x" * pad + GRIN
+        if 0xF0 in encode_passwd(name, "*", uid, uid, gecos, "/home/x", "/bin/sh")[3::SLOT_SIZE]:
+            return gecos
+    raise AssertionError("no padding puts 0xF0 at a slot's offset 3")
+
+
+def test_a_record_whose_bytes_read_as_a_barrier_is_left_to_the_socket(tmp_path: Path) -> None:
+    """A client following a stale next into a longer record takes any slot whose b1
+    is valid for a record: a directory value must not put one there (SSSD's writer
+    does store it). The record is left out (the socket answers) and the others stay."""
+    with pw(tmp_path) as w:
+        assert w.store("alice", 1000, 1000, "Alice " + GRIN, "/home/x", "/bin/sh").stored
+        forged = forgeable_gecos("mallory", 1001)
+        res = w.store("mallory", 1001, 1001, forged, "/home/x", "/bin/sh")
+        assert not res.stored
+        assert "would read as the start of another record" in res.reason
+        assert w.store("mallory", 1001, 1001, forged + "!", "/home/x", "/bin/sh").stored is (
+            0xF0 not in encode_passwd("mallory", "*", 1001, 1001, forged + "!", "/home/x",
+                                      "/bin/sh")[3::SLOT_SIZE]
+        )  # fmt: skip
+        with McReader(w.path) as r:
+            assert r.verify() == []
+            alice = r.by_name("alice", now=NOW)
+            assert isinstance(alice, McPasswdEntry) and alice.gecos == "Alice " + GRIN
+
+
+def test_a_batch_with_a_forgeable_group_stores_the_others(tmp_path: Path) -> None:
+    """The prefill's run (store_blobs) is checked whole: with one such group in it,
+    each is stored on its own and that one left out."""
+    members = [f"member{i:03d}" for i in range(40)]
+    names = None
+    for pad in range(SLOT_SIZE):
+        candidate = [*members[:5], "y" * pad + GRIN, *members[5:]]
+        blob = PackedMembers.from_names(candidate).blob
+        with GroupWriter(tmp_path / f"probe{pad}", clock=clock) as w:
+            if not w.store_blob("g2", 2002, len(candidate), blob).stored:
+                names = candidate
+                break
+    assert names is not None, "no padding puts 0xF0 at a slot's offset 3"
+    plain = PackedMembers.from_names(members)
+    forged = PackedMembers.from_names(names)
+    with GroupWriter(tmp_path / "group", clock=clock) as w:
+        stored, bad = w.store_blobs([
+            ("g1", 2001, plain.count, plain.blob),
+            ("g2", 2002, forged.count, forged.blob),
+            ("g3", 2003, plain.count, plain.blob),
+        ])  # fmt: skip
+        assert (stored, bad) == (2, [])
+        with McReader(w.path) as r:
+            assert r.verify() == []
+            assert r.by_name("g1", now=NOW) is not None and r.by_name("g3", now=NOW) is not None
+            assert r.by_name("g2", now=NOW) is None
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.text(alphabet=st.sampled_from("ab" + GRIN + "\u00e9"), max_size=120),
+                min_size=1, max_size=12))  # fmt: skip
+def test_no_slot_inside_a_record_reads_as_a_record_start(
+    tmp_path: Path, gecoses: list[str]
+) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d, pw(Path(d), slots=512, hash_elems=7) as w:
+        for i, gecos in enumerate(gecoses):
+            w.store(f"u{i}", 1000 + i, 1000, gecos, "/home/x", "/bin/sh")
+        with McReader(w.path) as r:
+            assert r.verify() == []
 
 
 def test_store_supersedes_same_id_under_another_name(tmp_path: Path) -> None:
