@@ -769,17 +769,12 @@ class LdapClient:
                 if isinstance(got, str):
                     self._server_failed(uri, got)
                     continue
-                conn, info = got
-                self.conn, self.info = conn, info
-                self.connected_at = self.clock()
                 if not self.online:
                     log.info("domain %s back online via %s", self.cfg.name, uri)
                 elif uri != self.uris[0]:
                     log.info("domain %s now served by %s", self.cfg.name, uri)
-                self.retry_at = 0.0
-                self.backoff = 0.0
-                self.last_error = ""
-                return conn
+                self._adopt(*got)
+                return got[0]
         return None
 
     # -- the server check (service.py runs it) ---------------------------------------

@@ -471,8 +471,7 @@ class McWriter:
             if mm[start + SLOT_SIZE : start + length] == payload:
                 # Same content: renew the expiry in place, under the barriers.
                 w = old1.word
-                self._gen = g = (self._gen + 1) & _GEN_MASK
-                b = _VALID_TAG | g
+                b = self._next_barrier()
                 u32[w + R_B2] = b
                 u64[(start + R_EXPIRE_OFF) >> 3] = expire
                 u32[w + R_B1] = b
@@ -494,8 +493,7 @@ class McWriter:
         self._mark_used(rec)
         # 2. Raise b2 (a value this slot has not shown: the ABA window, module
         #    docstring), write header fields and payload, lower b1 = b2.
-        self._gen = g = (self._gen + 1) & _GEN_MASK
-        b = _VALID_TAG | g
+        b = self._next_barrier()
         u32[w + R_B2] = b
         u64[(off + R_EXPIRE_OFF) >> 3] = expire
         u32[w + R_HASH1] = hash1
@@ -513,6 +511,12 @@ class McWriter:
         self._by1[key1] = rec
         self._by2[key2] = rec
         return StoreResult(True, slot=start_slot, evicted=evicted)
+
+    def _next_barrier(self) -> int:
+        """A record barrier this file has not shown for 2**24 raises (the ABA window,
+        module docstring); :meth:`GroupWriter._store_group_run` counts inline."""
+        self._gen = g = (self._gen + 1) & _GEN_MASK
+        return _VALID_TAG | g
 
     def _split_batch(
         self, items: Sequence[_GroupItem]
@@ -921,12 +925,11 @@ class GroupWriter(McWriter):
             total = sum([(extra + len(it[0]) + len(it[4])) // SLOT_SIZE for it in fresh])
             pos = self._free_run(total)
         stored = 0
-        if pos < 0:
-            rest = items  # one at a time, in order
-        elif self._store_group_run(pos, fresh, pw):
+        if pos >= 0 and self._store_group_run(pos, fresh, pw):
             stored = len(fresh)
         else:
-            rest = items  # a record whose bytes read as a barrier: each on its own
+            # No free run, or a record whose bytes read as a barrier: one at a time.
+            rest = items
         for key1, key2, gid, count, blob in rest:
             if self._store(key1, key2, encode_group_keyed(key1, pw, gid, count, blob)).stored:
                 stored += 1

@@ -31,6 +31,7 @@ from testing.checks import (
 from testing.daemon import CachedDaemon
 from testing.faultproxy import FaultProxy
 from testing.marks import requires_nss
+from testing.slapd import LiveDirectory
 
 pytestmark = requires_nss
 
@@ -58,6 +59,25 @@ def count(d: CachedDaemon, name: str) -> int:
 def domain_view(d: CachedDaemon) -> dict[str, Any]:
     """The responder's view of the domain (learned from the backend)."""
     return dict(responder_status(d)["domains"][DOMAIN])
+
+
+def hung_primary_with_backup(
+    daemon_factory: Callable[..., CachedDaemon],
+    proxy_factory: Callable[[str, int], FaultProxy],
+    directory: LiveDirectory,
+    failover_primary_timeout: int,
+) -> tuple[FaultProxy, CachedDaemon]:
+    """A daemon whose preferred server accepts and never answers (a SIGSTOPped
+    server: a stalled proxy) and whose ``ldap_backup_uri`` is the directory's slapd,
+    every LDAP timeout 2 s."""
+    hung = proxy_factory("127.0.0.1", directory.slapd.port)
+    hung.set(stall=True)
+    d = daemon_factory(
+        directory, uris=[hung.uri], ldap_backup_uri=directory.slapd.uri,
+        ldap_search_timeout=2, ldap_opt_timeout=2, ldap_network_timeout=2,
+        failover_primary_timeout=failover_primary_timeout,
+    )  # fmt: skip
+    return hung, d
 
 
 def getent(d: CachedDaemon, *args: str) -> subprocess.CompletedProcess[str]:
@@ -156,13 +176,7 @@ def test_hung_first_uri_fails_over_to_the_second_and_returns_to_the_primary(
     daemon_factory, proxy_factory, slapd_small_fresh
 ):
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
-    hung = proxy_factory("127.0.0.1", s.port)
-    hung.set(stall=True)  # accepts, never answers: a SIGSTOPped server
-    d = daemon_factory(
-        slapd_small_fresh, uris=[hung.uri], ldap_backup_uri=s.uri,
-        ldap_search_timeout=2, ldap_opt_timeout=2, ldap_network_timeout=2,
-        failover_primary_timeout=2,
-    )  # fmt: skip
+    hung, d = hung_primary_with_backup(daemon_factory, proxy_factory, slapd_small_fresh, 2)
     want = expected_answers(exp)
     user = sorted(want.passwd)[0]
     start = time.monotonic()
@@ -389,13 +403,7 @@ def test_the_return_to_a_hung_preferred_server_never_holds_a_lookup(
     hung preferred server, lookups go on over the backup. Before, the first lookup
     past the timeout made the attempt and waited ldap_opt_timeout (found in review)."""
     s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
-    hung = proxy_factory("127.0.0.1", s.port)
-    hung.set(stall=True)
-    d = daemon_factory(
-        slapd_small_fresh, uris=[hung.uri], ldap_backup_uri=s.uri,
-        ldap_search_timeout=2, ldap_opt_timeout=2, ldap_network_timeout=2,
-        failover_primary_timeout=1,
-    )  # fmt: skip
+    hung, d = hung_primary_with_backup(daemon_factory, proxy_factory, slapd_small_fresh, 1)
     want = expected_answers(exp)
     user = sorted(want.passwd)[0]
     assert getent(d, "passwd", user).stdout.strip() == want.passwd[user]  # via the backup
