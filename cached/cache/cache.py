@@ -860,6 +860,12 @@ class DomainCache:
                 return None
         return out
 
+    def dn_count(self) -> int:
+        """The DNs the cache holds (users and groups, resolve_keys' index)."""
+        with self._reader() as txn:
+            count: int = txn.stat(self.entries.tables["dn"])["entries"]
+            return count
+
     def counts(self) -> dict[str, int]:
         with self._reader() as txn:
             return {

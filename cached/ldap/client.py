@@ -548,6 +548,10 @@ class LdapClient:
         self.uris = list(cfg.ldap_uri) + list(cfg.ldap_backup_uri)
         self.conn: ldap3.Connection | None = None
         self.info: ServerInfo | None = None
+        # Searches sent ahead (send_ahead) and not read yet, by message ID: on
+        # ``_ahead_conn`` only (a connection replaced since took them with it).
+        self._ahead: dict[int, _Request] = {}
+        self._ahead_conn: ldap3.Connection | None = None
         self.retry_at = 0.0  # offline until then
         self.backoff = 0.0
         self.last_error = ""
@@ -926,6 +930,44 @@ class LdapClient:
             raise got
         return rows
 
+    def send_ahead(self, specs: list[Search]) -> None:
+        """Send unpaged searches now, on the open connection, so that the server
+        works on them while the caller works on what it has (the user sweep while
+        its group entry is read: provider._group); the next :meth:`search_many` of
+        the same Search objects reads their answers. Any other search reads them
+        first and drops them (as :meth:`drop_ahead` does), so a caller that
+        changes its mind leaves the connection as it found it. Nothing is raised:
+        a search that could not go out is sent by that search_many, with its
+        reconnect and failover rules."""
+        conn = self.conn
+        if conn is None or conn.closed or self._ahead or len(specs) > OUTSTANDING:
+            return
+        try:
+            reqs = [self._request(s, None) for s in specs]
+        except LdapError:
+            return  # the filter: search_many says so
+        if any(r.page for r in reqs):
+            return  # one paged search at a time: _exchange
+        sent: dict[int, _Request] = {}
+        try:
+            with _deadline(conn, self.cfg.ldap_search_timeout):
+                for r in reqs:
+                    r.deadline = getattr(conn, _DEADLINE_ATTR)
+                    self._send(conn, r, sent)
+        except (LdapError, *_NETWORK_ERRORS):
+            return  # _send closed it: search_many reconnects
+        self._ahead, self._ahead_conn = sent, conn
+
+    def drop_ahead(self) -> None:
+        """Read and drop the answers of searches sent ahead and not asked for."""
+        if self._ahead:
+            self.search_many([])
+
+    def _take_ahead(self, conn: ldap3.Connection) -> dict[int, _Request]:
+        """The searches sent ahead on ``conn``, now this exchange's to read."""
+        ahead, self._ahead = self._ahead, {}
+        return ahead if self._ahead_conn is conn else {}
+
     def search_many(
         self, specs: list[Search], deref_seen: set[bytes] | None = None
     ) -> list[list[Entry] | LdapLimitExceeded]:
@@ -935,19 +977,27 @@ class LdapClient:
         last is done. Each is counted as one search; all share one
         ``ldap_search_timeout``. A search cut by a server limit gives its
         LdapLimitExceeded in its place (the caller splits it); any other failure
-        fails them all, after the reconnect-once and failover rules of ``search``."""
+        fails them all, after the reconnect-once and failover rules of ``search``.
+        Searches of ``specs`` sent ahead (send_ahead) on this connection are read,
+        not sent again; others sent ahead are read too, their answers dropped."""
         start = time.perf_counter()
         reqs = [self._request(s, deref_seen) for s in specs]
+        dropped: list[_Request] = []
         resets = 0
         try:
             while True:
                 conn = self.connect()  # LdapOffline when no server is left
                 uri = self.info.uri if self.info else "?"
+                sent = self._take_ahead(conn)
+                if sent:
+                    mine = {id(r.spec): r for r in sent.values()}
+                    reqs = [mine.pop(id(r.spec), r) for r in reqs]
+                    dropped += mine.values()
                 for r in reqs:
-                    r.reset()
+                    r.reset()  # one sent ahead has read nothing yet: a no-op
                 try:
                     with _deadline(conn, self.cfg.ldap_search_timeout):
-                        self._exchange(conn, reqs)
+                        self._exchange(conn, reqs, sent)
                     for r in reqs:
                         if r.error is not None and not isinstance(r.error, LdapLimitExceeded):
                             raise r.error
@@ -982,6 +1032,8 @@ class LdapClient:
             took = (time.perf_counter() - start) / max(len(reqs), 1)
             for r in reqs:
                 self.counters.add(LDAP_SEARCH, 1, took, r.count())
+            for r in dropped:  # the server ran them all the same (slapd's log counts them)
+                self.counters.add(LDAP_SEARCH, 1, 0.0, r.count())
 
     def _request(self, spec: Search, deref_seen: set[bytes] | None) -> _Request:
         controls: list[wire.Control] = []
@@ -1003,7 +1055,9 @@ class LdapClient:
             raise LdapError(f"search of {spec.base!r}: {e}") from None
         return _Request(spec, filt, controls, page if paged else 0, deref_seen)
 
-    def _exchange(self, conn: ldap3.Connection, reqs: list[_Request]) -> None:
+    def _exchange(
+        self, conn: ldap3.Connection, reqs: list[_Request], sent: dict[int, _Request]
+    ) -> None:
         """Send the requests, at most OUTSTANDING at a time, and read until each has
         its last page: entries by deref.decode_search_entry, results by
         wire.decode_response. A paged search sends its next page as soon as a page is
@@ -1017,13 +1071,15 @@ class LdapClient:
         time; unpaged ones (no paging on the server, ASQ) go out together. Running
         the first pages together and re-running alone those that needed a next page
         cost 4 more searches of 9 on bigroupuser without the deref control (batches
-        of 1,000 look-ups end exactly at a page boundary), so it is not done."""
+        of 1,000 look-ups end exactly at a page boundary), so it is not done.
+        ``sent``: requests already on the wire (send_ahead), by message ID."""
         strategy = conn.strategy
         timeout = self.cfg.ldap_search_timeout
-        queue = list(reversed(reqs))
-        pending: dict[int, _Request] = {}
+        on_wire = set(map(id, sent.values()))
+        queue = [r for r in reversed(reqs) if id(r) not in on_wire]
+        pending: dict[int, _Request] = dict(sent)
         # The outstanding requests that want rows, by message ID (deref.decode_row).
-        row_slots: dict[int, deref.RowShape] = {}
+        row_slots = {m: r.slots for m, r in sent.items() if r.slots is not None}
 
         def can_start(r: _Request) -> bool:
             return not r.page or not any(x.page for x in pending.values())

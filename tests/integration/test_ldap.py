@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -219,6 +220,92 @@ def test_searches_sent_together_give_what_each_gives_alone(slapd_small):
     together = client.search_many(specs)
     assert [sorted(e.dn for e in got) for got in together] == alone  # type: ignore[union-attr]
     assert len(alone[0]) > 3 and alone[3] == [] and alone[-1] == []
+
+
+def _ahead_client(slapd_small, **opts) -> tuple[LdapClient, list[Search]]:
+    s = slapd_small.slapd
+    client = LdapClient(make_domain([s.uri], s.base_dn, **opts))
+    OPEN_CLIENTS.append(client)
+    client.connect()
+    specs = [Search(s.base_dn, f, ["cn", "uid"], paged=False)
+             for f in ("(objectClass=posixAccount)", "(objectClass=posixGroup)")]  # fmt: skip
+    return client, specs
+
+
+def _dns(answers: list[Any]) -> list[list[str]]:
+    return [sorted(e.dn for e in got) for got in answers]
+
+
+def test_searches_sent_ahead_are_read_by_the_search_many_that_asks_for_them(slapd_small):
+    """client.send_ahead: the searches go out at once and the next search_many of the
+    same Search objects reads their answers, with no second request: slapd logs each
+    once, and each answer is what it is sent the usual way."""
+    s = slapd_small.slapd
+    client, specs = _ahead_client(slapd_small)
+    usual = _dns(client.search_many(specs))
+    offset = s.log_offset()
+    client.send_ahead(specs)
+    assert _dns(client.search_many(specs)) == usual
+    assert sorted(op.filter for op in s.searches(offset)) == sorted(sp.filt for sp in specs)
+    assert usual[0] and usual[1]
+
+
+@pytest.mark.parametrize("then", ["other search", "drop_ahead"])
+def test_searches_sent_ahead_and_not_asked_for_are_read_and_dropped(slapd_small, then):
+    """A caller that sends ahead and then asks for something else (or drops them)
+    leaves the connection as it found it: their answers are read and dropped, the
+    other search gets its own entries, and the connection answers the next search."""
+    s = slapd_small.slapd
+    client, specs = _ahead_client(slapd_small)
+    other = Search(s.base_dn, "(uid=user0001)", ["uid"])
+    usual = _dns(client.search_many([*specs, other]))
+    conn = client.conn
+    assert conn is not None
+    offset = s.log_offset()
+    client.send_ahead(specs)
+    if then == "drop_ahead":
+        client.drop_ahead()
+        assert len(s.searches(offset)) == 2  # slapd has sent both answers...
+        was = conn.socket.gettimeout()
+        conn.socket.setblocking(False)
+        with pytest.raises(BlockingIOError):  # ... and nothing of them is left unread
+            conn.socket.recv(1, socket.MSG_PEEK)
+        conn.socket.settimeout(was)
+    assert _dns(client.search_many([other])) == usual[2:]
+    assert _dns(client.search_many(specs)) == usual[:2]
+    assert client.conn is conn  # no reconnect: nothing on the wire was left unread
+
+
+@pytest.mark.parametrize("how", ["server gone", "client replaced it"])
+def test_a_connection_lost_after_sending_ahead_is_made_again_and_the_searches_resent(
+    slapd_small, how
+):
+    """The connection goes between send_ahead and the read: it died (the server
+    restarted), and search_many reconnects once, as for any search; or the client
+    replaced it (back to a preferred server), and the new one is not waited on for
+    the old one's answers. Either way the searches are sent again."""
+    client, specs = _ahead_client(slapd_small)
+    usual = _dns(client.search_many(specs))
+    conn = client.conn
+    client.send_ahead(specs)
+    assert conn is not None and conn.socket is not None
+    if how == "server gone":
+        conn.socket.shutdown(socket.SHUT_RDWR)
+    else:
+        client.close()
+    assert _dns(client.search_many(specs)) == usual
+    assert client.conn is not conn
+
+
+def test_a_search_sent_ahead_on_a_closed_connection_is_sent_by_search_many(slapd_small):
+    """Nothing open to send on (closed after an idle timeout, say): send_ahead sends
+    nothing, and search_many connects and sends as usual."""
+    client, specs = _ahead_client(slapd_small)
+    usual = _dns(client.search_many(specs))
+    client.close()
+    client.send_ahead(specs)
+    assert client.conn is None
+    assert _dns(client.search_many(specs)) == usual
 
 
 def test_rows_are_the_entries_search_gives(slapd_small, monkeypatch):

@@ -7,6 +7,7 @@ tests/integration/test_exactness.py."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -255,24 +256,119 @@ def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_smal
         assert stored_members(cache, name) == exp.members(name, 2), name
 
 
-def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(tmp_path, small_2307bis):
+@pytest.mark.parametrize("first", ["users", "groups"])
+def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(
+    tmp_path, small_2307bis, first
+):
     """Debian's slapd caps every search at its sizelimit, paged ones included: a sweep
-    of more users is cut, the unpaged one (below the sizeLimit it asked) and then the
-    paged one. The lookup does not fail: its members are named by deref or the
-    look-ups, exactly, and no sweep is tried again (each would be cut)."""
+    of more users is cut, the unpaged one (below the sizeLimit it asked; sent ahead
+    of a group's entry when a group lookup comes first) and then the paged one. The
+    lookup does not fail: its members are named by deref or the look-ups, exactly,
+    and no sweep is tried again (each would be cut)."""
     exp = small_2307bis.expected
     with Slapd(tmp_path / "s", small_2307bis.ldif, exp.base_dn, sizelimit=10) as s:
         p, cache, _ = make_backend(tmp_path / "db", make_domain([s.uri], s.base_dn))
         spy = _Spy(p.client)
+        ahead = _AheadSpy(p.client)
         p.sweep_min = 1
         p.sweep_factor = 100  # the bound never stops it: the server's limit does
-        for name in exp.user_names():
-            assert p.initgroups(name).outcome is Outcome.FOUND, name
-            assert stored_gids(cache, name) == exp.initgroups(name, 2), name
-        for name in exp.group_names():
-            assert p.group_by_name(name).outcome is Outcome.FOUND, name
-            assert stored_members(cache, name) == exp.members(name, 2), name
+        for kind in (first, "groups" if first == "users" else "users"):
+            if kind == "users":
+                for name in exp.user_names():
+                    assert p.initgroups(name).outcome is Outcome.FOUND, name
+                    assert stored_gids(cache, name) == exp.initgroups(name, 2), name
+            else:
+                for name in exp.group_names():
+                    assert p.group_by_name(name).outcome is Outcome.FOUND, name
+                    assert stored_members(cache, name) == exp.members(name, 2), name
+        assert len(ahead.sent) == (first == "groups")
         assert p.sweep_cut
         # Unpaged once, then paged once (the fallback), then never again.
         assert (spy.sweeps(), spy.unpaged) == (2, 1), spy.calls
         assert p.limit_error == ""  # `cached status` shows no lookup cut by a limit
+
+
+class _AheadSpy:
+    """The searches the provider sends ahead (client.send_ahead)."""
+
+    def __init__(self, client: LdapClient) -> None:
+        self.sent: list[list[Search]] = []
+        self._send_ahead = client.send_ahead
+        client.send_ahead = self  # type: ignore[method-assign]
+
+    def __call__(self, specs: list[Search]) -> None:
+        self.sent.append(list(specs))
+        self._send_ahead(specs)
+
+
+@pytest.mark.parametrize("people", ["uid", "cn"])
+def test_a_big_groups_sweep_goes_out_before_its_entry_is_read(
+    tmp_path, slapd_big, slapd_big_cn, people
+):
+    """Cold ``getent group large01``: its 5,000 member values call for the sweep, sent
+    ahead as soon as the group's answer is in (the server sends the users while the
+    member DNs are keyed), and read by the one search_many that asks for it: slapd
+    runs it once, and the answer is exact, with people named ``uid=`` or ``cn=Full
+    Name``."""
+    d = slapd_big if people == "uid" else slapd_big_cn
+    exp, server = d.expected, d.slapd
+    p, cache, spy = _backend(tmp_path, d)
+    ahead = _AheadSpy(p.client)
+    offset = server.log_offset()
+    assert p.group_by_name("large01").outcome is Outcome.FOUND
+    assert stored_members(cache, "large01") == exp.members("large01", 2)
+    (sweep,) = ahead.sent
+    assert len(sweep) == 1 and sweep[0].size_limit and not sweep[0].paged, sweep
+    # The spy sees the Search objects that were sent ahead, asked for once.
+    assert [b for b in spy.batches if any(x is sweep[0] for x in b)] == [sweep], spy.batches
+    ops = [op for op in server.searches(offset) if op.filter == sweep[0].filt]
+    assert [op.nentries for op in ops] == [len(exp.user_names())], ops
+
+
+def test_no_sweep_ahead_for_a_group_whose_members_the_cache_may_hold(tmp_path, slapd_small):
+    """Members that may be stored (the cache holds as many DNs as the group has
+    member values) may be named from the cache, with no sweep: none goes out ahead.
+    On an empty cache the same lookup sends it ahead."""
+    exp = slapd_small.expected
+    big = max(exp.group_names(), key=lambda g: len(exp.members(g, 0)))
+    for cached_users in (False, True):
+        p, cache, _spy = _backend(tmp_path / str(cached_users), slapd_small)
+        ahead = _AheadSpy(p.client)
+        p.sweep_min = 1
+        p.sweep_factor = 100
+        if cached_users:
+            for name in exp.user_names():
+                assert p.user_by_name(name).outcome is Outcome.FOUND
+            assert cache.dn_count() >= len(exp.group(big).members)
+        assert p.group_by_name(big).outcome is Outcome.FOUND
+        assert stored_members(cache, big) == exp.members(big, 2)
+        assert bool(ahead.sent) is not cached_users, ahead.sent
+
+
+def test_a_sweep_sent_ahead_for_a_group_not_answered_is_read_and_dropped(tmp_path, slapd_small):
+    """The group's entry turns out not to be answered (its gid past max_id) after its
+    sweep went out: the lookup is NOT_FOUND, the sweep's answer is read and dropped
+    before the lookup returns (no slapd thread left writing to a connection nobody
+    reads), and the connection serves the next lookup."""
+    exp = slapd_small.expected
+    server = slapd_small.slapd
+    big = max(exp.group_names(), key=lambda g: len(exp.members(g, 0)))
+    p, _cache, _spy = _backend(tmp_path, slapd_small, max_id=exp.group(big).gid - 1)
+    ahead = _AheadSpy(p.client)
+    p.sweep_min = 1
+    p.sweep_factor = 100
+    offset = server.log_offset()
+    assert p.group_by_name(big).outcome is Outcome.NOT_FOUND
+    assert ahead.sent
+    ops = server.searches(offset)
+    assert [op.filter for op in ops].count(ahead.sent[0][0].filt) == 1, ops
+    conn = p.client.conn
+    assert conn is not None
+    was = conn.socket.gettimeout()
+    conn.socket.setblocking(False)
+    with pytest.raises(BlockingIOError):  # nothing of the sweep's answer left unread
+        conn.socket.recv(1, socket.MSG_PEEK)
+    conn.socket.settimeout(was)
+    user = exp.user_names()[0]
+    assert p.user_by_name(user).outcome is Outcome.FOUND
+    assert p.client.conn is conn
