@@ -959,9 +959,21 @@ class LdapClient:
         self._ahead, self._ahead_conn = sent, conn
 
     def drop_ahead(self) -> None:
-        """Read and drop the answers of searches sent ahead and not asked for."""
-        if self._ahead:
-            self.search_many([])
+        """Read and drop the answers of searches sent ahead and not asked for. Never
+        raises (it runs as a lookup ends, failing or not): a connection that fails
+        meanwhile is closed, and the next search connects as after any failure."""
+        conn = self.conn
+        sent = self._take_ahead(conn) if conn is not None else {}
+        self._ahead = {}
+        if not sent:
+            return
+        try:
+            with _deadline(conn, self.cfg.ldap_search_timeout):
+                self._exchange(conn, [], sent)
+        except (*_NETWORK_ERRORS, *_UNDECODABLE, LdapError, LdapMessageTooLarge):
+            self.close()
+        for r in sent.values():  # the server ran them all the same (slapd's log counts them)
+            self.counters.add(LDAP_SEARCH, 1, 0.0, r.count())
 
     def _take_ahead(self, conn: ldap3.Connection) -> dict[int, _Request]:
         """The searches sent ahead on ``conn``, now this exchange's to read."""

@@ -297,6 +297,21 @@ def test_a_connection_lost_after_sending_ahead_is_made_again_and_the_searches_re
     assert client.conn is not conn
 
 
+def test_dropping_searches_sent_ahead_on_a_dead_connection_raises_nothing(slapd_small):
+    """drop_ahead runs as a lookup ends, failing or not: a connection that died with
+    answers unread is closed, nothing is raised (no second error over the lookup's
+    own), and the next search connects again."""
+    client, specs = _ahead_client(slapd_small)
+    usual = _dns(client.search_many(specs))
+    conn = client.conn
+    client.send_ahead(specs)
+    assert conn is not None and conn.socket is not None
+    conn.socket.shutdown(socket.SHUT_RDWR)
+    client.drop_ahead()
+    assert client.conn is None
+    assert _dns(client.search_many(specs)) == usual
+
+
 def test_a_search_sent_ahead_on_a_closed_connection_is_sent_by_search_many(slapd_small):
     """Nothing open to send on (closed after an idle timeout, say): send_ahead sends
     nothing, and search_many connects and sends as usual."""
