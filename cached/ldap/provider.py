@@ -16,7 +16,8 @@ requests ask for whole levels at once:
   existence and base membership from the server; the DN's spelling is never the
   answer. Users already cached serve by DN (the cache's DN index); thousands of
   unknown members are named by one bounded sweep of the user bases (_sweep_users;
-  unpaged, sent with the walk's next searches, _closure); where the server has the
+  unpaged, sent ahead as soon as an answer calls for it and read with the next
+  searches, _sweep_ahead, _closure); where the server has the
   deref control (and no base has a filter), the walk's group searches carry it —
   not on the first level when a sweep is possible, nor after one (_deref_walk) — so
   every group comes with its members' names and classes; the rest are looked up by
@@ -395,6 +396,10 @@ class LdapProvider:
                 log.error("%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             finally:
+                # A sweep sent ahead and not read (_sweep_ahead): its answer is read
+                # and dropped before the request ends, so no server thread is left
+                # writing to a connection nobody reads.
+                self.client.drop_ahead()
                 # What one request read to name members is not kept past it.
                 self._swept, self._settled_known = None, None
                 self._member_memo, self._member_dn = {}, {}
@@ -886,6 +891,9 @@ class LdapProvider:
         # The first level goes without deref for a sweep (_deref_walk): its search
         # runs again with it when hundreds of its members are left unnamed.
         first_up = up if up and self._deref_walk(0) is None else []
+        # The sweep sent ahead when a round's answer called for it (_sweep_ahead):
+        # the next round reads it as the sweep it would have sent.
+        ahead: tuple[int, list[Search]] = (0, [])
         while up or lookup or extra:
             # The sweep, when due, goes out unpaged with this round's searches: slapd
             # streams it on one thread while it works on the walk-up on another. The
@@ -896,8 +904,9 @@ class LdapProvider:
             # a machine loaded 3-7x over its cores the overlap gained nothing.
             sweep: list[Search] = []
             later: dict[str, tuple[str, int]] = {}
-            if self._sweep_due(lookup) and self._sweep_unpaged():
-                sweep = self._sweep_searches(self.sweep_factor * len(lookup))
+            if ahead[1] or (self._sweep_due(lookup) and self._sweep_unpaged()):
+                cap, sweep = ahead if ahead[1] else self._sweep_bound(len(lookup))
+                ahead = (0, [])
                 in_users = self._user_base_keys()
                 for k in [k for k in lookup if in_users(k)]:
                     later[k] = lookup.pop(k)
@@ -910,9 +919,17 @@ class LdapProvider:
             named: set[str] = set()
             swept: list[list[Entry] | LdapLimitExceeded] = []
             got = self._round(up, lookup, extra, level, sweep=(sweep, swept))
+            groups = [e for e, f, _o in got if f]
+            new_values = self._new_member_values(groups)
+            if not sweep and not any(e.deref is not None for e in groups):
+                # Their members are named by neither a sweep nor deref: when they
+                # call for one, the sweep goes out now, read by the next round, as
+                # the entries are keyed and classified (cold initgroups of
+                # bigroupuser: the user's 2,000 groups, 17 ms of reading them).
+                ahead = self._sweep_ahead(len(new_values))
             if sweep:
                 wanted = len(lookup) + len(later)
-                self._swept = self._swept_unpaged(self.sweep_factor * wanted, sweep, swept)
+                self._swept = self._swept_unpaged(cap, sweep, swept)
                 if self._swept is None:
                     self._swept = self._sweep(wanted)  # the paged sweep: a server limit
                 self._sweep_users(later, known)
@@ -924,7 +941,7 @@ class LdapProvider:
             # initgroups (valgrind, perf.readpath's walk replayed). So are the
             # member values of the round's groups, read below (_group_entry).
             keys = normalize_dns([e.dn for e, _from_groups, _only_up in got])
-            self._member_keys(self._new_member_values([e for e, f, _o in got if f]))
+            self._member_keys(new_values)
             for (e, from_groups, only_up), k in zip(got, keys, strict=True):
                 # A member waiting for the sweep is named by an entry the round found
                 # all the same (a member group walked up to).
@@ -1118,29 +1135,32 @@ class LdapProvider:
             and self._sweep_possible()
         )
 
-    def _sweep_ahead(self, entries: list[Entry]) -> tuple[int, list[Search]]:
-        """The unpaged sweep a looked-up group's member values call for, sent before
-        the group entry is read (_group): the server sends the user bases while its
-        thousands of member DNs are keyed and checked against the cache. Sent when
-        at least ``sweep_min`` of the values cannot be stored members (more values
-        than DNs the cache holds, or members not taken from it: _unknown), so a
-        group whose members are cached costs no sweep. Returns the sweep's bound
-        and searches, for _swept_unpaged; (0, []) when none went out. Cold
-        ``getent group large01`` (5,000 members): the sweep goes out 3.1 ms
-        earlier (the keying and _unknown it now overlaps), and the lookup took 20
-        ms instead of 28: docs/compatibility.md §9.3."""
+    def _sweep_ahead(self, values: int) -> tuple[int, list[Search]]:
+        """The unpaged sweep that ``values`` member values just read call for, sent
+        before they are read (a looked-up group's, _group; a walk's round, _closure):
+        the server sends the user bases while the member DNs are keyed and checked
+        against the cache. Sent when at least ``sweep_min`` of them cannot be stored
+        members (more values than DNs the cache holds, or members not taken from
+        it: _unknown), so a group whose members are cached costs no sweep. Returns
+        the sweep's bound and searches, read by the search_many that asks for them
+        (_swept_unpaged); (0, []) when none went out. Cold ``getent group
+        large01`` (5,000 members): the sweep goes out 3.1 ms earlier (the keying
+        and _unknown it now overlaps), and the lookup took 20 ms instead of 28:
+        docs/compatibility.md §9.3."""
         s = self.schema
         if not (s.bis and self.sweep_before_deref) or self.cfg.ignore_group_members:
             return 0, []
-        member = self._gkeys().member
-        values = max((len(e.attrs.get(member, ())) for e in entries), default=0)
         unknown = values if self._from_entries else values - self.cache.dn_count()
         if not (self._sweep_due(unknown) and self._sweep_unpaged()):
             return 0, []
-        cap = self.sweep_factor * values
-        searches = self._sweep_searches(cap)
+        cap, searches = self._sweep_bound(values)
         self.client.send_ahead(searches)
         return cap, searches
+
+    def _sweep_bound(self, wanted: int) -> tuple[int, list[Search]]:
+        """The unpaged sweep for ``wanted`` names: its bound and its searches."""
+        cap = self.sweep_factor * wanted
+        return cap, self._sweep_searches(cap)
 
     def _sweep_unpaged(self) -> bool:
         """The sweep as one unpaged search per user base, bounded by the request's own
@@ -1705,7 +1725,7 @@ class LdapProvider:
                     deep=deep)  # fmt: skip
 
     def _group(self, filt: str, name: str | None, gid: int | None) -> Result:
-        self._prepare()
+        s = self._prepare()
         # The stored group and the groups below it its answer is expanded from.
         held = validate.stored_closure(self, name, gid)
         self._from_entries = bool(held and validate.due(self, held))
@@ -1718,16 +1738,10 @@ class LdapProvider:
             # Held, and unchanged with every group below it: validated by stamps, no
             # member value fetched (validate.py).
             return Result(Outcome.FOUND)
-        try:
-            return self._group_fetched(filt, name, gid)
-        finally:
-            self.client.drop_ahead()  # a sweep sent ahead and not read (_sweep_ahead)
-
-    def _group_fetched(self, filt: str, name: str | None, gid: int | None) -> Result:
-        """_group past the stamps' validation: the group, its closure, stored."""
-        s = self.schema
         entries = self._search_group_bases(filt)
-        cap, sweep = self._sweep_ahead(entries)
+        member = self._gkeys().member
+        cap, sweep = self._sweep_ahead(max((len(e.attrs.get(member, ())) for e in entries),
+                                           default=0))  # fmt: skip
         top = None
         for g in [g for e in entries if (g := self._group_entry(e)) is not None]:
             if name is None or self.cache.key(name) in {

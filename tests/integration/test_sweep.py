@@ -262,7 +262,7 @@ def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(
 ):
     """Debian's slapd caps every search at its sizelimit, paged ones included: a sweep
     of more users is cut, the unpaged one (below the sizeLimit it asked; sent ahead
-    of a group's entry when a group lookup comes first) and then the paged one. The
+    of the entries that call for it) and then the paged one. The
     lookup does not fail: its members are named by deref or the look-ups, exactly,
     and no sweep is tried again (each would be cut)."""
     exp = small_2307bis.expected
@@ -281,7 +281,9 @@ def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(
                 for name in exp.group_names():
                     assert p.group_by_name(name).outcome is Outcome.FOUND, name
                     assert stored_members(cache, name) == exp.members(name, 2), name
-        assert len(ahead.sent) == (first == "groups")
+        # The first (unpaged) sweep went out ahead of the entries that called for it
+        # (a group's, or an initgroups walk's first round), was cut, and none after.
+        assert len(ahead.sent) == 1, ahead.sent
         assert p.sweep_cut
         # Unpaged once, then paged once (the fallback), then never again.
         assert (spy.sweeps(), spy.unpaged) == (2, 1), spy.calls
@@ -372,3 +374,69 @@ def test_a_sweep_sent_ahead_for_a_group_not_answered_is_read_and_dropped(tmp_pat
     user = exp.user_names()[0]
     assert p.user_by_name(user).outcome is Outcome.FOUND
     assert p.client.conn is conn
+
+
+@pytest.mark.parametrize("people", ["uid", "cn"])
+def test_a_walks_sweep_goes_out_ahead_of_the_round_that_reads_it(
+    tmp_path, slapd_big, slapd_big_cn, people
+):
+    """Cold initgroups of bigroupuser: the user's 2,000 groups (the walk's first round,
+    without deref) hold 5,000 distinct member values. The sweep goes out as soon as
+    that answer is in, while the entries are keyed and classified, and the next
+    round's search_many, with the walk's next level, reads it: slapd runs it once,
+    and the gids are exact, with people named ``uid=`` or ``cn=Full Name``."""
+    d = slapd_big if people == "uid" else slapd_big_cn
+    exp, server = d.expected, d.slapd
+    p, cache, spy = _backend(tmp_path, d)
+    ahead = _AheadSpy(p.client)
+    offset = server.log_offset()
+    assert p.initgroups(exp.big_user).outcome is Outcome.FOUND
+    assert stored_gids(cache, exp.big_user) == exp.initgroups(exp.big_user, 2)
+    (sweep,) = ahead.sent
+    (batch,) = [b for b in spy.batches if any(x is sweep[0] for x in b)]
+    assert any("(member=" in x.filt for x in batch), batch  # with the walk's next level
+    ops = [op for op in server.searches(offset) if op.filter == sweep[0].filt]
+    assert [op.nentries for op in ops] == [len(exp.user_names())], ops
+
+
+_STAFF_BASE = "dc=staff,dc=test"
+
+
+def _staff_ldif() -> str:
+    """A user in one small group, nested in an all-staff group of the 19 other people
+    (named ``cn=Full Name``): the shape where the walk's second round (with deref) brings the
+    many members, not the user's own groups."""
+    b = _STAFF_BASE
+    people = [f"cn=Person {i},ou=people,{b}" for i in range(20)]
+    out = f"dn: {b}\nobjectClass: dcObject\nobjectClass: organization\ndc: staff\no: s\n\n"
+    out += "".join(f"dn: ou={ou},{b}\nobjectClass: organizationalUnit\nou: {ou}\n\n"
+                   for ou in ("people", "groups"))  # fmt: skip
+    for i, dn in enumerate(people):
+        out += (f"dn: {dn}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+                f"cn: Person {i}\nsn: p\nuid: p{i}\nuidNumber: {7000 + i}\ngidNumber: 7000\n"
+                f"homeDirectory: /home/p{i}\n\n")  # fmt: skip
+    small = f"cn=small,ou=groups,{b}"
+    for cn, gid, members in (("small", 7101, people[:1]), ("staff", 7102, [small, *people[1:]])):
+        out += (f"dn: cn={cn},ou=groups,{b}\nobjectClass: groupOfNames\n"
+                f"objectClass: posixGroup\ncn: {cn}\ngidNumber: {gid}\n"
+                + "".join(f"member: {m}\n" for m in members) + "\n")  # fmt: skip
+    return out
+
+
+def test_no_sweep_ahead_for_members_the_walks_deref_named(tmp_path):
+    """p0 is in one small group, nested in an all-staff group of 19 others: the first
+    round (no deref, a sweep being possible) brings one member, too few to sweep;
+    the second walks up with deref, which names the 19. A sweep sent ahead for
+    their values would be slapd's work for nothing: none goes out, none is sent."""
+    (tmp_path / "staff.ldif").write_text(_staff_ldif())
+    with Slapd(tmp_path / "s", tmp_path / "staff.ldif", _STAFF_BASE) as s:
+        p, cache, _ = make_backend(tmp_path / "db", make_domain([s.uri], s.base_dn))
+        spy = _Spy(p.client)
+        ahead = _AheadSpy(p.client)
+        p.sweep_min, p.sweep_factor = 5, 100
+        assert p.initgroups("p0").outcome is Outcome.FOUND
+        assert stored_gids(cache, "p0") == {7000, 7101, 7102}
+        assert spy.derefs() >= 1, spy.calls  # the deref control named the staff
+        assert (ahead.sent, spy.sweeps()) == ([], 0), (ahead.sent, spy.calls)
+        assert p.group_by_name("staff").outcome is Outcome.FOUND
+        assert stored_members(cache, "staff") == {f"p{i}" for i in range(20)}
