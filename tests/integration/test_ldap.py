@@ -222,9 +222,9 @@ def test_searches_sent_together_give_what_each_gives_alone(slapd_small):
     assert len(alone[0]) > 3 and alone[3] == [] and alone[-1] == []
 
 
-def _ahead_client(slapd_small, **opts) -> tuple[LdapClient, list[Search]]:
+def _ahead_client(slapd_small, uri: str = "") -> tuple[LdapClient, list[Search]]:
     s = slapd_small.slapd
-    client = LdapClient(make_domain([s.uri], s.base_dn, **opts))
+    client = LdapClient(make_domain([uri or s.uri], s.base_dn))
     OPEN_CLIENTS.append(client)
     client.connect()
     specs = [Search(s.base_dn, f, ["cn", "uid"], paged=False)
@@ -284,32 +284,43 @@ def test_a_connection_lost_after_sending_ahead_is_made_again_and_the_searches_re
     restarted), and search_many reconnects once, as for any search; or the client
     replaced it (back to a preferred server), and the new one is not waited on for
     the old one's answers. Either way the searches are sent again."""
-    client, specs = _ahead_client(slapd_small)
-    usual = _dns(client.search_many(specs))
-    conn = client.conn
+    s = slapd_small.slapd
+    with FaultProxy("127.0.0.1", s.port) as proxy:
+        client, specs = _ahead_client(slapd_small, proxy.uri)
+        usual = _dns(client.search_many(specs))
+        conn = client.conn
+        if how == "server gone":
+            _sent_ahead_then_reset(proxy, client, specs)
+        else:
+            client.send_ahead(specs)
+            client.close()
+        assert _dns(client.search_many(specs)) == usual
+        assert client.conn is not conn
+
+
+def _sent_ahead_then_reset(proxy: FaultProxy, client: LdapClient, specs: list[Search]) -> None:
+    """Send ahead, then the connection reset before any answer reached the client:
+    the proxy holds the requests (stalled), resets every connection, then heals (its
+    loop runs the three in this order)."""
+    proxy.set(stall=True)
     client.send_ahead(specs)
-    assert conn is not None and conn.socket is not None
-    if how == "server gone":
-        conn.socket.shutdown(socket.SHUT_RDWR)
-    else:
-        client.close()
-    assert _dns(client.search_many(specs)) == usual
-    assert client.conn is not conn
+    assert client._ahead, "nothing was sent ahead"
+    proxy.drop_all()
+    proxy.heal()
 
 
 def test_dropping_searches_sent_ahead_on_a_dead_connection_raises_nothing(slapd_small):
     """drop_ahead runs as a lookup ends, failing or not: a connection that died with
     answers unread is closed, nothing is raised (no second error over the lookup's
     own), and the next search connects again."""
-    client, specs = _ahead_client(slapd_small)
-    usual = _dns(client.search_many(specs))
-    conn = client.conn
-    client.send_ahead(specs)
-    assert conn is not None and conn.socket is not None
-    conn.socket.shutdown(socket.SHUT_RDWR)
-    client.drop_ahead()
-    assert client.conn is None
-    assert _dns(client.search_many(specs)) == usual
+    s = slapd_small.slapd
+    with FaultProxy("127.0.0.1", s.port) as proxy:
+        client, specs = _ahead_client(slapd_small, proxy.uri)
+        usual = _dns(client.search_many(specs))
+        _sent_ahead_then_reset(proxy, client, specs)
+        client.drop_ahead()
+        assert client.conn is None
+        assert _dns(client.search_many(specs)) == usual
 
 
 def test_a_search_sent_ahead_on_a_closed_connection_is_sent_by_search_many(slapd_small):
