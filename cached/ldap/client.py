@@ -952,10 +952,11 @@ class LdapClient:
         try:
             with _deadline(conn, self.cfg.ldap_search_timeout):
                 for r in reqs:
-                    r.deadline = getattr(conn, _DEADLINE_ATTR)
                     self._send(conn, r, sent)
         except (LdapError, *_NETWORK_ERRORS):
-            return  # _send closed it: search_many reconnects
+            for _r in sent.values():  # gone with the connection _send closed
+                self.counters.add(LDAP_SEARCH, 1, 0.0, 0)
+            return  # search_many reconnects
         self._ahead, self._ahead_conn = sent, conn
 
     def drop_ahead(self) -> None:
@@ -976,9 +977,21 @@ class LdapClient:
             self.counters.add(LDAP_SEARCH, 1, 0.0, r.count())
 
     def _take_ahead(self, conn: ldap3.Connection) -> dict[int, _Request]:
-        """The searches sent ahead on ``conn``, now this exchange's to read."""
+        """The searches sent ahead on ``conn``, now this exchange's to read; those
+        sent on a connection since replaced are gone with it (counted: the server
+        may have run them)."""
         ahead, self._ahead = self._ahead, {}
-        return ahead if self._ahead_conn is conn else {}
+        if self._ahead_conn is not conn:
+            for _r in ahead.values():
+                self.counters.add(LDAP_SEARCH, 1, 0.0, 0)
+            return {}
+        # Their ldap_search_timeout runs from now, as for a search sent now: the
+        # caller's work since they went out is not the server's time (a pause of
+        # the timeout's length there failed a healthy server: found in review).
+        deadline = time.monotonic() + self.cfg.ldap_search_timeout
+        for r in ahead.values():
+            r.deadline = deadline
+        return ahead
 
     def search_many(
         self, specs: list[Search], deref_seen: set[bytes] | None = None

@@ -921,7 +921,11 @@ class LdapProvider:
             got = self._round(up, lookup, extra, level, sweep=(sweep, swept))
             groups = [e for e, f, _o in got if f]
             new_values = self._new_member_values(groups)
-            if not sweep and not any(e.deref is not None for e in groups):
+            # Whether any of the round's groups has its members read: walked up to,
+            # or looked up with levels left (budget -1: named only, members never
+            # read; a sweep for them went unread: found in review).
+            expands = bool(up or extra) or any(b >= 0 for _dn, b in lookup.values())
+            if not sweep and expands and not any(e.deref is not None for e in groups):
                 # Their members are named by neither a sweep nor deref: when they
                 # call for one, the sweep goes out now, read by the next round, as
                 # the entries are keyed and classified (cold initgroups of

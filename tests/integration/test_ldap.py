@@ -323,6 +323,51 @@ def test_dropping_searches_sent_ahead_on_a_dead_connection_raises_nothing(slapd_
         assert _dns(client.search_many(specs)) == usual
 
 
+@pytest.mark.parametrize("then", ["read it", "other search"])
+def test_the_callers_work_after_sending_ahead_is_not_the_servers_time(slapd_small, then):
+    """ldap_search_timeout runs from the read, not from send_ahead: the caller's own
+    work in between (keying thousands of member DNs, a stalled host) longer than the
+    timeout fails no healthy server (it took the domain offline: found in review).
+    The pause is the behaviour under test, not a wait for readiness."""
+    s = slapd_small.slapd
+    client = LdapClient(make_domain([s.uri], s.base_dn, ldap_search_timeout=1))
+    OPEN_CLIENTS.append(client)
+    client.connect()
+    specs = [Search(s.base_dn, "(objectClass=posixAccount)", ["uid"], paged=False)]
+    other = [Search(s.base_dn, "(uid=user0001)", ["uid"])]
+    usual = _dns(client.search_many([*specs, *other]))
+    client.send_ahead(specs)
+    time.sleep(1.2)
+    if then == "read it":
+        assert _dns(client.search_many(specs)) == usual[:1]
+    else:
+        assert _dns(client.search_many(other)) == usual[1:]
+    assert client.online and not client.failed
+
+
+def test_searches_sent_ahead_on_a_replaced_connection_are_counted(slapd_small):
+    """Every search that went out is counted once, the one sent ahead on a
+    connection since replaced included (the server may have run it), and the one
+    search_many then sent again."""
+    s = slapd_small.slapd
+    counters = Counters()
+    client = LdapClient(make_domain([s.uri], s.base_dn), counters=counters)
+    OPEN_CLIENTS.append(client)
+    client.connect()
+    specs = [Search(s.base_dn, "(objectClass=posixAccount)", ["uid"], paged=False)]
+
+    def searches_counted(ahead: bool) -> int:
+        before = counters.get(LDAP_SEARCH).count
+        if ahead:
+            client.send_ahead(specs)
+            assert client._ahead, "nothing was sent ahead"
+        client.close()
+        assert client.search_many(specs)[0]  # connecting again reads the root DSE too
+        return counters.get(LDAP_SEARCH).count - before
+
+    assert searches_counted(ahead=True) == searches_counted(ahead=False) + 1
+
+
 def test_a_search_sent_ahead_on_a_closed_connection_is_sent_by_search_many(slapd_small):
     """Nothing open to send on (closed after an idle timeout, say): send_ahead sends
     nothing, and search_many connects and sends as usual."""
