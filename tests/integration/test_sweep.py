@@ -403,25 +403,35 @@ def test_a_walks_sweep_goes_out_ahead_of_the_round_that_reads_it(
 _STAFF_BASE = "dc=staff,dc=test"
 
 
-def _staff_ldif() -> str:
-    """A user in one small group, nested in an all-staff group of the 19 other people
-    (named ``cn=Full Name``): the shape where the walk's second round (with deref) brings the
-    many members, not the user's own groups."""
-    b = _STAFF_BASE
-    people = [f"cn=Person {i},ou=people,{b}" for i in range(20)]
-    out = f"dn: {b}\nobjectClass: dcObject\nobjectClass: organization\ndc: staff\no: s\n\n"
-    out += "".join(f"dn: ou={ou},{b}\nobjectClass: organizationalUnit\nou: {ou}\n\n"
+def _ldif(
+    base: str, people: list[tuple[str, str]], groups: list[tuple[str, int, list[str]]]
+) -> str:
+    """A directory of people (DN, cn; uid p<i>, uidNumber 7000 + i) under ou=people
+    and POSIX groups (cn, gid, member DNs) under ou=groups."""
+    dc = base.split(",")[0].split("=")[1]
+    out = f"dn: {base}\nobjectClass: dcObject\nobjectClass: organization\ndc: {dc}\no: o\n\n"
+    out += "".join(f"dn: ou={ou},{base}\nobjectClass: organizationalUnit\nou: {ou}\n\n"
                    for ou in ("people", "groups"))  # fmt: skip
-    for i, dn in enumerate(people):
+    for i, (dn, cn) in enumerate(people):
         out += (f"dn: {dn}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
-                f"cn: Person {i}\nsn: p\nuid: p{i}\nuidNumber: {7000 + i}\ngidNumber: 7000\n"
+                f"cn: {cn}\nsn: p\nuid: p{i}\nuidNumber: {7000 + i}\ngidNumber: 7000\n"
                 f"homeDirectory: /home/p{i}\n\n")  # fmt: skip
-    small = f"cn=small,ou=groups,{b}"
-    for cn, gid, members in (("small", 7101, people[:1]), ("staff", 7102, [small, *people[1:]])):
-        out += (f"dn: cn={cn},ou=groups,{b}\nobjectClass: groupOfNames\n"
+    for cn, gid, members in groups:
+        out += (f"dn: cn={cn},ou=groups,{base}\nobjectClass: groupOfNames\n"
                 f"objectClass: posixGroup\ncn: {cn}\ngidNumber: {gid}\n"
                 + "".join(f"member: {m}\n" for m in members) + "\n")  # fmt: skip
     return out
+
+
+def _staff_ldif() -> str:
+    """A user in one small group, nested in an all-staff group of the 19 other people
+    (named ``cn=Full Name``): the shape where the walk's second round (with deref) brings
+    the many members, not the user's own groups."""
+    b = _STAFF_BASE
+    people = [(f"cn=Person {i},ou=people,{b}", f"Person {i}") for i in range(20)]
+    dns = [dn for dn, _cn in people]
+    small = f"cn=small,ou=groups,{b}"
+    return _ldif(b, people, [("small", 7101, dns[:1]), ("staff", 7102, [small, *dns[1:]])])
 
 
 def test_no_sweep_ahead_for_members_the_walks_deref_named(tmp_path):
@@ -472,24 +482,14 @@ _NEST_BASE = "dc=nest,dc=test"
 def _nest_ldif() -> str:
     """top > mid > low > big (40 people): at nesting level 2, big is only named."""
     b = _NEST_BASE
-    people = [f"uid=p{i},ou=people,{b}" for i in range(40)]
-    out = f"dn: {b}\nobjectClass: dcObject\nobjectClass: organization\ndc: nest\no: n\n\n"
-    out += "".join(f"dn: ou={ou},{b}\nobjectClass: organizationalUnit\nou: {ou}\n\n"
-                   for ou in ("people", "groups"))  # fmt: skip
-    for i, dn in enumerate(people):
-        out += (f"dn: {dn}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
-                f"cn: P {i}\nsn: p\nuid: p{i}\nuidNumber: {7000 + i}\ngidNumber: 7000\n"
-                f"homeDirectory: /home/p{i}\n\n")  # fmt: skip
+    people = [(f"uid=p{i},ou=people,{b}", f"P {i}") for i in range(40)]
 
     def g(cn: str) -> str:
         return f"cn={cn},ou=groups,{b}"
 
-    for cn, gid, members in (("top", 7101, [g("mid"), people[0]]), ("mid", 7102, [g("low")]),
-                             ("low", 7103, [g("big")]), ("big", 7104, people)):  # fmt: skip
-        out += (f"dn: {g(cn)}\nobjectClass: groupOfNames\nobjectClass: posixGroup\n"
-                f"cn: {cn}\ngidNumber: {gid}\n"
-                + "".join(f"member: {m}\n" for m in members) + "\n")  # fmt: skip
-    return out
+    return _ldif(b, people, [("top", 7101, [g("mid"), people[0][0]]), ("mid", 7102, [g("low")]),
+                             ("low", 7103, [g("big")]),
+                             ("big", 7104, [dn for dn, _cn in people])])  # fmt: skip
 
 
 def test_no_sweep_ahead_for_the_members_of_a_group_only_named(tmp_path):
