@@ -25,7 +25,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -954,8 +954,7 @@ class LdapClient:
                 for r in reqs:
                     self._send(conn, r, sent)
         except (LdapError, *_NETWORK_ERRORS):
-            for _r in sent.values():  # gone with the connection _send closed
-                self.counters.add(LDAP_SEARCH, 1, 0.0, 0)
+            self._count_unread(sent.values())  # gone with the connection _send closed
             return  # search_many reconnects
         self._ahead, self._ahead_conn = sent, conn
 
@@ -964,26 +963,29 @@ class LdapClient:
         raises (it runs as a lookup ends, failing or not): a connection that fails
         meanwhile is closed, and the next search connects as after any failure."""
         conn = self.conn
-        sent = self._take_ahead(conn) if conn is not None else {}
-        self._ahead = {}
-        if not sent:
+        sent = self._take_ahead(conn)
+        if conn is None or not sent:
             return
         try:
             with _deadline(conn, self.cfg.ldap_search_timeout):
                 self._exchange(conn, [], sent)
         except (*_NETWORK_ERRORS, *_UNDECODABLE, LdapError, LdapMessageTooLarge):
             self.close()
-        for r in sent.values():  # the server ran them all the same (slapd's log counts them)
+        self._count_unread(sent.values())
+
+    def _count_unread(self, reqs: Iterable[_Request]) -> None:
+        """Searches that went out and whose answers nobody asked for (dropped, or gone
+        with their connection): counted all the same, as slapd's log counts them."""
+        for r in reqs:
             self.counters.add(LDAP_SEARCH, 1, 0.0, r.count())
 
-    def _take_ahead(self, conn: ldap3.Connection) -> dict[int, _Request]:
+    def _take_ahead(self, conn: ldap3.Connection | None) -> dict[int, _Request]:
         """The searches sent ahead on ``conn``, now this exchange's to read; those
         sent on a connection since replaced are gone with it (counted: the server
         may have run them)."""
         ahead, self._ahead = self._ahead, {}
         if self._ahead_conn is not conn:
-            for _r in ahead.values():
-                self.counters.add(LDAP_SEARCH, 1, 0.0, 0)
+            self._count_unread(ahead.values())
             return {}
         # Their ldap_search_timeout runs from now, as for a search sent now: the
         # caller's work since they went out is not the server's time (a pause of
@@ -1057,8 +1059,7 @@ class LdapClient:
             took = (time.perf_counter() - start) / max(len(reqs), 1)
             for r in reqs:
                 self.counters.add(LDAP_SEARCH, 1, took, r.count())
-            for r in dropped:  # the server ran them all the same (slapd's log counts them)
-                self.counters.add(LDAP_SEARCH, 1, 0.0, r.count())
+            self._count_unread(dropped)
 
     def _request(self, spec: Search, deref_seen: set[bytes] | None) -> _Request:
         controls: list[wire.Control] = []

@@ -904,7 +904,7 @@ class LdapProvider:
             # a machine loaded 3-7x over its cores the overlap gained nothing.
             sweep: list[Search] = []
             later: dict[str, tuple[str, int]] = {}
-            if ahead[1] or (self._sweep_due(lookup) and self._sweep_unpaged()):
+            if ahead[1] or (self._sweep_due(len(lookup)) and self._sweep_unpaged()):
                 cap, sweep = ahead if ahead[1] else self._sweep_bound(len(lookup))
                 ahead = (0, [])
                 in_users = self._user_base_keys()
@@ -1078,7 +1078,7 @@ class LdapProvider:
         perf/readpath.py (LDAP) and perf/results/2026-11-30-adbig (Samba, where it
         took 0.68-0.81 s of DC CPU in one search against 1.3 s in 20 batches)."""
         if self._swept is None:
-            if not self._sweep_due(lookup):
+            if not self._sweep_due(len(lookup)):
                 return
             self._swept = self._sweep(len(lookup))
         swept = self._swept
@@ -1128,10 +1128,8 @@ class LdapProvider:
         named = self._name_ids(dn, values[0], _int(values[1]), _int(values[2]))
         return ("user", named[0]) if named is not None else None
 
-    def _sweep_due(self, lookup: Collection[object] | int) -> bool:
-        """A sweep is worth trying for these unknown members, or this many
-        (_sweep_users)."""
-        wanted = lookup if isinstance(lookup, int) else len(lookup)
+    def _sweep_due(self, wanted: int) -> bool:
+        """A sweep is worth trying for this many unknown members (_sweep_users)."""
         return (
             self._swept is None
             and wanted >= self.sweep_min
