@@ -18,6 +18,7 @@ from cached.cache import State
 from cached.ldap.client import LdapClient, LdapLimitExceeded, LdapTooMany, Search
 from cached.ldap.provider import LdapProvider, Outcome
 from testing.backend import make_backend, make_domain, stored_gids, stored_members
+from testing.ldif import group_entry, user_entry
 from testing.slapd import Slapd
 
 
@@ -407,19 +408,16 @@ def _ldif(
     base: str, people: list[tuple[str, str]], groups: list[tuple[str, int, list[str]]]
 ) -> str:
     """A directory of people (DN, cn; uid p<i>, uidNumber 7000 + i) under ou=people
-    and POSIX groups (cn, gid, member DNs) under ou=groups."""
+    and POSIX groups (cn, gid, member DNs) under ou=groups, in testing/ldif.py's
+    entries."""
     dc = base.split(",")[0].split("=")[1]
     out = f"dn: {base}\nobjectClass: dcObject\nobjectClass: organization\ndc: {dc}\no: o\n\n"
     out += "".join(f"dn: ou={ou},{base}\nobjectClass: organizationalUnit\nou: {ou}\n\n"
                    for ou in ("people", "groups"))  # fmt: skip
-    for i, (dn, cn) in enumerate(people):
-        out += (f"dn: {dn}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
-                f"cn: {cn}\nsn: p\nuid: p{i}\nuidNumber: {7000 + i}\ngidNumber: 7000\n"
-                f"homeDirectory: /home/p{i}\n\n")  # fmt: skip
-    for cn, gid, members in groups:
-        out += (f"dn: cn={cn},ou=groups,{base}\nobjectClass: groupOfNames\n"
-                f"objectClass: posixGroup\ncn: {cn}\ngidNumber: {gid}\n"
-                + "".join(f"member: {m}\n" for m in members) + "\n")  # fmt: skip
+    out += "\n".join(user_entry(dn, 7000 + i, 7000, f"p{i}", extra=f"cn: {cn}")
+                     for i, (dn, cn) in enumerate(people))  # fmt: skip
+    out += "\n" + "\n".join(group_entry(f"cn={cn},ou=groups,{base}", cn, gid, members)
+                            for cn, gid, members in groups)  # fmt: skip
     return out
 
 
