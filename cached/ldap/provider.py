@@ -1150,7 +1150,11 @@ class LdapProvider:
         and _unknown it now overlaps), and the lookup took 20 ms instead of 28:
         docs/compatibility.md §9.3."""
         s = self.schema
-        if not (s.bis and self.sweep_before_deref) or self.cfg.ignore_group_members:
+        if (
+            not (s.bis and self.sweep_before_deref)
+            or self.cfg.ignore_group_members
+            or not self._sweep_due(values)  # at most this many unknown: no cache read
+        ):
             return 0, []
         unknown = values if self._from_entries else values - self.cache.dn_count()
         if not (self._sweep_due(unknown) and self._sweep_unpaged()):
