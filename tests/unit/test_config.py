@@ -151,7 +151,8 @@ def test_unreadable_file_as_an_unprivileged_user(tmp_path):
     code = f"from cached.config import load_config; load_config({str(path)!r})"
     proc = run_python(["-c", code])
     assert proc.returncode != 0
-    assert f"cached.config.ConfigError: {path}: cannot read: Permission denied" in proc.stderr
+    message = f"cached.config.errors.ConfigError: {path}: cannot read: Permission denied"
+    assert message in proc.stderr
     # The same user reads it once it is readable: the denial above was the file's mode.
     path.chmod(0o644)
     proc = run_python(["-c", code])

@@ -1,0 +1,58 @@
+"""Configuration: sssd.conf syntax, so an existing /etc/sssd/sssd.conf loads unchanged.
+
+Sections: ``[cached]`` (alias ``[sssd]``), ``[nss]``, ``[domain/NAME]``. Every option is
+declared once in a table (options.py) with its type, SSSD's default (reference §6.1) and
+its limits; that table is both the validator and the source of the option tables in
+README.md and of cached.conf(5) (``python -m cached.docgen`` writes them). Errors name
+the file, section, option and value; unknown options warn and name the option; SSSD
+options that cached accepts but has no use for (``services``, ``auth_provider``, ...)
+are accepted quietly so a real sssd.conf loads; SSSD options that would change who is
+who (``use_fully_qualified_names = true``, ...) are refused unless set to a value that
+changes nothing (sssd.py).
+
+The modules, each importing only those before it: errors, parsers (text to values), ini
+(the file syntax), options (the option tables and the sections), sssd (SSSD's options),
+rules (across options), load (files to a Config).
+"""
+
+from cached.config.errors import ConfigError
+from cached.config.load import DEFAULT_CONFIG, SNIPPET_NAME, load_config, parse_config
+from cached.config.options import (
+    DAEMON_OPTIONS,
+    DOMAIN_OPTIONS,
+    MAX_ID,
+    NSS_OPTIONS,
+    Config,
+    DaemonConfig,
+    DomainConfig,
+    NssConfig,
+    Option,
+)
+from cached.config.parsers import NotSupported, SearchBase, parse_search_bases
+from cached.config.rules import AD_DEFAULTS
+from cached.config.sssd import ACCEPTED_UNUSED, IGNORED_SECTIONS, UNSUPPORTED, Unsupported
+
+__all__ = [
+    "ACCEPTED_UNUSED",
+    "AD_DEFAULTS",
+    "DAEMON_OPTIONS",
+    "DEFAULT_CONFIG",
+    "DOMAIN_OPTIONS",
+    "IGNORED_SECTIONS",
+    "MAX_ID",
+    "NSS_OPTIONS",
+    "SNIPPET_NAME",
+    "UNSUPPORTED",
+    "Config",
+    "ConfigError",
+    "DaemonConfig",
+    "DomainConfig",
+    "NotSupported",
+    "NssConfig",
+    "Option",
+    "SearchBase",
+    "Unsupported",
+    "load_config",
+    "parse_config",
+    "parse_search_bases",
+]

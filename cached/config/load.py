@@ -1,0 +1,295 @@
+"""Loading: the configuration file and its conf.d snippets read as SSSD reads them
+(ini.py), each section's options parsed through the fields that declare them
+(options.py), SSSD's options checked (sssd.py) and each domain completed (rules.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from typing import Any
+
+from cached.config.errors import ConfigError
+from cached.config.ini import Ini
+from cached.config.options import (
+    DAEMON_OPTIONS,
+    DOMAIN_OPTIONS,
+    NSS_OPTIONS,
+    Config,
+    DaemonConfig,
+    DomainConfig,
+    NssConfig,
+    Option,
+)
+from cached.config.parsers import NotSupported
+from cached.config.rules import check_required, complete_domain
+from cached.config.sssd import (
+    ACCEPTED_UNUSED,
+    IGNORED_SECTIONS,
+    UNSUPPORTED,
+    check_unsupported,
+    enabled_domains,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG = "/etc/cached/cached.conf"
+
+
+def read_section(
+    ini: Ini, section: str, table: dict[str, Option], warnings: list[str]
+) -> dict[str, Any]:
+    """The values of ``section`` by option name: each option the file sets, parsed,
+    and the default of each it leaves unset. An option of no table is checked against
+    SSSD's (sssd.py) or warned of."""
+    values: dict[str, Any] = {name: opt.default for name, opt in table.items()}
+    for name, raw in ini.sections.get(section, {}).items():
+        path = ini.where(section, name)
+        opt = table.get(name)
+        if opt is None:
+            unsupported = UNSUPPORTED.get(name)
+            if unsupported is not None:
+                check_unsupported(path, section, name, raw, unsupported)
+            elif name not in ACCEPTED_UNUSED:
+                warnings.append(f"{path}: [{section}] unknown option {name!r} is ignored")
+            continue
+        try:
+            values[name] = opt.parse(raw)
+        except NotSupported as e:
+            raise ConfigError(
+                f"{path}: [{section}] {name} = {raw.strip()!r} is not supported: {e}"
+            ) from None
+        except ValueError as e:
+            raise ConfigError(
+                f"{path}: [{section}] {name} = {raw.strip()!r} is invalid: {e}"
+            ) from None
+    return values
+
+
+def _check_secret_permissions(path: str, st: os.stat_result, section: str) -> None:
+    """Refuse a bind password readable by others, as SSSD refuses such an sssd.conf."""
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            f"{path}: [{section}] holds ldap_default_authtok, but the file is mode "
+            f"{stat.S_IMODE(st.st_mode):04o} (readable by group or others); "
+            f"run: chmod 600 {path}"
+        )
+
+
+def parse_config(text: str, path: str = "<string>", st: os.stat_result | None = None) -> Config:
+    """Parse sssd.conf-syntax ``text``; ``st`` is the file's stat for the permission check."""
+    warnings: list[str] = []
+    ini = Ini(path)
+    ini.read(text, path, warnings)
+    return _config(ini, {path: st}, warnings)
+
+
+def _config(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[str]) -> Config:
+    """The configuration the sections of ``ini`` say; ``stats`` holds each file's stat
+    for the permission check of a bind password."""
+    path = ini.path
+    sections = list(ini.sections)
+    main = [s for s in sections if s in ("cached", "sssd")]
+    if len(main) > 1:
+        raise ConfigError(f"{path}: both [cached] and [sssd] are present; keep one of them")
+    if not main:
+        raise ConfigError(f"{path}: no [cached] section (or [sssd]); it must list `domains`")
+    main_name = main[0]
+    daemon_vals = read_section(ini, main_name, DAEMON_OPTIONS, warnings)
+    nss_vals = read_section(ini, "nss", NSS_OPTIONS, warnings)
+
+    domain_sections = {s[len("domain/") :]: s for s in sections if s.startswith("domain/")}
+    app_sections = {s[len("application/") :]: s for s in sections if s.startswith("application/")}
+    names = enabled_domains(ini, main_name, daemon_vals["domains"], domain_sections)
+    # `domains` names its sections case-insensitively too (confdb's cn): a domain is
+    # called as its section spells it.
+    spelled = {d.lower(): d for d in [*domain_sections, *app_sections]}
+    names = list(dict.fromkeys(spelled.get(n.lower(), n) for n in names))
+    if not names:
+        raise ConfigError(
+            f"{ini.where(main_name, 'domains')}: [{main_name}] domains is not set; "
+            "list at least one domain (or set `enabled = true` in a [domain/NAME] section)"
+        )
+    left_out: set[str] = set()
+    for dname in list(names):
+        sname = domain_sections.get(dname)
+        dtype = ini.sections[sname].get("domain_type", "") if sname else ""
+        if dname in app_sections or dtype.strip().lower() == "application":
+            where = ini.where(sname, "domain_type") if sname else ini.where(app_sections[dname])
+            warnings.append(
+                f"{where}: domain {dname!r} is an application domain; left out, as SSSD "
+                "does not serve application domains over NSS"
+            )
+            names.remove(dname)
+            left_out.add(dname)
+    if not names:
+        raise ConfigError(
+            f"{ini.where(main_name, 'domains')}: [{main_name}] domains lists only "
+            "application domains, which are not served over NSS; nothing to serve"
+        )
+    for s in sections:
+        if s in (main_name, "nss") or s.startswith(("domain/", "application/")):
+            continue
+        if s in IGNORED_SECTIONS:
+            log.debug("%s: section [%s] is for an SSSD responder cached does not have", path, s)
+        else:
+            warnings.append(f"{ini.where(s)}: unknown section [{s}] is ignored")
+    for dname, sname in domain_sections.items():
+        quiet = dname in left_out or "enabled" in ini.sections[sname]
+        if dname not in names and not quiet:
+            warnings.append(
+                f"{ini.where(sname)}: [{sname}] is not listed in [{main_name}] domains; ignored"
+            )
+
+    domains: list[DomainConfig] = []
+    for dname in names:
+        if dname not in domain_sections:
+            raise ConfigError(
+                f"{ini.where(main_name, 'domains')}: [{main_name}] domains lists {dname!r} but "
+                f"there is no [domain/{dname}] section"
+            )
+        sname = domain_sections[dname]
+        vals = read_section(ini, sname, DOMAIN_OPTIONS, warnings)
+        check_required(ini, sname, vals)
+        # Every file that set a password, not only the one whose value won, and even
+        # when a later one empties it: a password in a world-readable main file stays
+        # readable whatever a snippet sets later.
+        for holder in sorted(ini.secret_files.get(sname, ())):
+            st = stats.get(holder)
+            if st is not None:
+                _check_secret_permissions(holder, st, sname)
+        complete_domain(ini, sname, vals, warnings)
+        domains.append(DomainConfig(name=dname, **vals))
+
+    return Config(
+        path=path,
+        daemon=DaemonConfig(**daemon_vals),
+        nss=NssConfig(**nss_vals),
+        domains=domains,
+        warnings=warnings,
+    )
+
+
+def _read_file(path: str) -> tuple[str, os.stat_result]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such file; create it (see contrib/cached.conf) or pass -c FILE"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8"), st
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+
+
+def _owner_ok(st: os.stat_result) -> bool:
+    return st.st_uid in (0, os.geteuid())
+
+
+def _check_file_permissions(path: str, st: os.stat_result) -> None:
+    """Whoever can write the configuration chooses the servers, so every uid and group
+    membership: refuse a file that another user owns or that group or others may write
+    (SSSD refuses any sssd.conf not root-owned and mode 0600/0400)."""
+    if not _owner_ok(st):
+        raise ConfigError(
+            f"{path}: owned by uid {st.st_uid}; the configuration must belong to root (or to "
+            f"the user running cached); run: chown root:root {path}"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets group or others change the "
+            f"configuration; run: chmod go-w {path}"
+        )
+
+
+# SSSD's snippets (sss_ini.c sss_ini_add_snippets): files of conf.d whose names match
+# this, merged in alphabetical order.
+SNIPPET_NAME = re.compile(r"[^.].*\.conf")
+
+
+def _snippets(
+    path: str, warnings: list[str], tool: bool = False
+) -> list[tuple[str, str, os.stat_result]]:
+    """The conf.d snippets of ``path`` as SSSD merges them: ``conf.d`` beside the file,
+    names ending in ``.conf`` and not starting with ``.``, in alphabetical order. A
+    snippet that fails SSSD's access check (owned by root:root, nothing for group or
+    others; cached also takes a file owned by the user running it and its group) is
+    skipped with a warning, as SSSD skips it with a log line."""
+    confd = os.path.join(os.path.dirname(path) or ".", "conf.d")
+    try:
+        names = sorted(n for n in os.listdir(confd) if SNIPPET_NAME.fullmatch(n))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        raise ConfigError(f"{confd}: cannot read the snippet directory: {e.strerror}") from None
+    out = []
+    for name in names:
+        spath = os.path.join(confd, name)
+        try:
+            regular = stat.S_ISREG(os.stat(spath).st_mode)
+        except OSError as e:
+            raise ConfigError(f"{spath}: cannot read: {e.strerror}") from None
+        if not regular:
+            warnings.append(f"{spath}: not a regular file; skipped")
+            continue
+        if tool and os.geteuid() != 0 and not os.access(spath, os.R_OK):
+            # A tool run by a user (cached status, getent, id) reads what it may: a
+            # snippet only root may read, as it must be, would otherwise stop them all.
+            # The daemon never skips one: started unprivileged, it would lose what the
+            # snippet sets (TLS checks, the bind), so it stops instead.
+            log.debug("%s: only root may read it; skipped (run as root to use it)", spath)
+            continue
+        text, st = _read_file(spath)
+        # SSSD's check is uid, gid and mode (libini ini_access_check with 0, 0, 0600 in
+        # sss_ini.c): a root-owned 0600 snippet of group `wheel` is skipped there too
+        # (sssctl config-check: "did not pass access check. Skipping."), so cached must
+        # not apply what SSSD leaves out.
+        group_ok = st.st_gid in (0, os.getegid())
+        if not _owner_ok(st) or not group_ok or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            warnings.append(
+                f"{spath}: skipped, as SSSD skips it: a snippet must belong to root:root (or "
+                "to the user running cached) and give group and others no access, but it is "
+                f"owned by {st.st_uid}:{st.st_gid} with mode {stat.S_IMODE(st.st_mode):04o}; "
+                f"run: chown root:root {spath}; chmod 600 {spath}"
+            )
+            continue
+        out.append((spath, text, st))
+    return out
+
+
+def load_config(path: str = DEFAULT_CONFIG, *, tool: bool = False) -> Config:
+    """Read and validate ``path`` and the snippets of the ``conf.d`` directory beside
+    it, which override it (sssd.conf(5), "CONFIGURATION SNIPPETS FROM INCLUDE
+    DIRECTORY"). Raises ConfigError with a message for the administrator. ``tool``:
+    for a command other than the daemon's, which as a user skips the snippets only
+    root may read."""
+    text, st = _read_file(path)
+    _check_file_permissions(path, st)
+    warnings: list[str] = []
+    ini = Ini(path)
+    ini.read(text, path, warnings)
+    stats: dict[str, os.stat_result | None] = {path: st}
+    for spath, stext, sst in _snippets(path, warnings, tool):
+        try:
+            Ini(spath).read(stext, spath, [])  # whole, or not at all
+        except ConfigError as e:
+            # SSSD skips a snippet it cannot parse, with a log line, and starts.
+            warnings.append(f"{e}; the snippet is skipped, as SSSD skips it")
+            continue
+        ini.read(stext, spath, warnings)
+        stats[spath] = sst
+    return _config(ini, stats, warnings)

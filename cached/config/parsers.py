@@ -1,0 +1,196 @@
+"""Value parsers: each takes the raw string of an option and returns its value, or
+raises ValueError with a short description of what was expected (the loader adds the
+file, section, option and value). ``NotSupported`` marks a value SSSD accepts and cached
+does not. No parser knows an option's name: options.py pairs them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class NotSupported(ValueError):
+    """A value SSSD accepts that cached does not support: the message says why and
+    what to write instead (reported as "is not supported", never "is invalid")."""
+
+
+def boolean(raw: str) -> bool:
+    # SSSD's ini parser accepts true/false case-insensitively; yes/no/1/0 are common in
+    # hand-written files, so accept them as well.
+    v = raw.strip().lower()
+    if v in ("true", "yes", "1", "on"):
+        return True
+    if v in ("false", "no", "0", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    """A decimal integer within ``lo``..``hi`` (inclusive; None: unbounded)."""
+
+    def parse(raw: str) -> int:
+        try:
+            v = int(raw.strip(), 10)
+        except ValueError:
+            raise ValueError("expected an integer") from None
+        if lo is not None and v < lo:
+            raise ValueError(f"must be at least {lo}")
+        if hi is not None and v > hi:
+            raise ValueError(f"must be at most {hi}")
+        return v
+
+    return parse
+
+
+def string(raw: str) -> str:
+    return raw.strip()
+
+
+def str_list(raw: str) -> list[str]:
+    """A comma-separated list; empty items are dropped."""
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def choice(*choices: str) -> Callable[[str], str]:
+    """One of ``choices``, case-insensitively."""
+
+    def parse(raw: str) -> str:
+        v = raw.strip().lower()
+        if v not in choices:
+            raise ValueError("expected one of " + ", ".join(choices))
+        return v
+
+    return parse
+
+
+def not_supported(choices: tuple[str, ...], why: dict[str, str]) -> Callable[[str], str]:
+    """One of ``choices``; an SSSD value in ``why`` is refused with its reason."""
+
+    def parse(raw: str) -> str:
+        v = raw.strip().lower()
+        if v in choices:
+            return v
+        if v in why:
+            raise NotSupported(why[v])
+        raise ValueError("expected one of " + ", ".join(choices))
+
+    return parse
+
+
+def uri_list(raw: str) -> list[str]:
+    uris = str_list(raw)
+    for uri in uris:
+        scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+        if scheme not in ("ldap", "ldaps", "ldapi"):
+            raise ValueError(f"{uri!r} is not an ldap://, ldaps:// or ldapi:// URI")
+    return uris
+
+
+def provider(raw: str) -> str:
+    """``ldap``; SSSD's other providers are refused, each saying what to do instead."""
+    v = raw.strip().lower()
+    if v == "ad":
+        raise ValueError(
+            "cached has no AD provider; read Active Directory as an LDAP server: write "
+            "`id_provider = ldap` with its `ldap_uri`, `ldap_schema = ad` and a bind DN "
+            "(`ldap_default_bind_dn`, `ldap_default_authtok`); add `ldap_id_mapping = true` "
+            "when the users have no uidNumber/gidNumber (SSSD's numbers)"
+        )
+    if v in ("files", "proxy", "ipa", "krb5", "local"):
+        raise NotSupported(
+            {
+                "files": "SSSD's files provider serves /etc/passwd and /etc/group, which "
+                "glibc's own `files` module answers (keep `files` before `sss` in "
+                "nsswitch.conf); remove this domain from `domains`",
+                "ipa": "cached has no IPA provider (HBAC, views, trusts); it supports "
+                "`id_provider = ldap`, with which an IPA server's users and groups can be "
+                "read as rfc2307bis",
+            }.get(v, f"cached has no {v} provider; it supports only `id_provider = ldap`")
+        )
+    if v != "ldap":
+        raise ValueError("expected one of ldap")  # as the other closed sets say it
+    return v
+
+
+def domain_sid(raw: str) -> str:
+    v = raw.strip()
+    parts = v.split("-")
+    if v and (len(parts) < 4 or parts[0].upper() != "S" or not all(p.isdigit() for p in parts[1:])):
+        raise ValueError("expected a domain SID such as S-1-5-21-1-2-3")
+    return v
+
+
+@dataclass(frozen=True)
+class SearchBase:
+    """One search base of SSSD's ``base?scope?filter`` syntax (sssd-ldap(5))."""
+
+    dn: str
+    scope: str = "sub"  # "base" | "one" | "sub"
+    filter: str = ""  # with its parentheses, or ""
+
+
+_SCOPES = {"": "sub", "sub": "sub", "subtree": "sub", "one": "one", "onelevel": "one",
+           "base": "base"}  # fmt: skip
+
+
+def parse_search_bases(raw: str) -> tuple[SearchBase, ...]:
+    """SSSD's search-base syntax (``common_parse_search_base``): a plain DN, or
+    ``base?scope?filter`` repeated (``b1?subtree?(f1)?b2?onelevel?``); scope
+    ``base``, ``onelevel`` (``one``) or ``subtree`` (``sub``, the default when
+    empty); a filter without parentheses gets them. Empty: no base (the root DSE's)."""
+    raw = raw.strip()
+    if not raw:
+        return ()
+    parts = raw.split("?")
+    if len(parts) == 1:
+        return (SearchBase(raw),)
+    if len(parts) % 3:
+        raise ValueError(
+            "expected a DN or base?scope?filter (several separated by '?'): "
+            f"{len(parts)} '?'-separated fields is not a multiple of 3"
+        )
+    out = []
+    for i in range(0, len(parts), 3):
+        dn, scope, filt = parts[i].strip(), parts[i + 1].strip().lower(), parts[i + 2].strip()
+        if not dn or "=" not in dn:
+            raise ValueError(f"base {i // 3 + 1}: {dn!r} is not a DN")
+        if scope not in _SCOPES:
+            raise ValueError(
+                f"base {i // 3 + 1}: unknown scope {parts[i + 1]!r}; "
+                "expected base, onelevel or subtree"
+            )
+        try:
+            filt = search_filter(filt)
+        except ValueError as e:
+            raise ValueError(f"base {i // 3 + 1}: {e}") from None
+        out.append(SearchBase(dn, _SCOPES[scope], filt))
+    return tuple(out)
+
+
+def search_filter(raw: str) -> str:
+    """An LDAP filter, parenthesised as the filters of search bases are."""
+    filt = raw.strip()
+    if filt and not filt.startswith("("):
+        filt = f"({filt})"
+    depth = 0
+    for ch in filt:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            break
+    if depth != 0:
+        raise ValueError(f"filter {filt!r} has unbalanced parentheses")
+    return filt
+
+
+def search_base(raw: str) -> str:
+    """A search base as written (the backend splits it with parse_search_bases),
+    checked here so that an error names the option."""
+    parse_search_bases(raw)
+    return raw.strip()
+
+
+def case_sensitive(raw: str) -> str:
+    v = raw.strip().lower()
+    if v in ("true", "false", "preserving"):
+        return v
+    raise ValueError("expected true, false or preserving")

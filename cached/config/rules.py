@@ -1,0 +1,134 @@
+"""The rules across options of a domain: the defaults that depend on other options
+(``ldap_schema = ad``'s attribute names, the per-kind lifetimes, the search bases), the
+options a domain must set, the combinations refused, and the warnings for options that
+are deprecated or act otherwise than in SSSD. Each works on the values of one section,
+by option name, before they become a DomainConfig."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cached.config.errors import ConfigError
+from cached.config.ini import Ini
+
+# SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
+# gen_ad2008r2_group_map, gen_ad_attr_map): used for the options the file leaves unset.
+AD_DEFAULTS = {
+    "ldap_user_object_class": "user",
+    "ldap_user_name": "sAMAccountName",
+    "ldap_user_home_directory": "unixHomeDirectory",
+    "ldap_user_modify_timestamp": "whenChanged",
+    "ldap_user_entry_usn": "uSNChanged",
+    "ldap_group_object_class": "group",
+    "ldap_group_name": "sAMAccountName",
+    "ldap_group_member": "member",
+    "ldap_group_modify_timestamp": "whenChanged",
+    "ldap_group_entry_usn": "uSNChanged",
+}
+
+
+def check_required(ini: Ini, sname: str, vals: dict[str, Any]) -> None:
+    """The options without which a domain cannot be served."""
+    if vals["id_provider"] is None:
+        raise ConfigError(
+            f"{ini.where(sname)}: [{sname}] id_provider is not set; cached supports `ldap`"
+        )
+    if not vals["ldap_uri"]:
+        raise ConfigError(
+            f"{ini.where(sname)}: [{sname}] ldap_uri is not set; give at least one server"
+        )
+
+
+def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[str]) -> None:
+    """Fill in the defaults computed from other options and check the combinations,
+    in place; a warning for each option that acts otherwise than the file may expect."""
+    given = ini.sections[sname]
+    if vals["ldap_default_authtok"] and not vals["ldap_default_bind_dn"]:
+        raise ConfigError(
+            f"{ini.where(sname, 'ldap_default_authtok')}: [{sname}] ldap_default_authtok "
+            "is set but ldap_default_bind_dn is not"
+        )
+    for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
+        if vals[timeout] is None:
+            vals[timeout] = vals["entry_cache_timeout"]
+    _schema_defaults(ini.where(sname), sname, vals, given, warnings)
+    if "ldap_member_rdn_shortcut" in given:
+        warnings.append(
+            f"{ini.where(sname, 'ldap_member_rdn_shortcut')}: [{sname}] "
+            "ldap_member_rdn_shortcut is deprecated and ignored: member names come from "
+            "the member entries"
+        )
+    for base in ("ldap_user_search_base", "ldap_group_search_base"):
+        if not vals[base]:
+            vals[base] = vals["ldap_search_base"]
+    for kind in ("user", "group"):
+        opt = f"ldap_{kind}_search_filter"
+        if not vals[opt]:
+            continue
+        where = f"{ini.where(sname, opt)}: [{sname}] {opt}"
+        if "?" in vals[f"ldap_{kind}_search_base"]:
+            warnings.append(
+                f"{where} is ignored, as SSSD ignores it, because "
+                f"ldap_{kind}_search_base uses the base?scope?filter syntax; put the "
+                "filter there"
+            )
+        else:
+            warnings.append(
+                f"{where} is deprecated (applied, as SSSD does); write it into "
+                f"ldap_{kind}_search_base as BASE?subtree?FILTER"
+            )
+    if vals["enumerate"]:
+        # A documented difference (docs/compatibility.md §9.1), said where the admin
+        # looks.
+        warnings.append(
+            f"{ini.where(sname, 'enumerate')}: [{sname}] enumerate = true lists the "
+            "users and groups cached so far (those looked up), not the whole directory "
+            "as SSSD does"
+        )
+    if vals["max_id"] and vals["max_id"] < vals["min_id"]:
+        raise ConfigError(
+            f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "
+            f"min_id = {vals['min_id']}"
+        )
+
+
+def _schema_defaults(
+    path: str, sname: str, vals: dict[str, Any], given: dict[str, str], warnings: list[str]
+) -> None:
+    """The defaults that depend on ldap_schema, and the checks across options."""
+    schema = vals["ldap_schema"]
+    if schema == "ad":
+        for name, value in AD_DEFAULTS.items():
+            if name not in given:
+                vals[name] = value
+    if not vals["ldap_group_member"]:
+        vals["ldap_group_member"] = "memberUid" if schema == "rfc2307" else "member"
+    if vals["refresh_full_interval"] is None:
+        vals["refresh_full_interval"] = (
+            vals["entry_cache_group_timeout"] if schema == "ad" else 86400
+        )
+    if vals["ldap_use_tokengroups"] is None:
+        vals["ldap_use_tokengroups"] = schema == "ad"
+    elif vals["ldap_use_tokengroups"] and schema != "ad":
+        raise ConfigError(
+            f"{path}: [{sname}] ldap_use_tokengroups = true needs ldap_schema = ad "
+            "(tokenGroups and objectSid are Active Directory's)"
+        )
+    if vals["ldap_id_mapping"] and schema != "ad":
+        raise ConfigError(
+            f"{path}: [{sname}] ldap_id_mapping = true needs ldap_schema = ad "
+            "(the ids are computed from objectSid)"
+        )
+    if vals["ldap_referrals"]:
+        warnings.append(
+            f"{path}: [{sname}] ldap_referrals = true: cached never chases referrals; "
+            "continuation references are ignored"
+        )
+    if vals["ldap_id_mapping"]:
+        lo, hi, size = (vals[f"ldap_idmap_range_{k}"] for k in ("min", "max", "size"))
+        if hi <= lo or hi - lo < size:
+            raise ConfigError(
+                f"{path}: [{sname}] ldap_idmap_range_min = {lo}, ldap_idmap_range_max = {hi} "
+                f"and ldap_idmap_range_size = {size} leave no slice: the range must hold "
+                "at least one slice"
+            )

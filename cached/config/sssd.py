@@ -1,0 +1,211 @@
+"""What SSSD's options mean to cached, beyond its own: the SSSD options it accepts and
+has no use for, those it refuses unless set to a value that changes nothing, the
+sections of responders it does not have, and SSSD's list of enabled domains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cached.config.errors import ConfigError
+from cached.config.ini import Ini
+from cached.config.parsers import boolean
+
+# SSSD options that cached accepts without using, so an existing sssd.conf loads
+# without a wall of warnings. Anything not here and not an option warns.
+ACCEPTED_UNUSED = frozenset(
+    {
+        "config_file_version",
+        "services",
+        "debug_level",
+        "debug_timestamps",
+        "debug_microseconds",
+        "debug_backtrace_enabled",
+        "reconnection_retries",
+        "user",
+        "auth_provider",
+        "chpass_provider",
+        "sudo_provider",
+        "autofs_provider",
+        "selinux_provider",
+        "cache_credentials",
+        "krb5_realm",
+        "krb5_server",
+        "ldap_tls_reqsan",
+        "ldap_pwd_policy",
+        "ldap_chpass_uri",
+        "ldap_connection_expire_timeout",
+        "timeout",
+        "full_name_format",
+        "shell_fallback",
+        "account_cache_expiration",
+        "offline_credentials_expiration",
+        "offline_failed_login_attempts",
+        "offline_failed_login_delay",
+        "pam_verbosity",
+        "memcache_size_sid",
+        "entry_cache_netgroup_timeout",
+        "entry_cache_service_timeout",
+        "entry_cache_sudo_timeout",
+        "entry_cache_autofs_timeout",
+        "entry_cache_ssh_host_timeout",
+        "entry_cache_resolver_timeout",
+        "ldap_enumeration_refresh_timeout",
+        "ldap_purge_cache_timeout",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """An SSSD option cached does not implement. ``harmless(raw)`` is true for the
+    values under which SSSD answers as cached does (they load quietly); any other value
+    stops the start, naming the option and what cached does ``instead``: a migration
+    must never silently change who is who, or what their entries say."""
+
+    harmless: Callable[[str], bool]
+    instead: str
+
+
+def _is_false(raw: str) -> bool:
+    return not boolean(raw)
+
+
+def _is_unset(raw: str) -> bool:
+    return not raw.strip()
+
+
+# SSSD's default re_expression for LDAP domains (sssd.conf(5)): setting it to that is
+# no change.
+_SSSD_RE_EXPRESSION = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
+
+# Access control (who may log in) is a PAM account check: cached answers NSS only and
+# has no PAM responder, so pam_sss finds no socket, returns PAM_USER_UNKNOWN, and the
+# usual account line (`[default=bad success=ok user_unknown=ignore] pam_sss.so`) lets the
+# user in. A restriction SSSD enforced would silently vanish: refused. SSSD's default
+# access_provider is `permit` (dp_targets.c); `ldap` without ldap_access_filter denies
+# everyone (ldap_init.c), so every other value restricts.
+_NO_ACCESS_CONTROL = (
+    "cached answers NSS only and has no PAM responder, so this login restriction would "
+    "not be enforced (pam_sss finds no PAM socket, and the usual PAM account stack then "
+    "lets the user in); enforce it another way (e.g. pam_access, or a filter in "
+    "ldap_user_search_base, which cached applies to who exists) and remove the option"
+)
+_ACCESS_OPTIONS = (
+    "ldap_access_filter",
+    "ldap_access_order",
+    "simple_allow_users",
+    "simple_allow_groups",
+    "simple_deny_users",
+    "simple_deny_groups",
+)
+
+UNSUPPORTED: dict[str, Unsupported] = {
+    "access_provider": Unsupported(
+        lambda raw: raw.strip().lower() in ("", "permit"), _NO_ACCESS_CONTROL
+    ),
+    **{name: Unsupported(_is_unset, _NO_ACCESS_CONTROL) for name in _ACCESS_OPTIONS},
+    "auto_private_groups": Unsupported(
+        lambda raw: raw.strip().lower() == "false",
+        "cached serves each user's primary gid as the directory holds it and makes no group "
+        "named after the user (SSSD would answer gid = uid with such a group: primary "
+        "groups and file group owners would change); set it to false or remove it",
+    ),
+    "use_fully_qualified_names": Unsupported(
+        _is_false,
+        "cached answers with plain names (alice, never alice@DOMAIN); set it to false or "
+        "remove it (names in files, ACLs and sudoers that carry @DOMAIN must change)",
+    ),
+    "default_domain_suffix": Unsupported(
+        _is_unset, "cached answers with plain names and does not qualify them; remove it"
+    ),
+    "override_space": Unsupported(
+        _is_unset, "cached serves names as the directory holds them, spaces included; remove it"
+    ),
+    "re_expression": Unsupported(
+        lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
+        "cached looks names up exactly as given and splits no domain out of them; remove it",
+    ),
+    "override_homedir": Unsupported(
+        _is_unset, "cached serves the directory's home directory unchanged; remove it"
+    ),
+    "fallback_homedir": Unsupported(
+        _is_unset,
+        "cached serves the directory's home directory, empty when it has none; remove it",
+    ),
+    "override_shell": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "default_shell": Unsupported(
+        _is_unset,
+        "cached serves the directory's login shell, empty (so /bin/sh) when it has none; remove it",
+    ),
+    "allowed_shells": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "vetoed_shells": Unsupported(
+        _is_unset, "cached serves the directory's login shell unchanged; remove it"
+    ),
+    "override_gid": Unsupported(
+        _is_unset, "cached serves the directory's primary gid unchanged; remove it"
+    ),
+    "filter_users_in_groups": Unsupported(
+        lambda raw: not _is_false(raw),
+        "cached always leaves the users of filter_users out of group member lists "
+        "(SSSD's default, true); remove it",
+    ),
+    "ldap_rfc2307_fallback_to_local_users": Unsupported(
+        _is_false,
+        "cached lists only the members that the directory's users resolve to; remove it",
+    ),
+}
+
+# Sections of sssd.conf that belong to responders cached does not have.
+IGNORED_SECTIONS = (
+    "pam",
+    "sudo",
+    "autofs",
+    "ssh",
+    "pac",
+    "ifp",
+    "secrets",
+    "kcm",
+    "session_recording",
+)
+
+
+def check_unsupported(path: str, section: str, name: str, raw: str, u: Unsupported) -> None:
+    """Refuse ``name = raw`` unless it is a value under which SSSD answers as cached."""
+    where = f"{path}: [{section}] {name} = {raw.strip()!r}"
+    try:
+        harmless = u.harmless(raw)
+    except ValueError as e:
+        raise ConfigError(f"{where} is invalid: {e}") from None
+    if not harmless:
+        raise ConfigError(f"{where} is not supported: {u.instead}")
+
+
+def enabled_domains(
+    ini: Ini, main_name: str, listed: list[str], domain_sections: dict[str, str]
+) -> list[str]:
+    """SSSD's domain list (confdb.c ``confdb_get_enabled_domain_list``): ``domains``,
+    then, domain by domain, ``enabled = true`` adds one not listed (at the end) and
+    ``enabled = false`` removes one that is; names compared case-insensitively."""
+    names = list(listed)
+    for dname, sname in domain_sections.items():
+        raw = ini.sections[sname].get("enabled")
+        if raw is None:
+            continue
+        try:
+            enabled = boolean(raw)
+        except ValueError as e:
+            raise ConfigError(
+                f"{ini.where(sname, 'enabled')}: [{sname}] enabled = {raw.strip()!r} is "
+                f"invalid: {e}"
+            ) from None
+        present = [n for n in names if n.lower() == dname.lower()]
+        if enabled and not present:
+            names.append(dname)
+        elif not enabled:
+            names = [n for n in names if n not in present]
+    return names
