@@ -1,15 +1,16 @@
 """Generate the option documentation from the one declaration of each option.
 
-``python -m cached.docgen`` rewrites, from the option tables of
-``cached/config/options.py`` and the parser of ``cached/cli.py``:
+``python -m cached.docgen`` rewrites, from the fields that declare the options
+(``cached/config/options.py``: parser, default and doc in each field's metadata) and the
+parser of ``cached/cli.py``:
 
 * the option tables of README.md (between the ``options`` markers);
 * ``docs/man/cached.conf.5``, the configuration file's manual page;
 * ``docs/man/cached.8``, the command's manual page.
 
 ``python -m cached.docgen --check`` writes nothing and exits 1 when a file differs from
-what it would write (tests/unit/test_docs.py runs it). Adding an option is adding its row to
-cached/config/options.py and running ``python -m cached.docgen``.
+what it would write (tests/unit/test_docs.py runs it). Adding an option is adding its field
+to its section in cached/config/options.py and running ``python -m cached.docgen``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ BEGIN: Final = (
 )
 END: Final = "<!-- END options -->"
 
-# (heading, section name in the file, table)
+# (heading, section name in the file, its options: a view of the section's fields)
 SECTIONS: Final = (
     ("[cached] (alias [sssd])", "cached", DAEMON_OPTIONS),
     ("[nss]", "nss", NSS_OPTIONS),

@@ -1,17 +1,18 @@
 """Configuration: sssd.conf syntax, so an existing /etc/sssd/sssd.conf loads unchanged.
 
 Sections: ``[cached]`` (alias ``[sssd]``), ``[nss]``, ``[domain/NAME]``. Every option is
-declared once in a table (options.py) with its type, SSSD's default (reference §6.1) and
-its limits; that table is both the validator and the source of the option tables in
-README.md and of cached.conf(5) (``python -m cached.docgen`` writes them). Errors name
-the file, section, option and value; unknown options warn and name the option; SSSD
-options that cached accepts but has no use for (``services``, ``auth_provider``, ...)
-are accepted quietly so a real sssd.conf loads; SSSD options that would change who is
-who (``use_fully_qualified_names = true``, ...) are refused unless set to a value that
+declared once, as a field of its section's dataclass (options.py) holding its parser,
+SSSD's default (reference §6.1) and its documentation; those fields are both the
+validator and the source of the option tables in README.md and of cached.conf(5)
+(``python -m cached.docgen`` writes them). Errors name the file, section, option and
+value; unknown options warn and name the option; SSSD options that cached accepts but
+has no use for (``services``, ``auth_provider``, ...) are accepted quietly so a real
+sssd.conf loads; SSSD options that would change who is who
+(``use_fully_qualified_names = true``, ...) are refused unless set to a value that
 changes nothing (sssd.py).
 
-The modules, each importing only those before it: errors, parsers (text to values), ini
-(the file syntax), options (the option tables and the sections), sssd (SSSD's options),
+The modules, each importing only those before it: errors, parsers (text to values),
+ini (the file syntax), options (the sections' fields), sssd (SSSD's options),
 rules (across options), load (files to a Config).
 """
 

@@ -40,10 +40,14 @@ DEFAULT_CONFIG = "/etc/cached/cached.conf"
 def read_section(
     ini: Ini, section: str, table: dict[str, Option], warnings: list[str]
 ) -> dict[str, Any]:
-    """The values of ``section`` by option name: each option the file sets, parsed,
-    and the default of each it leaves unset. An option of no table is checked against
-    SSSD's (sssd.py) or warned of."""
-    values: dict[str, Any] = {name: opt.default for name, opt in table.items()}
+    """The values of ``section`` by option name: each option the file sets, parsed;
+    the default of each it leaves unset, but for a computed one (rules.py sets it).
+    An option of no table is checked against SSSD's (sssd.py) or warned of."""
+    values: dict[str, Any] = {
+        name: list(opt.default) if isinstance(opt.default, list) else opt.default
+        for name, opt in table.items()
+        if not opt.computed
+    }
     for name, raw in ini.sections.get(section, {}).items():
         path = ini.where(section, name)
         opt = table.get(name)

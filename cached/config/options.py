@@ -1,12 +1,19 @@
-"""The options: one row per option in the table of its section (its parser, SSSD's
-default and its documentation), and the dataclass of each section. The README tables and
-cached.conf(5) are generated from the rows (``python -m cached.docgen``)."""
+"""The options: each is one field of the dataclass of its section, whose metadata holds
+its parser, SSSD's default and its documentation (``option``). The loader (load.py)
+reads a section through these fields, and the README tables and cached.conf(5) are
+generated from them (``python -m cached.docgen``); ``option`` ties the parser's and the
+default's type to the field's, so mypy checks each parser against its field. Defaults
+are SSSD 2.8.2's (reference §6.1) unless the doc says."""
+
+# option() and computed() return a dataclasses.field(), as RUF009 asks of a default that
+# is a call; ruff cannot see through them.
+# ruff: noqa: RUF009
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, TypeVar, cast
 
 from cached.config.errors import ConfigError
 from cached.config.parsers import (
@@ -24,129 +31,202 @@ from cached.config.parsers import (
     uri_list,
 )
 
+T = TypeVar("T")
+
 # The highest uid/gid a directory entry may carry: (uid_t)-1 = 4294967295 is the
 # "no id" value of the system calls, never an id.
 MAX_ID = 0xFFFFFFFE
 
 
+# ---------------------------------------------------------------------------
+# The declaration of one option.
+
+# The metadata key of a field that is an option.
+OPTION = "cached.option"
+
+
 @dataclass(frozen=True)
 class Option:
-    """One option: its parser, SSSD's default and its documentation, in one row. The
-    README tables and cached.conf(5) are generated from these rows (``python -m
-    cached.docgen``); ``shown_default`` is the default as documented when the value
-    itself does not say it (a default computed from other options, a required one)."""
+    """What a field's metadata says of its option: the parser, SSSD's default, the
+    documentation (the README tables and cached.conf(5) print it) and ``shown_default``,
+    the default as documented when the value itself does not say it (one computed from
+    other options, a required one). ``ad_default`` replaces ``default`` when
+    ``ldap_schema = ad`` and the file leaves the option unset (SSSD's AD maps). The
+    types are checked where the field is declared (``option``), not here: the loader
+    handles every option alike."""
 
     parse: Callable[[str], Any]
     default: Any
     doc: str
     shown_default: str = ""
+    ad_default: Any = None
+    # No default of its own: rules.py computes it from other options, or requires it.
+    computed: bool = False
+
+
+def option(
+    parse: Callable[[str], T],
+    default: T,
+    doc: str,
+    shown_default: str = "",
+    *,
+    ad: T | None = None,
+) -> T:
+    """A field that is an option: ``parse`` turns the file's text into the field's
+    type, ``default`` is the value when the file leaves it unset. Typed as the value,
+    so that ``x: int = option(string, ...)`` is a mypy error."""
+    meta = {OPTION: Option(parse, default, doc, shown_default, ad)}
+    if isinstance(default, list):
+        items = list(default)
+        return cast(T, field(default_factory=lambda: list(items), metadata=meta))
+    return field(default=default, metadata=meta)
+
+
+def computed(parse: Callable[[str], T], doc: str, shown_default: str) -> T:
+    """A field that is an option without a default of its own: rules.py sets it from
+    other options when the file does not, or refuses a file without it;
+    ``shown_default`` documents which."""
+    opt = Option(parse, None, doc, shown_default, computed=True)
+    return cast(T, field(metadata={OPTION: opt}))
+
+
+def option_of(f: Field[Any]) -> Option | None:
+    """The option a dataclass field declares, or None for a field that is not one."""
+    opt = f.metadata.get(OPTION)
+    return opt if isinstance(opt, Option) else None
+
+
+def options_of(cls: type) -> dict[str, Option]:
+    """The options of a section's dataclass, by name, in declaration order (the order
+    of the documentation)."""
+    found = {f.name: option_of(f) for f in fields(cls)}
+    return {name: opt for name, opt in found.items() if opt is not None}
 
 
 # ---------------------------------------------------------------------------
-# The option tables. Defaults are SSSD 2.8.2's (reference §6.1) unless the doc says.
+# The sections.
 
-DAEMON_OPTIONS: dict[str, Option] = {
-    "domains": Option(str_list, [], "Domains to serve, in lookup order.", "(required)"),
-    "pipes_dir": Option(string, "/var/lib/sss/pipes", "Directory of the NSS socket `nss`."),
-    "mc_dir": Option(string, "/var/lib/sss/mc", "Directory of the memory-cache files."),
-    "db_dir": Option(string, "/var/lib/cached/db", "Directory of the LMDB cache files."),
-    "pid_file": Option(string, "/run/cached.pid", "PID file of the monitor (`cached serve`)."),
-    "ts_sync_interval": Option(
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonConfig:
+    """``[cached]`` (alias ``[sssd]``)."""
+
+    domains: list[str] = option(str_list, [], "Domains to serve, in lookup order.", "(required)")
+    pipes_dir: str = option(string, "/var/lib/sss/pipes", "Directory of the NSS socket `nss`.")
+    mc_dir: str = option(string, "/var/lib/sss/mc", "Directory of the memory-cache files.")
+    db_dir: str = option(string, "/var/lib/cached/db", "Directory of the LMDB cache files.")
+    pid_file: str = option(string, "/run/cached.pid", "PID file of the monitor (`cached serve`).")
+    ts_sync_interval: int = option(
         integer(1), 60, "Seconds between syncs of the no-sync timestamp store to disk."
-    ),
-    "dbus_address": Option(
+    )
+    dbus_address: str = option(
         string, "system", "D-Bus bus of the InfoPipe interface: `system`, an address, or `none`."
-    ),
-}
+    )
 
-NSS_OPTIONS: dict[str, Option] = {
-    "entry_negative_timeout": Option(integer(0), 15, "Seconds a name not found stays not found."),
-    "entry_cache_nowait_percentage": Option(
+
+@dataclass(frozen=True, kw_only=True)
+class NssConfig:
+    """``[nss]``."""
+
+    entry_negative_timeout: int = option(
+        integer(0), 15, "Seconds a name not found stays not found."
+    )
+    entry_cache_nowait_percentage: int = option(
         integer(0, 99), 50, "Refresh in the background after this % of the entry lifetime; 0 = off."
-    ),
-    "cache_first_wait": Option(
+    )
+    cache_first_wait: int = option(
         integer(0, 3600),
         1,
         "cached: seconds an expired cached entry waits for its refresh before the cached "
         "entry is answered (the refresh goes on); 0 = wait as SSSD does.",
-    ),
-    "memcache_timeout": Option(
+    )
+    memcache_timeout: int = option(
         integer(0), 300, "Lifetime of memory-cache records, seconds; 0 = off."
-    ),
-    "memcache_size_passwd": Option(integer(0), 8, "Size of mc/passwd in MiB; 0 disables it."),
-    "memcache_size_group": Option(integer(0), 6, "Size of mc/group in MiB; 0 disables it."),
-    "memcache_size_initgroups": Option(integer(0), 10, "Size of mc/initgroups in MiB; 0 = off."),
-    "filter_users": Option(str_list, ["root"], "Users never answered (NOTFOUND)."),
-    "filter_groups": Option(str_list, ["root"], "Groups never answered (NOTFOUND)."),
-    "pwfield": Option(string, "*", "The passwd field returned in passwd entries."),
-    "enumerate": Option(
+    )
+    memcache_size_passwd: int = option(integer(0), 8, "Size of mc/passwd in MiB; 0 disables it.")
+    memcache_size_group: int = option(integer(0), 6, "Size of mc/group in MiB; 0 disables it.")
+    memcache_size_initgroups: int = option(integer(0), 10, "Size of mc/initgroups in MiB; 0 = off.")
+    filter_users: list[str] = option(str_list, ["root"], "Users never answered (NOTFOUND).")
+    filter_groups: list[str] = option(str_list, ["root"], "Groups never answered (NOTFOUND).")
+    pwfield: str = option(string, "*", "The passwd field returned in passwd entries.")
+    enumerate: bool = option(
         boolean, False, "Answer getpwent/getgrent with the cached entries of every domain."
-    ),
-    "client_idle_timeout": Option(
+    )
+    client_idle_timeout: int = option(
         integer(10), 60, "Seconds before an idle client connection is closed (SSSD minimum 10)."
-    ),
-    "max_clients": Option(
+    )
+    max_clients: int = option(
         integer(1), 1024, "Cap on concurrent NSS connections (cached; SSSD relies on ulimit)."
-    ),
+    )
     # The NSS socket is open to every local user (reference §1.9); these three keep one
     # user from taking what the others need (docs/threat-model.md).
     # 256: libnss_sss keeps one connection per thread, so a busy multi-threaded daemon
     # needs tens; a quarter of the default max_clients leaves room for three more.
-    "max_clients_per_uid": Option(
+    max_clients_per_uid: int = option(
         integer(1), 256, "cached: cap on concurrent NSS connections of one non-root uid."
-    ),
+    )
     # 32: root's logins (sshd, login, cron, systemd) still resolve when non-root users
     # hold every other connection; at most half of max_clients.
-    "root_reserved_clients": Option(
+    root_reserved_clients: int = option(
         integer(0), 32, "cached: NSS connections only root may use (at most max_clients / 2)."
-    ),
+    )
     # 16 MiB: ten replies of a 200,000-member group (1.6 MB each), a thousand of a
     # 1,000-member one; no client of one user leaves more unread. 1,000 never-reading
     # connections took 2.9 GB without it; with it, 16 MiB per attacking uid.
-    "max_reply_buffer_per_uid": Option(
+    max_reply_buffer_per_uid: int = option(
         integer(1), 16, "cached: MiB of replies one uid may leave unread before it must wait."
-    ),
-}
+    )
 
-DOMAIN_OPTIONS: dict[str, Option] = {
-    "id_provider": Option(provider, None, "Must be `ldap`.", "(required)"),
-    "enabled": Option(
+    @property
+    def group_memcache(self) -> bool:
+        """The responder keeps a group memory-cache file: a size and a lifetime, 0
+        disabling it (§2.1; memcache.MemoryCache.open makes no file then)."""
+        return self.memcache_timeout > 0 and self.memcache_size_group > 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DomainConfig:
+    """``[domain/NAME]``: ``name`` is NAME, every other field an option."""
+
+    name: str
+    id_provider: str = computed(provider, "Must be `ldap`.", "(required)")
+    enabled: bool | None = option(
         boolean,
         None,
         "As SSSD: `true` serves the domain even when `domains` does not list it (after the "
         "listed ones), `false` never serves it, even when listed.",
-    ),
-    "domain_type": Option(
+    )
+    domain_type: str = option(
         choice("posix", "application"),
         "posix",
         "`application` domains are not served over NSS (as SSSD): such a domain, like an "
         "`[application/NAME]` section, is left out with a warning.",
-    ),
-    "ldap_uri": Option(uri_list, [], "Servers, tried in order (failover).", "(required)"),
-    "ldap_backup_uri": Option(uri_list, [], "Servers tried after every ldap_uri failed."),
-    "ldap_search_base": Option(
+    )
+    ldap_uri: list[str] = option(uri_list, [], "Servers, tried in order (failover).", "(required)")
+    ldap_backup_uri: list[str] = option(uri_list, [], "Servers tried after every ldap_uri failed.")
+    ldap_search_base: str = option(
         search_base,
         "",
         "Default search base, `dn` or SSSD's `dn?scope?filter[?dn?scope?filter...]`; "
         "read from the root DSE if unset.",
-    ),
-    "ldap_user_search_base": Option(
+    )
+    ldap_user_search_base: str = option(
         search_base, "", "Base(s) of user searches, same syntax (default: search base)."
-    ),
-    "ldap_group_search_base": Option(
+    )
+    ldap_group_search_base: str = option(
         search_base, "", "Base(s) of group searches, same syntax (default: search base)."
-    ),
-    "ldap_user_search_filter": Option(
+    )
+    ldap_user_search_filter: str = option(
         search_filter,
         "",
         "Deprecated, applied as SSSD 2.8.2 applies it: the filter of a plain "
         "ldap_user_search_base (one DN, or the root DSE's); with the `dn?scope?filter` "
         "syntax it is ignored (as SSSD), with a warning.",
-    ),
-    "ldap_group_search_filter": Option(
+    )
+    ldap_group_search_filter: str = option(
         search_filter, "", "Deprecated, the same for ldap_group_search_base."
-    ),
-    "ldap_schema": Option(
+    )
+    ldap_schema: str = option(
         not_supported(
             ("rfc2307", "rfc2307bis", "ad"),
             {
@@ -158,43 +238,42 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         "`rfc2307`, `rfc2307bis` or `ad` (Active Directory: SSSD's AD attribute names as "
         "defaults of the ldap_user_*/ldap_group_* options, objectSid, primaryGroupID, "
         "tokenGroups).",
-    ),
-    "ldap_use_tokengroups": Option(
+    )
+    ldap_use_tokengroups: bool = computed(
         boolean,
-        None,
         "Initgroups from the user's tokenGroups (AD's transitive closure, one base "
         "search) and batched objectSid searches.",
         "true with ad, else false",
-    ),
-    "ldap_referrals": Option(
+    )
+    ldap_referrals: bool = option(
         boolean,
         False,
         "cached never chases referrals (SSSD's advice for AD); continuation references "
         "are ignored, `true` warns.",
-    ),
-    "ldap_id_mapping": Option(
+    )
+    ldap_id_mapping: bool = option(
         boolean,
         False,
         "Map objectSid to uid/gid as SSSD does (same slices: files keep their owners); "
         "uidNumber/gidNumber are then ignored. Only with ldap_schema = ad.",
-    ),
-    "ldap_idmap_range_min": Option(integer(0), 200000, "Lowest id of ID mapping."),
-    "ldap_idmap_range_max": Option(integer(1), 2000200000, "End of the ID-mapping range."),
-    "ldap_idmap_range_size": Option(integer(1), 200000, "Ids per domain slice."),
-    "ldap_idmap_default_domain_sid": Option(
+    )
+    ldap_idmap_range_min: int = option(integer(0), 200000, "Lowest id of ID mapping.")
+    ldap_idmap_range_max: int = option(integer(1), 2000200000, "End of the ID-mapping range.")
+    ldap_idmap_range_size: int = option(integer(1), 200000, "Ids per domain slice.")
+    ldap_idmap_default_domain_sid: str = option(
         domain_sid, "", "Domain SID mapped to slice 0 (default: by hash, as SSSD)."
-    ),
-    "ldap_idmap_autorid_compat": Option(
+    )
+    ldap_idmap_autorid_compat: bool = option(
         boolean, False, "Place slices as winbind's autorid does (first free slice)."
-    ),
-    "ldap_idmap_helper_table_size": Option(
+    )
+    ldap_idmap_helper_table_size: int = option(
         integer(0), 10, "Secondary slices precomputed per domain (RIDs above range_size)."
-    ),
-    "ldap_user_objectsid": Option(string, "objectSid", "User SID attribute (ad)."),
-    "ldap_user_primary_group": Option(string, "primaryGroupID", "Primary group RID (ad)."),
-    "ldap_group_objectsid": Option(string, "objectSid", "Group SID attribute (ad)."),
-    "ldap_default_bind_dn": Option(string, "", "Bind DN; anonymous when unset."),
-    "ldap_default_authtok_type": Option(
+    )
+    ldap_user_objectsid: str = option(string, "objectSid", "User SID attribute (ad).")
+    ldap_user_primary_group: str = option(string, "primaryGroupID", "Primary group RID (ad).")
+    ldap_group_objectsid: str = option(string, "objectSid", "Group SID attribute (ad).")
+    ldap_default_bind_dn: str = option(string, "", "Bind DN; anonymous when unset.")
+    ldap_default_authtok_type: str = option(
         not_supported(
             ("password",),
             {
@@ -205,9 +284,11 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         ),
         "password",
         "Only `password`.",
-    ),
-    "ldap_default_authtok": Option(string, "", "Bind password (the file must then be mode 0600)."),
-    "ldap_sasl_mech": Option(
+    )
+    ldap_default_authtok: str = option(
+        string, "", "Bind password (the file must then be mode 0600)."
+    )
+    ldap_sasl_mech: str = option(
         not_supported(
             ("external",),
             {
@@ -218,67 +299,77 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         ),
         "",
         "`EXTERNAL` for ldapi:// peer-credential binds.",
-    ),
-    "ldap_id_use_start_tls": Option(boolean, False, "Use StartTLS on ldap:// URIs."),
-    "ldap_tls_reqcert": Option(
+    )
+    ldap_id_use_start_tls: bool = option(boolean, False, "Use StartTLS on ldap:// URIs.")
+    ldap_tls_reqcert: str = option(
         choice("never", "allow", "try", "demand", "hard"),
         "demand",
         "Server certificate check; `try`/`demand`/`hard` verify it and refuse a bad one "
         "(a server always presents one, so SSSD's `try` acts as `demand`); `never`/`allow` "
         "do not.",
-    ),
-    "ldap_tls_cacert": Option(string, "", "CA certificate file (PEM)."),
-    "ldap_tls_cacertdir": Option(string, "", "CA certificate directory (c_rehash'ed)."),
-    "ldap_user_object_class": Option(string, "posixAccount", "User object class."),
-    "ldap_user_name": Option(string, "uid", "User name attribute."),
-    "ldap_user_uid_number": Option(string, "uidNumber", "UID attribute."),
-    "ldap_user_gid_number": Option(string, "gidNumber", "Primary GID attribute."),
-    "ldap_user_gecos": Option(string, "gecos", "GECOS attribute (falls back to `cn`)."),
-    "ldap_user_home_directory": Option(string, "homeDirectory", "Home directory attribute."),
-    "ldap_user_shell": Option(string, "loginShell", "Login shell attribute."),
-    "ldap_user_modify_timestamp": Option(string, "modifyTimestamp", "Change-time attribute."),
-    "ldap_user_entry_usn": Option(string, "", "USN attribute (e.g. entryUSN), unset by default."),
-    "ldap_group_object_class": Option(string, "posixGroup", "Group object class."),
-    "ldap_group_name": Option(string, "cn", "Group name attribute."),
-    "ldap_group_gid_number": Option(string, "gidNumber", "GID attribute."),
-    "ldap_group_member": Option(
+    )
+    ldap_tls_cacert: str = option(string, "", "CA certificate file (PEM).")
+    ldap_tls_cacertdir: str = option(string, "", "CA certificate directory (c_rehash'ed).")
+    ldap_user_object_class: str = option(string, "posixAccount", "User object class.", ad="user")
+    ldap_user_name: str = option(string, "uid", "User name attribute.", ad="sAMAccountName")
+    ldap_user_uid_number: str = option(string, "uidNumber", "UID attribute.")
+    ldap_user_gid_number: str = option(string, "gidNumber", "Primary GID attribute.")
+    ldap_user_gecos: str = option(string, "gecos", "GECOS attribute (falls back to `cn`).")
+    ldap_user_home_directory: str = option(
+        string, "homeDirectory", "Home directory attribute.", ad="unixHomeDirectory"
+    )
+    ldap_user_shell: str = option(string, "loginShell", "Login shell attribute.")
+    ldap_user_modify_timestamp: str = option(
+        string, "modifyTimestamp", "Change-time attribute.", ad="whenChanged"
+    )
+    ldap_user_entry_usn: str = option(
+        string, "", "USN attribute (e.g. entryUSN), unset by default.", ad="uSNChanged"
+    )
+    ldap_group_object_class: str = option(string, "posixGroup", "Group object class.", ad="group")
+    ldap_group_name: str = option(string, "cn", "Group name attribute.", ad="sAMAccountName")
+    ldap_group_gid_number: str = option(string, "gidNumber", "GID attribute.")
+    ldap_group_member: str = option(
         string,
         "",
         "Member attribute: `memberUid` (rfc2307) or `member` (rfc2307bis).",
         "memberUid / member",
-    ),
-    "ldap_group_modify_timestamp": Option(string, "modifyTimestamp", "Change-time attribute."),
-    "ldap_group_entry_usn": Option(string, "", "USN attribute, unset by default."),
-    "ldap_group_nesting_level": Option(
+        ad="member",
+    )
+    ldap_group_modify_timestamp: str = option(
+        string, "modifyTimestamp", "Change-time attribute.", ad="whenChanged"
+    )
+    ldap_group_entry_usn: str = option(
+        string, "", "USN attribute, unset by default.", ad="uSNChanged"
+    )
+    ldap_group_nesting_level: int = option(
         integer(0, 100), 2, "Nested levels followed (rfc2307bis); 0 = direct groups only."
-    ),
-    "ldap_deref_threshold": Option(
+    )
+    ldap_deref_threshold: int = option(
         integer(0),
         10,
         "Deref control on the nesting walk's searches, and for a group with more unnamed "
         "members than this; 0 = never.",
-    ),
-    "ignore_group_members": Option(boolean, False, "Do not fetch or return group members."),
-    "ldap_member_rdn_shortcut": Option(
+    )
+    ignore_group_members: bool = option(boolean, False, "Do not fetch or return group members.")
+    ldap_member_rdn_shortcut: bool = option(
         boolean,
         True,
         "Deprecated and ignored (docs/compatibility.md §9.3): member names always come from "
         "the member "
         "entries, never from the spelling of their DN.",
-    ),
-    "entry_cache_timeout": Option(integer(0), 5400, "Lifetime of cached entries, seconds."),
-    "entry_cache_user_timeout": Option(
-        integer(0), None, "Lifetime of cached users, seconds.", "entry_cache_timeout"
-    ),
-    "entry_cache_group_timeout": Option(
-        integer(0), None, "Lifetime of cached groups, seconds.", "entry_cache_timeout"
-    ),
-    "refresh_expired_interval": Option(
+    )
+    entry_cache_timeout: int = option(integer(0), 5400, "Lifetime of cached entries, seconds.")
+    entry_cache_user_timeout: int = computed(
+        integer(0), "Lifetime of cached users, seconds.", "entry_cache_timeout"
+    )
+    entry_cache_group_timeout: int = computed(
+        integer(0), "Lifetime of cached groups, seconds.", "entry_cache_timeout"
+    )
+    refresh_expired_interval: int = option(
         integer(0), 0, "Seconds between background refreshes of expiring entries; 0 = off."
-    ),
-    "refresh_full_interval": Option(
+    )
+    refresh_full_interval: int = computed(
         integer(0),
-        None,
         "Seconds after which a refresh by change stamps reads a user's groups, or a group, "
         "whole again (members named from their entries: a member's own entry renamed or "
         "deleted leaves its groups' stamps unchanged, docs/compatibility.md §9.2); counted "
@@ -290,157 +381,43 @@ DOMAIN_OPTIONS: dict[str, Option] = {
         "(docs/compatibility.md §6.6); set it higher to validate AD groups by stamps at "
         "expiry.",
         "86400 (ad: entry_cache_group_timeout)",
-    ),
-    "offline_timeout": Option(integer(1), 60, "First retry after going offline, seconds."),
-    "offline_timeout_max": Option(integer(0), 3600, "Retry backoff cap, seconds."),
-    "offline_timeout_random_offset": Option(integer(0), 30, "Random seconds added to each retry."),
-    "ldap_network_timeout": Option(integer(1), 6, "Connect timeout per server, seconds."),
-    "ldap_search_timeout": Option(
+    )
+    offline_timeout: int = option(integer(1), 60, "First retry after going offline, seconds.")
+    offline_timeout_max: int = option(integer(0), 3600, "Retry backoff cap, seconds.")
+    offline_timeout_random_offset: int = option(
+        integer(0), 30, "Random seconds added to each retry."
+    )
+    ldap_network_timeout: int = option(integer(1), 6, "Connect timeout per server, seconds.")
+    ldap_search_timeout: int = option(
         integer(1), 6, "Deadline of one whole search (all pages), seconds."
-    ),
-    "ldap_opt_timeout": Option(
+    )
+    ldap_opt_timeout: int = option(
         integer(1), 8, "Deadline of StartTLS, bind and root DSE read together, seconds."
-    ),
-    "failover_primary_timeout": Option(
+    )
+    failover_primary_timeout: int = option(
         integer(1),
         31,
         "While an ldap_backup_uri server serves, seconds between tries of the ldap_uri "
         "servers (SSSD: 31, its minimum; cached accepts less for tests).",
-    ),
-    "ldap_page_size": Option(integer(0), 1000, "Paged-results page size; 0 = no paging."),
-    "case_sensitive": Option(case_sensitive, "true", "`true`, `false` or `preserving`."),
-    "min_id": Option(
+    )
+    ldap_page_size: int = option(integer(0), 1000, "Paged-results page size; 0 = no paging.")
+    case_sensitive: str = option(case_sensitive, "true", "`true`, `false` or `preserving`.")
+    min_id: int = option(
         integer(0), 1, "Lowest uid/gid served; id 0 is never served, whatever it says."
-    ),
-    "max_id": Option(integer(0, MAX_ID), 0, "Highest uid/gid served; 0 = no limit."),
-    "enumerate": Option(
+    )
+    max_id: int = option(integer(0, MAX_ID), 0, "Highest uid/gid served; 0 = no limit.")
+    enumerate: bool = option(
         boolean, False, "Answer getpwent/getgrent with this domain's cached entries (no LDAP)."
-    ),
-    "filter_users": Option(
+    )
+    filter_users: list[str] = option(
         str_list,
         [],
         "Users of this domain never answered, in addition to [nss] filter_users (as SSSD; "
         "`name@OTHER` for another domain is ignored here).",
-    ),
-    "filter_groups": Option(
+    )
+    filter_groups: list[str] = option(
         str_list, [], "Groups of this domain never answered, in addition to [nss] filter_groups."
-    ),
-}
-
-
-# ---------------------------------------------------------------------------
-# The parsed configuration.
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    domains: list[str]
-    pipes_dir: str
-    mc_dir: str
-    db_dir: str
-    pid_file: str
-    ts_sync_interval: int
-    dbus_address: str
-
-
-@dataclass(frozen=True)
-class NssConfig:
-    entry_negative_timeout: int
-    entry_cache_nowait_percentage: int
-    cache_first_wait: int
-    memcache_timeout: int
-    memcache_size_passwd: int
-    memcache_size_group: int
-    memcache_size_initgroups: int
-    filter_users: list[str]
-    filter_groups: list[str]
-    pwfield: str
-    enumerate: bool
-    client_idle_timeout: int
-    max_clients: int
-    max_clients_per_uid: int
-    root_reserved_clients: int
-    max_reply_buffer_per_uid: int
-
-    @property
-    def group_memcache(self) -> bool:
-        """The responder keeps a group memory-cache file: a size and a lifetime, 0
-        disabling it (§2.1; memcache.MemoryCache.open makes no file then)."""
-        return self.memcache_timeout > 0 and self.memcache_size_group > 0
-
-
-@dataclass(frozen=True)
-class DomainConfig:
-    name: str
-    id_provider: str
-    enabled: bool | None
-    domain_type: str
-    ldap_uri: list[str]
-    ldap_backup_uri: list[str]
-    ldap_search_base: str
-    ldap_user_search_base: str
-    ldap_group_search_base: str
-    ldap_user_search_filter: str
-    ldap_group_search_filter: str
-    ldap_schema: str
-    ldap_use_tokengroups: bool
-    ldap_referrals: bool
-    ldap_id_mapping: bool
-    ldap_idmap_range_min: int
-    ldap_idmap_range_max: int
-    ldap_idmap_range_size: int
-    ldap_idmap_default_domain_sid: str
-    ldap_idmap_autorid_compat: bool
-    ldap_idmap_helper_table_size: int
-    ldap_user_objectsid: str
-    ldap_user_primary_group: str
-    ldap_group_objectsid: str
-    ldap_default_bind_dn: str
-    ldap_default_authtok_type: str
-    ldap_default_authtok: str
-    ldap_sasl_mech: str
-    ldap_id_use_start_tls: bool
-    ldap_tls_reqcert: str
-    ldap_tls_cacert: str
-    ldap_tls_cacertdir: str
-    ldap_user_object_class: str
-    ldap_user_name: str
-    ldap_user_uid_number: str
-    ldap_user_gid_number: str
-    ldap_user_gecos: str
-    ldap_user_home_directory: str
-    ldap_user_shell: str
-    ldap_user_modify_timestamp: str
-    ldap_user_entry_usn: str
-    ldap_group_object_class: str
-    ldap_group_name: str
-    ldap_group_gid_number: str
-    ldap_group_member: str
-    ldap_group_modify_timestamp: str
-    ldap_group_entry_usn: str
-    ldap_group_nesting_level: int
-    ldap_deref_threshold: int
-    ignore_group_members: bool
-    ldap_member_rdn_shortcut: bool
-    entry_cache_timeout: int
-    entry_cache_user_timeout: int
-    entry_cache_group_timeout: int
-    refresh_expired_interval: int
-    refresh_full_interval: int
-    offline_timeout: int
-    offline_timeout_max: int
-    offline_timeout_random_offset: int
-    ldap_network_timeout: int
-    ldap_search_timeout: int
-    ldap_opt_timeout: int
-    failover_primary_timeout: int
-    ldap_page_size: int
-    case_sensitive: str
-    min_id: int
-    max_id: int
-    enumerate: bool
-    filter_users: list[str]
-    filter_groups: list[str]
+    )
 
     @property
     def case_insensitive(self) -> bool:
@@ -472,3 +449,9 @@ class Config:
                 return d
         known = ", ".join(d.name for d in self.domains)
         raise ConfigError(f"{self.path}: no domain named {name!r} (configured: {known})")
+
+
+# The options of each section, read from the fields (a view, not a second table).
+DAEMON_OPTIONS: dict[str, Option] = options_of(DaemonConfig)
+NSS_OPTIONS: dict[str, Option] = options_of(NssConfig)
+DOMAIN_OPTIONS: dict[str, Option] = options_of(DomainConfig)

@@ -10,26 +10,19 @@ from typing import Any
 
 from cached.config.errors import ConfigError
 from cached.config.ini import Ini
+from cached.config.options import DOMAIN_OPTIONS
 
 # SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
-# gen_ad2008r2_group_map, gen_ad_attr_map): used for the options the file leaves unset.
-AD_DEFAULTS = {
-    "ldap_user_object_class": "user",
-    "ldap_user_name": "sAMAccountName",
-    "ldap_user_home_directory": "unixHomeDirectory",
-    "ldap_user_modify_timestamp": "whenChanged",
-    "ldap_user_entry_usn": "uSNChanged",
-    "ldap_group_object_class": "group",
-    "ldap_group_name": "sAMAccountName",
-    "ldap_group_member": "member",
-    "ldap_group_modify_timestamp": "whenChanged",
-    "ldap_group_entry_usn": "uSNChanged",
+# gen_ad2008r2_group_map, gen_ad_attr_map), declared with each option (``ad=``): used for
+# the options the file leaves unset.
+AD_DEFAULTS: dict[str, Any] = {
+    name: opt.ad_default for name, opt in DOMAIN_OPTIONS.items() if opt.ad_default is not None
 }
 
 
 def check_required(ini: Ini, sname: str, vals: dict[str, Any]) -> None:
     """The options without which a domain cannot be served."""
-    if vals["id_provider"] is None:
+    if vals.get("id_provider") is None:
         raise ConfigError(
             f"{ini.where(sname)}: [{sname}] id_provider is not set; cached supports `ldap`"
         )
@@ -49,8 +42,7 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
             "is set but ldap_default_bind_dn is not"
         )
     for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
-        if vals[timeout] is None:
-            vals[timeout] = vals["entry_cache_timeout"]
+        vals.setdefault(timeout, vals["entry_cache_timeout"])
     _schema_defaults(ini.where(sname), sname, vals, given, warnings)
     if "ldap_member_rdn_shortcut" in given:
         warnings.append(
@@ -103,11 +95,11 @@ def _schema_defaults(
                 vals[name] = value
     if not vals["ldap_group_member"]:
         vals["ldap_group_member"] = "memberUid" if schema == "rfc2307" else "member"
-    if vals["refresh_full_interval"] is None:
+    if "refresh_full_interval" not in vals:
         vals["refresh_full_interval"] = (
             vals["entry_cache_group_timeout"] if schema == "ad" else 86400
         )
-    if vals["ldap_use_tokengroups"] is None:
+    if "ldap_use_tokengroups" not in vals:
         vals["ldap_use_tokengroups"] = schema == "ad"
     elif vals["ldap_use_tokengroups"] and schema != "ad":
         raise ConfigError(
