@@ -19,6 +19,7 @@ from cached.config.options import (
     Config,
     DaemonConfig,
     DomainConfig,
+    DomainType,
     NssConfig,
     Option,
 )
@@ -119,7 +120,7 @@ def _config(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[st
     for dname in list(names):
         sname = domain_sections.get(dname)
         dtype = ini.sections[sname].get("domain_type", "") if sname else ""
-        if dname in app_sections or dtype.strip().lower() == "application":
+        if dname in app_sections or dtype.strip().lower() == DomainType.APPLICATION:
             where = ini.where(sname, "domain_type") if sname else ini.where(app_sections[dname])
             warnings.append(
                 f"{where}: domain {dname!r} is an application domain; left out, as SSSD "

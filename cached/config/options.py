@@ -3,7 +3,8 @@ its parser, SSSD's default and its documentation (``option``). The loader (load.
 reads a section through these fields, and the README tables and cached.conf(5) are
 generated from them (``python -m cached.docgen``); ``option`` ties the parser's and the
 default's type to the field's, so mypy checks each parser against its field. Defaults
-are SSSD 2.8.2's (reference §6.1) unless the doc says."""
+are SSSD 2.8.2's (reference §6.1) unless the doc says. The closed sets are ``StrEnum``s:
+a value compares equal to its string (``cfg.ldap_schema == "ad"``)."""
 
 # option() and computed() return a dataclasses.field(), as RUF009 asks of a default that
 # is a call; ruff cannot see through them.
@@ -11,6 +12,7 @@ are SSSD 2.8.2's (reference §6.1) unless the doc says."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeVar, cast
@@ -18,8 +20,7 @@ from typing import Any, TypeVar, cast
 from cached.config.errors import ConfigError
 from cached.config.parsers import (
     boolean,
-    case_sensitive,
-    choice,
+    closed,
     domain_sid,
     integer,
     not_supported,
@@ -36,6 +37,40 @@ T = TypeVar("T")
 # The highest uid/gid a directory entry may carry: (uid_t)-1 = 4294967295 is the
 # "no id" value of the system calls, never an id.
 MAX_ID = 0xFFFFFFFE
+
+
+class Schema(enum.StrEnum):
+    """``ldap_schema``: how the directory names its attributes and holds members."""
+
+    RFC2307 = "rfc2307"
+    RFC2307BIS = "rfc2307bis"
+    AD = "ad"
+
+
+class CaseSensitive(enum.StrEnum):
+    """``case_sensitive``: ``false`` folds names to lower case, ``preserving`` matches
+    any case and answers the directory's spelling."""
+
+    TRUE = "true"
+    FALSE = "false"
+    PRESERVING = "preserving"
+
+
+class TlsReqcert(enum.StrEnum):
+    """``ldap_tls_reqcert``, in OpenLDAP's order from the least checking."""
+
+    NEVER = "never"
+    ALLOW = "allow"
+    TRY = "try"
+    DEMAND = "demand"
+    HARD = "hard"
+
+
+class DomainType(enum.StrEnum):
+    """``domain_type``: SSSD serves ``application`` domains to its InfoPipe only."""
+
+    POSIX = "posix"
+    APPLICATION = "application"
 
 
 # ---------------------------------------------------------------------------
@@ -196,9 +231,9 @@ class DomainConfig:
         "As SSSD: `true` serves the domain even when `domains` does not list it (after the "
         "listed ones), `false` never serves it, even when listed.",
     )
-    domain_type: str = option(
-        choice("posix", "application"),
-        "posix",
+    domain_type: DomainType = option(
+        closed(DomainType),
+        DomainType.POSIX,
         "`application` domains are not served over NSS (as SSSD): such a domain, like an "
         "`[application/NAME]` section, is left out with a warning.",
     )
@@ -226,15 +261,15 @@ class DomainConfig:
     ldap_group_search_filter: str = option(
         search_filter, "", "Deprecated, the same for ldap_group_search_base."
     )
-    ldap_schema: str = option(
-        not_supported(
-            ("rfc2307", "rfc2307bis", "ad"),
+    ldap_schema: Schema = option(
+        closed(
+            Schema,
             {
                 "ipa": "cached has no IPA schema (no views or overrides); write "
                 "ldap_schema = rfc2307bis to read an IPA server's users and groups"
             },
         ),
-        "rfc2307",
+        Schema.RFC2307,
         "`rfc2307`, `rfc2307bis` or `ad` (Active Directory: SSSD's AD attribute names as "
         "defaults of the ldap_user_*/ldap_group_* options, objectSid, primaryGroupID, "
         "tokenGroups).",
@@ -301,9 +336,9 @@ class DomainConfig:
         "`EXTERNAL` for ldapi:// peer-credential binds.",
     )
     ldap_id_use_start_tls: bool = option(boolean, False, "Use StartTLS on ldap:// URIs.")
-    ldap_tls_reqcert: str = option(
-        choice("never", "allow", "try", "demand", "hard"),
-        "demand",
+    ldap_tls_reqcert: TlsReqcert = option(
+        closed(TlsReqcert),
+        TlsReqcert.DEMAND,
         "Server certificate check; `try`/`demand`/`hard` verify it and refuse a bad one "
         "(a server always presents one, so SSSD's `try` acts as `demand`); `never`/`allow` "
         "do not.",
@@ -401,7 +436,11 @@ class DomainConfig:
         "servers (SSSD: 31, its minimum; cached accepts less for tests).",
     )
     ldap_page_size: int = option(integer(0), 1000, "Paged-results page size; 0 = no paging.")
-    case_sensitive: str = option(case_sensitive, "true", "`true`, `false` or `preserving`.")
+    case_sensitive: CaseSensitive = option(
+        closed(CaseSensitive, expected="true, false or preserving"),
+        CaseSensitive.TRUE,
+        "`true`, `false` or `preserving`.",
+    )
     min_id: int = option(
         integer(0), 1, "Lowest uid/gid served; id 0 is never served, whatever it says."
     )
@@ -421,7 +460,7 @@ class DomainConfig:
 
     @property
     def case_insensitive(self) -> bool:
-        return self.case_sensitive != "true"
+        return self.case_sensitive != CaseSensitive.TRUE
 
     def id_in_range(self, n: int) -> bool:
         """SSSD's OUT_OF_ID_RANGE, negated: id 0 is always out of range whatever

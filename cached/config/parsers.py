@@ -5,8 +5,12 @@ does not. No parser knows an option's name: options.py pairs them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+E = TypeVar("E", bound=enum.StrEnum)
 
 
 class NotSupported(ValueError):
@@ -51,14 +55,25 @@ def str_list(raw: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def choice(*choices: str) -> Callable[[str], str]:
-    """One of ``choices``, case-insensitively."""
+def closed(
+    kind: type[E], why: Mapping[str, str] | None = None, expected: str = ""
+) -> Callable[[str], E]:
+    """One member of ``kind``, by its value, case-insensitively. An SSSD value in
+    ``why`` is refused as not supported, with its reason; anything else is invalid,
+    ``expected`` (default: "one of" the values in declaration order) saying what to
+    write."""
+    unsupported = dict(why or {})
+    expect = expected or "one of " + ", ".join(m.value for m in kind)
 
-    def parse(raw: str) -> str:
+    def parse(raw: str) -> E:
         v = raw.strip().lower()
-        if v not in choices:
-            raise ValueError("expected one of " + ", ".join(choices))
-        return v
+        try:
+            return kind(v)
+        except ValueError:
+            pass
+        if v in unsupported:
+            raise NotSupported(unsupported[v])
+        raise ValueError("expected " + expect)
 
     return parse
 
@@ -187,10 +202,3 @@ def search_base(raw: str) -> str:
     checked here so that an error names the option."""
     parse_search_bases(raw)
     return raw.strip()
-
-
-def case_sensitive(raw: str) -> str:
-    v = raw.strip().lower()
-    if v in ("true", "false", "preserving"):
-        return v
-    raise ValueError("expected true, false or preserving")

@@ -10,7 +10,7 @@ from typing import Any
 
 from cached.config.errors import ConfigError
 from cached.config.ini import Ini
-from cached.config.options import DOMAIN_OPTIONS
+from cached.config.options import DOMAIN_OPTIONS, Schema
 
 # SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
 # gen_ad2008r2_group_map, gen_ad_attr_map), declared with each option (``ad=``): used for
@@ -89,24 +89,24 @@ def _schema_defaults(
 ) -> None:
     """The defaults that depend on ldap_schema, and the checks across options."""
     schema = vals["ldap_schema"]
-    if schema == "ad":
+    if schema == Schema.AD:
         for name, value in AD_DEFAULTS.items():
             if name not in given:
                 vals[name] = value
     if not vals["ldap_group_member"]:
-        vals["ldap_group_member"] = "memberUid" if schema == "rfc2307" else "member"
+        vals["ldap_group_member"] = "memberUid" if schema == Schema.RFC2307 else "member"
     if "refresh_full_interval" not in vals:
         vals["refresh_full_interval"] = (
-            vals["entry_cache_group_timeout"] if schema == "ad" else 86400
+            vals["entry_cache_group_timeout"] if schema == Schema.AD else 86400
         )
     if "ldap_use_tokengroups" not in vals:
-        vals["ldap_use_tokengroups"] = schema == "ad"
-    elif vals["ldap_use_tokengroups"] and schema != "ad":
+        vals["ldap_use_tokengroups"] = schema == Schema.AD
+    elif vals["ldap_use_tokengroups"] and schema != Schema.AD:
         raise ConfigError(
             f"{path}: [{sname}] ldap_use_tokengroups = true needs ldap_schema = ad "
             "(tokenGroups and objectSid are Active Directory's)"
         )
-    if vals["ldap_id_mapping"] and schema != "ad":
+    if vals["ldap_id_mapping"] and schema != Schema.AD:
         raise ConfigError(
             f"{path}: [{sname}] ldap_id_mapping = true needs ldap_schema = ad "
             "(the ids are computed from objectSid)"

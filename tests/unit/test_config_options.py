@@ -1,7 +1,8 @@
 """Each option is declared once: a field of its section's dataclass, whose metadata holds
 the parser, the default and the documentation (cached/config/options.py). The loader and
 the documentation read those fields; no other table names the options; mypy checks each
-parser and default against the field's type.
+parser and default against the field's type; the closed sets are StrEnums that still
+compare equal to their strings.
 """
 
 from __future__ import annotations
@@ -21,9 +22,13 @@ from cached.config import (
     DAEMON_OPTIONS,
     DOMAIN_OPTIONS,
     NSS_OPTIONS,
+    CaseSensitive,
+    ConfigError,
     DaemonConfig,
     DomainConfig,
     NssConfig,
+    Schema,
+    TlsReqcert,
     parse_config,
 )
 from cached.config.options import OPTION, Option, options_of
@@ -144,25 +149,60 @@ def test_the_docs_are_generated_from_the_fields() -> None:
     assert "| `ldap_user_name` | uid | User name attribute. |" in docgen.readme_tables()
 
 
+# -- the closed sets -------------------------------------------------------------------
+
+
+def test_closed_sets_are_enums_that_compare_as_their_strings() -> None:
+    text = MINIMAL.replace("ldap_schema = rfc2307bis", "ldap_schema = AD\n"
+                           "case_sensitive = Preserving\nldap_tls_reqcert = try")  # fmt: skip
+    d = parse_config(text).domain("LDAP")
+    # As other modules compare them (cfg.ldap_schema == "ad"), then as enums.
+    assert (d.ldap_schema, d.case_sensitive, d.ldap_tls_reqcert) == ("ad", "preserving", "try")
+    assert d.ldap_tls_reqcert in ("try", "demand")
+    assert d.ldap_schema is Schema.AD
+    assert d.case_sensitive is CaseSensitive.PRESERVING
+    assert d.ldap_tls_reqcert is TlsReqcert.TRY
+    assert f"{d.ldap_schema}" == str(d.ldap_schema) == "ad"
+    assert {"ad": 1}[d.ldap_schema] == 1
+    assert d.case_insensitive
+    assert parse_config(MINIMAL).domain("LDAP").ldap_tls_reqcert is TlsReqcert.DEMAND
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("ldap_tls_reqcert = sometimes", "expected one of never, allow, try, demand, hard"),
+        ("case_sensitive = yes", "expected true, false or preserving"),
+        ("domain_type = local", "expected one of posix, application"),
+    ],
+)
+def test_a_value_outside_a_closed_set_names_the_set(line: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL + line + "\n")
+    name, value = (s.strip() for s in line.split("="))
+    assert str(e.value) == f"<string>: [domain/LDAP] {name} = {value!r} is invalid: {message}"
+
+
 # -- mypy ------------------------------------------------------------------------------
 
 MISMATCHES: Final = """\
 from dataclasses import dataclass
 
-from cached.config.options import computed, option
-from cached.config.parsers import boolean, integer, str_list, string
+from cached.config.options import Schema, computed, option
+from cached.config.parsers import boolean, closed, integer, str_list, string
 
 
 @dataclass(frozen=True, kw_only=True)
 class Section:
     text: str = option(string, "x", "doc")
+    schema: Schema = option(closed(Schema), Schema.AD, "doc")
     items: list[str] = option(str_list, [], "doc")
     flag: bool | None = option(boolean, None, "doc")
     derived: int = computed(integer(0), "doc", "shown")
     ad: str = option(string, "", "doc", ad="sAMAccountName")
     parser_int_on_str: str = option(integer(0), 0, "doc")  # error
     default_str_on_int: int = option(integer(0), "0", "doc")  # error
-    parser_str_on_bool: bool = option(string, False, "doc")  # error
+    parser_str_on_enum: Schema = option(string, Schema.AD, "doc")  # error
     computed_int_on_str: str = computed(integer(0), "doc", "shown")  # error
     ad_int_on_str: str = option(string, "", "doc", ad=1)  # error
 """
