@@ -232,7 +232,7 @@ def test_an_error_in_a_snippet_names_the_snippet(tmp_path: Path) -> None:
         f"{bad}: [domain/LDAP] ldap_schema = 'rfc2307x' is invalid: "
         "expected one of rfc2307, rfc2307bis, ad"
     )
-    # A snippet SSSD cannot parse it skips, and starts (found in review): so does cached.
+    # A snippet SSSD cannot parse it skips, and starts: so does cached.
     bad.write_text("[nss]\n  filter_users root\n")
     cfg = load_config(str(path))
     (w,) = [w for w in cfg.warnings if str(bad) in w]
@@ -501,8 +501,8 @@ def test_sssd_values_cached_does_not_support_say_why(old: str, new: str, message
 
 
 def test_section_names_are_case_insensitive_as_in_sssd() -> None:
-    """SSSD's confdb keeps a section as a case-insensitive cn (found in review: [NSS]
-    and its filter_users were ignored with a generic warning)."""
+    """SSSD's confdb keeps a section as a case-insensitive cn: [NSS] is [nss], and its
+    filter_users applies rather than being ignored with an unknown-section warning."""
     cfg = parse_config(
         MINIMAL.replace("[sssd]", "[SSSD]").replace("[domain/LDAP]", "[Domain/ldap]")
         + "[NSS]\nfilter_users = root, bob\n"
