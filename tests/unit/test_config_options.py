@@ -132,6 +132,33 @@ def _calls_option(node: ast.AST) -> bool:
             and node.func.id == "Option")  # fmt: skip
 
 
+# The modules of cached/config/, each importing only those before it.
+LAYERS: Final = ("errors", "parsers", "ini", "options", "sssd", "rules", "load")
+
+
+def test_the_modules_import_downwards() -> None:
+    """No module of the package imports one after it, the package itself (whose
+    __init__ imports them all) or another part of cached: the configuration is read
+    by every process and depends on none of them."""
+    assert sorted(LAYERS) == sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    upward = []
+    for i, name in enumerate(LAYERS):
+        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            else:
+                continue
+            for m in modules:
+                if m == "cached" or m.startswith("cached."):
+                    below = m.removeprefix("cached.config.")
+                    if below not in LAYERS[:i]:
+                        upward.append(f"{name} -> {m}")
+    assert upward == []
+
+
 def test_every_computed_option_is_set_by_the_rules() -> None:
     """After loading, no option holds None but ``enabled`` (unset means "as listed")."""
     for text in (MINIMAL, MINIMAL.replace("rfc2307bis", "ad"),
