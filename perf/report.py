@@ -1103,7 +1103,7 @@ def environment_section(results: Results) -> list[str]:
         "unshare --mount --propagation private -- sh -c 'mount --bind $PIPES /var/lib/sss/pipes &&"
         " mount --bind $MC /var/lib/sss/mc && mount --bind $NSSWITCH /etc/nsswitch.conf &&"
         " exec python -m perf.timecmd -- id bigroupuser'",
-        "# SSSD: perf.sssd.SssdDaemon runs `sssd -i --logger=stderr` under unshare -m with",
+        "# SSSD: testing.sssd.SssdDaemon runs `sssd -i --logger=stderr` under unshare -m with",
         "# /var/lib/sss, /etc/sssd, /run, /var/log/sssd bound to its work directory;",
         "# sss_cache runs in that namespace: nsenter -m -t <sssd pid> -- sss_cache -E",
         "```",

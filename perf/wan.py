@@ -37,7 +37,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from perf import install, sssd
 from perf.report import _plt, md_table
 from perf.results import Sample
 from perf.run import DATA_DIR, RESULTS_DIR, environment, warm_slapd
@@ -51,7 +50,7 @@ from perf.steps import (
     nss_step,
 )
 from perf.targets import CachedTarget, SssdTarget, Target, stop_quietly
-from testing import gendir, nsenv
+from testing import gendir, install, nsenv, sssd
 from testing.faultproxy import FaultProxy
 from testing.gendir import BIGROUPUSER
 from testing.slapd import Slapd

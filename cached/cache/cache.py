@@ -711,7 +711,7 @@ class DomainCache:
             if txn.stat(dndb)["entries"] < len(keys):
                 # Fewer DNs stored than asked for (a cold initgroups on a near-empty
                 # cache, where one index read per member DN was 1.5-2.5 % of the
-                # backend's CPU: perf.replay, 1,039 M -> 1,025 M instructions): the
+                # backend's CPU: testing.replay, 1,039 M -> 1,025 M instructions): the
                 # index read whole and its keys (dn_key's, the normalized DN in
                 # UTF-8) tested against those asked, rather than the other way: a
                 # cold large01 asks for 5,000 against an empty index.

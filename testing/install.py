@@ -128,7 +128,7 @@ def ensure_packages(
     created_policy = False
     if not POLICY_RC_D.exists():
         POLICY_RC_D.write_text(
-            "#!/bin/sh\n# perf/install.py: no service starts during apt\nexit 101\n"
+            "#!/bin/sh\n# testing/install.py: no service starts during apt\nexit 101\n"
         )
         POLICY_RC_D.chmod(0o755)
         created_policy = True

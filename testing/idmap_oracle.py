@@ -7,7 +7,7 @@ through ctypes the way ``sdap_idmap.c`` does — set the options, add each domai
 SIDs in order — and writes every answer to ``tests/unit/data/idmap_oracle.json``, which the
 unit tests replay against our module without needing the library.
 
-    apt-get install libsss-idmap0 && python -m perf.idmap_oracle
+    apt-get install libsss-idmap0 && python -m testing.idmap_oracle
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from cached.memcache.murmur import murmurhash3
 
-OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "idmap_oracle.json"
+OUT = Path(__file__).resolve().parent.parent / "tests" / "unit" / "data" / "idmap_oracle.json"
 
 IDMAP_SUCCESS = 0
 
@@ -189,7 +189,7 @@ def main() -> int:
     )
     data = {
         "source": "libsss_idmap.so.0 (Debian libsss-idmap0, SSSD 2.8.2) via "
-        "python -m perf.idmap_oracle",
+        "python -m testing.idmap_oracle",
         "scenarios": [run(s, lib) for s in scenarios],
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ The slapd is Debian's shape (``sizelimit 500``, no deref overlay); the ``std`` v
 also run against a slapd with the deref overlay, where SSSD takes its deref path for
 groups of more than ``ldap_deref_threshold`` (10) members.
 
-SSSD is Debian's ``sssd-ldap`` (installed by :mod:`perf.install` with service starts
-forbidden, run by :mod:`perf.sssd` in a private mount namespace).  Writes
+SSSD is Debian's ``sssd-ldap`` (installed by :mod:`testing.install` with service starts
+forbidden, run by :mod:`testing.sssd` in a private mount namespace).  Writes
 ``results.json`` and ``report.md`` into ``perf/results/<date>-compat/`` (or ``--out``).
 """
 
@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf import install, sssd
-from testing import nsenv, zoo
+from testing import install, nsenv, sssd, zoo
 from testing.daemon import REPO, CachedDaemon
 from testing.slapd import SLAPD, Slapd
 
@@ -252,7 +251,7 @@ def report(runs: list[ViewRun], meta: dict[str, Any]) -> str:
     lines = [
         "# make compat: the zoo through SSSD 2.8.2 and cached",
         "",
-        f"Generated {meta['date']} by `{meta['command']}` (perf/compat.py).",
+        f"Generated {meta['date']} by `{meta['command']}` (testing/compat.py).",
         "",
         "## Environment",
         "",
@@ -382,7 +381,7 @@ def environment() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m perf.compat", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m testing.compat", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, help="default perf/results/<date>-compat")
     p.add_argument(
         "--views", default=",".join(zoo.views(zoo.build())), help="comma-separated view names"
@@ -402,22 +401,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for reason in (nsenv.skip_reason(),):
         if reason:
-            print(f"perf.compat: cannot run NSS clients: {reason}", file=sys.stderr)
+            print(f"testing.compat: cannot run NSS clients: {reason}", file=sys.stderr)
             return 2
     log: list[str] = []
     try:
         install.ensure_packages(sssd.PACKAGES, ("sssd",), log)
     except install.InstallError as e:
-        print(f"perf.compat: {e}", file=sys.stderr)
+        print(f"testing.compat: {e}", file=sys.stderr)
         return 2
     why = sssd.skip_reason()
     if why:
-        print(f"perf.compat: cannot run SSSD: {why}", file=sys.stderr)
+        print(f"testing.compat: cannot run SSSD: {why}", file=sys.stderr)
         return 2
     views = [v.strip() for v in args.views.split(",") if v.strip()]
     unknown = set(views) - set(zoo.views(zoo.build()))
     if unknown:
-        print(f"perf.compat: unknown views {sorted(unknown)}", file=sys.stderr)
+        print(f"testing.compat: unknown views {sorted(unknown)}", file=sys.stderr)
         return 2
     out = args.out or RESULTS_DIR / f"{dt.date.today().isoformat()}-compat"
     out.mkdir(parents=True, exist_ok=True)
@@ -430,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     meta = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "make compat" if argv is None else "python -m perf.compat",
+        "command": "make compat" if argv is None else "python -m testing.compat",
         "environment": env,
         "install_log": log,
     }

@@ -1,13 +1,13 @@
 """One cold initgroups of bigroupuser (or, ``--group NAME``, a group lookup) recorded
 from slapd and replayed with no server: the backend's work alone, byte for byte the
 same every time, so valgrind's instruction count compares two checkouts on a loaded
-machine where CPU seconds do not (±1 % run to run, where perf.readpath's CPU moved by
-a fifth under other people's tests).
+machine where CPU seconds do not (±1 % run to run, where the CPU seconds of the same
+lookup moved by a fifth under other people's tests).
 
-    python -m perf.replay record FILE WORKDIR [--group NAME]
-    python -m perf.replay replay FILE WORKDIR [--rounds N]
+    python -m testing.replay record FILE WORKDIR [--group NAME]
+    python -m testing.replay replay FILE WORKDIR [--rounds N]
     PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no \\
-        python -m perf.replay replay FILE WORKDIR --rounds N      # "I refs"
+        python -m testing.replay replay FILE WORKDIR --rounds N      # "I refs"
 
 ``record`` runs slapd with the generated directory and keeps what the socket sent and
 received during the second of two lookups (the first warms slapd). ``replay`` answers
@@ -18,6 +18,16 @@ lookup (module-level memos empty, like a just-started backend's); later rounds h
 them filled: the instructions of rounds 0..N minus those of 0..N-1 isolate one. A
 recording holds the message ids of ldap3's counter, so it replays only with the
 checkout whose requests it recorded (or one sending the same).
+
+The floor under a cold lookup (:func:`floor_once`) sends a recording's requests again
+to the live server, byte for byte, and reads the answers with no client work at all:
+no client answers a cold lookup faster than the server sends what it needs. Each
+request goes out once as many answer bytes have arrived as had when cached sent it (a
+nesting level's searches wait for the level above, as cached's do), and the clock
+stops at the last byte. The answers must come to the recorded number of bytes, so a
+directory or a checkout that searches differently stops it. ``perf.ab --b floor``
+alternates it with cached's cold lookup end to end; tests/bench/test_bench_readpath.py
+times it beside the backend's own cold group lookup.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import socket
 import sys
 import time
 from array import array
@@ -115,7 +126,8 @@ def record(out: Path, work: Path, group: str | None) -> None:
 
 def record_lookup(uri: str, base: str, work: Path, group: str | None) -> dict[str, Any]:
     """The second of two cold lookups against the server at ``uri``, recorded (the
-    first warms the server); caches in ``work``. perf.floor sends its requests again."""
+    first warms the server); caches in ``work``. :func:`floor_once` sends its requests
+    again."""
     cfg = make_domain([uri], base)
     for i in range(2):
         p, cache, _ = make_backend(work / f"round{i}", cfg, Counters())
@@ -130,6 +142,96 @@ def record_lookup(uri: str, base: str, work: Path, group: str | None) -> dict[st
         cache.close()
     return {"uri": uri, "base": base, "info": info, "start": start,
             "log": log, "answer": answer, "group": group}  # fmt: skip
+
+
+# An anonymous simple bind, message ID 1 (RFC 4511 §4.2): 30 0c, messageID 1,
+# [APPLICATION 0] { version 3, name "", simple [0] "" }. The recorded requests carry
+# ldap3's later message IDs.
+BIND = bytes.fromhex("300c020101600702010304008000")
+TIMEOUT = 120.0  # a recording slapd would answer differently waits this long, then fails
+
+
+class FloorError(RuntimeError):
+    pass
+
+
+def gated_sends(log: Log) -> tuple[list[tuple[int, bytes]], int]:
+    """Each recorded request with the answer bytes received before it was sent, and
+    the answer bytes in all."""
+    sends: list[tuple[int, bytes]] = []
+    got = 0
+    for kind, data in log:
+        if kind == "s":
+            if not _is_unbind(data):  # the recording's close: no answer comes
+                sends.append((got, data))
+        else:
+            got += len(data)
+    return sends, got
+
+
+def _is_unbind(request: bytes) -> bool:
+    """An UnbindRequest ([APPLICATION 2], RFC 4511 §4.3) after the message ID."""
+    head = 2 if request[1] < 0x80 else 2 + (request[1] & 0x7F)
+    return request[head + 2 + request[head + 1]] == 0x42
+
+
+def _message_end(buf: bytearray) -> int:
+    """The length of the first whole BER message in ``buf``, 0 if not all there."""
+    if len(buf) < 2:
+        return 0
+    first = buf[1]
+    if first < 0x80:
+        head, size = 2, first
+    else:
+        n = first & 0x7F
+        if len(buf) < 2 + n:
+            return 0
+        head, size = 2 + n, int.from_bytes(buf[2 : 2 + n], "big")
+    return head + size if len(buf) >= head + size else 0
+
+
+def floor_once(
+    port: int, sends: list[tuple[int, bytes]], total: int, timeout: float = TIMEOUT
+) -> float:
+    """Seconds from the first recorded request to the last answer byte, on a
+    connection opened and bound before."""
+    try:
+        return _floor_once(port, sends, total, timeout)
+    except TimeoutError:
+        raise FloorError(
+            f"no answer byte in {timeout:g} s: fewer answer bytes than the recording's {total}"
+        ) from None
+
+
+def _floor_once(port: int, sends: list[tuple[int, bytes]], total: int, timeout: float) -> float:
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(BIND)
+        reply = bytearray()
+        while not (end := _message_end(reply)):
+            n = s.recv_into(view)
+            if not n:
+                raise FloorError("the server closed the connection during the bind")
+            reply += view[:n]
+        if end != len(reply) or reply[end - 7 : end - 4] != b"\x0a\x01\x00":
+            raise FloorError(f"the anonymous bind failed: {bytes(reply)!r}")
+        received, i = 0, 0
+        start = time.perf_counter()
+        while True:
+            while i < len(sends) and sends[i][0] <= received:
+                s.sendall(sends[i][1])
+                i += 1
+            if received >= total:
+                break
+            n = s.recv_into(view)
+            if not n:
+                raise FloorError(f"the server closed the connection after {received} bytes")
+            received += n
+    elapsed = time.perf_counter() - start
+    if received != total:
+        raise FloorError(f"{received} answer bytes where the recording has {total}")
+    return elapsed
 
 
 def replay(src: Path, work: Path, rounds: int) -> None:
@@ -161,7 +263,9 @@ def replay(src: Path, work: Path, rounds: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m perf.replay", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m testing.replay", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("mode", choices=("record", "replay"))
     ap.add_argument("file", type=Path, help="the recording")
     ap.add_argument("workdir", type=Path, help="a directory for slapd and the caches")
