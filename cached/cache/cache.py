@@ -698,7 +698,7 @@ class DomainCache:
         instead, as SSSD skips only valid cached members
         (``sdap_nested_group_check_cache``). Unlike SSSD, `cached cache -E` does not
         make them look-ups (it keeps lastUpdate as it keeps the stamps,
-        compatibility.md §3.7): a group's refresh after it names its thousands of
+        sssd-reference.md §3.7): a group's refresh after it names its thousands of
         members as before."""
         out: dict[str, tuple[str, str]] = {}
         if self.ts is None:

@@ -1,4 +1,4 @@
-"""ID mapping gives SSSD's numbers (docs/compatibility.md §6.5).
+"""ID mapping gives SSSD's numbers (docs/sssd-reference.md §6.5).
 
 The oracle ``tests/unit/data/idmap_oracle.json`` holds what SSSD 2.8.2's own
 ``libsss_idmap.so.0`` answered for the same domains and SIDs, in the same order
