@@ -1,6 +1,6 @@
 """Render ``report.md`` and PNG charts from a run's ``results.json``.
 
-    python -m perf.report perf/results/2026-11-29-vm
+    python -m perf.report perf/results/2026-11-29-group-count-sweep-sssd
 
 The shape follows the storage projects' benchmark notes (docs/CONTRIBUTING.md, Style,
 "Benchmark reports people can read"): Summary, Findings (what happened, how to
