@@ -3,7 +3,7 @@
 ``python -m cached.docgen`` rewrites, from the option tables of ``cached/config.py``
 and the parser of ``cached/cli.py``:
 
-* the option tables of README.md (between the ``options`` markers);
+* the option tables of docs/configuration.md (between the ``options`` markers);
 * ``docs/man/cached.conf.5``, the configuration file's manual page;
 * ``docs/man/cached.8``, the command's manual page.
 
@@ -38,6 +38,7 @@ BEGIN: Final = (
     "<!-- BEGIN options: generated from cached/config.py by `python -m cached.docgen` -->"
 )
 END: Final = "<!-- END options -->"
+OPTIONS_PAGE: Final = "docs/configuration.md"  # the page that holds the option tables
 
 # (heading, section name in the file, table)
 SECTIONS: Final = (
@@ -73,10 +74,10 @@ def readme_tables() -> str:
 
 
 def readme(text: str) -> str:
-    """``text`` (README.md) with its option tables regenerated."""
+    """``text`` (docs/configuration.md) with its option tables regenerated."""
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
-        raise SystemExit(f"README.md: the markers {BEGIN!r} ... {END!r} are missing")
+        raise SystemExit(f"{OPTIONS_PAGE}: the markers {BEGIN!r} ... {END!r} are missing")
     return text[:start] + readme_tables() + text[end + len(END) :]
 
 
@@ -241,7 +242,7 @@ def command_page() -> str:
 def outputs(repo: Path = REPO) -> dict[Path, str]:
     """Every generated file and the text it should have."""
     return {
-        repo / "README.md": readme((repo / "README.md").read_text()),
+        repo / OPTIONS_PAGE: readme((repo / OPTIONS_PAGE).read_text()),
         repo / "docs" / "man" / "cached.conf.5": conf_page(),
         repo / "docs" / "man" / "cached.8": command_page(),
     }

@@ -1,6 +1,6 @@
 """The documentation in the repository against the code it documents.
 
-* README.md's option tables and the manual pages are what ``python -m cached.docgen``
+* docs/configuration.md's option tables and the manual pages are what ``python -m cached.docgen``
   makes from cached/config.py and cli.py, and the pages render without warnings.
 * Every ``cached ...`` command line in README.md, docs/ and contrib/ parses with the
   real parser.
@@ -41,8 +41,8 @@ def test_generated_files_are_up_to_date() -> None:
 
 
 def test_docgen_check_reports_a_stale_file(tmp_path: Path) -> None:
-    """The README table row is the option's row: a changed doc string changes it."""
-    readme = (REPO / "README.md").read_text()
+    """The table row is the option's row: a changed doc string changes it."""
+    readme = (REPO / docgen.OPTIONS_PAGE).read_text()
     row = "| `ldap_page_size` | 1000 | Paged-results page size; 0 = no paging. |"
     assert row in readme
     opt = DOMAIN_OPTIONS["ldap_page_size"]
