@@ -236,3 +236,47 @@ def test_the_citation_pattern_tells_rfc_sections_apart() -> None:
     assert [(m[1], m[2]) for m in CITATION.finditer("per RFC 4515 §3, reference §6.4")] == [
         ("RFC 4515 ", "3"), (None, "6.4")
     ]  # fmt: skip
+
+
+# Words about who found something or in which sitting: the project speaks of itself
+# only, what it does and why, measured how (docs/CONTRIBUTING.md, Style).
+PROVENANCE: Final = re.compile(r"found in review|a helper|session ?[0-9]|\(item [0-9]")
+PROVENANCE_SCOPE: Final = ("cached", "docs", "README.md", "perf")
+
+
+def provenance(paths: list[Path], root: Path = REPO) -> list[str]:
+    """``file:line: text`` (relative to ``root``) of each line of ``paths`` (files, or
+    folders walked whole) that says who found something or when; binary files are
+    skipped."""
+    found = []
+    for top in paths:
+        for path in sorted([top] if top.is_file() else top.rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue  # charts, compiled readers
+            for n, line in enumerate(text.splitlines(), 1):
+                if PROVENANCE.search(line):
+                    found.append(f"{path.relative_to(root)}:{n}: {line.strip()[:120]}")
+    return found
+
+
+def test_the_provenance_check_finds_what_it_looks_for(tmp_path: Path) -> None:
+    bad = tmp_path / "x.py"
+    bad.write_text("ok = 1\n# (found in review: x)\n# a helper's fix\n# see (item 3)\n")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "run.md").write_text("perf/results/2026-12-01-session7 and session 4\n")
+    (tmp_path / "r" / "chart.png").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe session 1")
+    found = provenance([bad, tmp_path / "r"], tmp_path)
+    assert [f.split(":")[:2] for f in found] == [
+        ["x.py", "2"], ["x.py", "3"], ["x.py", "4"], ["r/run.md", "1"]
+    ]  # fmt: skip
+
+
+def test_comments_and_docs_say_what_and_why_not_who_found_it_when() -> None:
+    """The whole of cached/, docs/, README.md and perf/ (results included): what
+    ``grep -rnE "found in review|a helper|session ?[0-9]|\\(item [0-9]"`` finds there."""
+    found = provenance([REPO / p for p in PROVENANCE_SCOPE])
+    assert not found, "rewrite as what and why:\n" + "\n".join(found)
