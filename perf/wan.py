@@ -320,7 +320,7 @@ def write_report(data: dict[str, Any], out: Path) -> Path:
         b = json.loads(big.read_text())
         med = {k: sorted(v)[len(v) // 2] for k, v in b["seconds"].items()}
         lines += [
-            f"## One {b['mb']} MB entry from slapd (`perf/bigentry.py`)",
+            f"## One {b['mb']} MB entry from slapd (perf/README.md, retired scripts)",
             "",
             f"`LdapClient.search` of one user whose `gecos` is {b['mb']} MB, median of"
             f" {len(b['seconds']['cached'])}: cached's receive loop {med['cached']:.3f} s,"
