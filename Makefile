@@ -46,7 +46,7 @@ demo: deps
 
 # The zoo (testing/zoo.py) through real SSSD 2.8.2 and cached; report in perf/results/.
 compat: deps
-	$(PY) -m perf.compat
+	$(PY) -m testing.compat
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .benchmarks

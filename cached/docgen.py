@@ -4,7 +4,7 @@
 (``cached/config/options.py``: parser, default and doc in each field's metadata) and the
 parser of ``cached/cli.py``:
 
-* the option tables of README.md (between the ``options`` markers);
+* the option tables of docs/configuration.md (between the ``options`` markers);
 * ``docs/man/cached.conf.5``, the configuration file's manual page;
 * ``docs/man/cached.8``, the command's manual page.
 
@@ -39,6 +39,7 @@ BEGIN: Final = (
     "<!-- BEGIN options: generated from cached/config.py by `python -m cached.docgen` -->"
 )
 END: Final = "<!-- END options -->"
+OPTIONS_PAGE: Final = "docs/configuration.md"  # the page that holds the option tables
 
 # (heading, section name in the file, its options: a view of the section's fields)
 SECTIONS: Final = (
@@ -74,10 +75,10 @@ def readme_tables() -> str:
 
 
 def readme(text: str) -> str:
-    """``text`` (README.md) with its option tables regenerated."""
+    """``text`` (docs/configuration.md) with its option tables regenerated."""
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
-        raise SystemExit(f"README.md: the markers {BEGIN!r} ... {END!r} are missing")
+        raise SystemExit(f"{OPTIONS_PAGE}: the markers {BEGIN!r} ... {END!r} are missing")
     return text[:start] + readme_tables() + text[end + len(END) :]
 
 
@@ -242,7 +243,7 @@ def command_page() -> str:
 def outputs(repo: Path = REPO) -> dict[Path, str]:
     """Every generated file and the text it should have."""
     return {
-        repo / "README.md": readme((repo / "README.md").read_text()),
+        repo / OPTIONS_PAGE: readme((repo / OPTIONS_PAGE).read_text()),
         repo / "docs" / "man" / "cached.conf.5": conf_page(),
         repo / "docs" / "man" / "cached.8": command_page(),
     }

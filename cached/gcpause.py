@@ -4,7 +4,7 @@ the responder's memory-cache prefill of a user's groups).
 Such a burst allocates tens of thousands of objects that live until it ends (entries,
 member lists, names, group views), so the collector kept running its older generations
 over them and found nothing: 15-20 % of the backend's CPU for a cold initgroups of
-bigroupuser (perf/readpath.py, A/B with gc.disable), 3 % of the responder's INITGR
+bigroupuser (the backend alone, A/B with gc.disable), 3 % of the responder's INITGR
 answer (162 M -> 157 M instructions, valgrind, tests/bench/test_bench_prefill.py's
 fixture). What a burst builds holds no cycles that outlive it: reference counting frees
 it at the end as before.

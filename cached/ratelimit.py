@@ -1,7 +1,7 @@
 """Rate-limited logging: what any local user or any directory entry can trigger is
 logged at most once per ``interval`` per kind, with the number of times it was left out.
 
-Measured on the issue-17 review: one bad entry asked for in a loop by an
+Measured without it: one bad entry asked for in a loop by an
 unprivileged user wrote 15 MB of tracebacks in 10 s, and refused connections wrote
 15,000 warnings in 10 s. A log line must cost the attacker more than it costs us, so
 each *kind* of event (a refused uid, a failing request, a skipped entry) logs its first

@@ -177,7 +177,7 @@ _SSSD_SEARCH = re.compile(rb"calling ldap_search_ext with")
 
 def measure_sssd(uri: str, base: str, work: Path, want: set[int], large01: set[str]
                  ) -> list[Row]:  # fmt: skip
-    from perf.sssd import SssdDaemon
+    from testing.sssd import SssdDaemon
 
     opts: dict[str, Any] = {"ldap_schema": "ad", "ldap_default_bind_dn": addc.ADMIN_DN,
             "ldap_default_authtok": addc.ADMIN_PW, "ldap_use_tokengroups": "true",

@@ -1,6 +1,6 @@
 """Render ``report.md`` and PNG charts from a run's ``results.json``.
 
-    python -m perf.report perf/results/2026-11-29-vm
+    python -m perf.report perf/results/2026-11-29-group-count-sweep-sssd
 
 The shape follows the storage projects' benchmark notes (docs/CONTRIBUTING.md, Style,
 "Benchmark reports people can read"): Summary, Findings (what happened, how to
@@ -1103,7 +1103,7 @@ def environment_section(results: Results) -> list[str]:
         "unshare --mount --propagation private -- sh -c 'mount --bind $PIPES /var/lib/sss/pipes &&"
         " mount --bind $MC /var/lib/sss/mc && mount --bind $NSSWITCH /etc/nsswitch.conf &&"
         " exec python -m perf.timecmd -- id bigroupuser'",
-        "# SSSD: perf.sssd.SssdDaemon runs `sssd -i --logger=stderr` under unshare -m with",
+        "# SSSD: testing.sssd.SssdDaemon runs `sssd -i --logger=stderr` under unshare -m with",
         "# /var/lib/sss, /etc/sssd, /run, /var/log/sssd bound to its work directory;",
         "# sss_cache runs in that namespace: nsenter -m -t <sssd pid> -- sss_cache -E",
         "```",

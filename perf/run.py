@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf import install, sssd
 from perf.progress import Progress
 from perf.results import Results, Sample, ScenarioInfo
 from perf.steps import (
@@ -64,7 +63,7 @@ from perf.steps import (
     nss_step,
 )
 from perf.targets import DOMAIN_OPTIONS, CachedTarget, SssdTarget, Target, stop_quietly
-from testing import gendir, nsenv, procstat
+from testing import gendir, install, nsenv, procstat, sssd
 from testing.gendir import BIGROUPUSER, Expected, Scenario
 from testing.slapd import Slapd
 

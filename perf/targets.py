@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from perf.sssd import SssdDaemon
 from perf.timecmd import Timing, parse
 from testing import procstat
 from testing.daemon import REPO, CachedDaemon
+from testing.sssd import SssdDaemon
 
 # Shared by both daemons' configurations (see the module doc).
 DOMAIN_OPTIONS: dict[str, Any] = {

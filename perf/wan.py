@@ -37,7 +37,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from perf import install, sssd
 from perf.report import _plt, md_table
 from perf.results import Sample
 from perf.run import DATA_DIR, RESULTS_DIR, environment, warm_slapd
@@ -51,7 +50,7 @@ from perf.steps import (
     nss_step,
 )
 from perf.targets import CachedTarget, SssdTarget, Target, stop_quietly
-from testing import gendir, nsenv
+from testing import gendir, install, nsenv, sssd
 from testing.faultproxy import FaultProxy
 from testing.gendir import BIGROUPUSER
 from testing.slapd import Slapd
@@ -321,7 +320,7 @@ def write_report(data: dict[str, Any], out: Path) -> Path:
         b = json.loads(big.read_text())
         med = {k: sorted(v)[len(v) // 2] for k, v in b["seconds"].items()}
         lines += [
-            f"## One {b['mb']} MB entry from slapd (`perf/bigentry.py`)",
+            f"## One {b['mb']} MB entry from slapd (perf/README.md, retired scripts)",
             "",
             f"`LdapClient.search` of one user whose `gecos` is {b['mb']} MB, median of"
             f" {len(b['seconds']['cached'])}: cached's receive loop {med['cached']:.3f} s,"

@@ -1,6 +1,6 @@
 """A small Active Directory for tests, with its expected answers by construction.
 
-The shapes ``ldap_schema = ad`` must get right (docs/compatibility.md §6.5 and the AD
+The shapes ``ldap_schema = ad`` must get right (docs/sssd-reference.md §6.5 and the AD
 work), each present once:
 
 * users named ``CN=<Full Name>`` with ``sAMAccountName`` as the login name and rfc2307

@@ -69,8 +69,13 @@ class CachedDaemon(Service):
         base: str,
         *,
         log_level: str = "debug",
+        checkout: Path | None = None,
         **opts: Any,
     ) -> None:
+        """``checkout``: the source tree whose ``cached`` runs (default this one), first
+        on the daemon's path and its working directory, so that ``perf.ab`` can run two
+        revisions against one server."""
+        self.checkout = Path(checkout) if checkout is not None else REPO
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.workdir / "cached.conf"
@@ -95,7 +100,8 @@ class CachedDaemon(Service):
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cached", "--log-level", self.log_level, "serve",
                  "-c", str(self.config_path)],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=REPO,
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=self.checkout,
+                env=self._env(),
             )  # fmt: skip
         self._started()
         deadline = time.monotonic() + START_TIMEOUT
@@ -156,8 +162,17 @@ class CachedDaemon(Service):
         cmd, *rest = args
         return subprocess.run(
             [sys.executable, "-m", "cached", cmd, "-c", str(self.config_path), *rest],
-            capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False,
+            capture_output=True, text=True, timeout=timeout, cwd=self.checkout,
+            env=self._env(), check=False,
         )  # fmt: skip
+
+    def _env(self) -> dict[str, str] | None:
+        """The environment of cached's processes: this process's, with another
+        checkout first on ``PYTHONPATH`` when one is given (``-m`` puts the working
+        directory first too)."""
+        if self.checkout == REPO:
+            return None
+        return {**os.environ, "PYTHONPATH": str(self.checkout)}
 
     def run_nss(
         self,

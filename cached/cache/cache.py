@@ -226,8 +226,8 @@ class DomainCache:
 
     def _open(self) -> None:
         # A reader never repairs (the backend does at its start: integrity.py), but a
-        # file shorter than its pages is a SIGBUS on the first read through the map:
-        # found in review, `cached cache -E` died of "Bus error" on one.
+        # file shorter than its pages is a SIGBUS on the first read through the map
+        # (`cached cache -E` would die of "Bus error" on one).
         short = short_file(self.entry_path) if os.path.exists(self.entry_path) else ""
         if short:
             raise DamagedStore(damaged(self.entry_path, short))
@@ -647,7 +647,7 @@ class DomainCache:
     def groups_by_name(self, names: Iterable[str], expired: bool = True) -> list[GroupView]:
         """Many groups in one snapshot (memory-cache prefill after initgroups);
         ``expired=False``: not those whose timestamps say expired (an invalidated
-        group put in the memory cache would be taken as valid there: found in review).
+        group put in the memory cache would be taken as valid there).
 
         :meth:`_group_view` of each, with its common case inline: a group without
         member groups is its own view. Through the two calls it was 4.6 µs of the
@@ -698,7 +698,7 @@ class DomainCache:
         instead, as SSSD skips only valid cached members
         (``sdap_nested_group_check_cache``). Unlike SSSD, `cached cache -E` does not
         make them look-ups (it keeps lastUpdate as it keeps the stamps,
-        compatibility.md §3.7): a group's refresh after it names its thousands of
+        sssd-reference.md §3.7): a group's refresh after it names its thousands of
         members as before."""
         out: dict[str, tuple[str, str]] = {}
         if self.ts is None:
@@ -711,7 +711,7 @@ class DomainCache:
             if txn.stat(dndb)["entries"] < len(keys):
                 # Fewer DNs stored than asked for (a cold initgroups on a near-empty
                 # cache, where one index read per member DN was 1.5-2.5 % of the
-                # backend's CPU: perf.replay, 1,039 M -> 1,025 M instructions): the
+                # backend's CPU: testing.replay, 1,039 M -> 1,025 M instructions): the
                 # index read whole and its keys (dn_key's, the normalized DN in
                 # UTF-8) tested against those asked, rather than the other way: a
                 # cold large01 asks for 5,000 against an empty index.
@@ -747,7 +747,7 @@ class DomainCache:
         by a refresh that found it unchanged too); 0 when none is stored. What `cached
         status` shows for a backend that has had no answer since it started (it kept
         the time in memory only, so a restart during an outage showed "never" over a
-        full cache: a helper's outage differential). One pass over the timestamps."""
+        full cache, where SSSD shows the last refresh). One pass over the timestamps."""
         newest = 0.0
         if self.ts is None:
             return newest

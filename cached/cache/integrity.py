@@ -51,17 +51,17 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # a cycle of pages. Measured: a 214 MiB store of 600,000 records walked in 0.29 s here
 # (fork included, page cache warm), so this is room for a cold disk and far more; and
 # well within the monitor's READY_TIMEOUT (60 s), past which the backend is killed
-# before it could set the store aside (found in review).
+# before it could set the store aside.
 WALK_TIMEOUT = 30.0
 # How the walk may die of the file: a fault of its own execution (liblmdb reading past
 # a short file or through a garbled page pointer; its assertions abort). A signal sent
 # from outside (an OOM kill, a stop) says nothing about the file, which is then used as
-# it is (found in review: an OOM kill would have set a sound cache aside).
+# it is (otherwise an OOM kill would set a sound cache aside).
 _DAMAGE_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGILL,
                              signal.SIGFPE, signal.SIGTRAP, signal.SIGSYS})  # fmt: skip
 # liblmdb's answers about the machine, not the file; every other one is the file's
-# (found in review: a cycle of pages is MDB_CURSOR_FULL, a flag bit cleared
-# MDB_INCOMPATIBLE, and a narrower list kept such stores, the backend dying on them).
+# (a cycle of pages is MDB_CURSOR_FULL, a flag bit cleared MDB_INCOMPATIBLE: a narrower
+# list would keep such stores, and the backend would die on them).
 _MACHINE_ERRORS = (lmdb.ReadersFullError, lmdb.TlsFullError, lmdb.LockError,
                    lmdb.MapResizedError, lmdb.MemoryError, lmdb.DbsFullError,
                    lmdb.InvalidParameterError, lmdb.ReadonlyError, lmdb.DiskError,
@@ -112,8 +112,8 @@ def open_backend_stores(entry_path: str, ts_path: str, boot_id: str) -> BackendS
     # Walked when first opened in this process (a test's reader may have it open).
     damage = entry_store_damage(entry_path) if not open_here(entry_path) else ""
     if damage:
-        # Found in review: a truncated or garbled entry store stopped the daemon from
-        # starting at all (liblmdb's SIGBUS, MDB_CORRUPTED). It is a cache: kept aside
+        # A truncated or garbled entry store must not stop the daemon from starting
+        # (liblmdb's SIGBUS, MDB_CORRUPTED). It is a cache: kept aside
         # for whoever wants to look, and started empty (a cold cache is correct).
         aside = entry_path + ".damaged"  # an earlier one is replaced: the last kept
         try:
@@ -240,12 +240,12 @@ def entry_store_damage(path: str) -> str:
     if pid == 0:  # the child: walk, say what failed, and leave without cleaning up
         code = 0
         try:
-            # A deadline of its own (the backend may be killed meanwhile: found in
-            # review, an orphaned walk spun on), and none of the backend's files (the
+            # A deadline of its own (the backend may be killed meanwhile, and an
+            # orphaned walk would spin on), and none of the backend's files (the
             # monitor's ready pipe among them).
             signal.alarm(int(WALK_TIMEOUT) + 5)
             # The open ones, by /proc: closing up to a container's open-files limit
-            # one by one, where close_range(2) is missing, took minutes (review).
+            # one by one, where close_range(2) is missing, takes minutes.
             for fd in map(int, os.listdir("/proc/self/fd")):
                 if fd > 2 and fd != w:
                     with suppress(OSError):
@@ -363,8 +363,8 @@ def short_file(path: str) -> str:
     py-lmdb's verifier walks the live pages only; liblmdb also reuses free pages
     up to mm_last_pg, and touching one beyond end-of-file through the map is a
     SIGBUS that kills the process. So the file must hold every page up to it. And
-    the meta page must be one, or its page size means nothing (found in review: a
-    file of zeros passed, and a reader then died of lmdb.InvalidError).
+    the meta page must be one, or its page size means nothing (a file of zeros would
+    pass, and a reader then die of lmdb.InvalidError).
     """
     with open(path, "rb") as f:
         head = f.read(65536 * 2)

@@ -31,8 +31,8 @@ Data = bytes | memoryview
 # Bump when a record layout changes: a store of another format is rebuilt (one cold
 # cache), whichever version finds it. 2: a group record may carry an 8th field (the
 # users reached only through non-POSIX groups, by depth); a version reading format 1
-# took such a record for damage and could neither serve nor rewrite it (found in
-# review: a downgrade).
+# would take such a record for damage and could neither serve nor rewrite it (after a
+# downgrade).
 FORMAT = 2
 
 

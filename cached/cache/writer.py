@@ -400,9 +400,9 @@ class BackendCache(DomainCache):
         ``contested``, and the DN of a user in the batch); and each of its member
         groups went early before or goes with it, so its expansion is final — a
         member group still to be written (changed, new in a later chunk, or left for
-        the last commit) keeps it back, as does one the store held before (found in
-        review: a parent committed ahead of its changed member group was put in the
-        memory cache without the new members). So a reader between the commits sees
+        the last commit) keeps it back, as does one the store held before (a parent
+        committed ahead of its changed member group would be put in the memory cache
+        without the new members). So a reader between the commits sees
         each such group whole or not at all, expanded as it will be after the last,
         and every entry the store held before as it was; the last commit leaves what
         one commit of the whole batch leaves; and a kill between them leaves groups

@@ -93,7 +93,7 @@ INTERFACES: dict[str, Interface] = {
         _iface(
             IFACE_USER,
             # Root only, as UpdateMemberList: it refreshes from LDAP however fresh the
-            # cache is (found in review: any user looped it, 20 searches a call).
+            # cache is (any user could loop it, 20 searches a call).
             Method("UpdateGroupsList", root_only=True),
             name="s",
             uidNumber="u",

@@ -56,7 +56,7 @@ DRIVER_TIMEOUT = 5.0
 MAX_INFLIGHT = 64
 # The root-only methods (invalidation, counters, status, the two refreshes) have a
 # budget of their own: public lookups held by a slow directory, any local user's, must
-# not make the administrator's calls answer "too many calls" (found in review). A
+# not make the administrator's calls answer "too many calls". A
 # non-root caller of one is refused after one question to the bus, asked once per
 # connection (MAX_KNOWN_UIDS), so a flood of those holds each slot for an event-loop
 # turn, and a new connection's first call for a bus round trip.
@@ -64,15 +64,15 @@ MAX_ADMIN_INFLIGHT = 8
 # The uids the bus gave for callers, kept for our connection to the bus: unique names
 # are never reused on a bus (D-Bus specification, "Bus Names") and a connection's uid is
 # fixed when it authenticates. So a caller refused once is refused again without a
-# question to the bus (found in review: a user looping root-only calls on one
-# connection kept the 8 admin slots busy, each for a round trip). Bounded: the oldest
+# question to the bus (otherwise a user looping root-only calls on one connection
+# keeps the 8 admin slots busy, each for a round trip). Bounded: the oldest
 # is forgotten first, and asked again if it calls again.
 MAX_KNOWN_UIDS = 4096
 # A connection's root-only calls that arrive while the bus is asked who it is wait
 # for the answer without a slot, this many at most (more get "too many calls"): then
-# they are refused, or let in as any call is (found in review: refusing them refused
-# root's second call sent at once on a new connection). All callers' together: at most
-# MAX_WAITING_ALL (a question can outlive its call's slot, a third review found).
+# they are refused, or let in as any call is (refusing them would refuse root's second
+# call sent at once on a new connection). All callers' together: at most
+# MAX_WAITING_ALL (a question can outlive its call's slot).
 MAX_WAITING = 16
 MAX_WAITING_ALL = 128
 # Waiting for the bus to acknowledge our disconnect at shutdown.
@@ -272,12 +272,12 @@ class IfpService:
         admin = i.root_only(msg.interface, msg.member)
         asked = self._uids.get(msg.sender or "") if admin and bus is self.bus else None
         # Behind calls of the caller's still waiting too: a connection's calls are
-        # admitted in the order they came (review).
+        # admitted in the order they came.
         if asked is not None and (not asked.done() or self._waiting.get(msg.sender)):
             # Who the caller is is being asked of the bus for a call of its that holds
             # a slot: its other calls wait for the answer without one, so that one
-            # connection's burst cannot fill the admin slots (found in review: 40 calls
-            # on a new connection, sent before the bus answered, took all 8).
+            # connection's burst cannot fill the admin slots (40 calls on a new
+            # connection, sent before the bus answered, would take all 8).
             waiting = self._waiting.setdefault(msg.sender, [])
             if len(waiting) >= MAX_WAITING or self._waiting_all >= MAX_WAITING_ALL:
                 too_many = Message.new_error(msg, i.ERR_LIMITS_EXCEEDED, "too many calls")
@@ -292,7 +292,7 @@ class IfpService:
         if uid is not None and uid != 0:
             # A caller known not to be root: refused now, without a slot (a user's
             # burst of them would fill the slots before any is answered), with or
-            # without an interface field (found in review).
+            # without an interface field.
             self._refuse(bus, msg, uid)
             return True
         pool, limit = (
@@ -390,7 +390,7 @@ class IfpService:
         """The bus answered who ``sender`` is: its waiting calls are admitted (or
         refused) as they would be now; without an answer (the caller gone, the bus
         silent) they are refused as the dispatcher refuses an unknown caller, not each
-        asked again (review: 17 questions for one connection that hung up)."""
+        asked again (one connection that hung up would cost 17 questions)."""
         waiting = self._waiting.pop(sender, [])
         self._waiting_all -= len(waiting)
         if bus is not self.bus or not bus.connected:

@@ -85,7 +85,7 @@ async def serve(
         except asyncio.CancelledError:
             # The process stops with the client connected (asyncio.run cancels every
             # task): not an error, where asyncio logged the cancelled callback's
-            # traceback at ERROR (seen on SIGTERM by a helper; tests/unit/test_ipc_notes.py).
+            # traceback at ERROR on SIGTERM (tests/unit/test_ipc_notes.py).
             pass
         finally:
             writer.close()

@@ -4,7 +4,7 @@ SSSD's ``murmurhash3()`` is Austin Appleby's ``MurmurHash3_x86_32``, as are PyPI
 ``mmh3.hash(key, seed, signed=False)`` and ``pysss_murmur.murmurhash3``. cached calls
 ``mmh3`` (C): the pure-Python function it replaced took 2.2 µs per key against 0.07 µs,
 a quarter of storing a group record, and `id` after `cached cache -E` stores 2,085 of
-them with two keys each (perf/results/2026-12-01-final). The test vectors in
+them with two keys each (perf/results/2026-12-01-bigroupuser). The test vectors in
 ``tests/unit/test_memcache.py`` pin it to the values SSSD's client computes.
 
 Keys are hashed *including* their trailing NUL, as the client does; that is the caller's job.

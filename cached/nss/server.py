@@ -73,7 +73,7 @@ limited = RateLimitedLog(log)
 def _left_out(name: str, e: ValueError) -> None:
     """An entry no record can carry (a NUL in a field, in a cache written before such
     values were cut at it) is left out of an enumeration alone, not the whole batch
-    (found in review: one user's gecos emptied ``getent passwd``)."""
+    (otherwise one user's gecos would empty ``getent passwd``)."""
     limited.log(("enumeration", type(e).__name__), logging.WARNING,
                 "enumeration: %r left out: %s", name, e)  # fmt: skip
 
@@ -290,8 +290,8 @@ class NssResponder:
         ``memcache_timeout``? Not an expired one while the domain is online: its
         backend request ended, yet the cache holds it expired — invalidated while the
         request ran (BackendCache.request), so it may predate the change invalidated
-        for (found in review: such an answer was put in the memory cache `cached cache
-        -E` had just emptied). Offline, or with the backend stuck, the cache's stale
+        for (such an answer would go in the memory cache `cached cache -E` had just
+        emptied). Offline, or with the backend stuck, the cache's stale
         answer is the answer (invariant 4) and goes in as SSSD puts it."""
         return found.state is not State.EXPIRED or self._stale_ok(found.domain)
 
@@ -373,13 +373,13 @@ class NssResponder:
         now = time.monotonic()
         # Fed moments ago from the cache this answer comes from (prefill_stored), by
         # the backend request this answer waited for (by the backend's serial, which
-        # its answer names): no other answer uses them. Found in review: a background
-        # refresh's notes (no answer waits for one) spared another user's answer a
-        # group that user's request had changed; and a note of a request begun before
-        # an invalidation, read after it, was taken for the request after it.
+        # its answer names): no other answer uses them. Otherwise a background
+        # refresh's notes (no answer waits for one) would spare another user's answer
+        # a group that user's request had changed, and a note of a request begun
+        # before an invalidation, read after it, would be taken for the request after.
         noted = self._early.pop((domain.name, found.early), None) if found.early else None
         # Not again for the same gids under the same names (a group renamed keeps its
-        # gid: its old name stayed in the memory cache, found in review) within half
+        # gid: its old name would stay in the memory cache) within half
         # the record lifetime. Not for every commit to the entry store: on a busy
         # backend that refed all of bigroupuser's groups (~33 ms) at each `id`.
         names_now = tuple(ig.groups)
@@ -456,7 +456,7 @@ class NssResponder:
         self._early.clear()
         for cache in self.lookups.caches.values():
             # A store the backend replaced (rebuilt) within the last second would be
-            # read, and answered VALID, until the next identity check (found in review).
+            # read, and answered VALID, until the next identity check.
             cache.recheck_files()
         # The kept answers stay: each is used only while the cache hands out an equal
         # GroupView, so one kept across the invalidation is still exact, and re-encoding

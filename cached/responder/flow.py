@@ -295,8 +295,8 @@ class Lookups:
         request rather than join one begun before (whose answer may predate the
         change invalidated for; the backend runs such a lookup again too,
         BackendService.request). Those begun before still answer their own
-        waiters. Found in review: the responder shared the old request, so the
-        backend never saw the second."""
+        waiters. Were the old request shared, the backend would never see the
+        second."""
         self.inflight.clear()
         self._waiting_uids.clear()
         self.negative.clear()
@@ -311,8 +311,8 @@ class Lookups:
         """The cached answer of ``plugin`` for ``key`` in the first domain that has one
         it may serve. A domain whose entry is filtered (by name, or out of its id
         range) answers nothing and the next domain is asked, as SSSD's cache_req does:
-        a uid of a user filtered in the first domain is another domain's user's (found
-        by a helper's multi-domain differential against SSSD 2.8.2)."""
+        a uid of a user filtered in the first domain is another domain's user's (as a
+        differential of several domains against SSSD 2.8.2 shows)."""
         for domain, nkey in self._domains(plugin, key):
             found = await self._lookup_domain(plugin, domain, key, nkey)
             if found is not None and self.servable(plugin, domain, found.value):
@@ -346,12 +346,12 @@ class Lookups:
         always). Not when an earlier domain admits the id (its id range, or none: it
         may hold that id), nor when an earlier domain that admits the name holds an
         entry of that name in its cache: those are answered over the socket only (a
-        helper's multi-domain differential: after `id` of a later domain's user, the
-        memory cache answered an earlier domain's gid and group name with the later
-        domain's groups). A name is not held against a later domain merely because an
-        earlier one admits it, which every domain without filters does: with disjoint
-        min_id/max_id each domain's entries go in (found in review). ``name`` is the
-        output name, the memory cache's key."""
+        differential of several domains against SSSD 2.8.2: after `id` of a later
+        domain's user, the memory cache answered an earlier domain's gid and group
+        name with the later domain's groups). A name is not held against a later
+        domain merely because an earlier one admits it, which every domain without
+        filters does: with disjoint min_id/max_id each domain's entries go in.
+        ``name`` is the output name, the memory cache's key."""
         if len(self.config.domains) == 1:
             return True  # the usual case, on every answer: no list built
         return self.owned(domain, by_name, by_id, [(name, ident)])[0]

@@ -5,7 +5,7 @@ They talk to a running daemon over its root-only control socket and work where n
 D-Bus bus exists. ``cached cache`` also works when the daemon is stopped: it writes
 the timestamp stores directly (reference §4: sss_cache opens the caches itself).
 Imports are kept light on purpose: ``cached cache -E`` is meant to take well under
-SSSD's 0.77 s (README.md), and importing asyncio or ldap3 alone would cost a large
+SSSD's 0.8 s (perf/README.md), and importing asyncio or ldap3 alone would cost a large
 part of that; what only one path needs is imported on that path.
 """
 

@@ -85,8 +85,8 @@ def invalidate(config: Config, what: Invalidation) -> int:
         except StoreWriteError as e:
             raise ToolError(f"{e}; nothing was invalidated in domain {d.name}") from None
         except lmdb.Error as e:
-            # Found in review: a store with garbled pages but whole meta pages opens,
-            # and liblmdb reports the damage at the first read.
+            # A store with garbled pages but whole meta pages opens, and liblmdb
+            # reports the damage at the first read.
             if not of_the_file(e):
                 raise ToolError(f"{cache.entry_path}: {e}; invalidation stopped") from None
             why = damaged(cache.entry_path, str(e))
@@ -111,8 +111,8 @@ def _recycle_memcache(mc_dir: str) -> bool:
     for kind in Kind:
         path = os.path.join(mc_dir, kind.value)
         try:
-            # Never through a symlink, nor into anything but a regular file (found in
-            # review: a link planted in mc_dir had a root-only file written).
+            # Never through a symlink, nor into anything but a regular file (a link
+            # planted in mc_dir would have a root-only file written).
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             continue

@@ -1,6 +1,6 @@
 """Cold ``getent group large01`` (5,000 members) from LDAP into the cache, backend
-alone: the group search, its members named by one sweep of the user bases (the deref
-control before it: perf/readpath.py --group large01 compares), one store transaction.
+alone: the group search, its members named by one sweep of the user bases, one store
+transaction.
 Each round starts from an empty cache and an open connection."""
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import pytest
 from cached.cache.records import split_members
 from cached.counters import COUNTERS, LDAP_BYTES, LDAP_SEARCH, Counters
 from cached.ldap.provider import Outcome
-from perf.floor import FloorError, floor_once, gated_sends
-from perf.replay import record_lookup
 from testing.backend import make_backend, make_domain
+from testing.replay import FloorError, floor_once, gated_sends, record_lookup
 
 
 def test_cold_group_large01(benchmark, slapd_big, tmp_path):
@@ -47,7 +46,7 @@ def test_cold_group_large01(benchmark, slapd_big, tmp_path):
 
 
 def test_floor_group_large01(benchmark, slapd_big, tmp_path):
-    """The floor under the test above (perf/floor.py): cached's recorded requests
+    """The floor under the test above (testing/replay.py): cached's recorded requests
     sent again with no client work. Its answers come to the recorded bytes; a
     request the server answers otherwise (here, the group search for another group)
     stops it rather than timing something else."""

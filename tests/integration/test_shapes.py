@@ -1,5 +1,5 @@
 """Directory shapes found by fuzzing cached's answers against a model of the nesting
-rules (docs/compatibility.md §6.2, §6.3, §9.5) on random small directories: each
+rules (docs/sssd-reference.md §6.2, §6.3, §9.5) on random small directories: each
 answer must be the rules' whatever was looked up before. A real slapd per shape."""
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The documentation in the repository against the code it documents.
 
-* README.md's option tables and the manual pages are what ``python -m cached.docgen``
+* docs/configuration.md's option tables and the manual pages are what ``python -m cached.docgen``
   makes from cached/config.py and cli.py, and the pages render without warnings.
 * Every ``cached ...`` command line in README.md, docs/ and contrib/ parses with the
   real parser.
-* Every "§x.y" citation in cached/ names a heading of docs/compatibility.md, every
+* Every "§x.y" citation in cached/ names a heading of docs/sssd-reference.md (§1-§8) or
+  docs/compatibility.md (§9), every
   "invariant N" one of docs/ARCHITECTURE.md, and nothing points outside the repository.
 """
 
@@ -40,8 +41,8 @@ def test_generated_files_are_up_to_date() -> None:
 
 
 def test_docgen_check_reports_a_stale_file(tmp_path: Path) -> None:
-    """The README table row is the option's row: a changed doc string changes it."""
-    readme = (REPO / "README.md").read_text()
+    """The table row is the option's row: a changed doc string changes it."""
+    readme = (REPO / docgen.OPTIONS_PAGE).read_text()
     row = "| `ldap_page_size` | 1000 | Paged-results page size; 0 = no paging. |"
     assert row in readme
     opt = DOMAIN_OPTIONS["ldap_page_size"]
@@ -183,9 +184,15 @@ def headings(path: Path) -> set[str]:
     return set(re.findall(r"^#+ (\d+(?:\.\d+)*)\.? ", path.read_text(), flags=re.MULTILINE))
 
 
-def test_section_citations_resolve_in_compatibility_md() -> None:
-    sections = headings(DOCS / "compatibility.md")
-    assert {"1.1", "1.9", "2.2", "3.5", "4", "5.2", "6.4", "7", "8"} <= sections
+def test_section_citations_resolve() -> None:
+    """§1 to §8 are SSSD's behaviour (docs/sssd-reference.md), §9 cached's deliberate
+    differences (docs/compatibility.md); the two files kept the numbers of the one they
+    were split from, so a citation's number alone says which file it is in."""
+    reference, contract = headings(DOCS / "sssd-reference.md"), headings(DOCS / "compatibility.md")
+    assert {"1.1", "1.9", "2.2", "3.5", "4", "5.2", "6.4", "7", "8"} <= reference
+    assert {"9", "9.1", "9.2", "9.3", "9.4", "9.5", "9.6"} <= contract
+    assert not {s for s in reference if s.split(".")[0] == "9"}
+    assert not {s for s in contract if s.split(".")[0] != "9"}
     cited, unresolved = 0, []
     for path in code_files():
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
@@ -193,9 +200,9 @@ def test_section_citations_resolve_in_compatibility_md() -> None:
                 if m[1]:
                     continue  # an RFC's or a draft's own section
                 cited += 1
-                if m[2].rstrip(".") not in sections:
+                if m[2].rstrip(".") not in reference | contract:
                     unresolved.append(f"{path.relative_to(REPO)}:{n}: §{m[2]}")
-    assert not unresolved, "no such section in docs/compatibility.md:\n" + "\n".join(unresolved)
+    assert not unresolved, "no such section in docs/:\n" + "\n".join(unresolved)
     assert cited > 150  # the code cites the reference about 200 times
 
 
@@ -229,3 +236,47 @@ def test_the_citation_pattern_tells_rfc_sections_apart() -> None:
     assert [(m[1], m[2]) for m in CITATION.finditer("per RFC 4515 §3, reference §6.4")] == [
         ("RFC 4515 ", "3"), (None, "6.4")
     ]  # fmt: skip
+
+
+# Words about who found something or in which sitting: the project speaks of itself
+# only, what it does and why, measured how (docs/CONTRIBUTING.md, Style).
+PROVENANCE: Final = re.compile(r"found in review|a helper|session ?[0-9]|\(item [0-9]")
+PROVENANCE_SCOPE: Final = ("cached", "docs", "README.md", "perf")
+
+
+def provenance(paths: list[Path], root: Path = REPO) -> list[str]:
+    """``file:line: text`` (relative to ``root``) of each line of ``paths`` (files, or
+    folders walked whole) that says who found something or when; binary files are
+    skipped."""
+    found = []
+    for top in paths:
+        for path in sorted([top] if top.is_file() else top.rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue  # charts, compiled readers
+            for n, line in enumerate(text.splitlines(), 1):
+                if PROVENANCE.search(line):
+                    found.append(f"{path.relative_to(root)}:{n}: {line.strip()[:120]}")
+    return found
+
+
+def test_the_provenance_check_finds_what_it_looks_for(tmp_path: Path) -> None:
+    bad = tmp_path / "x.py"
+    bad.write_text("ok = 1\n# (found in review: x)\n# a helper's fix\n# see (item 3)\n")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "run.md").write_text("perf/results/2026-12-01-session7 and session 4\n")
+    (tmp_path / "r" / "chart.png").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe session 1")
+    found = provenance([bad, tmp_path / "r"], tmp_path)
+    assert [f.split(":")[:2] for f in found] == [
+        ["x.py", "2"], ["x.py", "3"], ["x.py", "4"], ["r/run.md", "1"]
+    ]  # fmt: skip
+
+
+def test_comments_and_docs_say_what_and_why_not_who_found_it_when() -> None:
+    """The whole of cached/, docs/, README.md and perf/ (results included): what
+    ``grep -rnE "found in review|a helper|session ?[0-9]|\\(item [0-9]"`` finds there."""
+    found = provenance([REPO / p for p in PROVENANCE_SCOPE])
+    assert not found, "rewrite as what and why:\n" + "\n".join(found)

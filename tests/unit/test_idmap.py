@@ -1,8 +1,8 @@
-"""ID mapping gives SSSD's numbers (docs/compatibility.md §6.5).
+"""ID mapping gives SSSD's numbers (docs/sssd-reference.md §6.5).
 
 The oracle ``tests/unit/data/idmap_oracle.json`` holds what SSSD 2.8.2's own
 ``libsss_idmap.so.0`` answered for the same domains and SIDs, in the same order
-(``python -m perf.idmap_oracle``); a machine that moves from SSSD keeps every id.
+(``python -m testing.idmap_oracle``); a machine that moves from SSSD keeps every id.
 """
 
 from __future__ import annotations

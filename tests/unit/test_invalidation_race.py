@@ -131,7 +131,7 @@ def test_an_invalidation_of_one_table_expires_only_that_tables_records(tmp_path)
 
 def test_an_invalidation_never_writes_back_a_record_older_than_a_commit(tmp_path, monkeypatch):
     """The invalidation's own read and write: a backend commit between them (here a
-    group stored incomplete: expired, no stamp, compatibility.md §6.3 step 4) must
+    group stored incomplete: expired, no stamp, sssd-reference.md §6.3 step 4) must
     not be overwritten by the invalidated form of the record read before it, whose
     stamp (kept by -E) would then vouch for the incomplete member list at the next
     refresh (touch_group, docs/ARCHITECTURE.md §5).

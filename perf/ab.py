@@ -1,0 +1,411 @@
+"""Two revisions or two configurations of cached, alternating in one run: medians, ratios.
+
+    python -m perf.ab --a 149361d --b HEAD [--rounds 7] [--out FILE]
+    python -m perf.ab --a . --b . --b-opt ldap_deref_threshold=0 --scenarios cold-id
+    python -m perf.ab --a . --b floor --scenarios cold-id,cold-group
+
+A machine shared with other people's work changes speed by half or more from one hour
+to the next, so two checkouts measured one after the other compare the hours, not the
+code. Here both sides run against the same slapd (the bigroupuser directory of
+testing/gendir.py, with the deref overlay, as perf.run serves it) and take turns: round
+r measures A then B when r is even, B then A when it is odd, so a change of load falls
+on both alike; the summary gives each side's median, the ratio of the medians and the
+median of the rounds' own ratios B/A (the steadier of the two when the load drifts).
+
+A side (``--a``, ``--b``) is
+
+* ``.`` (this checkout) or a directory holding another checkout;
+* a git revision of this repository (``149361d``, ``HEAD~3``, a branch): ``git
+  archive`` of it into a temporary directory;
+* ``floor``: not a daemon but the floor under a cold lookup (testing/replay.py): this
+  checkout's requests of that lookup, recorded once, sent again to the same slapd with
+  no client work; cold scenarios only.
+
+A checkout's own ``cached`` runs its daemons (first on their path and their working
+directory, testing.daemon's ``checkout``); its C entry reader (cached/ldap/_ber.c) is
+built in place when missing, with this interpreter's flags, as ``pip install -e`` would.
+``--a-opt``/``--b-opt KEY=VALUE`` add domain options to one side's configuration, so
+the same checkout can be compared with itself under two settings.
+
+Scenarios, each from a fresh ``cached serve`` with an empty cache, through glibc and
+the real libnss_sss in a private mount namespace (testing.nsenv), the memory cache off
+unless ``--memcache`` (the client then reads it, as in production):
+
+* ``cold-id``: ``id bigroupuser`` (2,085 groups at nesting level 2);
+* ``warm-id``: ``id bigroupuser`` again on the daemon of ``cold-id``, answered from the
+  cache through the socket (the median of ``--warm-reps``);
+* ``cold-group``: ``getent group large01`` (5,000 members) on a daemon of its own.
+
+Per sample: the command's own wall time (perf.timecmd: the namespace set-up is not
+counted), the CPU seconds of cached's processes and slapd (``/proc``; the load of
+others moves it far less than the wall time), slapd's logical searches (root DSE reads
+left out; for the floor, the requests it sends, root DSE read included), and whether
+the answer is the directory's expected one; a wrong answer is
+reported and left out of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from perf.targets import TIMECMD
+from perf.timecmd import parse
+from testing import gendir, nsenv, procstat
+from testing.daemon import REPO, CachedDaemon
+from testing.replay import floor_once, gated_sends, record_lookup
+from testing.slapd import Slapd
+
+SCENARIOS = ("cold-id", "warm-id", "cold-group")
+DATA_DIR = REPO / ".benchmarks" / "perf-data"  # shared with perf.run
+SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}
+GROUP = "large01"
+
+# setuptools' build_ext, in place: the flags pip's editable install builds the C reader with.
+BUILD_EXT = """
+from setuptools import Distribution, Extension
+d = Distribution({"ext_modules": [Extension("cached.ldap._ber", ["cached/ldap/_ber.c"])]})
+cmd = d.get_command_obj("build_ext")
+cmd.inplace = True
+cmd.ensure_finalized()
+cmd.run()
+"""
+
+
+@dataclass
+class Sample:
+    wall: float
+    cpu: float
+    searches: int
+    exact: bool
+
+
+@dataclass
+class Side:
+    label: str  # "A" or "B"
+    spec: str  # as given
+    checkout: Path | None  # None: the floor
+    describe: str  # the revision, for the report
+    options: dict[str, str] = field(default_factory=dict)
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+
+    @property
+    def floor(self) -> bool:
+        return self.checkout is None
+
+
+def _git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def prepare(label: str, spec: str, options: list[str], tmp: Path) -> Side:
+    """The side ``spec`` names, its checkout ready to run."""
+    opts = dict(o.split("=", 1) for o in options)
+    if spec == "floor":
+        if opts:
+            raise SystemExit("perf.ab: the floor takes no options")
+        return Side(label, spec, None, "floor (recorded requests, no client)")
+    path = Path(spec)
+    if path.is_dir() and (path / "cached").is_dir():
+        checkout = path.resolve()
+        try:
+            describe = _git("describe", "--always", "--dirty", cwd=checkout)
+        except subprocess.CalledProcessError:
+            describe = str(checkout)
+    else:
+        try:
+            commit = _git("rev-parse", "--verify", "--short", f"{spec}^{{commit}}")
+        except subprocess.CalledProcessError:
+            raise SystemExit(f"perf.ab: {spec!r} is neither a checkout nor a revision") from None
+        checkout = tmp / f"src-{label}-{commit}"
+        checkout.mkdir()
+        archive = subprocess.Popen(
+            ["git", "-C", str(REPO), "archive", commit], stdout=subprocess.PIPE
+        )
+        subprocess.run(["tar", "-x", "-C", str(checkout)], stdin=archive.stdout, check=True)
+        if archive.wait() != 0:
+            raise SystemExit(f"perf.ab: git archive {commit} failed")
+        describe = commit
+    _build_reader(checkout)
+    return Side(label, spec, checkout, describe, opts)
+
+
+def _build_reader(checkout: Path) -> None:
+    """Build the checkout's C entry reader if it has one and it is not built, then check
+    that its daemons will import that checkout's ``cached``."""
+    ldap = checkout / "cached" / "ldap"
+    has_c = (ldap / "_ber.c").exists()
+    if has_c and not any(ldap.glob("_ber*.so")):
+        subprocess.run(
+            [sys.executable, "-c", BUILD_EXT], cwd=checkout, check=True, capture_output=True
+        )
+    probe = "import cached" + (", cached.ldap._ber" if has_c else "") + "; print(cached.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(out).resolve().is_relative_to(checkout):
+        raise SystemExit(f"perf.ab: {checkout} imports cached from {out}")
+
+
+def _gids(output: str) -> set[int]:
+    if "groups=" not in output:
+        return set()
+    groups = output.strip().split("groups=", 1)[1]
+    return {int(item.split("(", 1)[0]) for item in groups.split(",")}
+
+
+def _members(output: str) -> set[str]:
+    fields = output.strip().split(":")
+    return set(filter(None, fields[3].split(","))) if len(fields) == 4 else set()
+
+
+def _schedstat(pid: int) -> float:
+    """CPU seconds so far of ``pid``'s live threads (their schedstat, nanoseconds)."""
+    ns = 0
+    with contextlib.suppress(OSError):  # the process is gone
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):  # a thread that just ended
+                ns += int((task / "schedstat").read_text().split()[0])
+    return ns / 1e9
+
+
+def _searches(server: Slapd, offset: int) -> int:
+    return sum(1 for pages in server.logical_searches(offset) if pages[0].base != "")
+
+
+class Measure:
+    """One side's samples of every scenario in one round."""
+
+    def __init__(
+        self,
+        server: Slapd,
+        expected: gendir.Expected,
+        tmp: Path,
+        env: dict[str, str],
+        warm_reps: int,
+        log_level: str,
+    ) -> None:
+        self.server, self.exp, self.tmp, self.env = server, expected, tmp, env
+        self.warm_reps, self.log_level = warm_reps, log_level
+        self.floors: dict[str, tuple[list[tuple[int, bytes]], int]] = {}
+
+    def round(self, side: Side, r: int, scenarios: list[str]) -> Iterator[tuple[str, Sample]]:
+        if side.floor:
+            yield from self._floor(scenarios)
+            return
+        if "cold-id" in scenarios or "warm-id" in scenarios:
+            with self._daemon(side, f"{side.label}{r}-id") as d:
+                cold = self._run(d, ["id", self.exp.big_user])
+                if "cold-id" in scenarios:
+                    yield "cold-id", cold
+                if "warm-id" in scenarios:
+                    warm = [self._run(d, ["id", self.exp.big_user]) for _ in range(self.warm_reps)]
+                    yield "warm-id", sorted(warm, key=lambda s: s.wall)[len(warm) // 2]
+        if "cold-group" in scenarios:
+            with self._daemon(side, f"{side.label}{r}-group") as d:
+                yield "cold-group", self._run(d, ["getent", "group", GROUP])
+
+    @contextlib.contextmanager
+    def _daemon(self, side: Side, name: str) -> Iterator[CachedDaemon]:
+        checkout = None if side.checkout == REPO else side.checkout
+        with CachedDaemon(
+            self.tmp / name,
+            [self.server.uri],
+            self.server.base_dn,
+            log_level=self.log_level,
+            checkout=checkout,
+            **side.options,
+        ) as d:
+            d.run_nss(["true"], env=self.env, timeout=600)  # the namespace warm
+            yield d
+
+    def _run(self, d: CachedDaemon, cmd: list[str]) -> Sample:
+        cached = [d.pid, *(x.pid for x in procstat.children(d.pid))]
+        slapd = {"slapd": self.server.pid or 0}
+
+        def cpu() -> float:
+            # cached's processes by their threads' schedstat (nanoseconds; /proc/<pid>/stat
+            # counts 10 ms ticks, as coarse as a warm step); slapd by /proc/<pid>/stat,
+            # which counts its worker threads that have exited too.
+            return sum(map(_schedstat, cached)) + sum(procstat.cpu_seconds(slapd).values())
+
+        offset, cpu0 = self.server.log_offset(), cpu()
+        r = d.run_nss([*TIMECMD, *cmd], env=self.env, timeout=1800)
+        timing = parse(r.stderr)[0]
+        if timing is None:
+            raise RuntimeError(f"{cmd} gave no timing: {r.stderr[-2000:]}")
+        return Sample(
+            timing.wall, cpu() - cpu0, _searches(self.server, offset), self._exact(cmd, r.stdout)
+        )
+
+    def _exact(self, cmd: list[str], out: str) -> bool:
+        if cmd[0] == "id":
+            return _gids(out) == self.exp.initgroups(self.exp.big_user, 2)
+        return _members(out) == self.exp.members(GROUP, 2)
+
+    def _floor(self, scenarios: list[str]) -> Iterator[tuple[str, Sample]]:
+        for name, group in (("cold-id", None), ("cold-group", GROUP)):
+            if name not in scenarios:
+                continue
+            if name not in self.floors:
+                rec = record_lookup(
+                    self.server.uri, self.server.base_dn, self.tmp / f"rec-{name}", group
+                )
+                self.floors[name] = gated_sends(rec["log"])
+            sends, total = self.floors[name]
+            yield (
+                name,
+                Sample(floor_once(self.server.port or 0, sends, total), 0.0, len(sends), True),
+            )
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def summary(a: Side, b: Side, scenarios: list[str]) -> list[str]:
+    """The table of medians and ratios, one row per scenario and figure."""
+    rows = [
+        "| scenario | figure | A median | B median | B/A of medians | median of B/A per round "
+        "| exact A, B |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for sc in scenarios:
+        sa, sb = a.samples.get(sc, []), b.samples.get(sc, [])
+        if not sa or not sb:
+            continue
+        pairs = [(x, y) for x, y in zip(sa, sb, strict=False) if x.exact and y.exact]
+        figures: list[tuple[str, Callable[[Sample], float], str]] = [
+            ("wall", lambda s: s.wall, "s"),
+            ("CPU", lambda s: s.cpu, "s"),
+            ("searches", lambda s: s.searches, ""),
+        ]
+        for fig, get, unit in figures:
+            ma = _median([get(s) for s in sa if s.exact])
+            mb = _median([get(s) for s in sb if s.exact])
+            if fig == "CPU" and (a.floor or b.floor):
+                continue
+            ratios = [get(y) / get(x) for x, y in pairs if get(x)]
+
+            def fmt(v: float, unit: str = unit) -> str:
+                return f"{v:.4f} {unit}" if unit else f"{v:g}"
+
+            rows.append(
+                f"| {sc} | {fig} | {fmt(ma)} | {fmt(mb)} | "
+                f"×{mb / ma:.3f} | ×{_median(ratios):.3f} | "
+                f"{sum(s.exact for s in sa)}/{len(sa)}, {sum(s.exact for s in sb)}/{len(sb)} |"
+                if ma
+                else f"| {sc} | {fig} | {fmt(ma)} | {fmt(mb)} | – | – | |"
+            )
+    return rows
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perf.ab", description=__doc__.splitlines()[0])
+    ap.add_argument("--a", default=".", help="side A: '.', a checkout, a git revision, 'floor'")
+    ap.add_argument("--b", default=".", help="side B: '.', a checkout, a git revision, 'floor'")
+    ap.add_argument("--a-opt", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--b-opt", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--warm-reps", type=int, default=3, help="warm-id: its median of this many")
+    ap.add_argument("--deref", choices=("yes", "no"), default="yes", help="slapd's deref overlay")
+    ap.add_argument("--memcache", action="store_true", help="the client reads the memory cache")
+    ap.add_argument("--log-level", default="info", help="cached's log level (perf.run's: info)")
+    ap.add_argument("--out", type=Path, help="also write the output to this file")
+    args = ap.parse_args(argv)
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        ap.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
+    reason = nsenv.skip_reason()
+    if reason:
+        print(f"perf.ab: {reason}", file=sys.stderr)
+        return 2
+    out_file = open(args.out, "w") if args.out else None  # noqa: SIM115 (closed below)
+    try:
+        return _run(args, sys.argv[1:] if argv is None else argv, scenarios, out_file)
+    finally:
+        if out_file:
+            out_file.close()
+
+
+def _run(
+    args: argparse.Namespace, argv: list[str], scenarios: list[str], out_file: TextIO | None
+) -> int:
+    def say(line: str = "") -> None:
+        print(line, flush=True)
+        if out_file:
+            print(line, file=out_file, flush=True)
+
+    sc = gendir.BIGROUPUSER
+    gen = gendir.generate(sc, DATA_DIR, reuse=True)
+    env: dict[str, str] = {} if args.memcache else SOCKET_ONLY
+    with tempfile.TemporaryDirectory(prefix="perf-ab-", dir="/tmp") as tmpname:
+        tmp = Path(tmpname)
+        a = prepare("A", args.a, args.a_opt, tmp)
+        b = prepare("B", args.b, args.b_opt, tmp)
+        if (a.floor or b.floor) and "warm-id" in scenarios:
+            scenarios = [s for s in scenarios if s != "warm-id"]
+        say(f"# perf.ab {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
+        say()
+        say(f"* command: `python -m perf.ab {shlex.join(argv)}`")
+        say(f"* A: {a.spec} ({a.describe}) {a.options or ''}")
+        say(f"* B: {b.spec} ({b.describe}) {b.options or ''}")
+        say(
+            f"* host: {platform.node()}, {os.cpu_count()} CPUs, Python"
+            f" {platform.python_version()}; load average at start {_loadavg()}"
+        )
+        say(
+            f"* directory: {sc.name}, slapd deref overlay {args.deref}; client memory cache "
+            f"{'on' if args.memcache else 'off (SSS_NSS_USE_MEMCACHE=NO)'}; "
+            f"{args.rounds} rounds, order A,B then B,A; CPU: cached's processes and slapd"
+        )
+        say()
+        say("```")
+        with Slapd(tmp / "slapd", gen.ldif, sc.base_dn, deref=args.deref == "yes") as server:
+            m = Measure(server, gen.expected(), tmp, env, args.warm_reps, args.log_level)
+            for r in range(args.rounds):
+                for side in (a, b) if r % 2 == 0 else (b, a):
+                    for name, s in m.round(side, r, scenarios):
+                        side.samples.setdefault(name, []).append(s)
+                        say(
+                            f"round={r} {side.label} {name:<10} wall={s.wall * 1e3:8.1f} ms "
+                            f"cpu={s.cpu * 1e3:8.1f} ms searches={s.searches:<5} "
+                            f"exact={s.exact}"
+                        )
+        say("```")
+        say()
+        say(f"load average at end {_loadavg()}")
+        say()
+        for line in summary(a, b, scenarios):
+            say(line)
+    wrong = sum(not s.exact for side in (a, b) for ss in side.samples.values() for s in ss)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""One cold initgroups of bigroupuser (or, ``--group NAME``, a group lookup) recorded
+from slapd and replayed with no server: the backend's work alone, byte for byte the
+same every time, so valgrind's instruction count compares two checkouts on a loaded
+machine where CPU seconds do not (±1 % run to run, where the CPU seconds of the same
+lookup moved by a fifth under other people's tests).
+
+    python -m testing.replay record FILE WORKDIR [--group NAME]
+    python -m testing.replay replay FILE WORKDIR [--rounds N]
+    PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no \\
+        python -m testing.replay replay FILE WORKDIR --rounds N      # "I refs"
+
+``record`` runs slapd with the generated directory and keeps what the socket sent and
+received during the second of two lookups (the first warms slapd). ``replay`` answers
+each request from the recording: a request that differs by one byte stops it, and so
+does an answer that is not the recorded one, so the replay proves the checkout still
+sends the same searches and computes the same answer. Round 0 is a fresh process's
+lookup (module-level memos empty, like a just-started backend's); later rounds have
+them filled: the instructions of rounds 0..N minus those of 0..N-1 isolate one. A
+recording holds the message ids of ldap3's counter, so it replays only with the
+checkout whose requests it recorded (or one sending the same).
+
+The floor under a cold lookup (:func:`floor_once`) sends a recording's requests again
+to the live server, byte for byte, and reads the answers with no client work at all:
+no client answers a cold lookup faster than the server sends what it needs. Each
+request goes out once as many answer bytes have arrived as had when cached sent it (a
+nesting level's searches wait for the level above, as cached's do), and the clock
+stops at the last byte. The answers must come to the recorded number of bytes, so a
+directory or a checkout that searches differently stops it. ``perf.ab --b floor``
+alternates it with cached's cold lookup end to end; tests/bench/test_bench_readpath.py
+times it beside the backend's own cold group lookup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import socket
+import sys
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+import ldap3
+
+from cached.cache.records import split_members
+from cached.counters import Counters
+from cached.ldap.provider import LdapProvider, Outcome
+from testing.backend import make_backend, make_domain
+
+BIG = "bigroupuser"
+Log = list[tuple[str, bytes]]
+
+
+class _Recording:
+    """The connection's socket, every byte received and sent kept in order."""
+
+    def __init__(self, sock: Any, log: Log) -> None:
+        self._s, self._log = sock, log
+
+    def recv_into(self, buf: Any) -> int:
+        n: int = self._s.recv_into(buf)
+        self._log.append(("r", bytes(buf[:n])))
+        return n
+
+    def sendall(self, data: bytes) -> None:
+        self._log.append(("s", bytes(data)))
+        self._s.sendall(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._s, name)
+
+
+class _Playback:
+    """A socket that answers from a recording and insists on the recorded requests."""
+
+    def __init__(self, log: Log) -> None:
+        self._log, self.at = log, 0
+
+    def recv_into(self, buf: Any) -> int:
+        kind, data = self._log[self.at]
+        if kind != "r":
+            raise RuntimeError(f"step {self.at}: a receive where the recording sent")
+        self.at += 1
+        buf[: len(data)] = data
+        return len(data)
+
+    def sendall(self, data: bytes) -> None:
+        kind, want = self._log[self.at]
+        if kind != "s" or bytes(data) != want:
+            raise RuntimeError(f"step {self.at}: not the recorded request: {bytes(data)[:200]!r}")
+        self.at += 1
+
+    def settimeout(self, _t: float | None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _lookup(p: LdapProvider, group: str | None) -> list[int] | list[str]:
+    """Run the lookup; its answer as the cache holds it."""
+    if group:
+        assert p.group_by_name(group).outcome is Outcome.FOUND
+        view = p.cache.group_by_name(group).value
+        assert view is not None
+        return sorted(split_members(view.members))
+    assert p.initgroups(BIG).outcome is Outcome.FOUND
+    ig = p.cache.initgroups(BIG).value
+    assert ig is not None
+    return sorted(array("I", ig.gids))
+
+
+def record(out: Path, work: Path, group: str | None) -> None:
+    from testing.gendir import BIGROUPUSER, generate
+    from testing.slapd import Slapd
+
+    gen = generate(BIGROUPUSER.with_schema("rfc2307bis"), work / "gen")
+    exp = gen.expected()
+    with Slapd(work / "slapd", gen.ldif, exp.base_dn, deref=True) as s:
+        recording = record_lookup(s.uri, s.base_dn, work, group)
+    with open(out, "wb") as f:
+        pickle.dump(recording, f)
+
+
+def record_lookup(uri: str, base: str, work: Path, group: str | None) -> dict[str, Any]:
+    """The second of two cold lookups against the server at ``uri``, recorded (the
+    first warms the server); caches in ``work``. :func:`floor_once` sends its requests
+    again."""
+    cfg = make_domain([uri], base)
+    for i in range(2):
+        p, cache, _ = make_backend(work / f"round{i}", cfg, Counters())
+        p.client.connect()
+        assert p.client.conn is not None
+        log: Log = []
+        start = ldap3.Server._message_counter
+        p.client.conn.socket = _Recording(p.client.conn.socket, log)
+        answer = _lookup(p, group)
+        info = p.client.info
+        p.client.close()
+        cache.close()
+    return {"uri": uri, "base": base, "info": info, "start": start,
+            "log": log, "answer": answer, "group": group}  # fmt: skip
+
+
+# An anonymous simple bind, message ID 1 (RFC 4511 §4.2): 30 0c, messageID 1,
+# [APPLICATION 0] { version 3, name "", simple [0] "" }. The recorded requests carry
+# ldap3's later message IDs.
+BIND = bytes.fromhex("300c020101600702010304008000")
+TIMEOUT = 120.0  # a recording slapd would answer differently waits this long, then fails
+
+
+class FloorError(RuntimeError):
+    pass
+
+
+def gated_sends(log: Log) -> tuple[list[tuple[int, bytes]], int]:
+    """Each recorded request with the answer bytes received before it was sent, and
+    the answer bytes in all."""
+    sends: list[tuple[int, bytes]] = []
+    got = 0
+    for kind, data in log:
+        if kind == "s":
+            if not _is_unbind(data):  # the recording's close: no answer comes
+                sends.append((got, data))
+        else:
+            got += len(data)
+    return sends, got
+
+
+def _is_unbind(request: bytes) -> bool:
+    """An UnbindRequest ([APPLICATION 2], RFC 4511 §4.3) after the message ID."""
+    head = 2 if request[1] < 0x80 else 2 + (request[1] & 0x7F)
+    return request[head + 2 + request[head + 1]] == 0x42
+
+
+def _message_end(buf: bytearray) -> int:
+    """The length of the first whole BER message in ``buf``, 0 if not all there."""
+    if len(buf) < 2:
+        return 0
+    first = buf[1]
+    if first < 0x80:
+        head, size = 2, first
+    else:
+        n = first & 0x7F
+        if len(buf) < 2 + n:
+            return 0
+        head, size = 2 + n, int.from_bytes(buf[2 : 2 + n], "big")
+    return head + size if len(buf) >= head + size else 0
+
+
+def floor_once(
+    port: int, sends: list[tuple[int, bytes]], total: int, timeout: float = TIMEOUT
+) -> float:
+    """Seconds from the first recorded request to the last answer byte, on a
+    connection opened and bound before."""
+    try:
+        return _floor_once(port, sends, total, timeout)
+    except TimeoutError:
+        raise FloorError(
+            f"no answer byte in {timeout:g} s: fewer answer bytes than the recording's {total}"
+        ) from None
+
+
+def _floor_once(port: int, sends: list[tuple[int, bytes]], total: int, timeout: float) -> float:
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(BIND)
+        reply = bytearray()
+        while not (end := _message_end(reply)):
+            n = s.recv_into(view)
+            if not n:
+                raise FloorError("the server closed the connection during the bind")
+            reply += view[:n]
+        if end != len(reply) or reply[end - 7 : end - 4] != b"\x0a\x01\x00":
+            raise FloorError(f"the anonymous bind failed: {bytes(reply)!r}")
+        received, i = 0, 0
+        start = time.perf_counter()
+        while True:
+            while i < len(sends) and sends[i][0] <= received:
+                s.sendall(sends[i][1])
+                i += 1
+            if received >= total:
+                break
+            n = s.recv_into(view)
+            if not n:
+                raise FloorError(f"the server closed the connection after {received} bytes")
+            received += n
+    elapsed = time.perf_counter() - start
+    if received != total:
+        raise FloorError(f"{received} answer bytes where the recording has {total}")
+    return elapsed
+
+
+def replay(src: Path, work: Path, rounds: int) -> None:
+    with open(src, "rb") as f:
+        d = pickle.load(f)
+    cfg = make_domain([d["uri"]], d["base"])
+    for i in range(rounds):
+        p, cache, _ = make_backend(work / f"play{i}", cfg, Counters())
+        conn = ldap3.Connection(
+            ldap3.Server(d["uri"]), auto_bind=ldap3.AUTO_BIND_NONE,
+            check_names=False, read_only=True, raise_exceptions=True,
+        )  # fmt: skip
+        conn.closed = False
+        playback = _Playback(d["log"])
+        conn.socket = playback
+        p.client.conn, p.client.info = conn, d["info"]
+        p.client.connected_at = p.client.clock()
+        ldap3.Server._message_counter = d["start"]
+        t0 = time.process_time()
+        answer = _lookup(p, d["group"])
+        cpu = time.process_time() - t0
+        if answer != d["answer"]:
+            raise RuntimeError("not the recorded answer")
+        if playback.at < len(d["log"]) - 1:
+            raise RuntimeError(f"stopped at step {playback.at} of {len(d['log'])}")
+        print(f"round {i}: cpu {cpu:.3f} s", file=sys.stderr)
+        p.client.conn = None
+        cache.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m testing.replay", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("mode", choices=("record", "replay"))
+    ap.add_argument("file", type=Path, help="the recording")
+    ap.add_argument("workdir", type=Path, help="a directory for slapd and the caches")
+    ap.add_argument("--group", help="record a lookup of this group instead of initgroups")
+    ap.add_argument("--rounds", type=int, default=1, help="replays in this process")
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    if args.mode == "record":
+        record(args.file, args.workdir, args.group)
+    else:
+        replay(args.file, args.workdir, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
