@@ -8,6 +8,10 @@ cleanly (each backend marks its cache clean); SIGHUP is passed on (the responder
 drops its negative cache, as SSSD's monitor asks its NSS responder to, §4).
 Readiness is reported to systemd with ``sd_notify`` when ``NOTIFY_SOCKET`` is set.
 
+Before it starts anything, and again before each child starts or restarts, the
+monitor walks every state directory from ``/`` (``statedir.py``): a child that would
+open one another user could change is not started.
+
 The control socket (``<pipes_dir>/private/control``, mode 0600, root's) answers
 ``cached status``, ``cached perf`` and ``cached cache``: it gathers counters and
 status from the children over their private RPC sockets.
@@ -30,6 +34,7 @@ from typing import Any
 from cached.config import Config
 from cached.ipc import aio, framing
 from cached.ipc.ops import Op
+from cached.statedir import UnsafeDirectory, check_dir
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,21 @@ def report_ready() -> None:
         with contextlib.suppress(OSError):
             os.write(int(fd), b"1")
             os.close(int(fd))
+
+
+def check_state_dirs(config: Config) -> None:
+    """Walk every state directory a child opens from ``/`` (``statedir``), creating
+    what is missing; ``UnsafeDirectory`` names the first that another user could
+    change. Run at start and before each child starts: a child opens them by name.
+    (The pid file's directory is the monitor's alone, checked with the pid file.)"""
+    d = config.daemon
+    for option, path, mode in (
+        ("db_dir", d.db_dir, 0o700),
+        ("pipes_dir", d.pipes_dir, 0o755),
+        ("pipes_dir", framing.private_dir(d.pipes_dir), 0o700),
+        ("mc_dir", d.mc_dir, 0o755),
+    ):
+        check_dir(option, path, create_mode=mode)
 
 
 @dataclass
@@ -105,9 +125,18 @@ class Monitor:
     # -- children ----------------------------------------------------------------------
 
     async def _spawn(self, child: Child) -> bool:
-        """Start ``child`` and wait until it reports ready; False if it did not."""
-        rfd, wfd = os.pipe()
+        """Start ``child`` and wait until it reports ready; False if it did not, or
+        was not started because a state directory is no longer safe."""
         child.ready.clear()
+        try:
+            check_state_dirs(self.config)
+        except (UnsafeDirectory, OSError) as e:
+            child.proc = None
+            child.last_exit = f"not started: {e}"
+            log.error("not starting %s: %s; trying again in %.0f s", child.name, e,
+                      child.backoff)  # fmt: skip
+            return False
+        rfd, wfd = os.pipe()
         env = dict(os.environ, **{READY_FD_ENV: str(wfd)})
         env.pop("NOTIFY_SOCKET", None)  # readiness to systemd is the monitor's job
         try:
@@ -145,18 +174,18 @@ class Monitor:
     async def _watch(self, child: Child) -> None:
         """Restart ``child`` whenever it exits, with a growing delay."""
         while not self.stopping:
-            assert child.proc is not None
-            code = await child.proc.wait()
-            child.ready.clear()
-            if self.stopping:
-                return
-            child.last_exit = f"signal {-code}" if code < 0 else f"exit status {code}"
-            if time.monotonic() - child.started > HEALTHY_AFTER:
-                child.backoff = BACKOFF_START
-            log.error(
-                "%s (pid %d) died: %s; restarting in %.0f s",
-                child.name, child.proc.pid, child.last_exit, child.backoff,
-            )  # fmt: skip
+            if child.proc is not None:  # else it was not started: try again
+                code = await child.proc.wait()
+                child.ready.clear()
+                if self.stopping:
+                    return
+                child.last_exit = f"signal {-code}" if code < 0 else f"exit status {code}"
+                if time.monotonic() - child.started > HEALTHY_AFTER:
+                    child.backoff = BACKOFF_START
+                log.error(
+                    "%s (pid %d) died: %s; restarting in %.0f s",
+                    child.name, child.proc.pid, child.last_exit, child.backoff,
+                )  # fmt: skip
             await asyncio.sleep(child.backoff)
             child.backoff = min(child.backoff * 2, BACKOFF_MAX)
             if self.stopping:
@@ -327,32 +356,10 @@ def _write_pid_file(path: str) -> None:
         raise
 
 
-def _check_state_dir(option: str, path: str) -> None:
-    """Refuse a directory of ours that another user could write to or owns: there
-    they could plant a symlink where the responder chmods its socket, or a socket of
-    their own where ours should be, or a link where `cached cache` writes (found in
-    review: a world-writable pipes_dir let a user make a root-only file 0666)."""
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise RuntimeError(f"{option} = {path}: not a directory")
-    if st.st_uid not in (0, os.geteuid()):
-        raise RuntimeError(f"{option} = {path}: belongs to uid {st.st_uid}, not root")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise RuntimeError(
-            f"{option} = {path}: writable by other users (mode {stat.S_IMODE(st.st_mode):04o});"
-            f" make it writable by root only (chmod go-w {path})"
-        )
-
-
 async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
     d = config.daemon
-    dirs = (("db_dir", d.db_dir, 0o700), ("pipes_dir", d.pipes_dir, 0o755),
-            ("mc_dir", d.mc_dir, 0o755),
-            ("pipes_dir", framing.private_dir(d.pipes_dir), 0o700))  # fmt: skip
     try:
-        for option, path, mode in dirs:
-            os.makedirs(path, mode=mode, exist_ok=True)
-            _check_state_dir(option, path)
+        check_state_dirs(config)
         _write_pid_file(d.pid_file)
     except (RuntimeError, OSError) as e:
         log.error("%s", e)
