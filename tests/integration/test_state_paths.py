@@ -9,13 +9,17 @@ directory only root may write, and its content is never taken as proof of anythi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cached.ipc import aio, framing
+from cached.ipc.ops import Op
 from testing import asuser
 from testing.checks import child, wait_for
 
@@ -60,3 +64,89 @@ def test_a_restarted_backend_never_writes_into_a_directory_a_user_took(
     wait_for(lambda: child(d, "backend LDAP")["ready"], "the backend restarted", timeout=180,
              log=d.log_tail)  # fmt: skip
     assert {"cache_LDAP.lmdb", "timestamps_LDAP.lmdb"} <= {p.name for p in mine.iterdir()}
+
+
+# == the private sockets: each end checks the other =======================================
+
+FORGING_SERVER = """
+import socket, sys
+from cached.ipc.framing import FrameDecoder, encode_frame
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen()
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    with c:
+        for m in FrameDecoder().feed(c.recv(65536)):
+            if "id" in m:
+                c.sendall(encode_frame({"id": m["id"], "ok": True, "status": "forged"}))
+"""
+
+ASKING_CLIENT = """
+import socket, sys
+from cached.ipc.framing import encode_frame
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+try:
+    s.sendall(encode_frame({"id": 1, "op": "status", "args": {}}))
+    print("answered" if s.recv(65536) else "closed")
+except (BrokenPipeError, ConnectionResetError):  # closed before or after the request
+    print("closed")
+"""
+
+
+def test_a_private_socket_peer_that_is_not_root_is_refused_at_both_ends(tmp_path):
+    asuser.open_the_way(tmp_path)
+    tmp_path.chmod(0o755)
+    # The client end: a socket another user bound where a backend's should be (its
+    # directory the user's) answers nothing to root's tools, backends or responder.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    path = str(theirs / "be_LDAP")
+    server = asuser.start_python(["-c", FORGING_SERVER, path])
+    try:
+        assert server.stdout is not None and server.stderr is not None
+        assert server.stdout.readline() == "listening\n", server.stderr.read()
+        refused = rf"{path}: the server runs as uid {NOBODY}, not root"
+        with pytest.raises(framing.RpcError, match=refused):
+            framing.call_sync(path, Op.STATUS, timeout=30)
+
+        async def ask() -> None:
+            client = aio.RpcClient(path)
+            try:
+                with pytest.raises(framing.RpcError, match=refused):
+                    await client.call(Op.STATUS, timeout=30)
+            finally:
+                await client.close()
+
+        asyncio.run(ask())
+        notifier = framing.Notifier(path, timeout=30)
+        assert "not root" in notifier.send(Op.INVALIDATED)
+        notifier.close()
+    finally:
+        server.kill()
+        server.communicate(timeout=30)
+
+    # The server end: a client of another user gets the connection closed, no answer,
+    # even where the socket's mode would let it in; root is answered.
+    ours = tmp_path / "ours"
+    ours.mkdir(mode=0o755)
+    path = str(ours / "be_LDAP")
+
+    async def handler(op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        return {"status": "answered"}
+
+    async def serve_both() -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+        srv = await aio.serve(path, handler, mode=0o666)
+        try:
+            nobody = await asyncio.to_thread(asuser.run_python, ["-c", ASKING_CLIENT, path])
+            root = await asyncio.to_thread(framing.call_sync, path, Op.STATUS, 30.0)
+        finally:
+            srv.close()
+        return nobody, root
+
+    nobody, root = asyncio.run(serve_both())
+    assert nobody.stdout.strip() == "closed", (nobody.stdout, nobody.stderr)
+    assert root["status"] == "answered"
