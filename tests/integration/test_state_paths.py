@@ -10,18 +10,23 @@ directory only root may write, and its content is never taken as proof of anythi
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cached.config import parse_config
 from cached.ipc import aio, framing
 from cached.ipc.ops import Op
+from cached.monitor import PidFile, run_monitor
 from testing import asuser
 from testing.checks import child, wait_for
+from testing.daemon import REPO, config_text
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: uid 65534 attacks root")
 
@@ -150,3 +155,104 @@ def test_a_private_socket_peer_that_is_not_root_is_refused_at_both_ends(tmp_path
     nobody, root = asyncio.run(serve_both())
     assert nobody.stdout.strip() == "closed", (nobody.stdout, nobody.stderr)
     assert root["status"] == "answered"
+
+
+# == the pid file ===========================================================================
+
+PID_TAKER = """
+import sys
+from cached.monitor import PidFile
+try:
+    held = PidFile(sys.argv[1])
+except Exception as e:
+    print("refused", e, flush=True)
+else:
+    print("taken", flush=True)
+    sys.stdin.readline()
+    held.release()
+"""
+
+
+def _take_in_another_process(path: Path) -> subprocess.Popen[str]:
+    """A monitor's PidFile in a process of its own (POSIX locks are per process)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", PID_TAKER, str(path)], cwd=REPO, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _pid_file_config(tmp_path: Path, pid_file: Path) -> Any:
+    text = config_text(["ldap://127.0.0.1:1"], "dc=example,dc=test", tmp_path,
+                       daemon={"pid_file": pid_file})  # fmt: skip
+    return parse_config(text)
+
+
+def test_a_planted_pid_file_neither_stops_the_daemon_nor_is_trusted(tmp_path, caplog):
+    asuser.open_the_way(tmp_path)
+    tmp_path.chmod(0o755)
+    # A process of the user's whose arguments read `cached serve`.
+    decoy = subprocess.Popen([*asuser.as_nobody(), "sh", "-c", "read x", "cached", "serve"],
+                             stdin=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        # In a sticky world-writable directory (/tmp-like) the user plants a pid file
+        # naming it. The daemon refuses the directory, and says why; it no longer
+        # reports a cached running that does not.
+        sticky = tmp_path / "sticky"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        planted = sticky / "cached.pid"
+        _as_nobody("sh", "-c", f"echo {decoy.pid} > {planted}")
+        cfg = _pid_file_config(tmp_path, planted)
+        with caplog.at_level(logging.ERROR):
+            assert asyncio.run(run_monitor(cfg, str(tmp_path / "cached.conf"), "info")) == 1
+        assert f"pid_file = {planted}: {sticky} writable by other users (mode 1777" in caplog.text
+        assert "already runs" not in caplog.text
+        # In root's own directory the same content (a monitor killed, its pid reused
+        # by the user's process) proves nothing: the lock is free, the file is taken.
+        run = tmp_path / "run"
+        run.mkdir(mode=0o755)
+        pid_file = run / "cached.pid"
+        pid_file.write_text(f"{decoy.pid}\n")
+        held = PidFile(str(pid_file))
+    finally:
+        decoy.communicate("\n", timeout=30)
+    try:
+        assert pid_file.read_text() == f"{os.getpid()}\n"
+        # Only root may open it: any descriptor can hold a lock (flock through a
+        # read-only one), so one of the user's would keep every monitor out.
+        assert pid_file.stat().st_mode & 0o7777 == 0o600
+        peek = asuser.run_python(["-c", "import sys; open(sys.argv[1])", str(pid_file)])
+        assert "PermissionError" in peek.stderr, peek.stderr
+        # The lock is what says a monitor runs: a second one is refused.
+        second = _take_in_another_process(pid_file)
+        out, err = second.communicate(timeout=60)
+        assert out.startswith("refused") and f"already runs as pid {os.getpid()}" in out, err
+    finally:
+        held.release()
+    assert not pid_file.exists()
+    # A pid file others could open (0644, as written before) may have a lock of theirs
+    # on it: it is replaced, not locked.
+    pid_file.write_text("1\n")
+    pid_file.chmod(0o644)
+    holder = asuser.start_python(["-c", (
+        "import fcntl, sys\nf = open(sys.argv[1])\nfcntl.flock(f, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\nsys.stdin.readline()\n"), str(pid_file)])  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        first = _take_in_another_process(pid_file)
+        assert first.stdout is not None and first.stdout.readline() == "taken\n"
+        assert pid_file.read_text() == f"{first.pid}\n"
+        first.communicate("\n", timeout=60)
+    finally:
+        holder.communicate("\n", timeout=30)
+    # Never through a symlink at the name, and never through a directory that is one.
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    pid_file.symlink_to(victim)
+    with pytest.raises(RuntimeError, match=rf"pid_file = {pid_file}: a symlink"):
+        PidFile(str(pid_file))
+    (tmp_path / "run-link").symlink_to(run)
+    with pytest.raises(RuntimeError, match=rf"{tmp_path}/run-link is a symlink"):
+        PidFile(str(tmp_path / "run-link/other.pid"))
+    assert victim.read_text() == "precious\n"
