@@ -288,8 +288,8 @@ class PidFile:
     alone (``statedir``), or another user could plant a file or a symlink at the
     name; and the file is 0600, because any open descriptor can hold a lock on it
     (``flock`` through a read-only one, and a POSIX read lock too), so a file other
-    users could open would let them keep the daemon from starting. A file there that
-    others could have opened (0644, from before) is replaced, not locked.
+    users could open would let them keep the daemon from starting. A file found there
+    that others could have opened (0644) is replaced, not locked.
     """
 
     def __init__(self, path: str) -> None:

@@ -230,8 +230,8 @@ def test_a_planted_pid_file_neither_stops_the_daemon_nor_is_trusted(tmp_path, ca
     finally:
         held.release()
     assert not pid_file.exists()
-    # A pid file others could open (0644, as written before) may have a lock of theirs
-    # on it: it is replaced, not locked.
+    # A pid file others could open (0644) may hold a lock of theirs: it is replaced,
+    # not locked.
     pid_file.write_text("1\n")
     pid_file.chmod(0o644)
     holder = asuser.start_python(["-c", (
