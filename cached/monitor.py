@@ -8,6 +8,11 @@ cleanly (each backend marks its cache clean); SIGHUP is passed on (the responder
 drops its negative cache, as SSSD's monitor asks its NSS responder to, §4).
 Readiness is reported to systemd with ``sd_notify`` when ``NOTIFY_SOCKET`` is set.
 
+Before it starts anything, and again before each child starts or restarts, the
+monitor walks every state directory from ``/`` (``statedir.py``): a child that would
+open one another user could change is not started. The pid file is held by a lock,
+in a directory only root may write (``PidFile``).
+
 The control socket (``<pipes_dir>/private/control``, mode 0600, root's) answers
 ``cached status``, ``cached perf`` and ``cached cache``: it gathers counters and
 status from the children over their private RPC sockets.
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import signal
@@ -30,6 +37,7 @@ from typing import Any
 from cached.config import Config
 from cached.ipc import aio, framing
 from cached.ipc.ops import Op
+from cached.statedir import UnsafeDirectory, check_dir, open_dir
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,21 @@ def report_ready() -> None:
         with contextlib.suppress(OSError):
             os.write(int(fd), b"1")
             os.close(int(fd))
+
+
+def check_state_dirs(config: Config) -> None:
+    """Walk every state directory a child opens from ``/`` (``statedir``), creating
+    what is missing; ``UnsafeDirectory`` names the first that another user could
+    change. Run at start and before each child starts: a child opens them by name.
+    (The pid file's directory is the monitor's alone, walked by ``PidFile``.)"""
+    d = config.daemon
+    for option, path, mode in (
+        ("db_dir", d.db_dir, 0o700),
+        ("pipes_dir", d.pipes_dir, 0o755),
+        ("pipes_dir", framing.private_dir(d.pipes_dir), 0o700),
+        ("mc_dir", d.mc_dir, 0o755),
+    ):
+        check_dir(option, path, create_mode=mode)
 
 
 @dataclass
@@ -105,9 +128,18 @@ class Monitor:
     # -- children ----------------------------------------------------------------------
 
     async def _spawn(self, child: Child) -> bool:
-        """Start ``child`` and wait until it reports ready; False if it did not."""
-        rfd, wfd = os.pipe()
+        """Start ``child`` and wait until it reports ready; False if it did not, or
+        was not started because a state directory is no longer safe."""
         child.ready.clear()
+        try:
+            check_state_dirs(self.config)
+        except (UnsafeDirectory, OSError) as e:
+            child.proc = None
+            child.last_exit = f"not started: {e}"
+            log.error("not starting %s: %s; trying again in %.0f s", child.name, e,
+                      child.backoff)  # fmt: skip
+            return False
+        rfd, wfd = os.pipe()
         env = dict(os.environ, **{READY_FD_ENV: str(wfd)})
         env.pop("NOTIFY_SOCKET", None)  # readiness to systemd is the monitor's job
         try:
@@ -145,18 +177,18 @@ class Monitor:
     async def _watch(self, child: Child) -> None:
         """Restart ``child`` whenever it exits, with a growing delay."""
         while not self.stopping:
-            assert child.proc is not None
-            code = await child.proc.wait()
-            child.ready.clear()
-            if self.stopping:
-                return
-            child.last_exit = f"signal {-code}" if code < 0 else f"exit status {code}"
-            if time.monotonic() - child.started > HEALTHY_AFTER:
-                child.backoff = BACKOFF_START
-            log.error(
-                "%s (pid %d) died: %s; restarting in %.0f s",
-                child.name, child.proc.pid, child.last_exit, child.backoff,
-            )  # fmt: skip
+            if child.proc is not None:  # else it was not started: try again
+                code = await child.proc.wait()
+                child.ready.clear()
+                if self.stopping:
+                    return
+                child.last_exit = f"signal {-code}" if code < 0 else f"exit status {code}"
+                if time.monotonic() - child.started > HEALTHY_AFTER:
+                    child.backoff = BACKOFF_START
+                log.error(
+                    "%s (pid %d) died: %s; restarting in %.0f s",
+                    child.name, child.proc.pid, child.last_exit, child.backoff,
+                )  # fmt: skip
             await asyncio.sleep(child.backoff)
             child.backoff = min(child.backoff * 2, BACKOFF_MAX)
             if self.stopping:
@@ -247,113 +279,83 @@ class Monitor:
         raise ValueError(f"the control socket does not answer {op}")
 
 
-def _running_cached(pid: int) -> bool:
-    """Is ``pid`` a live cached monitor (not a reused pid of another program)?"""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return False
-    return any(b"cached" in a for a in argv) and b"serve" in argv
+class PidFile:
+    """The monitor's pid file, held by a lock (``flock``) for as long as it runs.
 
+    Whether a monitor runs is the lock's answer, never the file's content: a file
+    naming a live process proves nothing (any user can start one whose arguments read
+    ``cached serve``). Nobody else may take the lock: the directory must be root's
+    alone (``statedir``), or another user could plant a file or a symlink at the
+    name; and the file is 0600, because any open descriptor can hold a lock on it
+    (``flock`` through a read-only one, and a POSIX read lock too), so a file other
+    users could open would let them keep the daemon from starting. A file found there
+    that others could have opened (0644) is replaced, not locked.
+    """
 
-def _read_pid(path: str) -> int:
-    """The pid in an existing pid file, 0 when there is none or it is not ours to read.
-    Not through a symlink (O_NOFOLLOW) and at most a few bytes: the file may have been
-    put there by someone else."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return 0
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return 0
-        return int(os.read(fd, 32).decode("ascii", "replace").strip() or 0)
-    except (OSError, ValueError):
-        return 0
-    finally:
-        os.close(fd)
-
-
-def _check_pid_dir(path: str, parent: str) -> None:
-    """Refuse a pid file where another user could swap files under us: a directory
-    owned by someone else, or writable by others without the sticky bit (there any
-    user can rename our temporary file or plant a symlink; docs/threat-model.md)."""
-    st = os.stat(parent)
-    if st.st_uid not in (0, os.geteuid()):
-        raise RuntimeError(
-            f"{path}: directory {parent} belongs to uid {st.st_uid}; "
-            "set pid_file in a directory owned by root (e.g. /run)"
-        )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-        raise RuntimeError(
-            f"{path}: directory {parent} is writable by other users (mode "
-            f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit; "
-            "set pid_file in a directory only root can write (e.g. /run)"
-        )
-
-
-def _write_pid_file(path: str) -> None:
-    other = _read_pid(path)
-    if other and other != os.getpid() and _running_cached(other):
-        raise RuntimeError(f"{path}: cached already runs as pid {other}")
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    _check_pid_dir(path, parent)
-    # A new file of our own (O_EXCL: never one that exists, O_NOFOLLOW: never through
-    # a symlink, even where fs.protected_symlinks = 0), then renamed over the pid file
-    # (rename replaces a symlink there, it does not follow it). The name is not
-    # guessable, and a file already there is someone else's: try another name.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    for _ in range(100):
-        tmp = f"{path}.{os.getpid()}.{os.urandom(6).hex()}"
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.name = os.path.basename(self.path)
+        self._dir = open_dir("pid_file", os.path.dirname(self.path), 0o755, self.path)
         try:
-            fd = os.open(tmp, flags, 0o644)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise RuntimeError(f"{path}: cannot create a temporary file beside it")
-    try:
-        os.write(fd, f"{os.getpid()}\n".encode())
-        os.fchmod(fd, 0o644)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+            self._fd = self._take()
+        except BaseException:
+            os.close(self._dir)
+            raise
 
+    def _take(self) -> int:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        while True:
+            try:
+                fd = os.open(self.name, flags, 0o600, dir_fd=self._dir)
+            except OSError as e:
+                why = "a symlink" if e.errno == errno.ELOOP else e.strerror
+                raise RuntimeError(f"pid_file = {self.path}: {why}") from None
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise RuntimeError(f"pid_file = {self.path}: not a regular file")
+                if st.st_mode & 0o077 or st.st_uid != os.geteuid():
+                    os.unlink(self.name, dir_fd=self._dir)  # others may hold it open
+                    os.close(fd)
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    other = os.read(fd, 32).decode("ascii", "replace").strip()
+                    raise RuntimeError(
+                        f"pid_file = {self.path}: locked: cached already runs"
+                        + (f" as pid {other}" if other.isdigit() else "")
+                    ) from None
+                # A monitor that stopped as we opened the file removed it: the lock
+                # is on a file nobody finds any more. Take the one at the name now.
+                here = os.stat(self.name, dir_fd=self._dir, follow_symlinks=False)
+                if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino):
+                    os.close(fd)
+                    continue
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                return fd
+            except FileNotFoundError:
+                os.close(fd)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
 
-def _check_state_dir(option: str, path: str) -> None:
-    """Refuse a directory of ours that another user could write to or owns: there
-    they could plant a symlink where the responder chmods its socket, or a socket of
-    their own where ours should be, or a link where `cached cache` writes (found in
-    review: a world-writable pipes_dir let a user make a root-only file 0666)."""
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise RuntimeError(f"{option} = {path}: not a directory")
-    if st.st_uid not in (0, os.geteuid()):
-        raise RuntimeError(f"{option} = {path}: belongs to uid {st.st_uid}, not root")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise RuntimeError(
-            f"{option} = {path}: writable by other users (mode {stat.S_IMODE(st.st_mode):04o});"
-            f" make it writable by root only (chmod go-w {path})"
-        )
+    def release(self) -> None:
+        """Remove the file, then drop the lock (in this order: a monitor starting
+        meanwhile finds the file gone, or locked)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.name, dir_fd=self._dir)
+        os.close(self._fd)
+        os.close(self._dir)
 
 
 async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
     d = config.daemon
-    dirs = (("db_dir", d.db_dir, 0o700), ("pipes_dir", d.pipes_dir, 0o755),
-            ("mc_dir", d.mc_dir, 0o755),
-            ("pipes_dir", framing.private_dir(d.pipes_dir), 0o700))  # fmt: skip
     try:
-        for option, path, mode in dirs:
-            os.makedirs(path, mode=mode, exist_ok=True)
-            _check_state_dir(option, path)
-        _write_pid_file(d.pid_file)
+        check_state_dirs(config)
+        pid_file = PidFile(d.pid_file)
     except (RuntimeError, OSError) as e:
         log.error("%s", e)
         return 1
@@ -384,5 +386,4 @@ async def run_monitor(config: Config, config_path: str, log_level: str) -> int:
         await monitor.stop()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(framing.control_socket(d.pipes_dir))
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(d.pid_file)
+        pid_file.release()

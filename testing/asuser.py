@@ -102,6 +102,17 @@ def run_python(
     )  # fmt: skip
 
 
+def start_python(args: Sequence[str], env: dict[str, str] | None = None,
+                 **kw: Any) -> subprocess.Popen[str]:  # fmt: skip
+    """``run_python`` without waiting: the caller talks to it and ends it, by pid."""
+    exe, site = _site()
+    env = {**os.environ, **(env or {}), "PYTHONPATH": site}
+    return subprocess.Popen(
+        [*as_nobody(), exe, "-s", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env, cwd="/", **kw,
+    )  # fmt: skip
+
+
 def open_the_way(path: Path) -> None:
     """Let every user traverse the folders above ``path`` that tests created (the
     temporary directories of pytest are 0700). Test folders only."""

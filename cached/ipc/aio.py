@@ -10,26 +10,23 @@ import contextlib
 import itertools
 import logging
 import os
-import socket
-import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from cached.ipc import framing
 from cached.ipc.framing import FrameDecoder, Message, RpcError, encode_frame, prepare_socket_path
 from cached.ipc.ops import Op
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Op, dict[str, Any]], Awaitable[dict[str, Any]]]
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (socket(7) SO_PEERCRED)
 
 
 def peer_uid(writer: asyncio.StreamWriter | asyncio.BaseTransport) -> int | None:
     sock = writer.get_extra_info("socket")
     if sock is None:
         return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    return int(_UCRED.unpack(creds)[1])
+    return framing.peer_uid(sock)
 
 
 async def serve(
@@ -114,6 +111,11 @@ class RpcClient:
                 reader, writer = await asyncio.open_unix_connection(self.path)
             except OSError as e:
                 raise RpcError(f"{self.path}: {e.strerror or e}") from None
+            try:
+                framing.check_server(writer.get_extra_info("socket"), self.path)
+            except RpcError:
+                writer.close()
+                raise
             self._writer = writer
             self._reader_task = asyncio.create_task(self._read(reader, writer))
             return writer

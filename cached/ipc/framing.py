@@ -34,12 +34,36 @@ log = logging.getLogger(__name__)
 # far above both and stops a confused peer from making us buffer without end.
 MAX_FRAME = 16 << 20
 _LEN = struct.Struct(">I")
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (socket(7) SO_PEERCRED)
 
 Message = dict[str, Any]
 
 
 class RpcError(Exception):
     """The peer is unreachable, went away, answered with an error, or took too long."""
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket, as the
+    kernel recorded it at connect (or listen) time: SO_PEERCRED."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return int(_UCRED.unpack(creds)[1])
+
+
+def trusted_uid(uid: int | None) -> bool:
+    """Root, or the user we run as (tests run the daemon unprivileged): the only
+    peers the private sockets talk to, at either end."""
+    return uid == 0 or uid == os.geteuid()
+
+
+def check_server(sock: socket.socket, path: str) -> None:
+    """Refuse a server that is not root's. The socket's directory is root's alone,
+    but a name is trusted no further than every directory on its way (``statedir``):
+    a socket bound there by another user would be told the tools' requests and could
+    answer them, so the client checks the server as the server checks the client."""
+    uid = peer_uid(sock)
+    if not trusted_uid(uid):
+        raise RpcError(f"{path}: the server runs as uid {uid}, not root; not talking to it")
 
 
 def private_dir(pipes_dir: str) -> str:
@@ -106,6 +130,7 @@ def call_sync(path: str, op: Op, timeout: float = 30.0, **args: Any) -> Message:
         sock.settimeout(timeout)
         try:
             sock.connect(path)
+            check_server(sock, path)
             sock.sendall(encode_frame({"id": 1, "op": op.value, "args": args}))
             decoder = FrameDecoder()
             while True:
@@ -142,11 +167,15 @@ class Notifier:
                 sock.settimeout(self.timeout)
                 try:
                     sock.connect(self.path)
+                    check_server(sock, self.path)
                 except BaseException:
                     sock.close()
                     raise
                 self._sock = sock
             self._sock.sendall(frame)
+        except RpcError as e:
+            self.close()
+            return str(e)
         except OSError as e:
             self.close()
             return f"{self.path}: {e.strerror or e}"

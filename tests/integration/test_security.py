@@ -8,11 +8,8 @@ running as uid 65534 (``testing.attacker``) on the real socket.
 
 from __future__ import annotations
 
-import os
 import socket
-import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -37,7 +34,7 @@ from testing.checks import (
     responder_status,
     wait_for,
 )
-from testing.daemon import REPO, CachedDaemon, config_text
+from testing.daemon import CachedDaemon, config_text
 from testing.ldif import BASE, GROUPS, PEOPLE, b64, group_entry, minimal_user, user_entry
 from testing.marks import requires_nss
 from testing.nsenv import NssProbe
@@ -430,67 +427,6 @@ def test_17_12_a_uid_joining_a_queued_refresh_is_not_kept_behind_the_queue(
     # The search stuck at the pause, then the victim's turn (uids take turns). Without
     # the join it waits behind the ~32 flood requests queued before the attacker's ask.
     assert ahead <= 3, f"{ahead} flood searches ran before the shared one"
-
-
-# == the pid file =========================================================================
-
-PID_WRITER = (
-    "import sys; from cached.monitor import _write_pid_file\n"
-    "print(flush=True); sys.stdin.readline()\n"
-    "try:\n    _write_pid_file(sys.argv[1]); print('written')\n"
-    "except Exception as e:\n    print('refused', e)\n"
-)
-
-
-def _pid_writer(path: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", PID_WRITER, str(path)], cwd=REPO, text=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stdout.readline() == "\n"
-    return proc
-
-
-def _as_nobody(*argv: str) -> None:
-    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
-                   check=True, capture_output=True)  # fmt: skip
-
-
-def test_17_14_pid_file_is_not_written_through_a_symlink(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the attack is uid 65534 against root")
-    for parent in [tmp_path, *tmp_path.parents]:
-        if parent == Path("/tmp"):
-            break
-        parent.chmod(parent.stat().st_mode | 0o005)  # test directories only: nobody plants
-    victim = tmp_path / "victim"
-    victim.write_text("precious\n")
-    victim.chmod(0o600)
-    # A world-writable directory without the sticky bit: any user can swap files in
-    # it, whatever fs.protected_symlinks says. Refused, victim untouched.
-    open_dir = tmp_path / "open"
-    open_dir.mkdir()
-    open_dir.chmod(0o777)
-    proc = _pid_writer(open_dir / "cached.pid")
-    for name in (f"cached.pid.{proc.pid}", "cached.pid"):
-        _as_nobody("ln", "-s", str(victim), str(open_dir / name))
-    out, _ = proc.communicate("go\n", timeout=30)
-    assert out.startswith("refused") and "without the sticky bit" in out, out
-    assert victim.read_text() == "precious\n"
-    # A sticky world-writable directory (/tmp-like): the symlinks planted at the
-    # temporary name are never followed; the pid file is written, the victim untouched.
-    sticky = tmp_path / "sticky"
-    sticky.mkdir()
-    sticky.chmod(0o1777)
-    proc = _pid_writer(sticky / "cached.pid")
-    _as_nobody("ln", "-s", str(victim), str(sticky / f"cached.pid.{proc.pid}"))
-    out, _ = proc.communicate("go\n", timeout=30)
-    assert out.strip() == "written", out
-    assert victim.read_text() == "precious\n"
-    pid_file = sticky / "cached.pid"
-    assert not pid_file.is_symlink() and pid_file.read_text() == f"{proc.pid}\n"
-    st = pid_file.stat()
-    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o644
 
 
 # == what held (kept tested) ==============================================================
