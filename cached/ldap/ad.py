@@ -25,26 +25,27 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   and only one added to the mapper, so its slice is the same at every start without
   storing it (SSSD stores slices because its mapper learns trusted domains in the
   order it meets them; cached serves no trusted domains, whose SIDs are skipped).
-* **validation before transfer** (cached/ldap/validate.py, whose trust rule applies):
+* **validation before transfer** (cached/ldap/refresh.py, under the trust rule of
+  cached/ldap/stamps.py):
   a refresh of an initgroups the cache holds (the next ``id`` after expiry) makes
   the tokenGroups search as a cold one, then asks for the token's
   groups by objectSid with their name, gid/SID and stamps only — no ``member`` value —
   and fetches whole (members named as a cold fetch names them: ASQ, batches, the sweep)
   only the POSIX groups whose stamp differs from the stored one, the new ones, those
   due a whole read (``refresh_full_interval``), and the non-POSIX token groups those
-  list (item 8); the rest are touched. Groups that left the token are re-read as on
-  the full path (``LdapProvider._vanished``); one write (``validate.store_validated``).
+  list (walked through, as SSSD); the rest are touched. Groups that left the token are re-read as on
+  the full path (``save.vanished``); one write (``refresh.store_validated``).
   Measured on Samba: adding or removing a ``member`` value and renaming the group
   (``sAMAccountName`` or its ``cn``) each move its ``uSNChanged``; a member's own
   rename does not (AD moves the ``member`` value along without writing the group),
   nor does a member's deletion (AD drops the value), which ``refresh_full_interval``
   bounds as on LDAP. So after ``cached cache -E`` no stamp is gone by
-  (``validate.distrusted``): every group is read whole, and ``-E`` hides no deletion.
+  (``stamps.distrusted``): every group is read whole, and ``-E`` hides no deletion.
   A group lookup of a group the cache holds (``getent group`` once expired) is
-  validated as on rfc2307bis (``validate.refresh_group``): its own
-  filter (``(sAMAccountName=…)``, or by gid :meth:`AdProvider._group_by_gid_filter`,
+  validated as on rfc2307bis (``refresh.refresh_group``): its own
+  filter (``(sAMAccountName=…)``, or by gid :meth:`AdHooks.group_by_gid_filter`,
   the SID with ID mapping) and its stored member groups by name, stamps only, read
-  through :meth:`AdProvider._group_entry` so that they compare with the stored
+  through :meth:`AdHooks.restamp` so that they compare with the stored
   DC-qualified ones; a group expanded through a non-POSIX group stores no stamp and
   is fetched whole.
 * **Stamps are per DC.** ``uSNChanged`` and ``whenChanged`` are not replicated: each DC
@@ -54,7 +55,7 @@ cached/config.py ``AD_DEFAULTS``, SSSD's ``gen_ad2008r2_*_map``):
   kept as ``<usn>@<invocationId>`` of the DC it was read from (the root DSE's
   ``dsServiceName`` names the DC's NTDS Settings object, read once per connection):
   the refresh's comparison and the store's shortcut (a group whose stamp equals the
-  stored one is only touched, ``LdapProvider._store_groups``) both compare it whole,
+  stored one is only touched, ``save.store_groups``) both compare it whole,
   so a stamp from another DC never matches. A group read on a connection other than
   the one identified (a reconnect or failover since the request began), or when the
   identity cannot be read (a bind DN denied reading the NTDS Settings object, or a
@@ -138,9 +139,9 @@ GROUP_TYPE_SECURITY = 0x80000000
 def security_group(values: list[bytes]) -> bool:
     """Whether an AD group is a security group: a distribution group (a mail list) is
     no POSIX group, its gidNumber or SID notwithstanding, as in SSSD 2.8.2
-    (sdap_save_group: "Only security groups from AD are considered for POSIX groups");
-    found by a differential fuzz against it, where `getent group` served one and, with
-    ldap_use_tokengroups = false, `id` granted its gid. Without one readable value, a
+    (sdap_save_group: "Only security groups from AD are considered for POSIX groups"):
+    served, `getent group` would list a mail list and, with ldap_use_tokengroups =
+    false, `id` would grant its gid. Without one readable value, a
     security group, as SSSD keeps a group POSIX when it cannot read the attribute."""
     if len(values) != 1:
         return True

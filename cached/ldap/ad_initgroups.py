@@ -148,7 +148,7 @@ def asq_big_groups(
     bigroupuser (Samba's CPU seconds, medians of 3 in two runs): ASQ over large01
     named its 5,000 members in 0.49-0.57 s, against 1.3 s for 20 batches of
     (name=…) and 0.68-0.81 s for a paged search of every user of the domain (whose
-    cost grows with the directory: LdapProvider._sweep_users bounds it)."""
+    cost grows with the directory: cached/ldap/sweep.py bounds it)."""
     lookup = w.unknown(found, budget, known)
     if len(lookup) < sids.member_batch:
         return
@@ -174,7 +174,7 @@ def asq_big_groups(
 def token_groups(w: Walk, sids: Sids, wanted: list[str]) -> dict[str, GroupEntry]:
     """The groups of these SIDs, whole (by DN key), in batched ``(objectSid=…)``
     searches: every one, POSIX or not, since a POSIX group's members are expanded
-    through the non-POSIX groups between (item 8)."""
+    through the non-POSIX groups between (walked through, as SSSD)."""
     s = w.ctx.schema
     found: dict[str, GroupEntry] = {}
     attrs = s.group_attrs(members=not w.ctx.cfg.ignore_group_members)
@@ -264,9 +264,9 @@ def refresh_token_groups(
                 full.update((k, g) for k, g in got.items() if k not in full)
                 # A token group a fetched group lists, fetched whole too, as the cold
                 # path fetches every token group: a non-POSIX one's members count as
-                # the lister's (item 8), and a POSIX one only named would leave the
-                # lister stored incomplete (expired, no stamp: §6.3 step 4), to be
-                # fetched again at every refresh (found in review).
+                # the lister's (walked through), and a POSIX one only named would leave
+                # the lister stored incomplete (expired, no stamp: §6.3 step 4), to be
+                # fetched again at every refresh.
                 listed = {mk for g in got.values() for mk in g.member_keys}
                 want = [held[k] for k in sorted(listed)
                         if k in held and k not in full]  # fmt: skip

@@ -82,7 +82,7 @@ class Searcher:
         deref_seen: set[bytes] | None = None,
     ) -> list[Entry]:
         """One search per base (SSSD's ``base?scope?filter`` list), the base's filter
-        ANDed in (item 7)."""
+        ANDed in (SSSD's ``ldap_*_search_base`` with a filter)."""
         out: list[Entry] = []
         seen = deref_seen if deref_specs else None
         for b in bases:
@@ -115,7 +115,7 @@ class Searcher:
             branches.append(f"(&{s.member_classes()}{any_of(parts['m'])})")
         if parts["u"]:
             # Walking up passes through groups of the class without a gidNumber (as
-            # SSSD, item 8); they are never answered.
+            # SSSD); they are never answered.
             branches.append(f"(&(objectClass={s.group_oc}){any_of(parts['u'])})")
         if parts["g"]:
             branches.append(f"(&(objectClass={s.group_oc}){any_of(parts['g'])})")

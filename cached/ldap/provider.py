@@ -181,7 +181,7 @@ class LdapProvider:
                 log.error("%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             finally:
-                # A sweep sent ahead and not read (_sweep_ahead): its answer is read
+                # A sweep sent ahead and not read (Walk.sweep_ahead): its answer is read
                 # and dropped before the request ends, so no server thread is left
                 # writing to a connection nobody reads.
                 self.client.drop_ahead()

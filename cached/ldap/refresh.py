@@ -11,7 +11,7 @@ with their members (by name, matched back by DN) and their member groups below t
 the others get fresh timestamps only — but a group whose answer is expanded from a
 stored member group the walk did not see (one the user is not in) is touched only when
 that group's stamp is unchanged too (``stale_below``). Groups the user left are re-read
-as on the full path (``LdapProvider._vanished``): removed memberships, deleted and
+as on the full path (``save.vanished``): removed memberships, deleted and
 renamed groups.
 
 A group lookup of a group the cache holds (``getent group X`` after ``-E``) is
@@ -188,8 +188,8 @@ def unexplained(
     group — a value that named no group when it was stored and names one now (an
     entry made a group, or a group created at a dangling DN), which the group's own
     stamp does not see. Fetched whole, the parent names it; touched, it kept its old
-    answer while ``id`` of a member, walking up through the new group, listed it
-    (found by fuzzing the refresh). Local, no search; a group that also lists one of
+    answer while ``id`` of a member, walking up through the new group, listed it.
+    Local, no search; a group that also lists one of
     its stored member groups on that level is not seen (docs/compatibility.md §9.2)."""
     keyof = p.ctx.cache.key
     dn_of = {keyof(g.name): k for k, g in walk.items() if g.name}
@@ -213,8 +213,8 @@ def stale_below(
     with their member groups. A group's own stamp covers its member list only; its
     member groups' stamps cover theirs, as refresh_group validates a group lookup.
     Touched on its own stamp, a group listing a changed one stayed VALID with the
-    old members (found in review: a member removed from a nested group still listed
-    by its parent after ``-E``). One round trip, only when such member groups exist
+    old members (a member removed from a nested group still listed by its parent
+    after ``-E``). One round trip, only when such member groups exist
     (none on bigroupuser: every member group of its groups is one of the user's)."""
     keyof = p.ctx.cache.key
     walked = {keyof(g.name) for g in posix.values()}
@@ -294,11 +294,11 @@ def refresh_group(p: Walk, filt: str, name: str | None, names: list[str]) -> boo
     every one is unchanged — the group's own stamp covers its member list, each
     member group's covers its own. Only the group: a member group's own answer is
     expanded down to the nesting level from *it*, through groups below those
-    validated here (found by fuzzing the refresh: touched, a member group answered
-    VALID with a member removed from a group one level below what was checked).
+    validated here (touched, a member group would answer VALID with a member removed
+    from a group one level below what was checked).
     Returns False when the caller must fetch whole
     (no member value was fetched): a stamp not stored under the trust rule, or a
-    group changed, gone or renamed. Every entry is read through ``p._group_entry``,
+    group changed, gone or renamed. Every entry is read through ``Walk.group_entry``,
     as the store reads it: on AD that qualifies ``uSNChanged`` with the answering
     DC's invocationId, or drops the stamp on a connection not identified
     (cached/ldap/ad.py), so only the same DC's stamp compares equal."""
@@ -355,7 +355,7 @@ def store_validated(
     are the user's list. The groups neither stale nor fetched whole are touched; a stale
     group not found again (renamed or deleted since its stamp was read) stays one of the
     user's groups, nothing of it stored; the groups the user left are re-read
-    (``LdapProvider._vanished``)."""
+    (``save.vanished``)."""
     found = dict(full)
     stamp_only = {k for k in posix if k not in stale and k not in found}
     lost = {k for k in stale if k not in full}

@@ -47,19 +47,19 @@ EARLY_CHUNK = 512
 
 @dataclass(slots=True)
 class Scan:
-    """One fetched group's member list, read once for storing (LdapProvider._scan)."""
+    """One fetched group's member list, read once for storing (scan)."""
 
     users: dict[str, None] = field(default_factory=dict)  # direct member users' names
     groups: dict[str, None] = field(default_factory=dict)  # direct member POSIX groups
     children: list[str] = field(default_factory=list)  # keys of the member groups
     walk: list[str] = field(default_factory=list)  # fetched non-POSIX member groups
     unknown: bool = False  # a member was never looked up
-    through: bool = False  # a non-POSIX member group: walked through (item 8)
+    through: bool = False  # a non-POSIX member group: walked through, as SSSD
 
 
 class ChangedDuringRequest(Exception):
     """A group read by this request changed before its members were all named: the
-    request runs again (LdapProvider._run)."""
+    request runs again (LdapProvider._runs)."""
 
 
 # Times a request runs again for a group that changed under it (changed_since_read);
@@ -121,9 +121,9 @@ def store_users(w: Walk, batch: WriteBatch, entries: list[Entry]) -> User | None
         if key in keys:
             # Two users whose names differ only in case, in a domain that folds
             # case: the first in the server's answer is the user, as for
-            # _initgroups_user (found by a differential fuzz against SSSD 2.8.2,
-            # which answers the first too: the last stored took the name, so a
-            # login got one user's uid with the other's groups).
+            # the initgroups' user (as SSSD 2.8.2, which answers the first too; the
+            # last stored taking the name, a login would get one user's uid with the
+            # other's groups).
             limited.log(("same-name-user", key), logging.WARNING,
                         "%s: another user of this answer is named %r too (names "
                         "differing only in case); the first is used", e.dn, u.name)  # fmt: skip
@@ -142,7 +142,7 @@ def scan(found: dict[str, GroupEntry], known: Known) -> dict[str, Scan]:
     """Read every fetched group's member list once (bigroupuser: 44,000 member
     values) into what storing needs: the direct member users and POSIX groups, the
     member groups, whether a member is still unknown, and the non-POSIX member
-    groups walked through (item 8). A member fetched as a group counts as that
+    groups walked through. A member fetched as a group counts as that
     group, whatever else named it. Four passes over the lists were 20 % of a cold
     initgroups's storing (py-spy, perf.readpath). The member users, most of the
     values, are named in C (a map over a dict of the users); the loop reads the
@@ -195,7 +195,7 @@ def members(
     w: Walk, k: str, g: GroupEntry, scans: dict[str, Scan]
 ) -> tuple[Collection[str], Collection[str], list[list[str]]]:
     """(member user names, member POSIX group names) of ``g``. A non-POSIX member
-    group is walked through: its members count one level deeper (item 8), each
+    group is walked through: its members count one level deeper (as SSSD), each
     walked group at the depth it is first reached. The scan's own dicts when
     nothing is walked through (the caller only reads them): a dict is unique,
     so the record's encoding sorts it with no set built (encode_group_of). Third:
@@ -216,9 +216,9 @@ def members(
     users, groups = dict(sc.users), dict(sc.groups)
     # Through a walked group, the POSIX groups below count at their depth too,
     # flattened here: named in the record, a member group is expanded as one
-    # level below this group, and the walked levels above it are lost (found by
-    # fuzzing shapes: once a lookup of such a group stored its own member groups,
-    # this group listed members past the nesting level). Breadth first, so each
+    # level below this group, and the walked levels above it are lost (once a
+    # lookup of such a group stored its own member groups, this group would list
+    # members past the nesting level). Breadth first, so each
     # group counts at the depth it is first reached.
     seen = {k}
     queue: deque[tuple[str, int]] = deque()
@@ -228,9 +228,9 @@ def members(
             queue.append((child, 1))
     # Each user at the depth it is first reached (breadth first: its least), so
     # that a parent expanding this group from ``hop`` levels above keeps only
-    # those within its own nesting level (found by fuzzing the cold path: after
-    # an initgroups stored both, a parent listed a walked group's users one level
-    # past the nesting level, where a cold lookup of it did not).
+    # those within its own nesting level (after an initgroups stored both, a parent
+    # would list a walked group's users one level past the nesting level, where a
+    # cold lookup of it does not).
     deep: list[list[str]] = [[] for _ in range(levels)]
     while queue:
         cur, depth = queue.popleft()
@@ -284,9 +284,9 @@ def store_groups(
 ) -> None:
     """Store every fetched POSIX group. A group whose stamp (modifyTimestamp and
     CSN/USN) matches a stored, trusted one is only touched (the shortcut of §3.4);
-    stamps are stored under validate.py's trust rule, and a group `cached cache -E`
+    stamps are stored under stamps.py's trust rule, and a group `cached cache -E`
     expired is always written again (SSSD resets the stamp instead, #5596), and so
-    is a group not read whole within refresh_full_interval (validate.py)."""
+    is a group not read whole within refresh_full_interval (stamps.py)."""
     posix = {k: g for k, g in found.items() if g.posix}
     if not posix:
         return
@@ -302,7 +302,7 @@ def store_groups(
         scans[k].unknown = True  # still changing: stored incomplete (expired)
     done = complete(w, found, scans) if w.ctx.schema.bis else set(posix)
     with w.ctx.counters.timer(NESTED_COMPARE):
-        # Only a stamp stored under the trust rule matches (validate.py); and not
+        # Only a stamp stored under the trust rule matches (stamps.py); and not
         # for a group `cached cache -E` expired: its members are here anyway, so
         # they are named again (what SSSD's reset of the stamp does, #5596).
         same = [
@@ -316,9 +316,9 @@ def store_groups(
         ]
         touch: set[str] = set()
         if same:
-            # Touched only with the stored gid and DN too (validate.unchanged): the
+            # Touched only with the stored gid and DN too (stamps.unchanged): the
             # same stamp can map to another gid (ID mapping, or ldap_group_gid_number
-            # changed before a restart) — found in review — and not when due a whole
+            # changed before a restart), and not when due a whole
             # read. One read of each store for all of them, none on a cold fetch.
             names = [g.name for g in same]
             idents, late = w.ctx.cache.group_stamps(names), stamps.due(w.ctx, names)
@@ -328,8 +328,8 @@ def store_groups(
             # A member group deleted or renamed without referential integrity, no
             # longer of the group class, or an entry become a group, leaves the
             # stamp alone, and touched, the record kept expanding the old member
-            # groups though this read named the new ones (found by fuzzing the
-            # refresh: a deleted member group's users listed after expiry).
+            # groups though this read named the new ones (a deleted member group's
+            # users listed after expiry).
             key, keys = w.ctx.cache.key, {g.name: k for k, g in posix.items()}
 
             def same_below(g: GroupEntry, held: Stamped) -> bool:
@@ -357,11 +357,11 @@ def store_groups(
                 continue
             users, groups, deep = members(w, k, g, scans)
             stamp = ""
-            # A non-POSIX member group's members count as the group's own (item
-            # 8): its stamp does not cover them (validate.py).
+            # A non-POSIX member group's members count as the group's own (walked
+            # through): its stamp does not cover them (stamps.py).
             if ok and not (k in scans and scans[k].through):
                 stamp = trusted(g.modstamp, g.usn, started)
-            # Every posix GroupEntry passed storable_group in _group_entry with
+            # Every posix GroupEntry passed storable_group in Decoder.group_entry with
             # this name, gid and DN: not checked again (checked=True).
             put(batch, g.name, g.gid, g.entry.dn, users, groups, stamp, g.usn, ok,
                 group_aliases(g, name_attr), checked=True, whole=True,
@@ -399,7 +399,7 @@ def early_commits(
     mine: set[str],
     hook: Callable[[str, list[str]], None] | None,
 ) -> Callable[[WriteBatch], None] | None:
-    """What _store_groups calls after each EARLY_CHUNK groups of a big answer:
+    """What store_groups calls after each EARLY_CHUNK groups of a big answer:
     the groups new to the cache are committed at once, and the user's among
     them told to on_groups_stored, so the responder puts them in the memory
     cache while the rest are encoded (BackendCache.commit_new_groups)."""

@@ -121,7 +121,7 @@ class Walk:
         (perf/readpath.py). A user in few groups has few unknown members: no sweep,
         and they are looked up with the next level's searches; when hundreds are
         left unnamed (no sweep, or it gave up at its bound in a big directory), the
-        first level's search runs again with deref (_closure), rather than look-up
+        first level's search runs again with deref (closure), rather than look-up
         batches whose cost on slapd grows with the square of their size."""
         s = self.ctx.schema
         info = self.ctx.client.info
@@ -239,7 +239,7 @@ class Walk:
         # The first level goes without deref for a sweep (_deref_walk): its search
         # runs again with it when hundreds of its members are left unnamed.
         first_up = up if up and self.deref_walk(0) is None else []
-        # The sweep sent ahead when a round's answer called for it (_sweep_ahead):
+        # The sweep sent ahead when a round's answer called for it (sweep_ahead):
         # the next round reads it as the sweep it would have sent.
         ahead: tuple[int, list[Search]] = (0, [])
         while up or lookup or extra:
@@ -277,7 +277,7 @@ class Walk:
             new_values = self.keys.new_values(groups, self.decoder.gkeys().member)
             # Whether any of the round's groups has its members read: walked up to,
             # or looked up with levels left (budget -1: named only, members never
-            # read; a sweep for them went unread: found in review).
+            # read, so a sweep for them would go unread).
             expands = bool(up or extra) or any(b >= 0 for _dn, b in lookup.values())
             if not sweep and expands and not any(e.deref is not None for e in groups):
                 # Their members are named by neither a sweep nor deref: when they
@@ -301,7 +301,7 @@ class Walk:
             # the memo when its parents' member lists come later (bigroupuser: the
             # 2,000 groups of the first level), and parsing each was 4 % of a cold
             # initgroups (valgrind, perf.readpath's walk replayed). So are the
-            # member values of the round's groups, read below (_group_entry).
+            # member values of the round's groups, read below (group_entry).
             keys = normalize_dns([e.dn for e, _from_groups, _only_up in got])
             self.keys.of(new_values)
             for (e, from_groups, only_up), k in zip(got, keys, strict=True):
@@ -483,7 +483,7 @@ class Walk:
         # out together and slapd works on them on two threads. The first level (the
         # user's own groups: 2,000 there) stays paged, as AD does throughout: its
         # MaxPageSize cuts an unpaged answer at 1,000, where pages go on (so on any AD
-        # DC). A size limit that cuts an unpaged answer splits it (_split_search_many),
+        # DC). A size limit that cuts an unpaged answer splits it (Searcher.split),
         # as a paged one, and makes the walk paged on that server (_walk_paged).
         info = self.ctx.client.info
         paged = (
