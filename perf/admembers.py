@@ -27,13 +27,14 @@ from typing import Any
 
 import ldap3
 
-from cached.cache.writer import open_backend_cache
+from cached.cache.writer import BackendCache, open_backend_cache
 from cached.config import DomainConfig, parse_config
 from cached.counters import LDAP_SEARCH, Counters
 from cached.dn import normalize_dn, rdn_avas
-from cached.ldap.ad import AdProvider, sid_assertion, sid_to_str
+from cached.ldap.ad import AdHooks, AdProvider, sid_assertion, sid_to_str
 from cached.ldap.client import LdapClient
 from cached.ldap.schema import escape
+from cached.ldap.sweep import SweepTunables
 from perf import adbig
 from testing import addc
 from testing.daemon import config_text
@@ -42,14 +43,20 @@ USER_ATTRS = ["sAMAccountName", "uidNumber", "gidNumber", "objectClass", "object
               "primaryGroupID"]  # fmt: skip
 
 
-class DnBatches(AdProvider):
-    """Member naming as on main before the sweep: distinguishedName batches only."""
-
-    sweep_min = 1 << 62
-
+class _DnHooks(AdHooks):
     @staticmethod
-    def _member_assertion(dn: str) -> str | None:
+    def member_assertion(dn: str) -> str | None:
         return f"(distinguishedName={escape(dn)})" if rdn_avas(dn) else None
+
+
+class DnBatches(AdProvider):
+    """Member naming as before the sweep: distinguishedName batches only."""
+
+    def __init__(
+        self, cfg: DomainConfig, client: LdapClient, cache: BackendCache, counters: Counters
+    ) -> None:
+        never = SweepTunables(min_wanted=1 << 62, before_deref=False)
+        super().__init__(cfg, client, cache, counters, never, hooks=_DnHooks)
 
 
 def _server_cpu(pid: int) -> float:

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 from cached.cache.writer import BackendCache
 from cached.config import DomainConfig
@@ -340,11 +341,12 @@ class AdProvider(LdapProvider):
         cache: BackendCache,
         counters: Counters = COUNTERS,
         tunables: SweepTunables | None = None,
+        hooks: Callable[[Context], AdHooks] = AdHooks,
     ) -> None:
         # ASQ over large01 cost Samba 0.49-0.57 s of CPU, its sweep 0.68-0.81 s: a big
         # group's members are named by ASQ before any sweep.
         tunables = tunables or SweepTunables(before_deref=False)
-        super().__init__(cfg, client, cache, counters, tunables, hooks=AdHooks)
+        super().__init__(cfg, client, cache, counters, tunables, hooks=hooks)
         self.ad: AdHooks = self.hooks  # type: ignore[assignment]
 
     @property

@@ -21,7 +21,7 @@ from cached.dn import normalize_dns
 from cached.ldap.batch import Answers
 from cached.ldap.client import PAGED_RESULTS_OID, Entry, LdapLimitExceeded, LdapTooMany, Row, Search
 from cached.ldap.context import Context
-from cached.ldap.entries import USER, Decoder, Known, Member, int_id
+from cached.ldap.entries import USER, Decoder, Known, Member, int_id, new_member
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Sweeps:
                         pass  # not UTF-8: swept_member says why
                     else:
                         if lo <= uid <= hi and "\0" not in name:
-                            known[k] = Member(USER, name)
+                            known[k] = new_member(Member, (USER, name))
                             continue
             known[k] = self.swept_member(row)
 

@@ -53,6 +53,7 @@ from cached.ldap.entries import (
     MemberKeys,
     MemberKind,
     names_each,
+    new_member,
 )
 from cached.ldap.schema import BATCH, assertions
 from cached.ldap.sweep import Sweeps
@@ -211,7 +212,7 @@ class Walk:
             # normalized back, were 5,000 normalize_dn calls in a cold large01).
             for k, member in self.ctx.cache.resolve_keys(out.keys()).items():
                 if member[0] == USER:
-                    known[k] = Member(USER, member[1])
+                    known[k] = new_member(Member, (USER, member[1]))
                     del out[k]
         return out
 
@@ -317,7 +318,7 @@ class Walk:
                         if want[1] >= 0:
                             found.setdefault(k, m)
                             budget[k] = max(budget.get(k, -1), want[1])
-                        known[k] = Member(GROUP if m.posix else WALK, m.name)
+                        known[k] = new_member(Member, (GROUP if m.posix else WALK, m.name))
                     else:
                         known[k] = m
                 if e.deref is not None:
@@ -385,7 +386,8 @@ class Walk:
                 known[k] = self.decoder.user_member(entry, k, False)
             elif group_oc in ocs and self.decoder.in_bases(k, s.group_bases):
                 g = self.group_entry(entry, WALK)
-                known[k] = None if g is None else Member(GROUP if g.posix else WALK, g.name)
+                kind = GROUP if g is not None and g.posix else WALK
+                known[k] = None if g is None else new_member(Member, (kind, g.name))
             else:
                 known[k] = None
         members = e.get(s.group_member)
@@ -545,7 +547,7 @@ class Walk:
                 grp = self.group_entry(e, WALK)
                 if grp is None or lookup[k][1] >= 0:
                     continue  # to be fetched with its members
-                m = Member(GROUP if grp.posix else WALK, grp.name)
+                m = new_member(Member, (GROUP if grp.posix else WALK, grp.name))
             else:
                 m = None
             known[k] = m
