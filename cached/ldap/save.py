@@ -40,7 +40,7 @@ from cached.model import User
 
 log = logging.getLogger(__name__)
 
-# Groups per early commit of an initgroups answer (_early_commits): the responder's
+# Groups per early commit of an initgroups answer (early_commits): the responder's
 # prefill of one chunk takes about as long as the backend's encoding of the next.
 EARLY_CHUNK = 512
 

@@ -237,7 +237,7 @@ class Walk:
         level = 0
         lookup = self.unknown(found, budget, known)
         extra = self.hooks.group_by_gid_filter(primary_gid) if primary_gid is not None else ""
-        # The first level goes without deref for a sweep (_deref_walk): its search
+        # The first level goes without deref for a sweep (deref_walk): its search
         # runs again with it when hundreds of its members are left unnamed.
         first_up = up if up and self.deref_walk(0) is None else []
         # The sweep sent ahead when a round's answer called for it (sweep_ahead):
@@ -486,7 +486,7 @@ class Walk:
         # user's own groups: 2,000 there) stays paged, as AD does throughout: its
         # MaxPageSize cuts an unpaged answer at 1,000, where pages go on (so on any AD
         # DC). A size limit that cuts an unpaged answer splits it (Searcher.split),
-        # as a paged one, and makes the walk paged on that server (_walk_paged).
+        # as a paged one, and makes the walk paged on that server (Context.walk_paged).
         info = self.ctx.client.info
         paged = (
             level == 0
@@ -543,7 +543,7 @@ class Walk:
             m: Member | None
             if self.decoder.as_user(ocs, k):
                 m = self.decoder.user_member(e, k, False)
-            elif self.decoder.in_bases(k, s.group_bases):  # a group, if of the class (_classify)
+            elif self.decoder.in_bases(k, s.group_bases):  # a group, if of the class (classify)
                 grp = self.group_entry(e, WALK)
                 if grp is None or lookup[k][1] >= 0:
                     continue  # to be fetched with its members
