@@ -85,7 +85,6 @@ def test_only_the_backend_imports_the_cache_writer() -> None:
     assert not hasattr(cached.cache, "WriteBatch")
 
 
-
 def _module_edges(path: Path) -> set[str]:
     """The modules of cached that ``path`` imports, precisely: ``from a import b`` is an
     edge to ``a.b`` when that is a module (Python imports package ``a`` first for any
