@@ -88,7 +88,7 @@ INVALIDATIONS = {"users": b"invalidations_users", "groups": b"invalidations_grou
 _COUNT = struct.Struct(">Q")
 # In the timestamp store's read_whole table, under a group's key: when (unix time, the
 # commit's) the backend last stored the group read whole, its members named from their
-# entries (cached/ldap/validate.py, refresh_full_interval). Wall-clock, so it survives
+# entries (cached/ldap/stamps.py, refresh_full_interval). Wall-clock, so it survives
 # a restart; kept by invalidation, deleted with the group, lost with the store.
 READ_WHOLE = struct.Struct(">d")
 
@@ -588,7 +588,7 @@ class DomainCache:
                 if len(deep) > left:
                     # Its users reached through non-POSIX groups deeper than the levels
                     # left below it are past this group's nesting level (flattened in
-                    # its record at their depth from it: provider._members).
+                    # its record at their depth from it: save.members).
                     past = set(rec.split_members(b"".join(deep[left:])))
                     kept = [m for m in rec.split_members(fields[3]) if m not in past]
                     blobs.append("\0".join(kept).encode("utf-8") + b"\0" if kept else b"")
@@ -801,7 +801,7 @@ class DomainCache:
 
     def group_stamps(self, names: Iterable[str]) -> dict[str, Stamped]:
         """(modstamp, USN/CSN, gid, DN, member group names) of stored groups, one
-        snapshot of each store (refresh validation, cached/ldap/validate.py). One
+        snapshot of each store (refresh validation, cached/ldap/refresh.py). One
         pass, nothing but tuples built: two passes through Times and GroupRecord took
         17 ms of CPU for the 2,085 groups of bigroupuser, this 6 ms."""
         out: dict[str, Stamped] = {}
@@ -843,7 +843,7 @@ class DomainCache:
         """Names of the stored group ``name`` and of the stored groups below it down
         to the nesting level: the records its answer is expanded from (``_expand``,
         §6.2), the group first; None when one of them is not stored (refresh
-        validation of a group lookup, cached/ldap/validate.py)."""
+        validation of a group lookup, cached/ldap/refresh.py)."""
         groups = self.entries.tables["groups"]
         with self._reader() as txn:
             data = txn.get(self.key(name), db=groups)

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 # (docs/compatibility.md §9.5: a lookup by any of an entry's names finds it, answered under one).
 ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias")
 # read_whole: group key -> when the backend last stored it read whole, members named
-# from their entries (cache.READ_WHOLE; cached/ldap/validate.py, refresh_full_interval).
+# from their entries (cache.READ_WHOLE; cached/ldap/stamps.py, refresh_full_interval).
 TS_TABLES = ("users", "groups", "meta", "read_whole")
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"

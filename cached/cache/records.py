@@ -202,7 +202,7 @@ TS_VERSION = 1
 # Reference §3.7: sss_cache writes dataExpireTimestamp=1 and initgrExpireTimestamp=1.
 # SSSD also resets the stored modstamp/USN (bug #5596); cached keeps them: the refresh
 # after `cached cache -E` validates by them (docs/ARCHITECTURE.md §5, compatibility.md
-# §9.2), and only stamps stored under the trust rule of cached/ldap/validate.py exist.
+# §9.2), and only stamps stored under the trust rule of cached/ldap/stamps.py exist.
 EXPIRED = 1.0
 
 

@@ -331,7 +331,7 @@ class BackendCache(DomainCache):
 
     def read_whole(self, batch: WriteBatch, name: str) -> None:
         """Group ``name``, stored in this batch, was read whole (members named from
-        their entries): the commit records when (``READ_WHOLE``, validate.due)."""
+        their entries): the commit records when (``READ_WHOLE``, stamps.due)."""
         batch.read_whole.add(self.key(name))
 
     def own_gid(self, batch: WriteBatch, name: str, gid: int) -> None:
@@ -577,7 +577,7 @@ class BackendCache(DomainCache):
                     if batch.groups[key][1] != gid:
                         continue
                 elif key not in batch.touched_groups or txn.get(key, db=t["groups"]) is None:
-                    continue  # touched: stored with this very gid (validate.unchanged)
+                    continue  # touched: stored with this very gid (stamps.unchanged)
                 ikey = ID_KEY.pack(gid)
                 now_owner = next((v for tb, k, v in reversed(ops) if tb == "gid" and k == ikey),
                                  txn.get(ikey, db=t["gid"]))  # fmt: skip

@@ -60,7 +60,7 @@ def c_string(values: list[bytes] | None) -> str:
     serves (its responder reads these attributes as ``const char *``). A NUL is legal
     in IA5String, gecos's syntax, and users often write their own gecos: kept, it made
     the user's passwd record unencodable, so he was not found and enumeration failed
-    for the whole domain (found in review)."""
+    for the whole domain."""
     return first(values).partition("\0")[0]
 
 
@@ -131,7 +131,7 @@ class SchemaMap:
             group_modstamp=d.ldap_group_modify_timestamp,
             # Unset: entryCSN, which OpenLDAP keeps on every entry, unique per change
             # (microseconds and a counter); a server without it returns nothing and the
-            # modifyTimestamp rule of cached/ldap/validate.py applies alone.
+            # modifyTimestamp rule of cached/ldap/stamps.py applies alone.
             group_usn=d.ldap_group_entry_usn or ("" if d.ldap_schema == "ad" else "entryCSN"),
             user_bases=_with_filter(d.ldap_user_search_base, d.ldap_user_search_filter),
             group_bases=_with_filter(d.ldap_group_search_base, d.ldap_group_search_filter),
@@ -255,7 +255,7 @@ class SchemaMap:
 
     def member_classes(self) -> str:
         """Entries a member DN may name: users and groups of the configured classes
-        (a group of the class without a gidNumber is walked through, item 8)."""
+        (a group of the class without a gidNumber is walked through, as SSSD)."""
         return f"(|(objectClass={self.user_oc})(objectClass={self.group_oc}))"
 
     def groups_with_members(self, values: list[str]) -> str:

@@ -343,10 +343,9 @@ class BackendService:
         connection it makes is adopted, so lookups meanwhile are answered at once from
         the cache (NOTFOUND for names it lacks) and never wait on a server that hangs.
         When a lookup itself retried, every unknown name waited ldap_opt_timeout (8 s)
-        once per backoff step, and every lookup queued behind it (a helper's
-        differential against SSSD 2.8.2 with slapd SIGSTOPped: 6.96-8.1 s, SSSD
-        <= 0.05 s); on a backup, a hung preferred server held one lookup every
-        failover_primary_timeout (found in review)."""
+        once per backoff step, and every lookup queued behind it (measured against
+        SSSD 2.8.2 with slapd SIGSTOPped: 6.96-8.1 s, SSSD <= 0.05 s); on a backup, a
+        hung preferred server held one lookup every failover_primary_timeout."""
         name = f"probe-{self.domain.name}"
         while True:
             await self._check_due.wait()
@@ -359,7 +358,7 @@ class BackendService:
                 except Exception as e:
                     # The check outlives any one failure (a thread that cannot start
                     # under TasksMax, an error no server explains): without it the
-                    # domain would stay offline until a restart (found in review).
+                    # domain would stay offline until a restart.
                     log.error("domain %s: checking the servers failed: %s: %s",
                               self.domain.name, type(e).__name__, e)  # fmt: skip
                     await self._in_worker(

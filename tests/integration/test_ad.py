@@ -14,6 +14,7 @@ import contextlib
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -517,7 +518,8 @@ def test_initgroups_names_members_by_sweep_and_falls_back_past_its_bound(
         assert _members(p, "big") == want
         assert (spy.asq(), spy.sweeps(), spy.batches()) == (0, 1, 0), spy.calls
     with _provider(dc, tmp_path / "b", asq=False) as (p, spy):
-        p.sweep_factor = 1  # the bound: as many users as unknown members, fewer than exist
+        # the bound: as many users as unknown members, fewer than exist
+        p.sweeps.tunables = replace(p.sweeps.tunables, factor=1)
         assert p.initgroups("m0001").outcome is Outcome.FOUND
         ig = p.cache.initgroups("m0001").value
         assert ig is not None and set(ig.groups) == want_groups
@@ -555,7 +557,8 @@ def test_a_dc_read_with_another_schema_is_swept_paged(
         client = LdapClient(domain)
         cache = open_backend_cache(str(tmp_path / dbname), domain, counters=Counters())
         p = LdapProvider(domain, client, cache, Counters())
-        p.sweep_factor = 1  # a bound below the domain's users, where Samba passes it
+        # a bound below the domain's users, where Samba passes it
+        p.sweeps.tunables = replace(p.sweeps.tunables, factor=1)
         sweeps: list[list[tuple[bool, int, int]]] = []  # per request: (paged, limit, max)
 
         def spy(
@@ -584,7 +587,7 @@ def test_a_dc_read_with_another_schema_is_swept_paged(
             assert _members(p, "big") == want
             # Both sweeps gave up at the bound (1,609 users for 1,600 wanted): forgotten,
             # as for a later request wanting more, so that the next one sweeps again.
-            p.users_at_least = 0
+            p.sweeps.users_at_least = 0
             sweeps.append([])  # a cold walk up from a member of big: its members swept again
             assert p.initgroups("m0001").outcome is Outcome.FOUND
             ig = p.cache.initgroups("m0001").value
@@ -1005,7 +1008,7 @@ def _answer(p: AdProvider, name: str) -> tuple[int, set[str]] | None:
 
 def _read_whole_at(p: AdProvider, name: str, when: float) -> None:
     """Record that group ``name`` was read whole at ``when`` (the timestamp store's
-    read_whole record, as BackendCache.commit writes it; validate.due reads it)."""
+    read_whole record, as BackendCache.commit writes it; stamps.due reads it)."""
     assert p.cache.ts is not None
     p.cache.ts.write([("read_whole", p.cache.key(name), READ_WHOLE.pack(when))])
 

@@ -7,6 +7,7 @@ names, aliases never followed, and the same answer whatever was looked up before
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,7 @@ def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order, sweep
     if sweep:
         # Members named from one sweep of the user base (thousands of unknown members
         # in a real directory): the same rules, the same answers.
-        p.sweep_min = 1
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
     if order == "users-first":
         for u in ("alice", "bob", "jsmith", "mvx", "carl"):
             p.user_by_name(u)
@@ -207,13 +208,15 @@ def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order, sweep
 @pytest.mark.parametrize("sweep", [False, True], ids=["looked-up", "swept"])
 def test_initgroups_through_a_non_posix_group(tmp_path, zoo, sweep):
     p, cache = backend(tmp_path / "posix", zoo)
-    p.sweep_min = 1 if sweep else p.sweep_min
+    if sweep:
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
     assert p.initgroups("bob").outcome is Outcome.FOUND
     assert stored_gids(cache, "bob") == {5000, 7001, 7003, 7004}
     # Groups are groupOfNames: "middle", without a gidNumber, is walked through (as
     # SSSD) and never answered; "top" is reached at level 2.
     p, cache = backend(tmp_path / "gon", zoo, ldap_group_object_class="groupOfNames")
-    p.sweep_min = 1 if sweep else p.sweep_min
+    if sweep:
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
     assert p.initgroups("bob").outcome is Outcome.FOUND
     assert stored_gids(cache, "bob") == {5000, 7001, 7003, 7004, 7005}
     assert p.group_by_name("top").outcome is Outcome.FOUND
@@ -419,8 +422,9 @@ def test_members_a_sweep_does_not_name_are_looked_up(tmp_path, bases):
     opts = {"ldap_user_search_base": BASE} if bases == "shared" else {}
     with Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE, deref=False) as s:
         p, cache = backend(tmp_path / "db", s, **opts)
-        p.sweep_min = 1  # a sweep for any unknown member
-        p.sweep_factor = 100  # never past its bound: 15 users
+        # a sweep for any unknown member
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+        p.sweeps.tunables = replace(p.sweeps.tunables, factor=100)  # never past its bound: 15 users
         offset = s.log_offset()
         assert p.initgroups("u0").outcome is Outcome.FOUND
         swept = [op for op in s.searches(offset) if op.filter == "(objectClass=posixAccount)"]

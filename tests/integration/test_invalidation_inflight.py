@@ -75,7 +75,7 @@ def test_an_entry_read_before_an_invalidation_is_stored_expired(tmp_path, slapd_
     p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn))
     try:
         assert p.user_by_name(exp.big_user).outcome.value == "found"
-        search = p._search
+        search = p.searcher.search
         ran: list[int | None] = []
 
         def search_then_invalidate(*a, **kw):
@@ -89,11 +89,11 @@ def test_an_entry_read_before_an_invalidation_is_stored_expired(tmp_path, slapd_
                 ran.append(proc.exitcode)
             return got
 
-        p._search = search_then_invalidate  # type: ignore[method-assign]
+        p.searcher.search = search_then_invalidate  # type: ignore[method-assign]
         p.user_by_name(exp.big_user)
         assert ran == [0]
         assert cache.user_by_name(exp.big_user).state is State.EXPIRED
-        p._search = search  # type: ignore[method-assign]
+        p.searcher.search = search  # type: ignore[method-assign]
         p.user_by_name(exp.big_user)
         assert cache.user_by_name(exp.big_user).state is State.VALID
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -484,7 +485,8 @@ def test_a_group_changed_between_its_search_and_its_deref_keeps_one_version(
     )
     cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=1)
     p, cache, _ = make_backend(tmp_path, cfg)
-    p.sweep_min = 10**9  # named by deref, not by a sweep
+    # named by deref, not by a sweep
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=10**9)
     search = p.client.search
     changed: list[bool] = []
 
@@ -527,7 +529,7 @@ def test_a_member_renamed_between_its_group_search_and_its_look_up_is_kept(
     # No deref and no sweep: members are named by look-ups after the group's search.
     cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=0)
     p, cache, _ = make_backend(tmp_path, cfg)
-    p.sweep_min = 10**9
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=10**9)
     search_many = p.client.search_many
     changed: list[bool] = []
 
@@ -595,7 +597,7 @@ def test_a_group_changing_at_every_read_is_stored_incomplete(tmp_path, slapd_sma
     rest = exp.user(users[0]).dn.split(",", 1)[1]
     cfg = make_domain([s.uri], s.base_dn, ldap_deref_threshold=0)
     p, cache, _ = make_backend(tmp_path, cfg)
-    p.sweep_min = 10**9
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=10**9)
     search_many = p.client.search_many
     names = [users[0]]
 

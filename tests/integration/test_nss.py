@@ -13,7 +13,7 @@ import time
 import pytest
 
 from cached.counters import ENTRY_TXN, LDAP_CONNECT, NSS_EARLY, NSS_SPARED
-from cached.ldap.provider import EARLY_CHUNK
+from cached.ldap.save import EARLY_CHUNK
 from cached.memcache import McReader
 from cached.nss import protocol as p
 from testing.marks import requires_nss

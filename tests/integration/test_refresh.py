@@ -20,7 +20,7 @@ from cached.config import parse_config
 from cached.counters import COUNTERS, ENTRY_TXN, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
 from cached.ldap.provider import Outcome
 from cached.ldap.service import BackendService
-from cached.ldap.validate import STAMP_MARGIN, trusted_stamp
+from cached.ldap.stamps import STAMP_MARGIN, trusted_stamp
 from testing.backend import config_text, make_backend, make_domain
 from testing.marks import requires_nss
 from testing.slapd import SearchOp, Slapd
@@ -536,7 +536,7 @@ def test_hostile_read_whole_records_make_their_groups_read_whole(tmp_path, slapd
     # The read_whole records are in the no-sync timestamp store, which anything with
     # root can write: a record that is not a sane past time (wrong size, NaN, +inf,
     # -inf, in the future) makes its group read whole at the next refresh, as no
-    # record would (validate.due), and the commit writes a sane one back. The other
+    # record would (stamps.due), and the commit writes a sane one back. The other
     # groups, with their records as the cold read left them, are validated by stamps.
     s, exp = slapd_small.slapd, slapd_small.expected
     user = exp.big_user

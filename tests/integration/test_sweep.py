@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from cached.cache import State
 from cached.ldap.client import LdapClient, LdapLimitExceeded, LdapTooMany, Search
 from cached.ldap.provider import LdapProvider, Outcome
+from cached.ldap.walk import Walk
 from testing.backend import make_backend, make_domain, stored_gids, stored_members
 from testing.ldif import group_entry, user_entry
 from testing.slapd import Slapd
@@ -80,8 +82,9 @@ def test_small_directory_exact_when_every_request_sweeps(tmp_path, slapd_small):
     at most one sweep per request, and the walk's first level goes without deref."""
     exp = slapd_small.expected
     p, cache, spy = _backend(tmp_path, slapd_small)
-    p.sweep_min = 1
-    p.sweep_factor = 100  # never past the bound here: 31 users
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    # never past the bound here: 31 users
+    p.sweeps.tunables = replace(p.sweeps.tunables, factor=100)
     swept = 0
     for name in exp.user_names():
         assert p.user_by_name(name).outcome is Outcome.FOUND
@@ -96,8 +99,8 @@ def test_small_directory_exact_when_every_request_sweeps(tmp_path, slapd_small):
     # Group lookups on an empty cache: a group the initgroups above stored would be
     # validated by its stamp, with no member to name (validate.refresh_group).
     p, cache, spy = _backend(tmp_path / "groups", slapd_small)
-    p.sweep_min = 1
-    p.sweep_factor = 100
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    p.sweeps.tunables = replace(p.sweeps.tunables, factor=100)
     swept = 0
     for name in exp.group_names():
         spy.clear()
@@ -116,8 +119,8 @@ def test_a_sweep_asking_one_attribute_twice_names_members_as_any_other(tmp_path,
     swept failed). Found by fuzzing the sweep's naming."""
     exp = slapd_small.expected
     p, cache, spy = _backend(tmp_path, slapd_small, ldap_user_gid_number="uidNumber")
-    p.sweep_min = 1
-    p.sweep_factor = 100
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    p.sweeps.tunables = replace(p.sweeps.tunables, factor=100)
     swept = 0
     for name in exp.group_names():
         spy.clear()
@@ -139,8 +142,9 @@ def test_sweep_gives_up_at_its_bound_and_deref_names_the_members(tmp_path, slapd
     big = max(exp.group_names(), key=lambda g: len(exp.members(g, 0)))
     p, cache, spy = _backend(tmp_path / "b", slapd_small, ldap_page_size=2,
                              ldap_deref_threshold=1)  # fmt: skip
-    p.sweep_min = 1
-    p.sweep_factor = 1  # as many users as unknown members: fewer than exist
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    # as many users as unknown members: fewer than exist
+    p.sweeps.tunables = replace(p.sweeps.tunables, factor=1)
     offset = slapd_small.slapd.log_offset()
     assert p.group_by_name(big).outcome is Outcome.FOUND
     assert stored_members(cache, big) == exp.members(big, 2)
@@ -160,7 +164,7 @@ def test_no_sweep_unpaged(tmp_path, slapd_small):
     deref control names members on every level, and the answers are exact."""
     exp = slapd_small.expected
     p, cache, spy = _backend(tmp_path, slapd_small, ldap_page_size=0)
-    p.sweep_min = 1
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
     for name in exp.user_names():
         spy.clear()
         assert p.initgroups(name).outcome is Outcome.FOUND
@@ -217,14 +221,14 @@ def test_a_sweep_that_gave_up_is_not_tried_again_for_as_many_members(tmp_path, s
     exp = slapd_small.expected
     p, _cache, spy = _backend(tmp_path, slapd_small)
     p.client.connect()  # the root DSE: paging offered, so a sweep is possible
-    p.sweep_min, p.sweep_factor = 1, 1
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1, factor=1)
     wanted = len(exp.user_names()) // 2  # a bound the 31 users pass
     base = slapd_small.slapd.base_dn
     for _request in range(3):
-        p._swept = None  # a new request (LdapProvider._run resets it)
+        w = p._walk(0.0)  # a new request: a walk of its own, nothing swept
         lookup = {f"uid=nobody{i},ou=people,{base}": (f"uid=nobody{i},ou=people,{base}", 0)
                   for i in range(wanted)}  # fmt: skip
-        p._sweep_users(lookup, {})
+        w.sweep_users(lookup, {})
         assert len(lookup) == wanted  # left to the look-ups: the sweep named none
     assert (spy.sweeps(), spy.stopped) == (1, 1), spy.calls
 
@@ -237,11 +241,11 @@ def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_smal
     on slapd grows with the square of their size); every answer stays exact."""
     exp = slapd_small.expected
     p, cache, spy = _backend(tmp_path, slapd_small)
-    p.deref_again_min = 1
+    p.sweeps.tunables = replace(p.sweeps.tunables, deref_again_min=1)
     if why == "sweep-gave-up":
-        p.sweep_min, p.sweep_factor = 1, 1
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1, factor=1)
     else:
-        p.sweep_min = 10**9
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=10**9)
     again = 0
     for name in exp.user_names():
         spy.clear()
@@ -272,8 +276,9 @@ def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(
         p, cache, _ = make_backend(tmp_path / "db", make_domain([s.uri], s.base_dn))
         spy = _Spy(p.client)
         ahead = _AheadSpy(p.client)
-        p.sweep_min = 1
-        p.sweep_factor = 100  # the bound never stops it: the server's limit does
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+        # the bound never stops it: the server's limit does
+        p.sweeps.tunables = replace(p.sweeps.tunables, factor=100)
         for kind in (first, "groups" if first == "users" else "users"):
             if kind == "users":
                 for name in exp.user_names():
@@ -286,7 +291,7 @@ def test_a_sweep_cut_by_a_server_size_limit_names_the_members_otherwise(
         # The first (unpaged) sweep went out ahead of the entries that called for it
         # (a group's, or an initgroups walk's first round), was cut, and none after.
         assert len(ahead.sent) == 1, ahead.sent
-        assert p.sweep_cut
+        assert p.sweeps.cut
         # Unpaged once, then paged once (the fallback), then never again.
         assert (spy.sweeps(), spy.unpaged) == (2, 1), spy.calls
         assert p.limit_error == ""  # `cached status` shows no lookup cut by a limit
@@ -338,8 +343,8 @@ def test_no_sweep_ahead_for_a_group_whose_members_the_cache_may_hold(tmp_path, s
     for cached_users in (False, True):
         p, cache, _spy = _backend(tmp_path / str(cached_users), slapd_small)
         ahead = _AheadSpy(p.client)
-        p.sweep_min = 1
-        p.sweep_factor = 100
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+        p.sweeps.tunables = replace(p.sweeps.tunables, factor=100)
         if cached_users:
             for name in exp.user_names():
                 assert p.user_by_name(name).outcome is Outcome.FOUND
@@ -359,8 +364,8 @@ def test_a_sweep_sent_ahead_for_a_group_not_answered_is_read_and_dropped(tmp_pat
     big = max(exp.group_names(), key=lambda g: len(exp.members(g, 0)))
     p, _cache, _spy = _backend(tmp_path, slapd_small, max_id=exp.group(big).gid - 1)
     ahead = _AheadSpy(p.client)
-    p.sweep_min = 1
-    p.sweep_factor = 100
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    p.sweeps.tunables = replace(p.sweeps.tunables, factor=100)
     offset = server.log_offset()
     assert p.group_by_name(big).outcome is Outcome.NOT_FOUND
     assert ahead.sent
@@ -442,7 +447,7 @@ def test_no_sweep_ahead_for_members_the_walks_deref_named(tmp_path):
         p, cache, _ = make_backend(tmp_path / "db", make_domain([s.uri], s.base_dn))
         spy = _Spy(p.client)
         ahead = _AheadSpy(p.client)
-        p.sweep_min, p.sweep_factor = 5, 100
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=5, factor=100)
         assert p.initgroups("p0").outcome is Outcome.FOUND
         assert stored_gids(cache, "p0") == {7000, 7101, 7102}
         assert spy.derefs() >= 1, spy.calls  # the deref control named the staff
@@ -452,23 +457,23 @@ def test_no_sweep_ahead_for_members_the_walks_deref_named(tmp_path):
 
 
 def test_a_pause_between_sending_the_sweep_ahead_and_reading_it_fails_no_server(
-    tmp_path, slapd_big
+    tmp_path, slapd_big, monkeypatch
 ):
     """Cold large01 with ldap_search_timeout = 2 and the member DNs' keying held up
     past it (a stalled host): the sweep sent ahead is read as a search sent then, the
-    lookup is answered and the domain stays online (it went offline: found in
-    review). The pause is the behaviour under test, not a wait for readiness; 2 s,
-    not the minimum 1 s, so that a loaded machine still answers each search in time."""
+    lookup is answered and the domain stays online. The pause is the behaviour under
+    test, not a wait for readiness; 2 s, not the minimum 1 s, so that a loaded machine
+    still answers each search in time."""
     exp, s = slapd_big.expected, slapd_big.slapd
     p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn, ldap_search_timeout=2))
     ahead = _AheadSpy(p.client)
-    unknown = p._unknown
+    unknown = Walk.unknown
 
     def held_up(*args: Any, **kw: Any) -> Any:
         time.sleep(2.2)
         return unknown(*args, **kw)
 
-    p._unknown = held_up  # type: ignore[method-assign]
+    monkeypatch.setattr(Walk, "unknown", held_up)
     assert p.group_by_name("large01").outcome is Outcome.FOUND
     assert stored_members(cache, "large01") == exp.members("large01", 2)
     assert ahead.sent and p.client.online
@@ -502,7 +507,7 @@ def test_no_sweep_ahead_for_the_members_of_a_group_only_named(tmp_path):
             ahead = _AheadSpy(p.client)
             if not sending:
                 p.client.send_ahead = lambda specs: None  # type: ignore[method-assign]
-            p.sweep_min, p.sweep_factor = 5, 100
+            p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=5, factor=100)
             offset = s.log_offset()
             assert p.group_by_name("top").outcome is Outcome.FOUND
             assert stored_members(cache, "top") == {"p0"}, sending

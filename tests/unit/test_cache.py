@@ -741,7 +741,7 @@ def test_a_kill_after_an_entry_commit_never_leaves_an_incomplete_group_valid(tmp
 
 
 def test_read_whole_records_survive_restarts_and_invalidation(tmp_path):
-    """When a group was last stored read whole (validate.due's record) is kept in the
+    """When a group was last stored read whole (stamps.due's record) is kept in the
     timestamp store: written by the commit that stores the group, kept across a
     restart and by invalidation, deleted with the group, lost with the store."""
     c = backend(tmp_path)
@@ -784,13 +784,13 @@ def test_read_whole_records_survive_restarts_and_invalidation(tmp_path):
 
 def test_hostile_read_whole_records_count_as_due(tmp_path):
     """A read_whole record (cache.READ_WHOLE, 8 bytes: a big-endian double) that is not
-    a sane past time makes its group due a whole read (validate.due): the timestamp
+    a sane past time makes its group due a whole read (stamps.due): the timestamp
     store is no-sync and also written by `cached cache`, and the clock can move back,
     so a record is a hint, never trusted beyond the interval. A value of the wrong size
     is not read at all (as no record); NaN, +inf, -inf, a time in the future, and one
     older than refresh_full_interval all count as due. Only a time within the last
     interval does not."""
-    from cached.ldap.validate import due
+    from cached.ldap.stamps import due
     from testing.backend import make_backend, make_domain
 
     every = 3600
@@ -824,7 +824,7 @@ def test_hostile_read_whole_records_count_as_due(tmp_path):
     assert set(got) == set(names) - {"empty", "short", "long", "twice", "absent"}
     assert got["recent"] == now - 10
 
-    assert due(p, names) == set(hostile) | {"absent"}
+    assert due(p.ctx, names) == set(hostile) | {"absent"}
     c.close()
 
 

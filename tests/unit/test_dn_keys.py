@@ -16,6 +16,7 @@ from cached import dn
 from cached.counters import Counters
 from cached.dn import normalize_dn, normalize_dns
 from cached.ldap.client import Entry
+from cached.ldap.entries import MemberKeys
 from testing.backend import make_backend, make_domain
 
 USUAL = [
@@ -138,51 +139,50 @@ def _values() -> list[bytes]:
         [],
     ],
 )
-def test_member_values_read_together_as_one_at_a_time(tmp_path: Path, values) -> None:
-    """LdapProvider._member_keys against _member_keys_each: the same keys, the same
-    memo of values and the same spelling of each key, also across two groups whose
-    values are read one after the other."""
-    cfg = make_domain(["ldap://127.0.0.1:9"], "dc=example,dc=test")
-    together, _, _ = make_backend(tmp_path / "a", cfg, Counters())
-    alone, _, _ = make_backend(tmp_path / "b", cfg, Counters())
+def test_member_values_read_together_as_one_at_a_time(values) -> None:
+    """MemberKeys.of against MemberKeys.each: the same keys, the same memo of values
+    and the same spelling of each key, also across two groups whose values are read
+    one after the other."""
+    together, alone = MemberKeys(), MemberKeys()
     later = [b"UID=USER00002,OU=PEOPLE,DC=EXAMPLE,DC=TEST", b"uid=user00005,dc=test"]
     for group in (values, later + values):
-        got = together._member_keys(group)
+        got = together.of(group)
         dn._KEYS.clear()
-        assert got == alone._member_keys_each(group)
-        assert together._member_memo == alone._member_memo
-        assert list(together._member_dn.items()) == list(alone._member_dn.items())
+        assert got == alone.each(group)
+        assert together.memo == alone.memo
+        assert list(together.spelled.items()) == list(alone.spelled.items())
 
 
 
 def test_new_member_values_are_the_unread_ones_each_once_in_the_order_met(
     tmp_path: Path,
 ) -> None:
-    """LdapProvider._new_member_values, what a round's groups hand _member_keys: the
-    values not in the memo, each once, in the order first met across the entries (the
-    first spelling met of a key is the one kept, _member_dn)."""
+    """MemberKeys.new_values, what a round's groups hand MemberKeys.of: the values not
+    in the memo, each once, in the order first met across the entries (the first
+    spelling met of a key is the one kept, MemberKeys.spelled)."""
     cfg = make_domain(["ldap://127.0.0.1:9"], "dc=example,dc=test")
     p, _, _ = make_backend(tmp_path / "a", cfg, Counters())
-    p._member_keys([_values()[3]])  # read by an earlier round
-    member = p._gkeys().member
+    keys = MemberKeys()
+    keys.of([_values()[3]])  # read by an earlier round
+    member = p.decoder.gkeys().member
     lists = [_values()[:5], [], list(reversed(_values())), _values()[2:]]
     entries = [Entry(f"cn=g{i},dc=test", {member: vs}) for i, vs in enumerate(lists)]
     entries.append(Entry("cn=none,dc=test", {}))
     want: list[bytes] = []
     for v in (v for vs in lists for v in vs):
-        if v not in p._member_memo and v not in want:
+        if v not in keys.memo and v not in want:
             want.append(v)
-    assert p._new_member_values(entries) == want
+    assert keys.new_values(entries, member) == want
 
 
 def test_entries_that_are_no_user_are_logged_once_a_minute_not_once_each(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Found in review: one search of 400,000 entries without numeric ids wrote 400,000
+    """One search of 400,000 entries without numeric ids must not write 400,000
     warnings (a directory writer's way to fill the disk)."""
     p, _cache, _ = make_backend(tmp_path, make_domain(["ldap://127.0.0.1:1"], "dc=t"))
     for i in range(1000):
-        assert p._name_ids(f"uid=x{i},dc=t", [b"x"], None, None) is None
-        assert p._name_ids(f"uid=y{i},dc=t", [b"\xff"], 1000, 1000) is None
+        assert p.decoder.name_ids(f"uid=x{i},dc=t", [b"x"], None, None) is None
+        assert p.decoder.name_ids(f"uid=y{i},dc=t", [b"\xff"], 1000, 1000) is None
     assert caplog.text.count("not a POSIX user") == 1
     assert caplog.text.count("is not UTF-8 text; user ignored") == 1

@@ -14,6 +14,7 @@ from cached.counters import Counters
 from cached.gcpause import paused as _gc_paused
 from cached.ldap.client import Entry
 from cached.ldap.provider import Outcome, Result
+from cached.ldap.walk import Walk
 from testing.backend import make_backend, make_domain
 
 
@@ -32,7 +33,7 @@ def test_request_runs_without_gc(tmp_path: Path, gc_enabled: None) -> None:
     )
     seen: list[bool] = []
 
-    def fn() -> Result:
+    def fn(_w: Walk) -> Result:
         seen.append(gc.isenabled())
         return Result(Outcome.NOT_FOUND)
 
@@ -40,7 +41,7 @@ def test_request_runs_without_gc(tmp_path: Path, gc_enabled: None) -> None:
     assert seen == [False]
     assert gc.isenabled()
 
-    def fails() -> Result:
+    def fails(_w: Walk) -> Result:
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):

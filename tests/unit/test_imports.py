@@ -83,3 +83,82 @@ def test_only_the_backend_imports_the_cache_writer() -> None:
     # Nor can it be had through the package: cached.cache exports the reader only.
     assert not hasattr(cached.cache, "BackendCache")
     assert not hasattr(cached.cache, "WriteBatch")
+
+
+def _module_edges(path: Path) -> set[str]:
+    """The modules of cached that ``path`` imports, precisely: ``from a import b`` is an
+    edge to ``a.b`` when that is a module (Python imports package ``a`` first for any
+    submodule, an edge every submodule has, so not one of the code's making), else to
+    ``a``."""
+    package = _module(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                out.add(sub if sub in GRAPH else module)
+    return {m for m in out if m in GRAPH}
+
+
+MODULE_GRAPH: Final = {_module(p): _module_edges(p) for p in (REPO / "cached").rglob("*.py")}
+
+
+def _cycles(graph: dict[str, set[str]] = MODULE_GRAPH) -> list[list[str]]:
+    """Every import cycle among cached's own modules (Tarjan's strongly connected
+    components of ``graph``), each as its sorted modules."""
+    deps = {m: sorted(d for d in found if d in graph and d != m) for m, found in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        on_stack.add(m)
+        for d in deps[m]:
+            if d not in index:
+                visit(d)
+                low[m] = min(low[m], low[d])
+            elif d in on_stack:
+                low[m] = min(low[m], index[d])
+        if low[m] == index[m]:
+            part = []
+            while True:
+                d = stack.pop()
+                on_stack.discard(d)
+                part.append(d)
+                if d == m:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for m in sorted(deps):
+        if m not in index:
+            visit(m)
+    return out
+
+
+def test_the_cycle_check_sees_cycles_and_the_edges_they_are_made_of() -> None:
+    # Without these the check below would pass on a graph with no edges.
+    assert "cached.ldap.client" in MODULE_GRAPH["cached.ldap.provider"]
+    assert "cached.cache.records" in MODULE_GRAPH["cached.cache.cache"]  # from-import of a module
+    # Through a third module, and a function-local import (as validate.py's were).
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert "cached.ldap.service" in MODULE_GRAPH["cached.cli"]  # imported in a function
+
+
+def test_no_import_cycle_in_cached() -> None:
+    """Imports flow downwards (docs/ARCHITECTURE.md): no module of cached imports one
+    that imports it back, directly or through others, function-local and
+    type-checking imports included. A cycle is a module doing two modules' jobs (as
+    SSSD's tree has none between its request files)."""
+    assert _cycles() == []

@@ -175,7 +175,7 @@ def test_an_invalidation_never_writes_back_a_record_older_than_a_commit(tmp_path
 
 
 def test_a_request_that_an_invalidation_raced_records_no_group_read_whole(tmp_path):
-    """The record of when a group was last read whole (validate.due) is kept by
+    """The record of when a group was last read whole (stamps.due) is kept by
     invalidation, like the stamps; a request that began before an invalidation does
     not renew it either, whatever it read: that may predate the change invalidated
     for. The group's previous record (older, or none) stays, which makes it due

@@ -12,7 +12,7 @@ from ldap3.protocol.rfc4511 import LDAPMessage, MessageID, ProtocolOp
 from ldap3.utils.asn1 import encode  # what ldap3's strategies send with
 
 from cached.ldap import client, deref, wire
-from cached.ldap.provider import _NamePart
+from cached.ldap.batch import NamePart
 from cached.ldap.schema import assertions, escape
 
 _OR = "(|" + "".join(f"(member=uid=user{i:05d},ou=people,dc=example,dc=test)" for i in range(2000))
@@ -43,8 +43,8 @@ FILTERS = [
     "(&(objectClass=posixAccount)(uid=*))",
     _OR + ")",
     f"(&(objectClass=groupOfNames){_OR}(gidNumber=5)))",
-    f"(&(|(cn=a)(cn=b)){_NamePart('ab', 'xyz', True).filter('cn')})",
-    f"(&(uid=x){_NamePart('', '0123456789abcdefghijklmnopqrstuvwxyz', True).filter('uid')})",
+    f"(&(|(cn=a)(cn=b)){NamePart('ab', 'xyz', True).filter('cn')})",
+    f"(&(uid=x){NamePart('', '0123456789abcdefghijklmnopqrstuvwxyz', True).filter('uid')})",
     # Runs of an OR's equality items (wire._equality_run), and the runs it declines
     # to the loop: another attribute, a nested filter, spaces, "*", an escape.
     "(|(member=cn=a,dc=x)(member=cn=b=c,dc=x)(member=)(member=cn=Zoë Müller,dc=x))",
