@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from cached.config import DomainConfig, SearchBase, parse_search_bases
 from cached.dn import is_under, normalize_dn
+from cached.ldap.computed import URL_ATTR
 
 # Bound on the number of assertions in one OR-filter of a batched search. OpenLDAP
 # accepts far more, but AD's default MaxQueryDuration and 389-ds' filter parsing cost
@@ -199,6 +200,10 @@ class SchemaMap:
         attrs = [self.group_name, self.group_gid, self.group_modstamp, "objectClass"]
         if self.group_usn:
             attrs.append(self.group_usn)
+        if not self.ad:
+            # The URLs of a dynamic group: its stamps do not cover its members
+            # (cached/ldap/computed.py). AD has no such group.
+            attrs.append(URL_ATTR)
         if self.ad:
             attrs += [self.group_sid, self.group_type]
         if members:
