@@ -35,12 +35,12 @@ def person(name: str, number: int, dept: str) -> str:
             f"homeDirectory: /home/{name}\ndepartmentNumber: {dept}\n\n")  # fmt: skip
 
 
-def dynamic(cn: str, gid: int) -> str:
-    """A POSIX group whose members are the people of department DEPT, computed by
-    dynlist at every read (testing/slapd.py DYNLIST_ATTRSET)."""
+def dynamic(cn: str, gid: int, url: str = f"{PEOPLE}??one?(departmentNumber={DEPT})") -> str:
+    """A POSIX group whose members are what ``url`` finds (by default the people of
+    department DEPT), computed by dynlist at every read (testing/slapd.py
+    DYNLIST_ATTRSET)."""
     return (f"dn: cn={cn},{GROUPS}\nobjectClass: groupOfURLs\nobjectClass: posixGroup\n"
-            f"cn: {cn}\ngidNumber: {gid}\n"
-            f"memberURL: ldap:///{PEOPLE}??one?(departmentNumber={DEPT})\n\n")  # fmt: skip
+            f"cn: {cn}\ngidNumber: {gid}\nmemberURL: ldap:///{url}\n\n")  # fmt: skip
 
 
 @pytest.fixture
@@ -148,9 +148,14 @@ def test_slapd_2_5_matches_no_computed_member_under_paged_results(directory):
     with the paged results control (RFC 2696), which the first level of the walk up
     from a user carries (ldap_page_size, 1,000 by default; SSSD pages it as well).
     Paged, alice's `id` lacks the dynamic group her entry puts her in; unpaged, it
-    has it. A group lookup names its computed members either way."""
-    ldif = person("alice", 1001, DEPT) + dynamic("dyn", 3001)
+    has it. "teams", a dynamic group of static groups, is found above her static
+    group either way: the levels above the first are unpaged. A group lookup names
+    its computed members either way."""
+    ldif = (person("alice", 1001, DEPT) + dynamic("dyn", 3001)
+            + group("team", 3005, [u("alice")])
+            + dynamic("teams", 3006, f"{GROUPS}??one?(cn=team)"))  # fmt: skip
     paged, unpaged = directory(ldif), directory(ldif, ldap_page_size=0)
-    assert paged.cold("init", "alice") == [5000]
-    assert unpaged.cold("init", "alice") == [3001, 5000]
+    assert paged.cold("init", "alice") == [3005, 3006, 5000]
+    assert unpaged.cold("init", "alice") == [3001, 3005, 3006, 5000]
     assert paged.cold("group", "dyn") == unpaged.cold("group", "dyn") == ("dyn", 3001, ["alice"])
+    assert paged.cold("group", "teams") == ("teams", 3006, ["alice"])
