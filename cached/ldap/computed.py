@@ -46,8 +46,10 @@ def computed(attrs: Mapping[str, list[bytes]], plain: frozenset[str]) -> bool:
     lower-cased names of the attributes asked for by their own names, whose values are
     no URL (the group's name, gid, member, stamps): every other attribute returned is
     :data:`URL_ATTR`, a subtype of it, or one with options, and its values are looked
-    at. Most groups return none: one set difference."""
+    at."""
     ocs = attrs.get("objectclass")
     if ocs and any(v.lower() == _URL_CLASS for v in ocs):
         return True
+    if plain.issuperset(attrs):
+        return False  # most groups: nothing returned beyond what was asked for by name
     return any(v[:8].lower().startswith(_SCHEMES) for k in attrs.keys() - plain for v in attrs[k])
