@@ -16,7 +16,7 @@ The rule: a group is *computed* when its entry
 * holds an LDAP URL in ``labeledURI`` or in one of its subtypes, whatever their
   names: the overlay's URL attribute must be such a subtype (slapo-dynlist(5);
   ``memberURL`` is one), and a request for an attribute type returns its subtypes
-  under their own names (RFC 4512 §2.5.1; slapd 2.5 asked for ``labeledURI``
+  under their own names (RFC 4512 §2.5.3; slapd 2.5 asked for ``labeledURI``
   returns ``memberURL``). The searches of groups ask for :data:`URL_ATTR` for that
   (cached/ldap/schema.py), the stamp searches of a refresh included, so the rule
   holds there too; a group without one gets nothing more back.

@@ -200,12 +200,12 @@ class SchemaMap:
         attrs = [self.group_name, self.group_gid, self.group_modstamp, "objectClass"]
         if self.group_usn:
             attrs.append(self.group_usn)
-        if not self.ad:
+        if self.ad:
+            attrs += [self.group_sid, self.group_type]
+        else:
             # The URLs of a dynamic group: its stamps do not cover its members
             # (cached/ldap/computed.py). AD has no such group.
             attrs.append(URL_ATTR)
-        if self.ad:
-            attrs += [self.group_sid, self.group_type]
         if members:
             attrs.append(self.group_member)
         return attrs

@@ -14,7 +14,10 @@ import ldap3
 import pytest
 
 from testing.cachetime import expire_all
+from testing.daemon import CachedDaemon
+from testing.marks import requires_nss
 from tests.integration.test_refresh_shapes import (
+    BASE,
     GROUPS,
     PEOPLE,
     Directory,
@@ -75,7 +78,7 @@ def test_a_dynamic_group_changed_by_its_members_entries_is_read_whole(directory,
     until refresh_full_interval; now dyn is read whole at every refresh, by a group
     lookup (refresh_group) or by the walk of bob's groups (refresh_initgroups).
     Unpaged (ldap_page_size = 0): slapd 2.5 matches no computed value under the
-    paged results control (the next test), and the walk's first level is paged."""
+    paged results control, which the walk's first level carries (the last test)."""
     d = directory(person("alice", 1001, DEPT) + person("bob", 1002, "7")
                   + person("carol", 1003, DEPT) + dynamic("dyn", 3001)
                   + group("parent", 3002, [g("dyn")]), ldap_page_size=0)  # fmt: skip
@@ -102,6 +105,23 @@ def test_a_dynamic_group_changed_by_its_members_entries_is_read_whole(directory,
     assert ask(p, cache, "group", "parent") == ("parent", 3002, ["bob", "carol"])
     assert ask(p, cache, "init", "alice") == d.cold("init", "alice") == [5000]
     assert ask(p, cache, "init", "bob") == d.cold("init", "bob") == [3001, 3002, 5000]
+
+
+@requires_nss
+def test_getent_group_answers_a_dynamic_groups_new_members(directory, tmp_path):
+    """The same through the daemon and the real libnss_sss: `getent group` after
+    `cached cache -E` lists the members the server computes now."""
+    d = directory(person("alice", 1001, DEPT) + person("bob", 1002, "7")
+                  + dynamic("dyn", 3001))  # fmt: skip
+    with CachedDaemon(tmp_path / "cached", [d.slapd.uri], BASE) as daemon:
+        got = daemon.run_nss(["getent", "group", "dyn"])
+        assert (got.returncode, got.stdout) == (0, "dyn:*:3001:alice\n"), got.stderr
+        before = stamps(d, g("dyn"))
+        d.modify(u("bob"), departmentNumber=[(ldap3.MODIFY_REPLACE, [DEPT])])
+        assert stamps(d, g("dyn")) == before
+        assert daemon.cli("cache", "-E").returncode == 0
+        got = daemon.run_nss(["getent", "group", "dyn"])
+        assert (got.returncode, got.stdout) == (0, "dyn:*:3001:alice,bob\n"), got.stderr
 
 
 def test_a_dynamic_groups_stamp_stored_before_the_rule_is_not_trusted(directory):
