@@ -1,6 +1,6 @@
 """Time passing over a cache, for tests and perf/: every entry expired as its lifetime
 running out expires it — not as ``cached cache -E`` does, which the backend treats
-differently on AD (cached/ldap/validate.py ``distrusted``)."""
+differently on AD (cached/ldap/stamps.py ``distrusted``)."""
 
 from __future__ import annotations
 

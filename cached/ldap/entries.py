@@ -20,6 +20,7 @@ from typing import Final, NamedTuple
 from cached.config import SearchBase
 from cached.dn import in_scope, normalize_dn, normalize_dns, rdn_avas
 from cached.ldap.client import Entry
+from cached.ldap.computed import URL_ATTR, computed
 from cached.ldap.context import Context
 from cached.ldap.schema import MEMBER_BATCH, SchemaMap, c_string, escape, first
 from cached.model import User
@@ -147,12 +148,17 @@ class GroupKeys:
     member: str
     oc: bytes  # as configured
     oc_lower: bytes
+    # The attributes asked for by their own names, for computed.computed; None where
+    # groups are never computed (AD: URL_ATTR is not asked for).
+    plain: frozenset[str] | None
 
     @classmethod
     def of(cls, s: SchemaMap) -> GroupKeys:
+        asked = {a.lower() for a in s.member_attrs()}
+        plain = frozenset(asked - {URL_ATTR.lower()}) if URL_ATTR.lower() in asked else None
         return cls(
             s, s.group_name.lower(), s.group_modstamp.lower(), s.group_usn.lower(),
-            s.group_member.lower(), s.group_oc.encode(), s.group_oc.lower().encode(),
+            s.group_member.lower(), s.group_oc.encode(), s.group_oc.lower().encode(), plain,
         )  # fmt: skip
 
 
@@ -357,9 +363,13 @@ class Decoder:
         name = primary_name(e.dn, s.group_name, got) if got else ""
         if posix and gid is not None and not self.ctx.cache.storable_group(name, gid, e.dn):
             return None  # skipped alone, one log line; the rest is stored (docs/threat-model.md)
+        modstamp, usn = first(get(keys.modstamp)), first(get(keys.usn)) if keys.usn else ""
+        if keys.plain is not None and computed(e.attrs, keys.plain):
+            # Members the server computes (a dynamic group): its stamps stay when they
+            # change, so it has none to go by and is read whole at every refresh.
+            modstamp = usn = ""
         g = GroupEntry(
-            e, name, gid if posix and gid is not None else 0,
-            first(get(keys.modstamp)), first(get(keys.usn)) if keys.usn else "",
+            e, name, gid if posix and gid is not None else 0, modstamp, usn,
             posix=posix, several_names=len(name_values) > 1,
         )  # fmt: skip
         if s.bis:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from cached.config import DomainConfig, SearchBase, parse_search_bases
 from cached.dn import is_under, normalize_dn
+from cached.ldap.computed import URL_ATTR
 
 # Bound on the number of assertions in one OR-filter of a batched search. OpenLDAP
 # accepts far more, but AD's default MaxQueryDuration and 389-ds' filter parsing cost
@@ -201,6 +202,10 @@ class SchemaMap:
             attrs.append(self.group_usn)
         if self.ad:
             attrs += [self.group_sid, self.group_type]
+        else:
+            # The URLs of a dynamic group: its stamps do not cover its members
+            # (cached/ldap/computed.py). AD has no such group.
+            attrs.append(URL_ATTR)
         if members:
             attrs.append(self.group_member)
         return attrs

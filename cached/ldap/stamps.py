@@ -13,6 +13,9 @@ cached/ldap/save.py.
 * A group whose members were expanded through a non-POSIX group (walked through,
   never stored) stores no stamp: that group's own entry may change without the
   parent's stamp changing.
+* A group whose members the server computes (a dynamic group, cached/ldap/computed.py)
+  has no stamp, in a stamp search as in a whole read: a member's own entry starting
+  or ceasing to match its URL leaves the group's entry, and so its stamps, alone.
 * ``cached cache -E`` keeps the stamps (it expires, it does not distrust); a full
   fetch of a group invalidated that way never takes the unchanged-stamp shortcut.
 * What no stamp covers — a member's own entry renamed or deleted without referential

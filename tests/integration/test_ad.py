@@ -647,7 +647,7 @@ STAMPS_AT_EXPIRY = "86400"  # refresh_full_interval
 def _expire(p: AdProvider, invalidate: bool) -> None:
     """Make every cached entry expired: by ``cached cache -E`` (what the tool calls)
     or, ``invalidate`` False, as the entries' lifetime running out does. On AD the two
-    differ: after -E no stamp is gone by (validate.distrusted)."""
+    differ: after -E no stamp is gone by (stamps.distrusted)."""
     if invalidate:
         p.cache.invalidate_all()
     else:
@@ -979,7 +979,7 @@ def test_a_dc_whose_invocation_id_is_unreadable_gets_exact_answers_and_keeps_no_
                            controls=dacl), conn.result  # fmt: skip
 
 
-# -- validation before transfer: the group lookup (validate.refresh_group on AD) ------
+# -- validation before transfer: the group lookup (refresh.refresh_group on AD) ------
 
 
 def _lookup(p: AdProvider, key: str | int, invalidate: bool = False) -> dict[str, float]:
@@ -1209,7 +1209,7 @@ def test_getent_group_once_expired_validates_and_after_invalidation_reads_whole(
     the DC. Once the cache expired (time passing, testing.cachetime): validated by
     stamps, nothing fetched whole. After ``cached cache -E``: read whole, no
     validation run (on AD no stamp is gone by after an invalidation,
-    validate.distrusted: a member's deletion moves none). The same answer each time."""
+    stamps.distrusted: a member's deletion moves none). The same answer each time."""
     dc, data = ad
     gid, members = data.groups["team"]
     with CachedDaemon(tmp_path, [dc.ldapi_uri], dc.base_dn,

@@ -330,7 +330,7 @@ def test_a_group_left_is_stored_complete(tmp_path):
 
 
 def test_refresh_by_stamps_under_a_size_limit(tmp_path):
-    # After `cached cache -E` the refresh asks for stamps only (validate.py), with the
+    # After `cached cache -E` the refresh asks for stamps only (refresh.py), with the
     # same batches the cold walk uses: the server's limit splits them the same way,
     # and a group changed in the same second as the fetch is the one fetched again.
     with _limited(tmp_path, 10) as s:

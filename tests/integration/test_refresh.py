@@ -83,7 +83,7 @@ def test_entries_are_refreshed_without_lookups(daemon_factory, slapd_small):
         time.sleep(0.2)
 
 
-# -- validation before transfer (cached/ldap/validate.py) -------------------------------
+# -- validation before transfer (cached/ldap/refresh.py) -------------------------------
 
 
 def _state(cache, user: str) -> tuple[set[int], dict[str, tuple[int, set[str]]]]:
@@ -575,7 +575,7 @@ def test_hostile_read_whole_records_make_their_groups_read_whole(tmp_path, slapd
 
 
 def test_unpaged_stamp_searches_are_split_under_a_size_limit(tmp_path):
-    # The stamp searches validate.py sends unpaged — the walk's levels above the first
+    # The stamp searches refresh.py sends unpaged — the walk's levels above the first
     # (walk_stamps) and a group lookup's member groups by name (refresh_group) — go out
     # together, without the paging control; a server's size limit (slapd's sizelimit,
     # Debian's default 500; 10 here) cuts them as it cuts paged ones, and the split

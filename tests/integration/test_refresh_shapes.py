@@ -1,4 +1,4 @@
-"""The refresh (validation by stamps, cached/ldap/validate.py) on small hand-made
+"""The refresh (validation by stamps, cached/ldap/refresh.py) on small hand-made
 directories, each against a cold lookup on an empty cache after the same changes: the
 bugs a differential fuzzer of the refresh found (2026-12-02), one test each, on a real
 slapd. The rule every test checks: what a refreshed cache answers is what an empty one
@@ -61,8 +61,9 @@ class Directory:
     def __init__(self, work: Path, ldif: str, **opts: Any) -> None:
         self.work, self.opts, self.made = work, opts, 0
         (work / "d.ldif").write_text(HEAD + ldif)
-        sizelimit = opts.pop("sizelimit", None)
-        self.slapd = Slapd(work / "slapd", work / "d.ldif", BASE, sizelimit=sizelimit)
+        sizelimit, dynlist = opts.pop("sizelimit", None), opts.pop("dynlist", False)
+        self.slapd = Slapd(work / "slapd", work / "d.ldif", BASE, sizelimit=sizelimit,
+                           dynlist=dynlist)  # fmt: skip
         self.slapd.start()
         self.conn = ldap3.Connection(ldap3.Server(self.slapd.uri), self.slapd.root_dn,
                                      self.slapd.root_pw, auto_bind=True)  # fmt: skip

@@ -97,7 +97,7 @@ def test_small_directory_exact_when_every_request_sweeps(tmp_path, slapd_small):
             assert spy.derefs() == 0, spy.calls  # named by the sweep, not by deref
     assert swept > 0  # the sweep path was taken, not skipped
     # Group lookups on an empty cache: a group the initgroups above stored would be
-    # validated by its stamp, with no member to name (validate.refresh_group).
+    # validated by its stamp, with no member to name (refresh.refresh_group).
     p, cache, spy = _backend(tmp_path / "groups", slapd_small)
     p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
     p.sweeps.tunables = replace(p.sweeps.tunables, factor=100)
