@@ -275,16 +275,24 @@ def test_statuses_reach_the_application(
     assert (call.rc, call.error) == (status, error)
 
 
-def test_offline_auth_message(env: PamEnv, server: ScriptedServer) -> None:
+@pytest.mark.parametrize("as_user", WHO)
+def test_offline_auth_message(env: PamEnv, server: ScriptedServer, as_user: bool) -> None:
     server.replies[Command.AUTHENTICATE] = (PamStatus.SUCCESS, [offline_auth_item(0)])
-    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD])["authenticate"]
+    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD], as_user=as_user)[
+        "authenticate"
+    ]
     assert call.rc == 0
     assert call.infos == ["Authenticated with cached credentials."]
 
 
-def test_offline_auth_message_with_expiry(env: PamEnv, server: ScriptedServer) -> None:
+@pytest.mark.parametrize("as_user", WHO)
+def test_offline_auth_message_with_expiry(
+    env: PamEnv, server: ScriptedServer, as_user: bool
+) -> None:
     server.replies[Command.AUTHENTICATE] = (PamStatus.SUCCESS, [offline_auth_item(4102444800)])
-    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD])["authenticate"]
+    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD], as_user=as_user)[
+        "authenticate"
+    ]
     assert call.rc == 0
     (text,) = call.infos
     # strftime %c of 2100-01-01 00:00 UTC in the namespace's time zone: the year suffices
@@ -294,11 +302,14 @@ def test_offline_auth_message_with_expiry(env: PamEnv, server: ScriptedServer) -
     assert "2099" in text or "2100" in text
 
 
-def test_offline_auth_delayed_message(env: PamEnv, server: ScriptedServer) -> None:
+@pytest.mark.parametrize("as_user", WHO)
+def test_offline_auth_delayed_message(env: PamEnv, server: ScriptedServer, as_user: bool) -> None:
     server.replies[Command.AUTHENTICATE] = (
         PamStatus.PERM_DENIED, [offline_auth_delayed_item(4102444800)],
     )  # fmt: skip
-    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD])["authenticate"]
+    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD], as_user=as_user)[
+        "authenticate"
+    ]
     assert call.rc == PamStatus.PERM_DENIED
     (text,) = call.infos
     assert text.startswith("Authentication is denied until: ")
@@ -312,25 +323,37 @@ def test_offline_auth_delayed_message(env: PamEnv, server: ScriptedServer) -> No
         (120, "Your password will expire in 2 minute(s)."),
     ],
 )
-def test_expiry_warning(env: PamEnv, server: ScriptedServer, seconds: int, text: str) -> None:
+@pytest.mark.parametrize("as_user", WHO)
+def test_expiry_warning(
+    env: PamEnv, server: ScriptedServer, seconds: int, text: str, as_user: bool
+) -> None:
     server.replies[Command.AUTHENTICATE] = (PamStatus.SUCCESS, [expire_warn_item(seconds)])
-    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD])["authenticate"]
+    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD], as_user=as_user)[
+        "authenticate"
+    ]
     assert (call.rc, call.infos) == (0, [text])
 
 
-def test_grace_logins(env: PamEnv, server: ScriptedServer) -> None:
+@pytest.mark.parametrize("as_user", WHO)
+def test_grace_logins(env: PamEnv, server: ScriptedServer, as_user: bool) -> None:
     server.replies[Command.AUTHENTICATE] = (PamStatus.SUCCESS, [grace_login_item(2)])
-    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD])["authenticate"]
+    call = env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD], as_user=as_user)[
+        "authenticate"
+    ]
     assert (call.rc, call.infos) == (
         0, ["Your password has expired. You have 2 grace login(s) remaining."],
     )  # fmt: skip
 
 
-def test_new_authtok_required_surfaces_at_acct_mgmt(env: PamEnv, server: ScriptedServer) -> None:
+@pytest.mark.parametrize("as_user", WHO)
+def test_new_authtok_required_surfaces_at_acct_mgmt(
+    env: PamEnv, server: ScriptedServer, as_user: bool
+) -> None:
     # §1.7: AUTHENTICATE answered 12 succeeds for the application; pam_sss remembers it and
     # turns the next ACCT_MGMT success into NEW_AUTHTOK_REQD with its own message.
     server.replies[Command.AUTHENTICATE] = (PamStatus.NEW_AUTHTOK_REQD, ())
-    result = env.drive(SERVICE, USER, ["authenticate", "acct_mgmt"], answers=[PASSWORD])
+    ops = ["authenticate", "acct_mgmt"]
+    result = env.drive(SERVICE, USER, ops, answers=[PASSWORD], as_user=as_user)
     assert result.codes == [PamStatus.SUCCESS, PamStatus.NEW_AUTHTOK_REQD]
     assert result["acct_mgmt"].infos == ["Password expired. Change your password now."]
     assert len(server.requests(Command.ACCT_MGMT)) == 1
@@ -345,11 +368,12 @@ def test_a_malformed_reply_item_is_dropped_not_fatal(env: PamEnv, server: Script
     assert (call.rc, call.infos) == (0, [])
 
 
-def test_account_expired_message(env: PamEnv, server: ScriptedServer) -> None:
+@pytest.mark.parametrize("as_user", WHO)
+def test_account_expired_message(env: PamEnv, server: ScriptedServer, as_user: bool) -> None:
     server.replies[Command.ACCT_MGMT] = (
         PamStatus.ACCT_EXPIRED, [account_expired_item("Contact your administrator")],
     )  # fmt: skip
-    call = env.drive(SERVICE, USER, ["acct_mgmt"])["acct_mgmt"]
+    call = env.drive(SERVICE, USER, ["acct_mgmt"], as_user=as_user)["acct_mgmt"]
     assert call.rc == PamStatus.ACCT_EXPIRED
     assert call.infos == ["Permission denied. Server message: Contact your administrator"]
 
@@ -384,3 +408,10 @@ def test_offline_password_change_message(env: PamEnv, server: ScriptedServer) ->
     result = env.drive(SERVICE, USER, ["chauthtok"], answers=["Old-pw-1"], as_user=True)
     assert result["chauthtok"].prompts == ["Current Password: "]
     assert "System is offline, password change not possible" in result["chauthtok"].infos
+
+
+def test_pam_sss_refuses_root_without_asking(env: PamEnv, server: ScriptedServer) -> None:
+    # §1.4 [verified]: pam_sss answers PAM_USER_UNKNOWN for "root" without connecting.
+    result = env.drive(SERVICE, "root", ["authenticate"], answers=[PASSWORD])
+    assert result.codes == [PamStatus.USER_UNKNOWN]
+    assert server.seen == []
