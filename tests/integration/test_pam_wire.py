@@ -415,3 +415,15 @@ def test_pam_sss_refuses_root_without_asking(env: PamEnv, server: ScriptedServer
     result = env.drive(SERVICE, "root", ["authenticate"], answers=[PASSWORD])
     assert result.codes == [PamStatus.USER_UNKNOWN]
     assert server.seen == []
+
+
+def test_a_request_over_the_cap_is_closed_and_the_next_login_works(
+    env: PamEnv, server: ScriptedServer
+) -> None:
+    # §1.1: over 1024 bytes SSSD closes the connection; pam_sss then reports the service
+    # unavailable, and nothing of the request reached a command.
+    long = "x" * 1100
+    result = env.drive(SERVICE, USER, ["authenticate"], answers=[long])
+    assert result.codes == [PamStatus.AUTHINFO_UNAVAIL]
+    assert server.requests() == []
+    assert env.drive(SERVICE, USER, ["authenticate"], answers=[PASSWORD]).codes == [0]
