@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import hmac
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 from typing import ClassVar, Final, NoReturn, TypeAlias
@@ -137,6 +137,11 @@ PROTOCOL_VERSION: Final = 3
 #: (``SSS_START_OF_PAM_REQUEST`` / ``SSS_END_OF_PAM_REQUEST``, §1.4).
 REQUEST_START: Final = 0x4D415049
 REQUEST_END: Final = 0x4950414D
+
+# MAX_REQUEST_SIZE (from the NSS codec) applies here unchanged: SSSD caps a PAM request at
+# 1024 bytes with the header (SSS_PACKET_MAX_RECV_SIZE) and closes above it; only its
+# certificate, GSSAPI and PAC commands get more (§1.1). A password change with two very
+# long passwords can exceed it; SSSD then closes the connection as well.
 
 #: SSSD's responder refuses a PAM body shorter than four u32 and two bytes (§1.4: "the
 #: body is ≥ 18 bytes"); a v3 body is at least 20 (markers and the mandatory CLI_PID).
@@ -508,7 +513,9 @@ def _parse_pam(cmd: Command, body: memoryview) -> PamRequest:
         raise MalformedRequest("body does not start with the request marker", cmd)
     if _U32.unpack_from(body, size - 4)[0] != REQUEST_END:
         raise MalformedRequest("body does not end with the request marker", cmd)
-    values: dict[str, object] = {}
+    strings: dict[str, str] = {}
+    numbers: dict[str, int] = {}
+    tokens: dict[str, AuthTok] = {}
     unknown: list[int] = []
     pos = 4
     end = size - 4  # where the end marker starts
@@ -524,50 +531,45 @@ def _parse_pam(cmd: Command, body: memoryview) -> PamRequest:
                 )
             data = body[pos : pos + length]
             pos += length
-            name = _STRING_FIELDS.get(kind) or _U32_FIELDS.get(kind) or _TOKEN_FIELDS.get(kind)
-            if name is None:  # §1.4: unknown types are skipped (newer clients send 13-15)
-                unknown.append(kind)
-                continue
-            if name in values:
-                raise MalformedRequest(f"{name} item sent twice", cmd)
-            if kind in _TOKEN_FIELDS:
-                values[name] = _token(cmd, name, data)
-            elif kind in _U32_FIELDS:
+            if name := _STRING_FIELDS.get(kind):
+                _once(cmd, name, strings)
+                strings[name] = _string(cmd, name, data)
+            elif name := _U32_FIELDS.get(kind):
+                _once(cmd, name, numbers)
                 if length != 4:  # §1.4: u32 items are exactly 4 bytes
                     raise MalformedRequest(f"{name} item is {length} bytes, not 4", cmd)
-                values[name] = _U32.unpack_from(data, 0)[0]
-            else:
-                values[name] = _string(cmd, name, data)
+                numbers[name] = _U32.unpack_from(data, 0)[0]
+            elif name := _TOKEN_FIELDS.get(kind):
+                _once(cmd, name, tokens)
+                tokens[name] = _token(cmd, name, data)
+            else:  # §1.4: unknown types are skipped (newer clients send 13-15)
+                unknown.append(kind)
+        # The loop ends exactly at the end marker: every item fitted, nothing follows.
+        if not numbers.get("cli_pid"):  # v3 made CLI_PID mandatory; SSSD refuses 0 (§1.3)
+            raise MalformedRequest("no CLI_PID item, or CLI_PID 0", cmd)
     except MalformedRequest:
-        for value in values.values():
-            if isinstance(value, AuthTok):
-                value.wipe()
+        for token in tokens.values():
+            token.wipe()
         raise
-    # The loop stops exactly at the end marker: every item fitted, nothing after it.
-    return _build(cmd, values, tuple(unknown))
-
-
-def _build(cmd: Command, values: dict[str, object], unknown: tuple[int, ...]) -> PamRequest:
-    cli_pid = values.pop("cli_pid", 0)
-    if not cli_pid:  # version 3 made CLI_PID mandatory; SSSD refuses 0 (§1.3, §1.4)
-        for value in values.values():
-            if isinstance(value, AuthTok):
-                value.wipe()
-        raise MalformedRequest("no CLI_PID item, or CLI_PID 0", cmd)
-    domains = values.pop("requested_domains", "")
-    assert isinstance(domains, str)
-    flags = values.pop("flags", 0)
-    assert isinstance(flags, int)
     # pam_sss.so domains=a,b; SSSD splits on commas, trims, and drops empty names.
-    requested = tuple(d for d in (p.strip() for p in domains.split(",")) if d)
+    domains = strings.pop("requested_domains", "").split(",")
     return PamRequest(
         cmd=cmd,
-        cli_pid=int(cli_pid),  # type: ignore[call-overload]
-        requested_domains=requested,
-        flags=ClientFlags(flags),
-        unknown_items=unknown,
-        **values,  # type: ignore[arg-type]
+        cli_pid=numbers["cli_pid"],
+        child_pid=numbers.get("child_pid"),
+        flags=ClientFlags(numbers.get("flags", 0)),
+        requested_domains=tuple(d for d in (p.strip() for p in domains) if d),
+        authtok=tokens.get("authtok"),
+        new_authtok=tokens.get("new_authtok"),
+        unknown_items=tuple(unknown),
+        **strings,
     )
+
+
+def _once(cmd: Command, name: str, seen: Mapping[str, object]) -> None:
+    # pam_sss sends each item once; a C server would keep the last copy (see the table).
+    if name in seen:
+        raise MalformedRequest(f"{name} item sent twice", cmd)
 
 
 class ServerConnection:
