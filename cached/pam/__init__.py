@@ -1,0 +1,1 @@
+"""The PAM responder: SSSD's PAM socket protocol (sans-IO codec in ``protocol``)."""
