@@ -104,3 +104,42 @@ def test_a_record_the_memory_cache_refuses_is_logged_once(daemon_factory, slapd_
     assert "mallory" in refused[0] and "0xF0 at offset 3" in refused[0]
     # Nothing else is written per lookup either: 210 lookups, no line.
     assert lines[before:] == [], lines[before:][:5]
+
+
+# -- terminal output -------------------------------------------------------------------
+
+
+def raw_controls(text: str) -> list[str]:
+    """The control characters in ``text`` other than the line ends print() writes."""
+    return [ch for ch in text if (ord(ch) < 0x20 and ch != "\n") or 0x7F <= ord(ch) < 0xA0]
+
+
+def test_cached_getent_escapes_control_characters(daemon_factory, slapd_untrusted):
+    """A gecos with a carriage return, an ANSI erase and an OSC title sequence prints
+    escaped, on one line: root running `cached getent` sees the bytes, its terminal
+    does not act on them."""
+    d = daemon_factory(slapd_untrusted)
+    r = d.cli("getent", "passwd", "ctrl")
+    assert r.returncode == 0, r.stderr
+    assert raw_controls(r.stdout) == [], repr(r.stdout)
+    assert r.stdout == ("ctrl:*:30081:10000:Bob\\r\\x1b[2J\\x1b]0;owned\\x07 Smith:/home/x:\n"), (
+        repr(r.stdout)
+    )
+    r = d.cli("getent", "group", ESC_GROUP)
+    assert (r.returncode, r.stdout) == (0, "esc\\x1b[31mred:*:30181:ctrl\n"), repr(r.stdout)
+    assert r.stderr == ""
+    r = d.cli("getent", "initgroups", "ctrl\x1b[2J")  # echoed keys are escaped too
+    assert raw_controls(r.stdout + r.stderr) == [], repr(r.stdout + r.stderr)
+
+
+def test_cached_id_escapes_control_characters(daemon_factory, slapd_untrusted):
+    """`cached id` prints a newline inside a group name as ``\\n``: one line, whose
+    fields cannot be forged by a group name."""
+    d = daemon_factory(slapd_untrusted)
+    r = d.cli("id", "ctrl")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("\n") == 1 and raw_controls(r.stdout) == [], repr(r.stdout)
+    assert "30180(evil\\ngroup)" in r.stdout, repr(r.stdout)
+    assert "30181(esc\\x1b[31mred)" in r.stdout, repr(r.stdout)
+    r = d.cli("id", "nosuch\x1b]0;x\x07")
+    assert r.returncode == 1 and raw_controls(r.stderr) == [], repr(r.stderr)
