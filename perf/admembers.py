@@ -31,9 +31,10 @@ from cached.cache.writer import open_backend_cache
 from cached.config import DomainConfig, parse_config
 from cached.counters import LDAP_SEARCH, Counters
 from cached.dn import normalize_dn, rdn_avas
-from cached.ldap.ad import AdProvider, sid_assertion, sid_to_str
+from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.schema import escape
+from cached.ldap.sid import sid_assertion, sid_to_str
 from perf import adbig
 from testing import addc
 from testing.daemon import config_text

@@ -22,7 +22,7 @@ import sys
 
 import ldap3
 
-from cached.ldap.ad import sid_assertion, sid_to_str
+from cached.ldap.sid import sid_assertion, sid_to_str
 from perf import adab
 from perf.adbig import BIG, _gids
 from testing import cachetime, gendir
