@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from cached.config import NssConfig
-from cached.memcache import GroupWriter, McError, McWriter, MemoryCache
+from cached.memcache import GroupWriter, McError, McWriter, MemoryCache, StoreResult
 from cached.model import User
 from cached.ratelimit import RateLimitedLog
 
@@ -95,25 +95,41 @@ class MemcacheFeed:
             log.error("memory cache: cannot store %s: %s (lookups use the socket)", what, e)
             self._warned = True
 
+    def _offer(
+        self,
+        writer: McWriter,
+        key: Hashable,
+        content: Hashable,
+        what: str,
+        store: Callable[[], StoreResult],
+    ) -> bool:
+        """``store()`` the record ``content`` of ``key`` unless ``writer``'s file has
+        refused that content already; whether it is stored. A record the file refuses
+        (or cannot encode: ValueError) is noted; a file that cannot be written is
+        logged once."""
+        if self._refused and self._refused.known(writer, key, content):
+            return False
+        try:
+            res = store()
+        except ValueError as e:
+            self._refused.note(writer, key, content, what, str(e))
+            return False
+        except (McError, OSError) as e:
+            self._failed(what, e)
+            return False
+        if not res.stored:
+            self._refused.note(writer, key, content, what, res.reason)
+        return res.stored
+
     def user(self, name: str, user: User, pwfield: str) -> None:
         writer = None if self.mc is None else self.mc.passwd
         if writer is None or writer.closed:
             return
-        content = (user.uid, user.gid, user.gecos, user.home, user.shell, pwfield)
-        if self._refused and self._refused.known(writer, name, content):
-            return
-        try:
-            res = writer.store(
-                name, user.uid, user.gid, user.gecos, user.home, user.shell, passwd=pwfield
-            )
-        except ValueError as e:
-            self._refused.note(writer, name, content, f"user {name!r}", str(e))
-            return
-        except (McError, OSError) as e:
-            self._failed(f"user {name!r}", e)
-            return
-        if not res.stored:
-            self._refused.note(writer, name, content, f"user {name!r}", res.reason)
+        u = user
+        self._offer(
+            writer, name, (u.uid, u.gid, u.gecos, u.home, u.shell, pwfield), f"user {name!r}",
+            lambda: writer.store(name, u.uid, u.gid, u.gecos, u.home, u.shell, passwd=pwfield),
+        )  # fmt: skip
 
     def group(self, name: str, gid: int, count: int, blob: bytes, pwfield: str) -> None:
         writer = None if self.mc is None else self.mc.group
@@ -122,18 +138,10 @@ class MemcacheFeed:
         now = time.monotonic()
         if self._fed_already(writer, name, gid, blob, now):
             return
-        if self._refused and self._refused.known(writer, gid, (name, blob)):
-            return
-        try:
-            res = writer.store_blob(name, gid, count, blob, passwd=pwfield)
-        except ValueError as e:
-            self._refused.note(writer, gid, (name, blob), f"group {name!r}", str(e))
-            return
-        except (McError, OSError) as e:
-            self._failed(f"group {name!r}", e)
-            return
-        if not res.stored:
-            self._refused.note(writer, gid, (name, blob), f"group {name!r}", res.reason)
+        if not self._offer(
+            writer, gid, (name, blob), f"group {name!r}",
+            lambda: writer.store_blob(name, gid, count, blob, passwd=pwfield),
+        ):  # fmt: skip
             return
         if len(self._groups_fed) >= 100_000:
             self._groups_fed.clear()
@@ -193,18 +201,10 @@ class MemcacheFeed:
         if writer is None or writer.closed:
             return
         content = (name, gids if isinstance(gids, bytes) else tuple(gids))
-        if self._refused and self._refused.known(writer, raw_name, content):
-            return
-        try:
-            res = writer.store(raw_name, name, gids)
-        except ValueError as e:
-            self._refused.note(writer, raw_name, content, f"initgroups of {name!r}", str(e))
-            return
-        except (McError, OSError) as e:
-            self._failed(f"initgroups of {name!r}", e)
-            return
-        if not res.stored:
-            self._refused.note(writer, raw_name, content, f"initgroups of {name!r}", res.reason)
+        self._offer(
+            writer, raw_name, content, f"initgroups of {name!r}",
+            lambda: writer.store(raw_name, name, gids),
+        )  # fmt: skip
 
     @property
     def groups_enabled(self) -> bool:
