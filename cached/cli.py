@@ -109,9 +109,10 @@ def _pipes_dir(args: argparse.Namespace) -> str:
 
 
 def _shown(key: str) -> str:
-    """``key`` for a one-line message: a 10 KiB argument is cut, not echoed, and bytes
-    that are not UTF-8 are shown as ``\\xff``."""
+    """``key`` for a one-line message: a 10 KiB argument is cut, not echoed, bytes that
+    are not UTF-8 are shown as ``\\xff`` and control characters escaped (``printable``)."""
     key = key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    key = printable.printable(key) if not key.isprintable() else key
     return key if len(key) <= 64 else key[:64] + "…"
 
 
@@ -150,20 +151,23 @@ def cmd_id(args: argparse.Namespace) -> int:
         with NssClient(_pipes_dir(args)) as c:
             user = c.getpwuid(uid) if uid is not None else c.getpwnam(args.name)
             if user is None:
-                print(f"cached id: '{args.name}': no such user", file=sys.stderr)
+                print(f"cached id: '{_shown(args.name)}': no such user", file=sys.stderr)
                 return ID_FAILED
             gids = [user.gid] + [g for g in c.initgroups(user.name) if g != user.gid]
             parts = []
             names: dict[int, str] = {}
             for gid in dict.fromkeys(gids):
                 g = c.getgrgid(gid)
-                names[gid] = g.name if g else ""
-                parts.append(f"{gid}({g.name})" if g else str(gid))
+                # A directory name printed to a terminal: a newline, a CR or an escape
+                # sequence in it is shown escaped, never acted on (docs/threat-model.md).
+                names[gid] = printable.printable(g.name) if g else ""
+                parts.append(f"{gid}({names[gid]})" if g else str(gid))
     except NssClientError as e:
         print(f"cached id: cannot ask cached: {e}", file=sys.stderr)
         return ID_FAILED
     primary = f"{user.gid}({names[user.gid]})" if names.get(user.gid) else str(user.gid)
-    print(f"uid={user.uid}({user.name}) gid={primary} groups={','.join(parts)}")
+    name = printable.printable(user.name)
+    print(f"uid={user.uid}({name}) gid={primary} groups={','.join(parts)}")
     return 0
 
 
@@ -178,12 +182,17 @@ FORGED_FIELD = 1
 def _fields(line: list[str], members: list[str] | None = None) -> str:
     """A passwd/group line. A field holding a character of the format itself (a name
     with a newline, ':' or, in a member, ',') would print a forged line or field
-    (docs/threat-model.md): such an entry is refused, never printed."""
+    (docs/threat-model.md): such an entry is refused, never printed. Other control
+    characters (a CR, an ANSI or OSC escape sequence rewriting root's terminal) are
+    printed escaped, as in the log (``printable``: ``\\r``, ``\\x1b``, and a
+    backslash as ``\\\\``)."""
     if any(ch in f for f in line for ch in "\n:") or any(
         ch in m for m in members or () for ch in "\n:,"
     ):
         raise _ForgedField
-    return ":".join([*line, ",".join(members)] if members is not None else line)
+    shown = printable.printable
+    fields = [shown(f) for f in line]
+    return ":".join([*fields, ",".join(map(shown, members))] if members is not None else fields)
 
 
 def cmd_getent(args: argparse.Namespace) -> int:
@@ -233,7 +242,7 @@ def _getent_line(c: NssClient, database: str, key: str, n: int | None) -> str | 
     if c.getpwnam(key) is None:
         return None
     gids = list(dict.fromkeys(c.initgroups(key)))
-    return f"{key:<24}" + " ".join(str(g) for g in gids)
+    return f"{printable.printable(key):<24}" + " ".join(str(g) for g in gids)
 
 
 # -- administration ---------------------------------------------------------------------

@@ -40,9 +40,13 @@ from cached.config import Config
 from cached.ifp import interfaces as i
 from cached.ifp.dispatch import Dispatcher, IfpError
 from cached.ifp.paths import BUS_NAME, IFP_PATH
+from cached.ratelimit import RateLimitedLog
 from cached.responder.admin import Admin
 
 log = logging.getLogger(__name__)
+# Any local user may call the interface: what a call can make us log goes through the
+# rate limiter, the first line of a kind with its traceback (cached/ratelimit.py).
+limited = RateLimitedLog(log)
 
 DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
 # Connecting and authenticating to a local bus takes milliseconds; a bus that does
@@ -326,9 +330,12 @@ class IfpService:
             reply = Message.new_error(msg, e.name, e.text)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            # The caller gets no traceback (it is hostile); the log gets it.
-            log.exception("D-Bus call %s.%s on %s failed", msg.interface, msg.member, msg.path)
+        except Exception as e:
+            # The caller gets no traceback (it is hostile); the log gets it, once a
+            # minute per kind of failure.
+            limited.log(("call failed", type(e).__name__), logging.ERROR,
+                        "D-Bus call %s.%s on %s failed", msg.interface, msg.member, msg.path,
+                        exc_info=True)  # fmt: skip
             reply = Message.new_error(msg, i.ERR_FAILED, "internal error; see the cached log")
         self._reply(bus, msg, reply)
 
@@ -337,8 +344,10 @@ class IfpService:
             return
         try:
             sent = bus.send(reply)  # marshals the body: a value the type cannot hold fails
-        except Exception:
-            log.exception("cannot send the D-Bus reply to %s.%s", msg.interface, msg.member)
+        except Exception as e:
+            limited.log(("reply failed", type(e).__name__), logging.ERROR,
+                        "cannot send the D-Bus reply to %s.%s", msg.interface, msg.member,
+                        exc_info=True)  # fmt: skip
             try:
                 sent = bus.send(Message.new_error(msg, i.ERR_FAILED, "internal error"))
             except Exception:
@@ -428,7 +437,9 @@ class IfpService:
         try:
             reply = await asyncio.wait_for(bus.call(query), DRIVER_TIMEOUT)
         except Exception as e:
-            log.warning("cannot ask the bus for the uid of %s: %s", sender, _describe(e))
+            limited.log(("caller uid", type(e).__name__), logging.WARNING,
+                        "cannot ask the bus for the uid of %s: %s",
+                        sender, _describe(e))  # fmt: skip
             return None
         if reply is None or reply.message_type is not MessageType.METHOD_RETURN:
             return None

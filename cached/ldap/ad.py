@@ -80,45 +80,13 @@ from cached.ldap.entries import GroupEntry, Hooks, Known
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import LdapProvider, Outcome, Result
 from cached.ldap.schema import SchemaMap, escape, first
+from cached.ldap.sid import _sid, is_domain_sid, primary_group_sid, sid_assertion
 from cached.ldap.sweep import SweepTunables
 from cached.ldap.walk import Lookup, Walk
 
 log = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "S-1-5-32-"
-
-
-def sid_to_str(raw: bytes) -> str:
-    """A binary SID ([MS-DTYP] 2.4.2: revision, count, 48-bit big-endian authority,
-    ``count`` little-endian 32-bit sub-authorities) as ``S-1-5-21-…``."""
-    if len(raw) < 8 or len(raw) != 8 + 4 * raw[1]:
-        raise ValueError(f"not a SID: {raw.hex()}")
-    auth = int.from_bytes(raw[2:8], "big")
-    subs = [int.from_bytes(raw[8 + 4 * i : 12 + 4 * i], "little") for i in range(raw[1])]
-    return "S-" + "-".join(str(x) for x in (raw[0], auth, *subs))
-
-
-def sid_to_bytes(sid: str) -> bytes:
-    parts = sid.split("-")
-    if len(parts) < 3 or parts[0].upper() != "S" or not all(p.isdigit() for p in parts[1:]):
-        raise ValueError(f"not a SID: {sid!r}")
-    subs = [int(p) for p in parts[3:]]
-    if len(subs) > 15 or any(x > 0xFFFFFFFF for x in subs) or int(parts[2]) >= 1 << 48:
-        raise ValueError(f"not a SID: {sid!r}")
-    out = bytes([int(parts[1]), len(subs)]) + int(parts[2]).to_bytes(6, "big")
-    return out + b"".join(x.to_bytes(4, "little") for x in subs)
-
-
-def sid_assertion(attr: str, sid: str) -> str:
-    """``(objectSid=\\01\\05…)``: a binary value is written byte by byte (RFC 4515 §3)."""
-    return f"({attr}=" + "".join(f"\\{b:02x}" for b in sid_to_bytes(sid)) + ")"
-
-
-def _sid(values: list[bytes]) -> str | None:
-    try:
-        return sid_to_str(values[0]) if values else None
-    except ValueError:
-        return None
 
 
 def invocation_id(values: list[bytes]) -> str:
@@ -151,10 +119,6 @@ def security_group(values: list[bytes]) -> bool:
     if not digits.isdigit() or len(digits) > 11:
         return True
     return bool(int(v) & GROUP_TYPE_SECURITY)
-
-
-def _domain_of(sid: str) -> str:
-    return sid.rsplit("-", 1)[0]
 
 
 class AdHooks(Hooks):
@@ -242,10 +206,6 @@ class AdHooks(Hooks):
         return _sid(values)
 
     @staticmethod
-    def domain_of(sid: str) -> str:
-        return _domain_of(sid)
-
-    @staticmethod
     def assertion(attr: str, sid: str) -> str:
         return sid_assertion(attr, sid)
 
@@ -265,7 +225,7 @@ class AdHooks(Hooks):
         root = (info.default_naming_context if info else "") or s.user_bases[0].dn
         entries = self.ctx.client.search(root, "(objectClass=*)", [s.user_sid], scope="base")
         sid = _sid(entries[0].get(s.user_sid)) if entries else None
-        if sid is None:
+        if sid is None or not is_domain_sid(sid):
             raise LdapError(
                 f"domain {self.ctx.cfg.name}: {root!r} has no {s.user_sid} to map ids from; "
                 "set ldap_idmap_default_domain_sid"
@@ -286,11 +246,11 @@ class AdHooks(Hooks):
             return super().user_ids(e)
         s = self.ctx.schema
         sid = _sid(e.get(s.user_sid))
-        rid = e.get(s.user_primary_group)
-        if sid is None or not rid or not rid[0].isdigit():
+        group_sid = None if sid is None else primary_group_sid(sid, e.get(s.user_primary_group))
+        if sid is None or group_sid is None:
             return None, None
         # SSSD: with ID mapping the primary gid is the mapped SID of the primary group.
-        return self._map(sid), self._map(f"{_domain_of(sid)}-{int(rid[0])}")
+        return self._map(sid), self._map(group_sid)
 
     def group_gid(self, e: Entry) -> int | None:
         if not security_group(e.get(self.ctx.schema.group_type)):

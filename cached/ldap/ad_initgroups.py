@@ -22,6 +22,7 @@ from cached.ldap import refresh, save, stamps
 from cached.ldap.batch import Job
 from cached.ldap.client import ASQ_OID, Entry
 from cached.ldap.entries import GROUP, WALK, GroupEntry, Known, Member
+from cached.ldap.sid import primary_group_sid
 from cached.ldap.walk import Lookup, Walk
 from cached.model import User
 
@@ -40,7 +41,6 @@ class Sids(Protocol):
     member_batch: int
 
     def sid(self, values: list[bytes]) -> str | None: ...
-    def domain_of(self, sid: str) -> str: ...
     def assertion(self, attr: str, sid: str) -> str: ...
 
 
@@ -64,9 +64,10 @@ def initgroups(
         return False
     got = {sid for v in tok[0].get("tokenGroups") if (sid := sids.sid([v])) is not None}
     user_sid = sids.sid(tok[0].get(s.user_sid))
-    rid = tok[0].get(s.user_primary_group)
-    if user_sid is not None and rid and rid[0].isdigit():
-        got.add(f"{sids.domain_of(user_sid)}-{int(rid[0])}")
+    if user_sid is not None:
+        primary = primary_group_sid(user_sid, tok[0].get(s.user_primary_group))
+        if primary is not None:
+            got.add(primary)
     # BUILTIN groups (S-1-5-32-545 Users, ...) have no POSIX id: skipped, as SSSD.
     wanted = sorted(sid for sid in got if not sid.startswith(sids.builtin_prefix))
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cached.ldap.sid import is_domain_sid
 from cached.memcache.murmur import murmurhash3
 
 __all__ = ["IdMapError", "IdMapper", "Slice"]
@@ -137,7 +138,11 @@ class IdMapper:
 
     def add_domain(self, name: str, sid: str, *, default: bool = False) -> Slice:
         """Add a domain by its SID; ``default`` puts it in slice 0, as
-        ``ldap_idmap_default_domain_sid`` does. Returns its primary slice."""
+        ``ldap_idmap_default_domain_sid`` does. Returns its primary slice. A SID that
+        cannot be a domain's (not a SID, or 15 sub-authorities: no room for a RID,
+        cached/ldap/sid.py) is refused: none of its accounts could be mapped."""
+        if not is_domain_sid(sid):
+            raise IdMapError(f"{sid[:80]!r} is not a domain SID")
         for d in self._domains:
             if d.sid.lower() == sid.lower():
                 return d.primary

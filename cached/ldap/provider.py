@@ -54,8 +54,13 @@ from cached.ldap.schema import SchemaMap
 from cached.ldap.sweep import Sweeps, SweepTunables
 from cached.ldap.walk import Lookup, Walk
 from cached.model import User
+from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
+# A failing request is logged through the rate limiter, by the kind of failure: a
+# local user looping a lookup that fails (a group over the message cap) would
+# otherwise write one line per request (docs/threat-model.md).
+failed = RateLimitedLog(log)
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ class LdapProvider:
             except StoreWriteError as e:
                 # The cache could not be written (full filesystem): one line, and the
                 # responder serves what the cache holds.
-                log.error("%s %s: %s", kind, key, e)
+                failed.log(type(e), logging.ERROR, "%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             except LdapLimitExceeded as e:
                 # A truncated answer is never stored: the request fails, loudly, and
@@ -175,10 +180,10 @@ class LdapProvider:
                 self.limit_error = f"{kind} {key}: {e}"
                 self._limit_lookup = (kind, key)
                 self.limit_time = time.time()
-                log.error("%s %s: %s", kind, key, e)
+                failed.log(type(e), logging.ERROR, "%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             except LdapError as e:
-                log.error("%s %s: %s", kind, key, e)
+                failed.log(type(e), logging.ERROR, "%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             finally:
                 # A sweep sent ahead and not read (Walk.sweep_ahead): its answer is read

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import mmap
 import os
 import secrets
@@ -108,8 +107,6 @@ __all__ = [
     "StoreResult",
 ]
 
-log = logging.getLogger(__name__)
-
 #: ``memcache_timeout`` default: records expire 300 s after they are stored (§2.1).
 DEFAULT_TIMEOUT: Final = 300
 #: SSSD creates the files 0664 so the unprivileged ``sssd`` group can write them. cached's
@@ -131,9 +128,13 @@ class McBusyError(McError):
 
 @dataclass(slots=True)
 class StoreResult:
-    """What a ``store`` did. ``stored`` is False only when the record can never fit.
-    Not frozen: a frozen dataclass's ``__init__`` cost 1.2 µs more per store, 5 % of the
-    memory-cache prefill of bigroupuser's 2,085 groups."""
+    """What a ``store`` did. ``stored`` is False only when the file can never hold the
+    record (too big for it, or bytes that would read as another record's start), and
+    ``reason`` then says why; the writer logs nothing: every lookup of such a record
+    comes back through the socket and stores it again, so the caller decides what is
+    logged (``cached.nss.mcfeed``, once per record and file). Not frozen: a frozen
+    dataclass's ``__init__`` cost 1.2 µs more per store, 5 % of the memory-cache prefill
+    of bigroupuser's 2,085 groups."""
 
     stored: bool
     slot: int = -1
@@ -452,7 +453,6 @@ class McWriter:
                 f"({nslots} slots) but {self.path} has only {self.geometry.slots} slots; "
                 f"raise memcache_size_{self.KIND.value} to cache it"
             )
-            log.info("memory cache: not stored: %s", reason)
             return StoreResult(False, reason=reason)
         if _FORGEABLE in payload[3::SLOT_SIZE]:
             reason = (
@@ -460,7 +460,6 @@ class McWriter:
                 "the start of another record at a slot boundary (0xF0 at offset 3 of a "
                 "slot); answered through the socket"
             )
-            log.info("memory cache: not stored: %s", reason)
             return StoreResult(False, reason=reason)
         expire = int(self._clock()) + self.timeout
 
@@ -892,11 +891,12 @@ class GroupWriter(McWriter):
 
     def store_blobs(
         self, groups: Iterable[tuple[str, int, int, bytes]], *, passwd: str = "*"
-    ) -> tuple[int, list[tuple[str, ValueError]]]:
+    ) -> tuple[int, list[tuple[str, str]]]:
         """:meth:`store_blob` of many ``(name, gid, count, blob)``, in order: a reader
         then finds by every name and gid what one store each gives (in a new file, the
         very same bytes). Returns how many were stored and the groups that cannot be
-        (a NUL in the name, a bad blob) with why; the others are stored all the same.
+        (a NUL in the name, a bad blob, a record the file refuses: see
+        :class:`StoreResult`) with why; the others are stored all the same.
 
         The responder's prefill of a user's groups (nss/server.py, _prefill_groups):
         groups that supersede nothing (no live record and no other item has either
@@ -910,12 +910,12 @@ class GroupWriter(McWriter):
         (cachegrind, bigroupuser's 2,084 groups in a new file)."""
         pw = self._passwd_field(passwd)
         items: list[_GroupItem] = []
-        bad: list[tuple[str, ValueError]] = []
+        bad: list[tuple[str, str]] = []
         for name, gid, count, blob in groups:
             try:
                 key1 = group_key(name, gid, count, blob)
             except ValueError as e:
-                bad.append((name, e))
+                bad.append((name, str(e)))
                 continue
             items.append((key1, b"%d\0" % gid, gid, count, blob))
         fresh, rest = self._split_batch(items)
@@ -931,8 +931,11 @@ class GroupWriter(McWriter):
             # No free run, or a record whose bytes read as a barrier: one at a time.
             rest = items
         for key1, key2, gid, count, blob in rest:
-            if self._store(key1, key2, encode_group_keyed(key1, pw, gid, count, blob)).stored:
+            res = self._store(key1, key2, encode_group_keyed(key1, pw, gid, count, blob))
+            if res.stored:
                 stored += 1
+            else:
+                bad.append((key1[:-1].decode(), res.reason))  # group_key encoded it
         return stored, bad
 
     def _store_group_run(self, pos: int, items: list[_GroupItem], pw: bytes) -> bool:

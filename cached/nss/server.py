@@ -496,7 +496,8 @@ class NssResponder:
         if isinstance(req, p.GetVersion):
             return p.version_reply()
         if isinstance(req, p.BadRequest):
-            log.debug("bad request %s: %s", p.command_name(req.cmd), req.reason)
+            limited.log(("bad request",), logging.DEBUG,
+                        "bad request %s: %s", p.command_name(req.cmd), req.reason)  # fmt: skip
             return p.error_reply(req.cmd, req.errno)
         if isinstance(req, p.SetEnt | p.EndEnt):
             state.sent.clear()
@@ -720,7 +721,7 @@ class _Client(asyncio.Protocol):
                     return
                 watch.last_request = watch.started = self.loop.time()
         except p.ProtocolError as e:
-            log.debug("closing NSS client: %s", e)
+            limited.log(("protocol error",), logging.DEBUG, "closing NSS client: %s", e)
             transport.close()
             return
         if self.eof:  # the client said it is done, before a request it did not finish

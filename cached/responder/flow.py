@@ -28,9 +28,13 @@ from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE
 from cached.ipc import framing
 from cached.ipc.ops import BadMessage, DomainStateNote, LookupReply, LookupRequest, Op, Outcome
 from cached.model import Kind, User
+from cached.ratelimit import RateLimitedLog
 from cached.responder.policy import ServePolicy
 
 log = logging.getLogger(__name__)
+# Lines any local user's lookups can cause, one per request (a dead backend, a stuck
+# one): one per kind and minute (cached/ratelimit.py).
+limited = RateLimitedLog(log)
 
 K = TypeVar("K", str, int)
 V = TypeVar("V", User, GroupView, Initgroups)
@@ -251,7 +255,8 @@ class Lookups:
             reply = LookupReply.parse(raw)
         except (framing.RpcError, BadMessage) as e:
             # A dead or restarting backend is like an offline server: serve the cache.
-            log.warning("backend %s unavailable for %s %r: %s", domain, op, key, e)
+            limited.log(("unavailable", domain, type(e).__name__), logging.WARNING,
+                        "backend %s unavailable for %s %r: %s", domain, op, key, e)  # fmt: skip
             st = self.states.get(domain)
             if st is not None:
                 st.stalled = False
@@ -438,7 +443,8 @@ class Lookups:
             except TimeoutError:
                 if not fut.done():
                     st.stalled = True
-                    log.info(
+                    limited.log(
+                        ("first_wait", domain.name), logging.INFO,
                         "domain %s: no refresh of %s %r within cache_first_wait = %.0f s; "
                         "answering from the cache",
                         domain.name, plugin.name, key, self.first_wait,

@@ -103,8 +103,9 @@ def _responder_answers(pipes_dir: str) -> bool:
 
 def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
     """The report, one fact per line. A server's error text can quote what a directory
-    entry holds (a DN, a name), so it is printed through ``printable``: a newline or a
-    terminal escape in it cannot add a line or rewrite the administrator's screen."""
+    entry holds (a DN, a name), and an error can quote a path or a peer's words, so
+    every line is printed through ``printable``: a newline or a terminal escape in what
+    it quotes cannot add a line or rewrite the administrator's screen."""
     now = time.time()
     lines = []
     if not running:
@@ -138,9 +139,9 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             if not c["name"].startswith("backend") or not s:
                 continue
             if s["online"]:
-                conn = f"online via {printable(s['server'] or '(not connected yet)')}"
+                conn = f"online via {s['server'] or '(not connected yet)'}"
             else:
-                why = printable(s["last_error"])
+                why = s["last_error"]
                 if s.get("probing_for"):
                     when = f"trying the servers now (for {s['probing_for']:.0f} s)"
                 else:
@@ -164,10 +165,10 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             if s.get("limit_error"):
                 lines.append(
                     f"  LOOKUP CUT BY A SERVER LIMIT ({_ago(s['limit_time'], now)}): "
-                    f"{printable(s['limit_error'])}"
+                    f"{s['limit_error']}"
                 )
             if s.get("ts_rebuilt"):
-                lines.append(f"  timestamp store rebuilt at start: {printable(s['ts_rebuilt'])}")
+                lines.append(f"  timestamp store rebuilt at start: {s['ts_rebuilt']}")
     lines.append("Stores:")
     for path, size in st["stores"].items():
         lines.append(f"  {path}: {_size(size)}")
@@ -179,4 +180,4 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             lines.append(f"  {name}: unreadable: {mc['error']}")
         else:
             lines.append(f"  {name}: {mc['records']} records, {mc['fill'] * 100:.1f}% full")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))

@@ -26,14 +26,7 @@ from cached.cache.cache import READ_WHOLE
 from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
 from cached.counters import COUNTERS, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
-from cached.ldap.ad import (
-    AdProvider,
-    invocation_id,
-    security_group,
-    sid_assertion,
-    sid_to_bytes,
-    sid_to_str,
-)
+from cached.ldap.ad import AdProvider, invocation_id, security_group
 from cached.ldap.client import (
     AD_CAPABILITY_OID,
     ASQ_OID,
@@ -45,6 +38,7 @@ from cached.ldap.client import (
 )
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import LdapProvider, Outcome
+from cached.ldap.sid import sid_assertion, sid_to_bytes, sid_to_str
 from cached.model import Group
 from testing import addc, addir, cachetime
 from testing.daemon import CachedDaemon, config_text

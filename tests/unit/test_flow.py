@@ -5,6 +5,7 @@ a miss (reference §6.4). Pure logic: no LDAP, no LMDB, no sockets."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -205,6 +206,30 @@ def test_an_unreachable_backend_is_not_a_negative_answer() -> None:
     backend.call = broken  # type: ignore[method-assign]
     assert run(lookups.lookup(GETPWNAM, "ghost")) is None
     assert len(lookups.negative) == 0
+
+
+def test_lookups_while_the_backend_is_unreachable_log_one_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """Any local user can ask again and again while the backend is down or restarting:
+    one line per minute (cached/ratelimit.py), not one per lookup."""
+    from cached.ratelimit import RateLimitedLog
+    from cached.responder import flow as flow_module
+
+    monkeypatch.setattr(flow_module, "limited", RateLimitedLog(flow_module.log))
+    caplog.set_level(logging.WARNING, logger="cached.responder.flow")
+    lookups, _cache, backend = flow()
+
+    async def broken(op: Op, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+        from cached.ipc.framing import RpcError
+
+        raise RpcError("be_D: connection refused")
+
+    backend.call = broken  # type: ignore[method-assign]
+    for i in range(100):
+        assert run(lookups.lookup(GETPWNAM, f"ghost{i}")) is None
+    lines = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(lines) == 1, len(lines)
 
 
 def test_concurrent_lookups_share_one_refresh() -> None:

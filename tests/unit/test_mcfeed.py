@@ -3,6 +3,7 @@ content is not stored again, unless it has left the file meanwhile."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +98,14 @@ def test_many_groups_at_once_skip_what_was_stored_moments_ago(
     """The prefill's batch follows the same rule as one group at a time: a record stored
     moments ago with the same content is left alone, a changed one is stored, and what
     the batch stored is not stored again by the next single group."""
+    caplog.set_level(logging.INFO, logger="cached.nss.mcfeed")
     calls = batches_stored(feed, monkeypatch)
     single = stores(feed, monkeypatch)
     ab, a = join_members(["alice", "bob"]), join_members(["alice"])
     feed.group("staff", 50, 2, ab, "*")
     feed.groups([("staff", 50, 2, ab), ("wheel", 51, 1, a), ("bad\0name", 52, 1, a)], "*")
     assert calls == [["wheel", "bad\0name"]]
-    assert "cannot store group 'bad\\x00name'" in caplog.text
+    assert "group 'bad\\x00name' not stored" in caplog.text
     feed.groups([("staff", 50, 1, a), ("wheel", 51, 1, a)], "*")
     assert calls[-1] == ["staff"]
     feed.group("wheel", 51, 1, a, "*")
@@ -130,3 +132,42 @@ def test_a_new_feed_stores_the_whole_batch_then_skips_it(
         assert r.stats().records == 50
         g = r.group("g7")
         assert g is not None and (g.gid, g.members) == (107, ("u7",))
+
+
+@pytest.fixture
+def small_feed(tmp_path: Path) -> Any:
+    """A feed whose group file is 1 MiB (memcache_size_group = 1)."""
+    conf = CONF.replace("[domain/D]", "[nss]\nmemcache_size_group = 1\n[domain/D]")
+    f = MemcacheFeed(str(tmp_path), parse_config(conf).nss)
+    yield f
+    f.close()
+
+
+def test_a_refused_record_is_offered_once_per_content_and_file(
+    small_feed: MemcacheFeed, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """A record the file refuses (here a group bigger than the whole 1 MiB file) is
+    answered through the socket at every lookup: it is offered to the file and logged
+    once, not at each of them; new content, or a new file, is offered again."""
+    caplog.set_level(logging.INFO, logger="cached.nss.mcfeed")
+    calls = stores(small_feed, monkeypatch)
+    names = [f"member{i:07d}" for i in range(120_000)]  # 1.8 MB of names
+    huge = join_members(names)
+    for _ in range(3):
+        small_feed.group("huge", 60, len(names), huge, "*")
+    assert calls == ["huge"]
+    assert caplog.text.count("not stored") == 1
+    assert "raise memcache_size_group" in caplog.text
+    small_feed.groups([("huge", 60, len(names), huge)], "*")  # the prefill skips it too
+    assert small_feed.mc is not None and small_feed.mc.group is not None
+    assert not small_feed.mc.group.holds_gid(60)
+    fewer = join_members(names[:-1])
+    small_feed.group("huge", 60, len(names) - 1, fewer, "*")  # new content: offered again
+    assert calls == ["huge", "huge"]
+    small_feed.retire()
+    small_feed.reopen()
+    small_feed.group("huge", 60, len(names) - 1, fewer, "*")  # a new file: offered again
+    assert calls == ["huge", "huge", "huge"]
+    # One line per minute for the lot (RateLimitedLog): the second and third
+    # refusals were counted, not written.
+    assert caplog.text.count("not stored") == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,25 @@ def test_status_prints_a_servers_error_on_its_line() -> None:
     assert "\x1b" not in out and "\u202e" not in out
     assert not any(line.startswith("2026-12-02") for line in out.splitlines())
     assert out.count("forged") == 3  # last_error, limit_error, ts_rebuilt: each on its line
+
+
+def test_status_escapes_every_line_it_prints() -> None:
+    """Not only a server's words: an error quoting a peer or a path, a child's exit, a
+    memory-cache file's error are printed escaped too."""
+    config = make_config(["ldap://127.0.0.1:1"], "dc=t")
+    empty: dict[str, Any] = {"stores": {}, "memcache": {}}
+    out = format_status(config, {"error": FORGED, **empty}, False)
+    assert out.splitlines()[0] == f"cached is not running ({printable(FORGED)})"
+    out = format_status(config, {"needs_root": True, "error": FORGED, **empty}, True)
+    assert out.splitlines()[0].endswith(f"need root ({printable(FORGED)})")
+    st = {
+        "monitor": {"pid": 1, "started": 0, "config": "/etc/cached/cached.conf"},
+        "children": [{"name": "responder", "running": False, "pid": 2, "uptime": 1,
+                      "restarts": 3, "last_exit": FORGED, "status": {}}],
+        "stores": {"/var/lib/cached/\x1b]0;title\x07": 4096},
+        "memcache": {"passwd": {"error": FORGED}},
+    }  # fmt: skip
+    out = format_status(config, st, True)
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert not any(line.startswith("2026-12-02") for line in out.splitlines())
+    assert out.count("forged") == 2  # last_exit, the memory cache's error
