@@ -172,7 +172,7 @@ class LdapProvider:
             except StoreWriteError as e:
                 # The cache could not be written (full filesystem): one line, and the
                 # responder serves what the cache holds.
-                failed.log(type(e), logging.ERROR, "%s %s: %s", kind, key, e)
+                failed.log(type(e).__name__, logging.ERROR, "%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             except LdapLimitExceeded as e:
                 # A truncated answer is never stored: the request fails, loudly, and
@@ -180,10 +180,10 @@ class LdapProvider:
                 self.limit_error = f"{kind} {key}: {e}"
                 self._limit_lookup = (kind, key)
                 self.limit_time = time.time()
-                failed.log(type(e), logging.ERROR, "%s %s: %s", kind, key, e)
+                failed.log(type(e).__name__, logging.ERROR, "%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             except LdapError as e:
-                failed.log(type(e), logging.ERROR, "%s %s: %s", kind, key, e)
+                failed.log(type(e).__name__, logging.ERROR, "%s %s: %s", kind, key, e)
                 return Result(Outcome.ERROR, str(e))
             finally:
                 # A sweep sent ahead and not read (Walk.sweep_ahead): its answer is read

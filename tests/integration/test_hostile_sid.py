@@ -11,6 +11,7 @@ a full traceback in the log.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from testing import addc, addir
 from testing.daemon import CachedDaemon
@@ -47,7 +48,7 @@ def test_a_sid_of_16_sub_authorities_drops_that_value_not_the_lookup(
     tmp_path: Path, ad: tuple[addc.SambaDC, addir.ADDirectory]
 ) -> None:
     dc, data = ad
-    opts = {"ldap_schema": "ad", "ldap_default_bind_dn": dc.admin_dn,
+    opts: dict[str, Any] = {"ldap_schema": "ad", "ldap_default_bind_dn": dc.admin_dn,
             "ldap_default_authtok": dc.admin_pw}  # fmt: skip
     with (
         LdapRewriteProxy(hostile, unix_path=str(dc.socket_path)) as px,
