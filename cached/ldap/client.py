@@ -48,26 +48,18 @@ from cached.counters import (
     Counters,
 )
 from cached.ldap import deref, wire
+from cached.ldap import entry as reader
+from cached.ldap.ber import BerError
+from cached.ldap.controls import AD_CAPABILITY_OID as AD_CAPABILITY_OID
+from cached.ldap.controls import ASQ_OID as ASQ_OID
+from cached.ldap.controls import PAGED_RESULTS_OID as PAGED_RESULTS_OID
+from cached.ldap.controls import Control, encode_asq, paged_control, paged_cookie
 
 log = logging.getLogger(__name__)
 
-PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
-# Attribute Scoped Query ([MS-ADTS] 3.1.1.3.4.1.4): a base search returns the entries
-# the DN values of one attribute of the base entry name (AD's, Samba's deref).
-ASQ_OID = "1.2.840.113556.1.4.1504"
-# LDAP_CAP_ACTIVE_DIRECTORY_OID in the root DSE's supportedCapabilities: the server is an
-# AD DC (Windows or Samba), whatever ldap_schema says (MS-ADTS 3.1.1.3.4.3.1).
-AD_CAPABILITY_OID = "1.2.840.113556.1.4.800"
 ROOT_DSE_ATTRS = ["supportedControl", "supportedCapabilities", "namingContexts",
                   "defaultNamingContext"]  # fmt: skip
 
-
-def encode_asq(attr: str) -> bytes:
-    """ASQ's value: SEQUENCE { sourceAttribute OCTET STRING } (BER, short lengths)."""
-    a = attr.encode()
-    if len(a) > 120:
-        raise ValueError(f"attribute name too long for ASQ: {attr!r}")
-    return bytes([0x30, len(a) + 2, 0x04, len(a)]) + a
 
 # Time ldap3's own decoder so "waiting for LDAP" can be split into the server's
 # time and the client's decoding (`cached perf` shows where the time goes, reference §5.4). The sync
@@ -78,7 +70,7 @@ _decode_message_fast = ldap3.strategy.sync.decode_message_fast
 def _timed_decode(data: bytes) -> Any:
     start = time.perf_counter()
     try:
-        entry = deref.decode_search_entry(data)
+        entry = reader.decode_search_entry(data)
         if entry is None:
             return _decode_message_fast(data)
         # Already in the form ldap3's decode_response_fast would give (raw values
@@ -124,7 +116,7 @@ def _decode_response_prebuilt(self: Any, ldap_message: dict[str, Any]) -> Any:
     return done
 
 
-# SearchResultEntry PDUs are read by our own BER reader (deref.decode_search_entry):
+# SearchResultEntry PDUs are read by our own BER reader (entry.decode_search_entry):
 # ldap3's generic decoder was the largest single cost of a cold initgroups of a user
 # in 2,000 groups (profile in perf/results/README: 0.56 s of 3.3 s under cProfile).
 ldap3.strategy.sync.decode_message_fast = _timed_decode
@@ -229,7 +221,7 @@ def _page_ahead(last: bytes, pending: dict[int, _Request]) -> int | None:
             return None
         if r.spec.max_entries:
             return None
-        cookie = wire.paged_cookie(res.controls.get(PAGED_RESULTS_OID.encode()))
+        cookie = paged_cookie(res.controls.get(PAGED_RESULTS_OID.encode()))
     except (ValueError, IndexError):
         return None  # read again in turn, where what is wrong with it is reported
     if not cookie:
@@ -368,7 +360,7 @@ class Entry:
 
 
 # A search's entry as a row: (DN, values of each attribute asked for, [] if absent).
-Row = deref.Row
+Row = reader.Row
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +403,7 @@ class _Request:
         self,
         spec: Search,
         filt: bytes,
-        controls: list[wire.Control],
+        controls: list[Control],
         page: int,
         seen: set[bytes] | None,
     ) -> None:
@@ -422,13 +414,13 @@ class _Request:
         self.added: list[bytes] = []  # DNs this search put into ``seen``
         self.deadline = 0.0  # monotonic time its last page must have come by
         self.rows = spec.rows
-        # Rows wanted (Search.rows): what deref.decode_row reads them by. Not when an
+        # Rows wanted (Search.rows): what entry.decode_row reads them by. Not when an
         # attribute is asked twice (``ldap_user_gid_number = uidNumber``, user private
         # groups; found by fuzzing the sweep's naming): RowShape has one slot per type,
         # so every row then takes the generic reader, which fills each slot (plain, entry).
         unique = len({a.lower() for a in spec.attrs}) == len(spec.attrs)
         rows = spec.rows if unique else None
-        self.slots = deref.RowShape(spec.attrs, rows) if rows is not None else None
+        self.slots = reader.RowShape(spec.attrs, rows) if rows is not None else None
 
     def reset(self) -> None:
         """Start again (a new connection): what the last try saw is forgotten."""
@@ -443,7 +435,7 @@ class _Request:
         return len(self.rows) if self.rows is not None else len(self.entries)
 
     def plain(self, raw_dn: bytes, attrs: dict[str, list[bytes]]) -> None:
-        """An entry without controls as deref.decode_entry reads it: what
+        """An entry without controls as entry.decode_entry reads it: what
         :meth:`entry` makes of the same message."""
         dn = _server_text(raw_dn)
         if self.rows is not None:
@@ -451,7 +443,7 @@ class _Request:
             return
         self.entries.append(Entry(dn, attrs))
 
-    def entry(self, e: deref.SearchEntry) -> None:
+    def entry(self, e: reader.SearchEntry) -> None:
         dn = _server_text(e.dn)
         results = None
         total = 0
@@ -460,7 +452,7 @@ class _Request:
             if oid == _DEREF_OID and value:
                 try:
                     results, total = deref.decode_counted(value, self.seen, self.added)
-                except (deref.BerError, UnicodeDecodeError) as ex:
+                except (BerError, UnicodeDecodeError) as ex:
                     # Recorded, not raised: the other answers on the connection are
                     # still read, so the stream stays in step.
                     self.error = self.error or LdapError(f"{dn}: bad deref control value: {ex}")
@@ -475,7 +467,7 @@ class _Request:
                     _ATTR_NAMES[k] = name
             attrs[name] = v
         if self.rows is not None:
-            # An entry deref.decode_row left to the generic reader: the same row.
+            # An entry that entry.decode_row left to the generic reader: the same row.
             self.rows.append((dn, [attrs.get(a.lower(), []) for a in self.spec.attrs]))
             return
         self.entries.append(Entry(dn, attrs, results, total, raw))
@@ -514,7 +506,7 @@ _NETWORK_ERRORS = (
     OSError,
 )
 # What decoding bytes that are not the LDAP they claim raises: our BER readers
-# (deref.BerError is a ValueError) and ldap3's decoder, which also raises KeyError for
+# (BerError is a ValueError) and ldap3's decoder, which also raises KeyError for
 # a resultCode or protocolOp tag it has no name for, and RecursionError for thousands of
 # nested SEQUENCEs (6 KB on the wire). Such a server is failed like one that does not
 # answer, so the next URI is tried (found in review: a KeyError escaped every handler,
@@ -922,7 +914,7 @@ class LdapClient:
         in its order; [] where the entry has none]), attribute types matched without
         regard to case as :meth:`Entry.get` does, ranged values (AD) not completed.
         For searches of thousands of small entries (the sweep of the user bases):
-        most are read by deref.decode_row, and no Entry is built."""
+        most are read by entry.decode_row, and no Entry is built."""
         rows: list[Row] = []
         spec = Search(base, filt, attrs, scope, max_entries=max_entries, rows=rows)
         (got,) = self.search_many([spec])
@@ -1062,7 +1054,7 @@ class LdapClient:
             self._count_unread(dropped)
 
     def _request(self, spec: Search, deref_seen: set[bytes] | None) -> _Request:
-        controls: list[wire.Control] = []
+        controls: list[Control] = []
         if spec.deref_specs:
             # Critical, as SSSD sends it (§6.2): a server that cannot honour it must
             # say so rather than silently return entries without the values.
@@ -1085,7 +1077,7 @@ class LdapClient:
         self, conn: ldap3.Connection, reqs: list[_Request], sent: dict[int, _Request]
     ) -> None:
         """Send the requests, at most OUTSTANDING at a time, and read until each has
-        its last page: entries by deref.decode_search_entry, results by
+        its last page: entries by entry.py's readers, results by
         wire.decode_response. A paged search sends its next page as soon as a page is
         done. Each search has its own ``ldap_search_timeout`` from its first page
         (all its pages, as one search alone has), so a level of fifty batches is not
@@ -1104,7 +1096,7 @@ class LdapClient:
         on_wire = set(map(id, sent.values()))
         queue = [r for r in reversed(reqs) if id(r) not in on_wire]
         pending: dict[int, _Request] = dict(sent)
-        # The outstanding requests that want rows, by message ID (deref.decode_row).
+        # The outstanding requests that want rows, by message ID (entry.decode_row).
         row_slots = {m: r.slots for m, r in sent.items() if r.slots is not None}
 
         def can_start(r: _Request) -> bool:
@@ -1148,20 +1140,20 @@ class LdapClient:
                 while i < count:
                     if row_slots:
                         # The rows from here on, put in their searches' rows, up to
-                        # the first message that is not one (deref.decode_rows).
-                        i = deref.decode_rows(messages, i, row_slots)
+                        # the first message that is not one (entry.decode_rows).
+                        i = reader.decode_rows(messages, i, row_slots)
                         if i == count:
                             break
                     m = messages[i]
                     i += 1
-                    plain = deref.decode_entry(m, _ATTR_NAMES, _ATTR_NAMES_MAX)
+                    plain = reader.decode_entry(m, _ATTR_NAMES, _ATTR_NAMES_MAX)
                     if plain is not None:
                         got = pending.get(plain[0])
                         if got is None:
                             raise lexc.LDAPSocketReceiveError("invalid messageId received")
                         got.plain(plain[1], plain[2])
                         continue
-                    e = deref.decode_search_entry(m)
+                    e = reader.decode_search_entry(m)
                     if e is not None:
                         got = pending.get(e.message_id)
                         if got is None:
@@ -1199,7 +1191,7 @@ class LdapClient:
         msgid: int = conn.server.next_message_id()
         controls = r.controls
         if r.page:
-            controls = [*controls, wire.paged_control(r.page, r.cookie)]
+            controls = [*controls, paged_control(r.page, r.cookie)]
         data = wire.encode_search(
             msgid, r.spec.base, wire.SCOPES[r.spec.scope], r.filt, r.spec.attrs,
             time_limit=self.cfg.ldap_search_timeout, size_limit=r.spec.size_limit,
@@ -1248,7 +1240,7 @@ class LdapClient:
             return False
         if not r.page:
             return False
-        r.cookie = wire.paged_cookie(res.controls.get(PAGED_RESULTS_OID.encode()))
+        r.cookie = paged_cookie(res.controls.get(PAGED_RESULTS_OID.encode()))
         return bool(r.cookie)
 
     def _fill_ranges(self, conn: ldap3.Connection, e: Entry) -> None:

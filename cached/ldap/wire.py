@@ -24,7 +24,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cached.ldap.deref import BerError, _header, decode_controls, tlv
+from cached.ldap.ber import BerError, integer, tlv
+from cached.ldap.ber import header as _header
+from cached.ldap.controls import Control, decode_controls
 
 _SEQUENCE = 0x30
 _OCTET_STRING = 0x04
@@ -40,7 +42,6 @@ INTERMEDIATE_RESPONSE = 0x79
 _CONTROLS = 0xA0
 _REFERRAL = 0xA3
 NOTICE_OF_DISCONNECTION = b"1.3.6.1.4.1.1466.20036"  # RFC 4511 §4.4.1
-PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
 
 SCOPES = {"base": 0, "one": 1, "sub": 2}
 # BOOLEAN TRUE is 0xFF (RFC 4511 §5.1: "the encoding of the value octet is set to hex
@@ -51,10 +52,6 @@ TRUE = b"\xff"
 
 class FilterError(ValueError):
     """A filter string that is not RFC 4515."""
-
-
-def _integer(tag: int, n: int) -> bytes:
-    return tlv(tag, n.to_bytes(max(1, (n.bit_length() + 8) // 8), "big", signed=True))
 
 
 # -- filters (RFC 4515 text -> RFC 4511 BER) -----------------------------------------
@@ -289,15 +286,6 @@ def _equality_run(s: str, start: int, attr: str, a: bytes) -> tuple[bytes, int] 
 
 # -- requests ------------------------------------------------------------------------
 
-Control = tuple[str, bool, bytes | None]  # (OID, criticality, value)
-
-
-def paged_control(size: int, cookie: bytes | None) -> Control:
-    """RFC 2696's control, not critical (ldap3's default)."""
-    value = tlv(_SEQUENCE, _integer(_INTEGER, size) + tlv(4, cookie or b""))
-    return (PAGED_RESULTS_OID, False, value)
-
-
 def encode_search(
     message_id: int,
     base: str,
@@ -314,15 +302,15 @@ def encode_search(
     No attributes asks for none (``1.1``, RFC 4511 §4.5.1.8), as ldap3 does."""
     body = (
         tlv(4, base.encode("utf-8"))
-        + _integer(_ENUMERATED, scope)
-        + _integer(_ENUMERATED, deref_aliases)
-        + _integer(_INTEGER, size_limit)
-        + _integer(_INTEGER, time_limit)
+        + integer(_ENUMERATED, scope)
+        + integer(_ENUMERATED, deref_aliases)
+        + integer(_INTEGER, size_limit)
+        + integer(_INTEGER, time_limit)
         + b"\x01\x01\x00"  # typesOnly FALSE
         + filt
         + tlv(_SEQUENCE, b"".join(tlv(4, a.encode("utf-8")) for a in (attrs or ["1.1"])))
     )
-    msg = _integer(_INTEGER, message_id) + tlv(SEARCH_REQUEST, body)
+    msg = integer(_INTEGER, message_id) + tlv(SEARCH_REQUEST, body)
     if controls:
         items = []
         for oid, critical, value in controls:
@@ -336,7 +324,7 @@ def encode_search(
     return tlv(_SEQUENCE, msg)
 
 
-# -- responses other than SearchResultEntry (deref.decode_search_entry reads those) --
+# -- responses other than SearchResultEntry (entry.py reads those) ---------------------
 
 
 @dataclass(slots=True)
@@ -380,17 +368,3 @@ def decode_response(buf: bytes) -> Response:
                 out.name = buf[a:b]
     out.controls = {oid: value for oid, _critical, value in decode_controls(buf, oend, end)}
     return out
-
-
-def paged_cookie(value: bytes | None) -> bytes:
-    """The cookie of a paged results response control (empty: the last page)."""
-    if not value:
-        return b""
-    tag, pos, end = _header(value, 0, len(value))
-    if tag != _SEQUENCE:
-        raise BerError("paged results value is not a SEQUENCE")
-    tag, a, pos = _header(value, pos, end)
-    tag, a, b = _header(value, pos, end)
-    if tag != _OCTET_STRING:
-        raise BerError("paged results cookie is not an OCTET STRING")
-    return value[a:b]

@@ -39,9 +39,9 @@ from cached.ldap.client import (
     LdapClient,
     LdapError,
     Search,
-    encode_asq,
     merge_ranges,
 )
+from cached.ldap.controls import encode_asq
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import LdapProvider, Outcome
 from cached.model import Group

@@ -13,7 +13,8 @@ import pytest
 from cached.cache import State
 from cached.cache.writer import WriteBatch
 from cached.counters import LDAP_CONNECT, LDAP_SEARCH, Counters
-from cached.ldap import deref
+from cached.ldap import ber, deref
+from cached.ldap import entry as ldap_entry
 from cached.ldap.client import LdapClient, LdapOffline, LdapTooMany, Search
 from cached.ldap.provider import Outcome
 from cached.ldap.schema import escape
@@ -69,7 +70,7 @@ def test_deref_decode_round_trip_and_garbage():
         b"\x04\x00",
         b"\x30\x84\xff\xff\xff\xff",
     ):
-        with pytest.raises(deref.BerError):
+        with pytest.raises(ber.BerError):
             deref.decode_response(bad)
     req = deref.encode_request([("member", ["uid", "cn"])])
     assert req == bytes.fromhex("3015301304066d656d626572300904037569640402636e")
@@ -100,7 +101,7 @@ def test_search_entry_decoder_agrees_with_ldap3():
     op = _tlv(0x64, _tlv(0x04, "cn=g1,o=é".encode()) + attrs)
     msg = _tlv(0x30, _tlv(0x02, b"\x07") + op + _tlv(0xA0, control))
 
-    got = deref.decode_search_entry(msg)
+    got = ldap_entry.decode_search_entry(msg)
     theirs = decode_message_fast(msg)
     assert got is not None and got.message_id == theirs["messageID"] == 7
     assert got.dn == theirs["payload"][0][3]
@@ -110,11 +111,11 @@ def test_search_entry_decoder_agrees_with_ldap3():
     assert got.controls == [(deref.DEREF_OID.encode(), False, ctrl_value)]
     # Any other protocolOp is left to ldap3 (searchResDone here).
     done = _tlv(0x30, _tlv(0x02, b"\x07") + _tlv(0x65, b"\x0a\x01\x00\x04\x00\x04\x00"))
-    assert deref.decode_search_entry(done) is None
+    assert ldap_entry.decode_search_entry(done) is None
     # Truncated or mislabelled input is refused, never read past its end.
     for bad in (msg[:-1], msg[:40], msg[: -len(control) - 2] + b"\xa0\x05", b"\x30\x00"):
-        with pytest.raises(deref.BerError):
-            deref.decode_search_entry(bad)
+        with pytest.raises(ber.BerError):
+            ldap_entry.decode_search_entry(bad)
 
 
 # -- exact answers -----------------------------------------------------------------
@@ -381,21 +382,21 @@ def test_a_search_sent_ahead_on_a_closed_connection_is_sent_by_search_many(slapd
 
 def test_rows_are_the_entries_search_gives(slapd_small, monkeypatch):
     """client.search_rows: each entry as (DN, the values of each attribute asked, in
-    the order asked, any case), the same as search() gives, whether deref.decode_rows
+    the order asked, any case), the same as search() gives, whether ldap_entry.decode_rows
     read it (small entries) or the generic reader did (entries of 130 bytes or more);
     paged (3 entries a page); bounded by max_entries like search()."""
     s = slapd_small.slapd
     client = LdapClient(make_domain([s.uri], s.base_dn, ldap_page_size=3))
     OPEN_CLIENTS.append(client)
     fast: list[bytes] = []
-    decode_rows = deref.decode_rows
+    decode_rows = ldap_entry.decode_rows
 
     def counted(msgs, i, shapes):
         got = decode_rows(msgs, i, shapes)
         fast.extend(msgs[i:got])
         return got
 
-    monkeypatch.setattr(deref, "decode_rows", counted)
+    monkeypatch.setattr(ldap_entry, "decode_rows", counted)
     filt = "(objectClass=posixAccount)"
     small = ["UID", "uidNumber", "gidnumber"]
     big = ["uid", "homeDirectory", "loginShell", "cn", "uidNumber", "description"]
@@ -412,7 +413,7 @@ def test_rows_are_the_entries_search_gives(slapd_small, monkeypatch):
 
 def test_plain_entries_are_the_entries_the_generic_reader_gives(slapd_small, monkeypatch):
     """Entries without controls (users, groups with their member lists) are read by
-    deref.decode_entry: the same DNs and values, by the same lower-cased types, as
+    ldap_entry.decode_entry: the same DNs and values, by the same lower-cased types, as
     the generic reader's (decode_search_entry, then client._Request.entry), paged
     or not, rows or entries; with the deref control they are left to the generic
     reader."""
@@ -420,7 +421,7 @@ def test_plain_entries_are_the_entries_the_generic_reader_gives(slapd_small, mon
     client = LdapClient(make_domain([s.uri], s.base_dn, ldap_page_size=3))
     OPEN_CLIENTS.append(client)
     fast: list[bytes] = []
-    decode_entry = deref.decode_entry
+    decode_entry = ldap_entry.decode_entry
 
     def counted(buf, names, names_max):
         got = decode_entry(buf, names, names_max)
@@ -436,10 +437,10 @@ def test_plain_entries_are_the_entries_the_generic_reader_gives(slapd_small, mon
         ("(objectClass=posixGroup)", ["cn", "gidNumber", "member", "objectClass", "Member"]),
         ("(objectClass=posixAccount)", ["uid", "UIDNUMBER", "gidNumber", "homeDirectory"]),
     ]
-    monkeypatch.setattr(deref, "decode_entry", lambda *_a: None)
+    monkeypatch.setattr(ldap_entry, "decode_entry", lambda *_a: None)
     generic = [read(f, a) for f, a in searches]
     with_deref = read(searches[0][0], ["cn", "member"], [("member", ["uid", "cn"])])
-    monkeypatch.setattr(deref, "decode_entry", counted)
+    monkeypatch.setattr(ldap_entry, "decode_entry", counted)
     assert [read(f, a) for f, a in searches] == generic
     assert len(fast) == sum(map(len, generic)) and all(generic)
     assert any(len(e[1].get("member", [])) > 3 for e in generic[0])
