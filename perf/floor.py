@@ -39,7 +39,7 @@ from testing.slapd import Slapd
 
 # An anonymous simple bind, message ID 1 (RFC 4511 §4.2): 30 0c, messageID 1,
 # [APPLICATION 0] { version 3, name "", simple [0] "" }. The recorded requests carry
-# ldap3's later message IDs.
+# the recorded connection's later message IDs.
 BIND = bytes.fromhex("300c020101600702010304008000")
 TIMEOUT = 120.0  # a recording slapd would answer differently waits this long, then fails
 

@@ -122,6 +122,8 @@ def _empty_memos() -> None:
         ("cached.dn", "_KEYS"),
         ("cached.ldap.client", "_ATTR_NAMES"),
         ("cached.ldap.client", "_LOWER"),
+        ("cached.ldap.exchange", "_ATTR_NAMES"),
+        ("cached.ldap.exchange", "_LOWER"),
         ("cached.ldap.wire", "_EQ_ATTRS"),
     ):
         memo = getattr(importlib.import_module(module), name, None)

@@ -179,7 +179,7 @@ Row = tuple[str, list[list[bytes]]]
 
 
 class RowShape:
-    """A search whose entries are wanted as rows (client.Search.rows): the attribute
+    """A search whose entries are wanted as rows (exchange.Search.rows): the attribute
     types asked for, lower-cased, by slot (:func:`decode_row` adds the spellings the
     server uses, up to 64; -1: not asked), the number of slots, the list the rows go
     to, and the layout of the usual row, learnt from the first rows read: a header
@@ -259,7 +259,7 @@ def decode_row(buf: bytes, shapes: dict[int, RowShape]) -> bool:
     try:
         dn = buf[a:pos].decode()
     except UnicodeDecodeError:
-        return False  # the generic reader's text (client._server_text)
+        return False  # the generic reader's text (exchange.server_text)
     pos += 2
     out: list[list[bytes] | None] = [None] * shape.count
     if shape.layout:
@@ -465,7 +465,7 @@ def read_entry(
 ) -> tuple[int, bytes, dict[str, list[bytes]]] | None:
     """Read one LDAPMessage carrying a SearchResultEntry without controls as (message
     ID, objectName, {attribute type lower-cased: values}): the dict the client builds
-    from :func:`decode_search_entry`'s answer (client._Request.entry), built here
+    from :func:`decode_search_entry`'s answer (exchange.Request.entry), built here
     directly. ``names`` maps the types met to their lower-cased text (the client's
     table; a type met is added while it holds fewer than ``names_max``).
 

@@ -39,9 +39,9 @@ from cached.ldap.client import (
     LdapClient,
     LdapError,
     Search,
-    merge_ranges,
 )
 from cached.ldap.controls import encode_asq
+from cached.ldap.exchange import merge_ranges
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import LdapProvider, Outcome
 from cached.model import Group
@@ -430,10 +430,10 @@ def test_ranged_values_of_a_group_changed_between_ranges_are_one_version(
     text = config_text([dc.ldapi_uri], dc.base_dn, Path("/nonexistent"), **_opts(dc))
     client = LdapClient(parse_config(text).domains[0])
     with _scratch_group(dc, "racerange", 40991, people) as dn:
-        fill = client._fill_ranges
+        fill = client.exchange.fill_entry
         gone: list[bytes] = []
 
-        def change_between_ranges(conn: Any, e: Any) -> None:
+        def change_between_ranges(conn: Any, e: Any, until: float) -> None:
             if not gone:
                 gone.append(e.attrs["member;range=0-9"][0])  # read, then removed
                 admin = dc.connect()
@@ -441,9 +441,9 @@ def test_ranged_values_of_a_group_changed_between_ranges_are_one_version(
                     assert admin.modify(dn, {"member": [(ldap3.MODIFY_DELETE, [gone[0]])]})
                 finally:
                     admin.unbind()
-            fill(conn, e)
+            fill(conn, e, until)
 
-        client._fill_ranges = change_between_ranges  # type: ignore[method-assign]
+        client.exchange.fill_entry = change_between_ranges  # type: ignore[method-assign]
         try:
             (e,) = client.search(dn, "(objectClass=*)", ["member;range=0-9", "uSNChanged"],
                                  scope="base")  # fmt: skip

@@ -1,7 +1,7 @@
 """cached/ldap/entry.py decode_entry: the reader of SearchResultEntry messages without
 controls (the group entries of a walk, any search's plain entries). It must give
 what the client builds from the generic reader (decode_search_entry, then
-client._Request.entry: the types lower-cased), or decline (None) and leave the
+exchange.Request.entry: the types lower-cased), or decline (None) and leave the
 message to it; hostile bytes — truncated, lengths past their container, long-form
 and huge lengths — are declined, never read past their end. Every test runs on both
 readers: the pure-Python reference (ldap_entry.read_entry) and the C one
@@ -61,7 +61,7 @@ GROUP = entry(
 
 
 def generic(buf: bytes) -> tuple[int, bytes, dict[str, list[bytes]]]:
-    """What the client builds from the generic reader (client._Request.entry)."""
+    """What the client builds from the generic reader (exchange.Request.entry)."""
     e = ldap_entry.decode_search_entry(buf)
     assert e is not None and not e.controls
     return e.message_id, e.dn, {k.decode().lower(): v for k, v in e.attrs.items()}

@@ -20,7 +20,7 @@ ATTRS = ["uid", "uidNumber", "gidNumber"]
 
 
 def _slots(msgid: int = 7) -> dict[int, ldap_entry.RowShape]:
-    """What LdapClient's _exchange passes for one row search (client._Request)."""
+    """What Exchange.run passes for one row search (exchange.Request)."""
     return {msgid: ldap_entry.RowShape(ATTRS, [])}
 
 
@@ -52,7 +52,7 @@ GOOD = entry(attr(b"gidNumber", b"10000"), attr(b"UID", b"user00042"), attr(b"ui
 
 
 def generic_row(buf: bytes) -> tuple[str, list[list[bytes]]]:
-    """The row the client builds from the generic reader (client._Request.entry)."""
+    """The row the client builds from the generic reader (exchange.Request.entry)."""
     e = ldap_entry.decode_search_entry(buf)
     assert e is not None
     attrs = {k.decode().lower(): v for k, v in e.attrs.items()}

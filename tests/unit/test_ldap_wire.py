@@ -11,7 +11,7 @@ from ldap3.protocol.rfc2696 import paged_search_control
 from ldap3.protocol.rfc4511 import LDAPMessage, MessageID, ProtocolOp
 from ldap3.utils.asn1 import encode  # what ldap3's strategies send with
 
-from cached.ldap import ber, client, deref, wire
+from cached.ldap import ber, deref, exchange, wire
 from cached.ldap import entry as ldap_entry
 from cached.ldap.controls import (
     ASQ_OID,
@@ -292,16 +292,16 @@ def _paged_done(msgid: int, code: int, cookie: bytes) -> bytes:
     return _done(msgid, code, b"", t(0x30, t(4, PAGED_RESULTS_OID.encode()) + t(4, value)))
 
 
-def _pending(msgid: int, page: int = 1000, max_entries: int = 0) -> dict[int, client._Request]:
-    spec = client.Search("dc=x", "(uid=*)", ["uid"], max_entries=max_entries)
-    return {msgid: client._Request(spec, b"", [], page, None)}
+def _pending(msgid: int, page: int = 1000, max_entries: int = 0) -> dict[int, exchange.Request]:
+    spec = exchange.Search("dc=x", "(uid=*)", ["uid"], max_entries=max_entries)
+    return {msgid: exchange.Request(spec, b"", [], page, None)}
 
 
 def test_a_page_ending_in_the_batch_has_its_next_page_asked_for_at_once():
-    """client._page_ahead: the searchResDone of a paged search, a success with a
+    """exchange._page_ahead: the searchResDone of a paged search, a success with a
     cookie, lets the next page go out before the page's entries are read."""
     pending = _pending(7)
-    assert client._page_ahead(_paged_done(7, 0, b"more"), pending) == 7
+    assert exchange._page_ahead(_paged_done(7, 0, b"more"), pending) == 7
     assert pending[7].cookie == b"more"
 
 
@@ -323,7 +323,7 @@ def test_a_page_ending_in_the_batch_has_its_next_page_asked_for_at_once():
     ],
 )
 def test_a_page_is_asked_for_ahead_only_after_a_successful_page(last, pending):
-    assert client._page_ahead(last, pending) is None
+    assert exchange._page_ahead(last, pending) is None
     assert all(r.cookie is None for r in pending.values())
 
 
