@@ -98,10 +98,11 @@ class LdapClient:
         self.failed: dict[str, str] = {}
         self.connected_at = 0.0  # clock() when self.conn was made
         # Whether connect() tries the servers again once the backoff has passed, and
-        # the preferred ones after failover_primary_timeout on a backup. The backend
-        # service turns it off and runs the server check (probe, after_probe) instead,
-        # so that no lookup waits on a server that hangs (service.py, _server_check).
-        self.retry_in_lookups = True
+        # the preferred ones after failover_primary_timeout on a backup. Off, as the
+        # backend service runs it: the server check (probe, after_probe) does that
+        # instead, so that no lookup waits on a server that hangs (service.py,
+        # _server_check). On for a client with no server check beside it.
+        self.retry_in_lookups = False
         # The start's probe while not taken yet (begin_warm_up, take_warm_up).
         self._warm: concurrent.futures.Future[Probe] | None = None
 
