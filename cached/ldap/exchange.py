@@ -48,6 +48,16 @@ OUTSTANDING = 4
 # between its range searches (Exchange.fill_entry) before the search fails.
 RANGE_RESTARTS = 3
 
+# Rounds of ranged reads of one attribute of one entry before the entry fails. A
+# Windows DC returns MaxValRange values per round (1,500 by default since Windows
+# Server 2003, 1,000 before; an administrator may lower it), Samba returns every value
+# at once unless a range is asked for. The largest group we support has 200,000
+# members (framing.MAX_MESSAGE's reckoning): 134 rounds at 1,500, 200 at 1,000. 1,000
+# rounds leave 5x headroom over that at MaxValRange 1,000, and stop a server whose
+# ranges never end (never ``member;range=N-*``) after 1,000 searches rather than
+# after the thousands a search timeout allows.
+RANGE_ROUNDS = 1000
+
 
 class LdapError(Exception):
     """The server answered with an error, or the request could not be made."""
@@ -61,6 +71,10 @@ class LdapLimitExceeded(LdapError):
         super().__init__(message)
         self.code = code  # "sizeLimitExceeded" | "timeLimitExceeded"
         self.partial = partial  # entries received before the cut
+
+
+class LdapRangeError(LdapError):
+    """A server's ranged values of an attribute did not end within RANGE_ROUNDS."""
 
 
 @dataclass(slots=True)
@@ -534,14 +548,23 @@ class Exchange:
         shifts the later ones, and one still there is skipped. Each search asks for
         the entry's USN too (AD: ``uSNChanged``, which every write moves); when it is
         not the one the entry was first read with (or that was not asked for), every
-        ranged attribute is read again from 0, so the values are one version's."""
+        ranged attribute is read again from 0, so the values are one version's.
+        A server whose ranges never end fails the entry after RANGE_ROUNDS searches
+        for one attribute (LdapRangeError, naming the server and the attribute)."""
         pending = merge_ranges(e.attrs, e.dn)
         ranged = set(pending)
         usn = self.cfg.ldap_group_entry_usn.lower()
         stamp: bytes | None = (e.attrs.get(usn) or [b""])[0] or None if usn else None
         restarts = 0
+        rounds: dict[str, int] = {}
         while pending:
             name, start = pending.popitem()
+            rounds[name] = rounds.get(name, 0) + 1
+            if rounds[name] > RANGE_ROUNDS:
+                raise LdapRangeError(
+                    f"{conn.name}: the ranged values of {name} of {e.dn} did not end after "
+                    f"{RANGE_ROUNDS} searches (the server never sent {name};range=N-*)"
+                )
             attrs = [f"{name};range={start}-*", *([usn] if usn else [])]
             spec = Search(e.dn, "(objectClass=*)", attrs, scope="base", paged=False)
             r = self.request(spec, None, None)
