@@ -117,7 +117,7 @@ class Search:
     # with sizeLimitExceeded, so an unpaged search is bounded too (the user sweep).
     size_limit: int = 0
     # False: never paged, so it goes out with the others (slapd keeps one paged state
-    # per connection: paged searches go one at a time, see _exchange).
+    # per connection: paged searches go one at a time, see Exchange.run).
     paged: bool = True
     # A list: the entries are put in it as rows, (DN, the values of each of ``attrs``
     # in its order), with no Entry built; the search's list of entries stays empty
