@@ -607,6 +607,8 @@ class Exchange:
             self.run(conn, [r], {}, conn.deadline)
         if r.error is not None:
             raise r.error
+        if r.code == 32:  # every server has a root DSE: one that says not is broken
+            raise LdapError("root DSE: noSuchObject (32)")
         info = ServerInfo(uri)
         for e in r.entries:
             raw = e.attrs
