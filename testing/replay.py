@@ -16,7 +16,7 @@ does an answer that is not the recorded one, so the replay proves the checkout s
 sends the same searches and computes the same answer. Round 0 is a fresh process's
 lookup (module-level memos empty, like a just-started backend's); later rounds have
 them filled: the instructions of rounds 0..N minus those of 0..N-1 isolate one. A
-recording holds the message ids of ldap3's counter, so it replays only with the
+recording holds the connection's message ids, so it replays only with the
 checkout whose requests it recorded (or one sending the same).
 
 The floor under a cold lookup (:func:`floor_once`) sends a recording's requests again
@@ -42,10 +42,9 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-import ldap3
-
 from cached.cache.records import split_members
 from cached.counters import Counters
+from cached.ldap.connection import Connection
 from cached.ldap.provider import LdapProvider, Outcome
 from testing.backend import make_backend, make_domain
 
@@ -134,8 +133,9 @@ def record_lookup(uri: str, base: str, work: Path, group: str | None) -> dict[st
         p.client.connect()
         assert p.client.conn is not None
         log: Log = []
-        start = ldap3.Server._message_counter
-        p.client.conn.socket = _Recording(p.client.conn.socket, log)
+        start = p.client.conn._next_id
+        recording: Any = _Recording(p.client.conn.socket, log)
+        p.client.conn.socket = recording
         answer = _lookup(p, group)
         info = p.client.info
         p.client.close()
@@ -240,16 +240,12 @@ def replay(src: Path, work: Path, rounds: int) -> None:
     cfg = make_domain([d["uri"]], d["base"])
     for i in range(rounds):
         p, cache, _ = make_backend(work / f"play{i}", cfg, Counters())
-        conn = ldap3.Connection(
-            ldap3.Server(d["uri"]), auto_bind=ldap3.AUTO_BIND_NONE,
-            check_names=False, read_only=True, raise_exceptions=True,
-        )  # fmt: skip
-        conn.closed = False
         playback = _Playback(d["log"])
-        conn.socket = playback
+        sock: Any = playback
+        conn = Connection(sock, d["uri"])
+        conn._next_id = d["start"]
         p.client.conn, p.client.info = conn, d["info"]
         p.client.connected_at = p.client.clock()
-        ldap3.Server._message_counter = d["start"]
         t0 = time.process_time()
         answer = _lookup(p, d["group"])
         cpu = time.process_time() - t0

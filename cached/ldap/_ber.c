@@ -1,12 +1,12 @@
-/* cached.ldap._ber: the two hot readers of cached/ldap/deref.py in C
+/* cached.ldap._ber: the two hot readers of cached/ldap/entry.py in C
  * (docs/ARCHITECTURE.md, "The C entry reader").
  *
  * decode_entry(buf, names, names_max) reads one LDAPMessage carrying a
  * SearchResultEntry without controls as (messageID, objectName, {type lower-cased:
  * [values]}), or returns None for anything else: exactly what the pure-Python
- * reference, deref.read_entry, returns for the same arguments, None included.
+ * reference, entry.read_entry, returns for the same arguments, None included.
  * decode_rows(msgs, i, shapes) reads the small entries of row searches (the sweep of
- * the user bases) from msgs[i] on into their shapes' rows, as deref.read_rows does,
+ * the user bases) from msgs[i] on into their shapes' rows, as entry.read_rows does,
  * and returns the index of the first message it declines; it reads every row as
  * decode_row's general loop does (no layout is learnt: that is the Python reader's
  * own speed-up). The references' docstrings list what is declined and why;
@@ -235,7 +235,7 @@ decode_entry(PyObject *Py_UNUSED(self), PyObject *args)
     return out;
 }
 
-/* The shape of the rows of one message ID (deref.RowShape's slots, count and rows):
+/* The shape of the rows of one message ID (entry.RowShape's slots, count and rows):
  * the last one met is kept across the messages of a call (runs of one search). */
 typedef struct {
     long msgid;
@@ -344,7 +344,7 @@ slot_of(Shape *sh, const unsigned char *t, Py_ssize_t len)
     return i == -1 && PyErr_Occurred() ? -3 : i;
 }
 
-/* deref.decode_row of one message: 1 (its row appended), 0 (declined), -1 (failure). */
+/* entry.decode_row of one message: 1 (its row appended), 0 (declined), -1 (failure). */
 static int
 read_row(const unsigned char *b, Py_ssize_t n, PyObject *shapes, Shape *sh)
 {
@@ -502,15 +502,15 @@ decode_rows(PyObject *Py_UNUSED(self), PyObject *args)
 
 static PyMethodDef methods[] = {
     {"decode_entry", decode_entry, METH_VARARGS,
-     "decode_entry(buf, names, names_max): deref.read_entry in C (same answers)."},
+     "decode_entry(buf, names, names_max): entry.read_entry in C (same answers)."},
     {"decode_rows", decode_rows, METH_VARARGS,
-     "decode_rows(msgs, i, shapes): deref.read_rows in C (same rows, same index)."},
+     "decode_rows(msgs, i, shapes): entry.read_rows in C (same rows, same index)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "cached.ldap._ber",
-    "The SearchResultEntry reader of cached/ldap/deref.py (read_entry) in C.", -1, methods,
+    "The SearchResultEntry reader of cached/ldap/entry.py (read_entry) in C.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -1,5 +1,5 @@
-# cached/ldap/_ber.c: deref.read_entry and deref.read_rows in C.
-from cached.ldap.deref import RowShape
+# cached/ldap/_ber.c: entry.read_entry and entry.read_rows in C.
+from cached.ldap.entry import RowShape
 
 def decode_entry(
     buf: bytes, names: dict[bytes, str], names_max: int

@@ -74,9 +74,10 @@ from cached.config import DomainConfig
 from cached.counters import COUNTERS, Counters
 from cached.dn import rdn_avas
 from cached.ldap import ad_initgroups
-from cached.ldap.client import Entry, LdapClient, LdapError, LdapOffline
+from cached.ldap.client import LdapClient, LdapOffline
 from cached.ldap.context import Context
 from cached.ldap.entries import GroupEntry, Hooks, Known
+from cached.ldap.exchange import Entry, LdapError
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import LdapProvider, Outcome, Result
 from cached.ldap.schema import SchemaMap, escape, first

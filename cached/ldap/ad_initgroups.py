@@ -20,8 +20,9 @@ from cached.counters import NESTED_RESOLVE, VALIDATE, VALIDATE_FETCHED
 from cached.dn import normalize_dn
 from cached.ldap import refresh, save, stamps
 from cached.ldap.batch import Job
-from cached.ldap.client import ASQ_OID, Entry
+from cached.ldap.controls import ASQ_OID
 from cached.ldap.entries import GROUP, WALK, GroupEntry, Known, Member
+from cached.ldap.exchange import Entry
 from cached.ldap.sid import primary_group_sid
 from cached.ldap.walk import Lookup, Walk
 from cached.model import User

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from cached.config import SearchBase
-from cached.ldap.client import Entry, LdapLimitExceeded, Search
 from cached.ldap.context import Context
+from cached.ldap.exchange import Entry, LdapLimitExceeded, Search
 from cached.ldap.schema import BATCH, escape
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from cached.cache.writer import BackendCache
 from cached.config import DomainConfig
 from cached.counters import Counters
-from cached.ldap.client import AD_CAPABILITY_OID, LdapClient
+from cached.ldap.client import LdapClient
+from cached.ldap.controls import AD_CAPABILITY_OID
 from cached.ldap.schema import SchemaMap
 
 

@@ -19,9 +19,9 @@ from typing import Final, NamedTuple
 
 from cached.config import SearchBase
 from cached.dn import in_scope, normalize_dn, normalize_dns, rdn_avas
-from cached.ldap.client import Entry
 from cached.ldap.computed import URL_ATTR, computed
 from cached.ldap.context import Context
+from cached.ldap.exchange import Entry
 from cached.ldap.schema import MEMBER_BATCH, SchemaMap, c_string, escape, first
 from cached.model import User
 from cached.ratelimit import RateLimitedLog

@@ -41,15 +41,10 @@ from cached.dn import normalize_dn
 from cached.ipc.ops import Outcome as Outcome  # re-exported: the provider returns it
 from cached.ldap import refresh, save, stamps
 from cached.ldap.batch import Job, Searcher
-from cached.ldap.client import (
-    Entry,
-    LdapClient,
-    LdapError,
-    LdapLimitExceeded,
-    LdapOffline,
-)
+from cached.ldap.client import LdapClient, LdapOffline
 from cached.ldap.context import Context
 from cached.ldap.entries import Decoder, GroupEntry, Hooks, Known, entry_names
+from cached.ldap.exchange import Entry, LdapError, LdapLimitExceeded
 from cached.ldap.schema import SchemaMap
 from cached.ldap.sweep import Sweeps, SweepTunables
 from cached.ldap.walk import Lookup, Walk

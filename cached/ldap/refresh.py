@@ -29,8 +29,8 @@ from cached.counters import LDAP_DECODE, NESTED_LEVELS, NESTED_RESOLVE, VALIDATE
 from cached.dn import normalize_dn
 from cached.ldap import save
 from cached.ldap.batch import Job
-from cached.ldap.client import Entry
 from cached.ldap.entries import WALK, GroupEntry, Known, entry_names
+from cached.ldap.exchange import Entry
 from cached.ldap.schema import BATCH, assertions
 from cached.ldap.stamps import distrusted, due, stamp_attrs, unchanged
 from cached.ldap.walk import Walk

@@ -22,7 +22,6 @@ from cached.config import SearchBase
 from cached.counters import LDAP_DECODE, NESTED_COMPARE, NESTED_RESOLVE
 from cached.dn import normalize_dn
 from cached.ldap import stamps
-from cached.ldap.client import Entry
 from cached.ldap.entries import (
     GROUP,
     UNSEEN,
@@ -34,6 +33,7 @@ from cached.ldap.entries import (
     limited,
     names_each,
 )
+from cached.ldap.exchange import Entry
 from cached.ldap.schema import first
 from cached.ldap.walk import Walk
 from cached.model import User

@@ -19,9 +19,10 @@ from operator import itemgetter
 
 from cached.dn import normalize_dns
 from cached.ldap.batch import Answers
-from cached.ldap.client import PAGED_RESULTS_OID, Entry, LdapLimitExceeded, LdapTooMany, Row, Search
 from cached.ldap.context import Context
+from cached.ldap.controls import PAGED_RESULTS_OID
 from cached.ldap.entries import USER, Decoder, Known, Member, int_id, new_member
+from cached.ldap.exchange import Entry, LdapLimitExceeded, LdapTooMany, Row, Search
 
 log = logging.getLogger(__name__)
 

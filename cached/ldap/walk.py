@@ -40,7 +40,6 @@ from cached.counters import NESTED_LEVELS
 from cached.dn import normalize_dn, normalize_dns
 from cached.ldap import deref
 from cached.ldap.batch import Answers, Job, Searcher, chunks
-from cached.ldap.client import Entry, Row, Search
 from cached.ldap.context import Context
 from cached.ldap.entries import (
     GROUP,
@@ -55,6 +54,7 @@ from cached.ldap.entries import (
     names_each,
     new_member,
 )
+from cached.ldap.exchange import Entry, Row, Search
 from cached.ldap.schema import BATCH, assertions
 from cached.ldap.sweep import Sweeps
 

@@ -1,14 +1,15 @@
 """Search requests encoded and search results read here, without pyasn1 (sans-IO).
 
-ldap3 stays the connection library (connect, StartTLS, bind, SASL, the root DSE);
-the searches of the nesting walk send the bytes built here on its socket and read
-the answers with cached's own reader. Why: ldap3 parses each filter into a tree,
-compiles it into pyasn1 objects, BER-encodes those and decodes the request back
-into a dict for its records; for the batched filters of a walk (a few thousand
-assertions each) that was a quarter of the client's profiled time of a cold
-initgroups of bigroupuser (perf/results/2026-11-30-readpath). The bytes are the
-ones ldap3 2.9.1 sends for the same arguments (tests/test_ldap_wire.py compares
-them for every filter shape and control the client uses).
+Every request the client makes (searches, the root DSE, ranged reads, binds,
+StartTLS) is built here and every answer but a SearchResultEntry (entry.py) is read
+here; ldap3 only opens the socket and wraps it in TLS (connection.py). Why: ldap3
+parses each filter into a tree, compiles it into pyasn1 objects, BER-encodes those
+and decodes the request back into a dict for its records; for the batched filters
+of a walk (a few thousand assertions each) that was a quarter of the client's
+profiled time of a cold initgroups of bigroupuser (perf/results/2026-11-30-readpath).
+The bytes are the ones ldap3 2.9.1 sends for the same arguments
+(tests/unit/test_ldap_wire.py compares them for every filter shape and control the
+client uses).
 
     SearchRequest ::= [APPLICATION 3] SEQUENCE { baseObject LDAPDN,
         scope ENUMERATED, derefAliases ENUMERATED, sizeLimit INTEGER,
@@ -24,23 +25,46 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cached.ldap.deref import BerError, _header, decode_controls, tlv
+from cached.ldap.ber import BerError, integer, tlv
+from cached.ldap.ber import header as _header
+from cached.ldap.controls import Control, decode_controls
 
 _SEQUENCE = 0x30
 _OCTET_STRING = 0x04
 _INTEGER = 0x02
 _ENUMERATED = 0x0A
 _BOOLEAN = 0x01
+BIND_REQUEST = 0x60
+BIND_RESPONSE = 0x61
 SEARCH_REQUEST = 0x63
 SEARCH_RESULT_ENTRY = 0x64
 SEARCH_RESULT_DONE = 0x65
 SEARCH_RESULT_REFERENCE = 0x73
+EXTENDED_REQUEST = 0x77
 EXTENDED_RESPONSE = 0x78
 INTERMEDIATE_RESPONSE = 0x79
 _CONTROLS = 0xA0
 _REFERRAL = 0xA3
 NOTICE_OF_DISCONNECTION = b"1.3.6.1.4.1.1466.20036"  # RFC 4511 §4.4.1
-PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
+START_TLS_OID = "1.3.6.1.4.1.1466.20037"  # RFC 4511 §4.14.1
+
+# resultCode names (RFC 4511 §4.1.9, and RFC 3909's cancel codes), for messages.
+RESULT_CODES = {
+    0: "success", 1: "operationsError", 2: "protocolError", 3: "timeLimitExceeded",
+    4: "sizeLimitExceeded", 5: "compareFalse", 6: "compareTrue",
+    7: "authMethodNotSupported", 8: "strongerAuthRequired", 10: "referral",
+    11: "adminLimitExceeded", 12: "unavailableCriticalExtension",
+    13: "confidentialityRequired", 14: "saslBindInProgress", 16: "noSuchAttribute",
+    17: "undefinedAttributeType", 18: "inappropriateMatching", 19: "constraintViolation",
+    20: "attributeOrValueExists", 21: "invalidAttributeSyntax", 32: "noSuchObject",
+    33: "aliasProblem", 34: "invalidDNSyntax", 36: "aliasDereferencingProblem",
+    48: "inappropriateAuthentication", 49: "invalidCredentials",
+    50: "insufficientAccessRights", 51: "busy", 52: "unavailable", 53: "unwillingToPerform",
+    54: "loopDetect", 64: "namingViolation", 65: "objectClassViolation",
+    66: "notAllowedOnNonLeaf", 67: "notAllowedOnRDN", 68: "entryAlreadyExists",
+    69: "objectClassModsProhibited", 71: "affectsMultipleDSAs", 80: "other",
+    118: "canceled", 119: "noSuchOperation", 120: "tooLate", 121: "cannotCancel",
+}  # fmt: skip
 
 SCOPES = {"base": 0, "one": 1, "sub": 2}
 # BOOLEAN TRUE is 0xFF (RFC 4511 §5.1: "the encoding of the value octet is set to hex
@@ -51,10 +75,6 @@ TRUE = b"\xff"
 
 class FilterError(ValueError):
     """A filter string that is not RFC 4515."""
-
-
-def _integer(tag: int, n: int) -> bytes:
-    return tlv(tag, n.to_bytes(max(1, (n.bit_length() + 8) // 8), "big", signed=True))
 
 
 # -- filters (RFC 4515 text -> RFC 4511 BER) -----------------------------------------
@@ -289,15 +309,6 @@ def _equality_run(s: str, start: int, attr: str, a: bytes) -> tuple[bytes, int] 
 
 # -- requests ------------------------------------------------------------------------
 
-Control = tuple[str, bool, bytes | None]  # (OID, criticality, value)
-
-
-def paged_control(size: int, cookie: bytes | None) -> Control:
-    """RFC 2696's control, not critical (ldap3's default)."""
-    value = tlv(_SEQUENCE, _integer(_INTEGER, size) + tlv(4, cookie or b""))
-    return (PAGED_RESULTS_OID, False, value)
-
-
 def encode_search(
     message_id: int,
     base: str,
@@ -314,15 +325,15 @@ def encode_search(
     No attributes asks for none (``1.1``, RFC 4511 §4.5.1.8), as ldap3 does."""
     body = (
         tlv(4, base.encode("utf-8"))
-        + _integer(_ENUMERATED, scope)
-        + _integer(_ENUMERATED, deref_aliases)
-        + _integer(_INTEGER, size_limit)
-        + _integer(_INTEGER, time_limit)
+        + integer(_ENUMERATED, scope)
+        + integer(_ENUMERATED, deref_aliases)
+        + integer(_INTEGER, size_limit)
+        + integer(_INTEGER, time_limit)
         + b"\x01\x01\x00"  # typesOnly FALSE
         + filt
         + tlv(_SEQUENCE, b"".join(tlv(4, a.encode("utf-8")) for a in (attrs or ["1.1"])))
     )
-    msg = _integer(_INTEGER, message_id) + tlv(SEARCH_REQUEST, body)
+    msg = integer(_INTEGER, message_id) + tlv(SEARCH_REQUEST, body)
     if controls:
         items = []
         for oid, critical, value in controls:
@@ -336,13 +347,51 @@ def encode_search(
     return tlv(_SEQUENCE, msg)
 
 
-# -- responses other than SearchResultEntry (deref.decode_search_entry reads those) --
+def encode_bind(
+    message_id: int, name: str, *, password: str = "", sasl_mechanism: str = ""
+) -> bytes:
+    """One LDAPMessage with a BindRequest, version 3: simple with ``password`` (empty
+    name and password: anonymous), or SASL ``sasl_mechanism`` with empty credentials
+    (EXTERNAL: the identity is the transport's; without the credentials field slapd
+    answers saslBindInProgress).
+
+        BindRequest ::= [APPLICATION 0] SEQUENCE { version INTEGER (1 ..  127),
+            name LDAPDN, authentication CHOICE { simple [0] OCTET STRING,
+            sasl [3] SaslCredentials } }                       (RFC 4511 §4.2)
+        SaslCredentials ::= SEQUENCE { mechanism LDAPString, credentials OCTET STRING OPTIONAL }
+    """
+    if sasl_mechanism:
+        auth = tlv(0xA3, tlv(4, sasl_mechanism.encode()) + tlv(4, b""))
+    else:
+        auth = tlv(0x80, password.encode("utf-8"))
+    body = integer(_INTEGER, 3) + tlv(4, name.encode("utf-8")) + auth
+    return tlv(_SEQUENCE, integer(_INTEGER, message_id) + tlv(BIND_REQUEST, body))
+
+
+def encode_extended(message_id: int, oid: str) -> bytes:
+    """One LDAPMessage with an ExtendedRequest without a value (StartTLS,
+    RFC 4511 §4.14.1; Who am I?, RFC 4532): ``[APPLICATION 23] SEQUENCE {
+    requestName [0] LDAPOID }``."""
+    return tlv(
+        _SEQUENCE, integer(_INTEGER, message_id) + tlv(EXTENDED_REQUEST, tlv(0x80, oid.encode()))
+    )
+
+
+def describe(res: Response) -> str:
+    """A result's code, its name and the server's message, for an error."""
+    text = f"{RESULT_CODES.get(res.code, 'result')} ({res.code})"
+    if res.message:
+        text += f": {res.message.decode('utf-8', 'replace')[:300]}"
+    return text
+
+
+# -- responses other than SearchResultEntry (entry.py reads those) ---------------------
 
 
 @dataclass(slots=True)
 class Response:
     """An LDAPMessage that is not a SearchResultEntry: its id and protocolOp tag;
-    for a result (searchResDone, extendedResp) its code, message and controls."""
+    for a result (searchResDone, extendedResp, bindResponse) its code, message and controls."""
 
     message_id: int
     op: int
@@ -350,6 +399,7 @@ class Response:
     matched_dn: bytes = b""
     message: bytes = b""
     name: bytes = b""  # extendedResp's responseName
+    value: bytes = b""  # extendedResp's responseValue
     controls: dict[bytes, bytes | None] = field(default_factory=dict)
 
 
@@ -365,32 +415,24 @@ def decode_response(buf: bytes) -> Response:
     if pos >= end:
         raise BerError("LDAPMessage without a protocolOp")
     tag, opos, oend = _header(buf, pos, end)
-    if tag in (SEARCH_RESULT_DONE, EXTENDED_RESPONSE):
+    if tag in (SEARCH_RESULT_DONE, EXTENDED_RESPONSE, BIND_RESPONSE):
         tag, a, b = _header(buf, opos, oend)
         if tag != _ENUMERATED:
             raise BerError("resultCode is not an ENUMERATED")
         out.code = int.from_bytes(buf[a:b], "big", signed=True)
         tag, a, b2 = _header(buf, b, oend)
+        if tag != _OCTET_STRING:
+            raise BerError("matchedDN is not an OCTET STRING")
         out.matched_dn = buf[a:b2]
         tag, a, b = _header(buf, b2, oend)
+        if tag != _OCTET_STRING:
+            raise BerError("diagnosticMessage is not an OCTET STRING")
         out.message = buf[a:b]
         while b < oend:  # referral [3], responseName [10], responseValue [11]
             tag, a, b = _header(buf, b, oend)
             if tag == 0x8A:
                 out.name = buf[a:b]
+            elif tag == 0x8B:
+                out.value = buf[a:b]
     out.controls = {oid: value for oid, _critical, value in decode_controls(buf, oend, end)}
     return out
-
-
-def paged_cookie(value: bytes | None) -> bytes:
-    """The cookie of a paged results response control (empty: the last page)."""
-    if not value:
-        return b""
-    tag, pos, end = _header(value, 0, len(value))
-    if tag != _SEQUENCE:
-        raise BerError("paged results value is not a SEQUENCE")
-    tag, a, pos = _header(value, pos, end)
-    tag, a, b = _header(value, pos, end)
-    if tag != _OCTET_STRING:
-        raise BerError("paged results cookie is not an OCTET STRING")
-    return value[a:b]

@@ -1,5 +1,5 @@
 """Decoding one group entry of the nesting walk: 600 member values and the deref
-control naming each member, by cached's BER reader (deref.decode_search_entry and
+control naming each member, by cached's BER reader (ldap_entry.decode_search_entry and
 decode_response) against ldap3 2.9.1's fast decoder for the entry. Both give the
 same raw values; the benchmark shows what the read path saves per entry."""
 
@@ -11,6 +11,7 @@ from ldap3.operation.search import raw_attributes_to_dict_fast
 from ldap3.utils.asn1 import decode_message_fast
 
 from cached.ldap import deref
+from cached.ldap import entry as ldap_entry
 from tests.integration.test_ldap import _deref_value
 
 
@@ -37,7 +38,7 @@ MESSAGE = _tlv(0x30, _tlv(0x02, b"\x05") + _OP + _tlv(0xA0, _CONTROL))
 
 
 def _cached(msg: bytes) -> tuple[list[bytes], int]:
-    e = deref.decode_search_entry(msg)
+    e = ldap_entry.decode_search_entry(msg)
     assert e is not None
     ((_oid, _crit, value),) = e.controls
     assert value is not None

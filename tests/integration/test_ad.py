@@ -27,15 +27,9 @@ from cached.cache.writer import open_backend_cache
 from cached.config import parse_config
 from cached.counters import COUNTERS, LDAP_BYTES, VALIDATE, VALIDATE_FETCHED, Counters
 from cached.ldap.ad import AdProvider, invocation_id, security_group
-from cached.ldap.client import (
-    AD_CAPABILITY_OID,
-    ASQ_OID,
-    LdapClient,
-    LdapError,
-    Search,
-    encode_asq,
-    merge_ranges,
-)
+from cached.ldap.client import LdapClient
+from cached.ldap.controls import AD_CAPABILITY_OID, ASQ_OID, encode_asq
+from cached.ldap.exchange import LdapError, Search, merge_ranges
 from cached.ldap.idmap import IdMapError, IdMapper
 from cached.ldap.provider import LdapProvider, Outcome
 from cached.ldap.sid import sid_assertion, sid_to_bytes, sid_to_str
@@ -425,10 +419,10 @@ def test_ranged_values_of_a_group_changed_between_ranges_are_one_version(
     text = config_text([dc.ldapi_uri], dc.base_dn, Path("/nonexistent"), **_opts(dc))
     client = LdapClient(parse_config(text).domains[0])
     with _scratch_group(dc, "racerange", 40991, people) as dn:
-        fill = client._fill_ranges
+        fill = client.exchange.fill_entry
         gone: list[bytes] = []
 
-        def change_between_ranges(conn: Any, e: Any) -> None:
+        def change_between_ranges(conn: Any, e: Any, until: float) -> None:
             if not gone:
                 gone.append(e.attrs["member;range=0-9"][0])  # read, then removed
                 admin = dc.connect()
@@ -436,9 +430,9 @@ def test_ranged_values_of_a_group_changed_between_ranges_are_one_version(
                     assert admin.modify(dn, {"member": [(ldap3.MODIFY_DELETE, [gone[0]])]})
                 finally:
                     admin.unbind()
-            fill(conn, e)
+            fill(conn, e, until)
 
-        client._fill_ranges = change_between_ranges  # type: ignore[method-assign]
+        client.exchange.fill_entry = change_between_ranges  # type: ignore[method-assign]
         try:
             (e,) = client.search(dn, "(objectClass=*)", ["member;range=0-9", "uSNChanged"],
                                  scope="base")  # fmt: skip

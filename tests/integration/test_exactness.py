@@ -17,7 +17,7 @@ from cached.cache import State
 from cached.config import ConfigError, SearchBase, parse_search_bases
 from cached.counters import VALIDATE, VALIDATE_FETCHED
 from cached.dn import in_scope, normalize_dn
-from cached.ldap.client import Search
+from cached.ldap.exchange import Search
 from cached.ldap.provider import Outcome
 from testing.backend import make_backend, make_config, make_domain, stored_gids, stored_members
 from testing.slapd import Slapd

@@ -87,7 +87,7 @@ for cmd in spec["commands"]:
 files = "import importlib.metadata as m; print(*{str(f).split('/')[0] for f in m.files('cached')})"
 out["installed"] = run(["/opt/cached/bin/python", "-c", files], env=env, timeout=120).stdout.split()
 # The C entry reader was built (gcc and python3-dev are in the README's apt-get line).
-c_reader = "from cached.ldap import _ber, deref; print(deref.decode_entry is _ber.decode_entry)"
+c_reader = "from cached.ldap import _ber, entry; print(entry.decode_entry is _ber.decode_entry)"
 out["c_reader"] = run(["/opt/cached/bin/python", "-c", c_reader], env=env, timeout=120).stdout
 
 # The administrator's edit: our directory instead of the sample's, no D-Bus here.

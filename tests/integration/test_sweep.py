@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from cached.cache import State
-from cached.ldap.client import LdapClient, LdapLimitExceeded, LdapTooMany, Search
+from cached.ldap.client import LdapClient
+from cached.ldap.exchange import LdapLimitExceeded, LdapTooMany, Search
 from cached.ldap.provider import LdapProvider, Outcome
 from cached.ldap.walk import Walk
 from testing.backend import make_backend, make_domain, stored_gids, stored_members
@@ -373,11 +374,13 @@ def test_a_sweep_sent_ahead_for_a_group_not_answered_is_read_and_dropped(tmp_pat
     assert [op.filter for op in ops].count(ahead.sent[0][0].filt) == 1, ops
     conn = p.client.conn
     assert conn is not None
-    was = conn.socket.gettimeout()
-    conn.socket.setblocking(False)
+    sock = conn.socket
+    assert sock is not None
+    was = sock.gettimeout()
+    sock.setblocking(False)
     with pytest.raises(BlockingIOError):  # nothing of the sweep's answer left unread
-        conn.socket.recv(1, socket.MSG_PEEK)
-    conn.socket.settimeout(was)
+        sock.recv(1, socket.MSG_PEEK)
+    sock.settimeout(was)
     user = exp.user_names()[0]
     assert p.user_by_name(user).outcome is Outcome.FOUND
     assert p.client.conn is conn

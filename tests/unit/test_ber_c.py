@@ -1,5 +1,5 @@
-"""cached/ldap/_ber.c, the C SearchResultEntry reader: built, chosen by deref.py, giving
-the reference's (deref.read_entry) answer on random damage to real shapes, and never
+"""cached/ldap/_ber.c, the C SearchResultEntry reader: built, chosen by entry.py, giving
+the reference's (entry.read_entry) answer on random damage to real shapes, and never
 reading an octet past its buffer. tests/unit/test_deref_entries.py runs both readers on
 the named shapes. Pure logic."""
 
@@ -10,7 +10,8 @@ import random
 import subprocess
 import sys
 
-from cached.ldap import deref
+from cached.ldap import ber
+from cached.ldap import entry as ldap_entry
 from tests.unit import test_deref_rows as rows_t
 from tests.unit.test_deref_entries import GROUP, MEMBERS, attr, entry
 
@@ -25,8 +26,8 @@ def test_the_c_reader_is_built_and_chosen():
         "cached/ldap/_ber.c is not built: `pip install -e .` with gcc and python3-dev "
         "installed builds it (contrib/install-deps installs them)"
     )
-    assert deref.decode_entry is _ber.decode_entry  # what the client calls
-    assert deref.decode_rows is _ber.decode_rows
+    assert ldap_entry.decode_entry is _ber.decode_entry  # what the client calls
+    assert ldap_entry.decode_rows is _ber.decode_rows
 
 
 def _damaged(rng: random.Random, good: bytes) -> bytes:
@@ -57,19 +58,19 @@ def _cut_inside() -> list[bytes]:
     tails = []
     for value in (b"\x04\x01a", b"\x04\x81\x80" + b"v" * 128, b"\x04\x82\x01\x00" + b"v" * 256):
         for cut in range(len(value) + 1):
-            tails.append(deref.tlv(0x30, deref.tlv(0x04, b"cn") + deref.tlv(0x31, value[:cut])))
+            tails.append(ber.tlv(0x30, ber.tlv(0x04, b"cn") + ber.tlv(0x31, value[:cut])))
     head = b"\x04\x02cn\x31\x81\x00"
-    tails += [deref.tlv(0x30, head[:cut]) for cut in range(len(head) + 1)]
+    tails += [ber.tlv(0x30, head[:cut]) for cut in range(len(head) + 1)]
     tails += [b"\x30", b"\x30\x81", b"\x30\x82\x00", b"\x30\x83\x00\x00"]
     out = [entry(attr(b"gidNumber", b"1"), tail) for tail in tails]
     # And every cut of a message's body, and of its entry's, under lengths that end
     # at the cut.
     body = entry(attr(b"cn", b"ab"), attr(b"gidNumber", b"7"))[2:]
-    out += [deref.tlv(0x30, body[:cut]) for cut in range(len(body) + 1)]
+    out += [ber.tlv(0x30, body[:cut]) for cut in range(len(body) + 1)]
     op = body[5:]  # 02 01 07 64 len: the entry's body
     assert body[3] == 0x64 and len(op) == body[4]
     cuts = range(len(op) + 1)
-    return out + [deref.tlv(0x30, body[:3] + deref.tlv(0x64, op[:cut])) for cut in cuts]
+    return out + [ber.tlv(0x30, body[:3] + ber.tlv(0x64, op[:cut])) for cut in cuts]
 
 
 def test_both_readers_agree_on_random_damage_to_real_shapes():
@@ -85,7 +86,7 @@ def test_both_readers_agree_on_random_damage_to_real_shapes():
     for bad in cases:
         py_names: dict[bytes, str] = {b"cn": "cn"}
         c_names: dict[bytes, str] = {b"cn": "cn"}
-        want = deref.read_entry(bad, py_names, 3)
+        want = ldap_entry.read_entry(bad, py_names, 3)
         assert c(bad, c_names, 3) == want, bad.hex()
         assert c_names == py_names, bad.hex()
         accepted += want is not None
@@ -120,10 +121,10 @@ def _row_cuts() -> list[bytes]:
     return out
 
 
-def _row_shapes(learnt: bool) -> dict[int, deref.RowShape]:
-    shapes = {m: deref.RowShape(rows_t.ATTRS, []) for m in (7, -1, 255)}
+def _row_shapes(learnt: bool) -> dict[int, ldap_entry.RowShape]:
+    shapes = {m: ldap_entry.RowShape(rows_t.ATTRS, []) for m in (7, -1, 255)}
     if learnt:  # the reference's layout learnt (and its spellings met) on both sides
-        deref.decode_row(rows_t.GOOD, shapes)
+        ldap_entry.decode_row(rows_t.GOOD, shapes)
     return shapes
 
 
@@ -139,7 +140,7 @@ def test_both_row_readers_agree_on_random_runs():
         start = rng.randint(0, len(run))
         learnt = rng.random() < 0.5
         want, got = _row_shapes(learnt), _row_shapes(learnt)
-        i = deref.read_rows(run, start, want)
+        i = ldap_entry.read_rows(run, start, want)
         assert _ber.decode_rows(run, start, got) == i, [m.hex() for m in run]
         for k in want:
             assert got[k].rows == want[k].rows, [m.hex() for m in run]
@@ -155,12 +156,12 @@ def test_the_row_readers_agree_on_the_reference_tests_shapes():
     for run in [[m] for m in named] + [[rows_t.GOOD, m, rows_t.GOOD] for m in named]:
         for learnt in (False, True):
             want, got = _row_shapes(learnt), _row_shapes(learnt)
-            assert _ber.decode_rows(run, 0, got) == deref.read_rows(run, 0, want)
+            assert _ber.decode_rows(run, 0, got) == ldap_entry.read_rows(run, 0, want)
             assert got[7].rows == want[7].rows and got[7].slots == want[7].slots
     # A server sending ever new attribute types: the tables of spellings stay alike.
     run = [rows_t.entry(rows_t.attr(b"x%d" % i, b"v")) for i in range(200)]
     want, got = _row_shapes(False), _row_shapes(False)
-    assert _ber.decode_rows(run, 0, got) == deref.read_rows(run, 0, want) == 200
+    assert _ber.decode_rows(run, 0, got) == ldap_entry.read_rows(run, 0, want) == 200
     assert got[7].slots == want[7].slots and len(got[7].slots) == 64
 
 

@@ -1,10 +1,10 @@
-"""cached/ldap/deref.py decode_entry: the reader of SearchResultEntry messages without
+"""cached/ldap/entry.py decode_entry: the reader of SearchResultEntry messages without
 controls (the group entries of a walk, any search's plain entries). It must give
 what the client builds from the generic reader (decode_search_entry, then
-client._Request.entry: the types lower-cased), or decline (None) and leave the
+exchange.Request.entry: the types lower-cased), or decline (None) and leave the
 message to it; hostile bytes — truncated, lengths past their container, long-form
 and huge lengths — are declined, never read past their end. Every test runs on both
-readers: the pure-Python reference (deref.read_entry) and the C one
+readers: the pure-Python reference (ldap_entry.read_entry) and the C one
 (cached/ldap/_ber.c), which must give the same answers, None included; and the C
 reader must be built (`make test` installs the compiler). Pure logic."""
 
@@ -14,24 +14,25 @@ import contextlib
 
 import pytest
 
-from cached.ldap import deref
+from cached.ldap import ber
+from cached.ldap import entry as ldap_entry
 
 try:
     from cached.ldap import _ber
 except ImportError:  # reported by test_the_c_reader_is_built
     _ber = None  # type: ignore[assignment]
 
-READERS = {"python": deref.read_entry, "c": _ber.decode_entry if _ber else None}
+READERS = {"python": ldap_entry.read_entry, "c": _ber.decode_entry if _ber else None}
 
 
 @pytest.fixture(params=sorted(READERS), autouse=True)
 def reader(request, monkeypatch):
-    """Each test once per reader; ``decode`` and ``deref.decode_entry`` are it."""
+    """Each test once per reader; ``decode`` and ``ldap_entry.decode_entry`` are it."""
     fn = READERS[request.param]
     if fn is None:
         pytest.fail("cached/ldap/_ber.c is not built: `pip install -e .` with gcc and "
                     "python3-dev installed builds it (contrib/install-deps installs them)")
-    monkeypatch.setattr(deref, "decode_entry", fn)
+    monkeypatch.setattr(ldap_entry, "decode_entry", fn)
     return fn
 
 DN = b"cn=g1,ou=groups,dc=example,dc=test"
@@ -39,7 +40,7 @@ MEMBERS = [b"uid=user%05d,ou=people,dc=example,dc=test" % i for i in range(30)]
 
 
 def tlv(tag: int, body: bytes) -> bytes:
-    return deref.tlv(tag, body)  # short, 0x81 .. 0x83 lengths as the body needs
+    return ber.tlv(tag, body)  # short, 0x81 .. 0x83 lengths as the body needs
 
 
 def attr(kind: bytes, *values: bytes) -> bytes:
@@ -60,14 +61,14 @@ GROUP = entry(
 
 
 def generic(buf: bytes) -> tuple[int, bytes, dict[str, list[bytes]]]:
-    """What the client builds from the generic reader (client._Request.entry)."""
-    e = deref.decode_search_entry(buf)
+    """What the client builds from the generic reader (exchange.Request.entry)."""
+    e = ldap_entry.decode_search_entry(buf)
     assert e is not None and not e.controls
     return e.message_id, e.dn, {k.decode().lower(): v for k, v in e.attrs.items()}
 
 
 def decode(buf: bytes) -> tuple[int, bytes, dict[str, list[bytes]]] | None:
-    return deref.decode_entry(buf, {}, 64)
+    return ldap_entry.decode_entry(buf, {}, 64)
 
 
 def test_a_group_entry_is_read_as_the_generic_reader_reads_it():
@@ -99,10 +100,10 @@ def test_shapes_as_the_generic_reader_reads_them(buf):
 
 def test_a_spelling_met_is_remembered_and_the_table_is_bounded():
     names: dict[bytes, str] = {}
-    deref.decode_entry(GROUP, names, 64)
+    ldap_entry.decode_entry(GROUP, names, 64)
     assert names[b"objectClass"] == "objectclass"
     for i in range(200):  # a server sending ever new attribute types
-        assert deref.decode_entry(entry(attr(b"x%d" % i, b"v")), names, 64) is not None
+        assert ldap_entry.decode_entry(entry(attr(b"x%d" % i, b"v")), names, 64) is not None
     assert len(names) == 64
 
 
@@ -120,12 +121,12 @@ def test_a_spelling_met_is_remembered_and_the_table_is_bounded():
 )
 def test_declined_but_read_by_the_generic_reader(buf):
     assert decode(buf) is None
-    assert deref.decode_search_entry(buf) is not None  # well-formed, just not for us
+    assert ldap_entry.decode_search_entry(buf) is not None  # well-formed, just not for us
 
 
 def test_other_messages_are_declined():
     done = tlv(0x30, tlv(0x02, b"\x07") + tlv(0x65, b"\x0a\x01\x00\x04\x00\x04\x00"))
-    assert decode(done) is None and deref.decode_search_entry(done) is None
+    assert decode(done) is None and ldap_entry.decode_search_entry(done) is None
 
 
 def _four_octet_lengths() -> bytes:
@@ -192,8 +193,8 @@ def test_hostile_bytes_are_declined(case):
     # Every bounds check on its own: declined (None), never an entry, never an exception.
     assert decode(buf) is None
     # Left to the generic reader, which refuses it too or reads it as the BER it is.
-    with contextlib.suppress(deref.BerError):
-        deref.decode_search_entry(buf)
+    with contextlib.suppress(ber.BerError):
+        ldap_entry.decode_search_entry(buf)
 
 
 @pytest.mark.parametrize("good", [entry(attr(b"cn", b"ab"), attr(b"gidNumber", b"7")), GROUP])

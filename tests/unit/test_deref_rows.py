@@ -1,4 +1,4 @@
-"""cached/ldap/deref.py decode_row: the reader of small SearchResultEntry messages of a
+"""cached/ldap/entry.py decode_row: the reader of small SearchResultEntry messages of a
 search whose entries are wanted as rows (the sweep of the user bases). It must give
 what the generic reader (decode_search_entry) gives, or decline (None) and leave the
 message to it; hostile bytes — truncated, lengths past their container, long-form
@@ -12,23 +12,24 @@ import contextlib
 
 import pytest
 
-from cached.ldap import deref
+from cached.ldap import ber
+from cached.ldap import entry as ldap_entry
 
 DN = b"uid=user00042,ou=people,dc=example,dc=test"
 ATTRS = ["uid", "uidNumber", "gidNumber"]
 
 
-def _slots(msgid: int = 7) -> dict[int, deref.RowShape]:
-    """What LdapClient's _exchange passes for one row search (client._Request)."""
-    return {msgid: deref.RowShape(ATTRS, [])}
+def _slots(msgid: int = 7) -> dict[int, ldap_entry.RowShape]:
+    """What Exchange.run passes for one row search (exchange.Request)."""
+    return {msgid: ldap_entry.RowShape(ATTRS, [])}
 
 
-def read(buf: bytes, shapes: dict[int, deref.RowShape] | None = None, msgid: int = 7):
+def read(buf: bytes, shapes: dict[int, ldap_entry.RowShape] | None = None, msgid: int = 7):
     """decode_row's row for ``buf`` (put in the shape's rows), or None (nothing put)."""
     shapes = _slots(msgid) if shapes is None else shapes
     rows = shapes[msgid].rows
     before = len(rows)
-    ok = deref.decode_row(buf, shapes)
+    ok = ldap_entry.decode_row(buf, shapes)
     assert len(rows) == before + ok
     return rows[-1] if ok else None
 
@@ -51,8 +52,8 @@ GOOD = entry(attr(b"gidNumber", b"10000"), attr(b"UID", b"user00042"), attr(b"ui
 
 
 def generic_row(buf: bytes) -> tuple[str, list[list[bytes]]]:
-    """The row the client builds from the generic reader (client._Request.entry)."""
-    e = deref.decode_search_entry(buf)
+    """The row the client builds from the generic reader (exchange.Request.entry)."""
+    e = ldap_entry.decode_search_entry(buf)
     assert e is not None
     attrs = {k.decode().lower(): v for k, v in e.attrs.items()}
     return e.dn.decode(), [attrs.get(a.lower(), []) for a in ATTRS]
@@ -86,7 +87,7 @@ def test_empty_value_sets_and_message_ids_as_the_generic_reader_reads_them():
         buf = entry(attr(b"uid", b"a"), msgid=wire)
         assert read(buf, msgid=msgid) == (DN.decode(), [[b"a"], [], []])
         assert read(buf, _slots(msgid + 1), msgid + 1) is None  # another search's
-        assert deref.decode_search_entry(buf).message_id == msgid  # type: ignore[union-attr]
+        assert ldap_entry.decode_search_entry(buf).message_id == msgid  # type: ignore[union-attr]
 
 
 def test_a_spelling_met_is_remembered_and_the_table_is_bounded():
@@ -110,14 +111,14 @@ def test_an_unasked_attribute_the_generic_reader_refuses_is_declined(values):
     buf = entry(attr(b"uid", b"a"), tlv(0x30, tlv(0x04, b"cn") + tlv(0x31, values)))
     for shapes in (_slots, _learnt):
         assert read(buf, shapes()) is None
-    with pytest.raises(deref.BerError):
-        deref.decode_search_entry(buf)
+    with pytest.raises(ber.BerError):
+        ldap_entry.decode_search_entry(buf)
 
 
 def test_an_objectname_not_utf8_is_left_to_the_generic_reader():
     buf = entry(attr(b"uid", b"a"), dn=b"uid=\xff,dc=test")
     assert read(buf) is None
-    deref.decode_search_entry(buf)
+    ldap_entry.decode_search_entry(buf)
 
 
 @pytest.mark.parametrize(
@@ -134,7 +135,7 @@ def test_an_objectname_not_utf8_is_left_to_the_generic_reader():
 def test_declined_but_read_by_the_generic_reader(buf):
     assert read(buf) is None
     assert read(buf, _learnt()) is None
-    deref.decode_search_entry(buf)  # no BerError: well-formed, just not for decode_row
+    ldap_entry.decode_search_entry(buf)  # no BerError: well-formed, just not for decode_row
 
 
 def _past_end() -> bytes:
@@ -215,8 +216,8 @@ def test_hostile_bytes_are_declined(case):
     assert read(buf) is None
     assert read(buf, _learnt()) is None
     # Left to the generic reader, which refuses it too or reads it as the BER it is.
-    with contextlib.suppress(deref.BerError):
-        deref.decode_search_entry(buf)
+    with contextlib.suppress(ber.BerError):
+        ldap_entry.decode_search_entry(buf)
 
 
 def test_hostile_lengths_give_no_row_at_any_cut():
@@ -237,7 +238,7 @@ def test_hostile_lengths_give_no_row_at_any_cut():
                 assert got == generic_row(bad), (at, octet, shapes)
 
 
-def _learnt() -> dict[int, deref.RowShape]:
+def _learnt() -> dict[int, ldap_entry.RowShape]:
     """A shape that has read GOOD: its layout learnt (``heads``)."""
     shapes = _slots()
     read(GOOD, shapes)
@@ -322,14 +323,14 @@ def test_read_rows_reads_runs_as_decode_row_reads_each_message():
         one, many = _slots(), _slots()
         want = len(msgs)
         for k, buf in enumerate(msgs):
-            if not deref.decode_row(buf, one):
+            if not ldap_entry.decode_row(buf, one):
                 want = k
                 break
-        assert deref.read_rows(msgs, 0, many) == want
+        assert ldap_entry.read_rows(msgs, 0, many) == want
         assert many[7].rows == one[7].rows
         assert many[7].heads == one[7].heads
     # From an index on, and at the end.
     shapes = _slots()
-    assert deref.read_rows([other, GOOD, *like], 1, shapes) == 7
+    assert ldap_entry.read_rows([other, GOOD, *like], 1, shapes) == 7
     assert len(shapes[7].rows) == 6
-    assert deref.read_rows(like, len(like), shapes) == len(like)
+    assert ldap_entry.read_rows(like, len(like), shapes) == len(like)

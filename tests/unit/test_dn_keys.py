@@ -15,8 +15,8 @@ import pytest
 from cached import dn
 from cached.counters import Counters
 from cached.dn import normalize_dn, normalize_dns
-from cached.ldap.client import Entry
 from cached.ldap.entries import MemberKeys
+from cached.ldap.exchange import Entry
 from testing.backend import make_backend, make_domain
 
 USUAL = [

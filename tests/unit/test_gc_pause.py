@@ -12,7 +12,7 @@ import pytest
 
 from cached.counters import Counters
 from cached.gcpause import paused as _gc_paused
-from cached.ldap.client import Entry
+from cached.ldap.exchange import Entry
 from cached.ldap.provider import Outcome, Result
 from cached.ldap.walk import Walk
 from testing.backend import make_backend, make_domain

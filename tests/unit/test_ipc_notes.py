@@ -150,7 +150,8 @@ def test_the_server_check_outlives_a_failure_of_its_own(
     probe is a stand-in (no LDAP server)."""
     import ldap3
 
-    from cached.ldap.client import Probe, ServerInfo
+    from cached.ldap.client import Probe
+    from cached.ldap.exchange import ServerInfo
 
     cfg = parse_config(config_text(
         ["ldap://127.0.0.1:1"], "dc=example,dc=test", tmp_path,

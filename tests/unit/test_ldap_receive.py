@@ -1,6 +1,6 @@
-"""The LDAP receive loop that replaces ldap3's (cached/ldap/client.py):
-message framing, the cap on one message, the whole-operation deadline. Pure logic over
-a real socket pair; the strategy object around it is a stand-in for ldap3's."""
+"""The LDAP receive loop (cached/ldap/connection.py, Connection.receive): message
+framing over a socket, the cap on one message, the whole-operation deadline. Pure logic
+over a real socket pair (the framing alone, bytes only: tests/unit/test_framing.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
-from ldap3.core import exceptions as lexc
 
-from cached.ldap import client
+from cached.ldap.connection import Connection, LdapMessageTooLarge, LdapTimeout, TransportError
+from cached.ldap.framing import MAX_MESSAGE
 
 
 def ber(payload: bytes, tag: int = 0x30, long_form: bool = False) -> bytes:
@@ -24,29 +22,11 @@ def ber(payload: bytes, tag: int = 0x30, long_form: bool = False) -> bytes:
     return bytes([tag, 0x84]) + n.to_bytes(4, "big") + payload
 
 
-@dataclass
-class _Server:
-    name: str = "ldap://test.invalid:389"
-
-
-@dataclass
-class _Conn:
-    socket: socket.socket
-    sasl_mechanism: str | None = None
-    server: _Server = field(default_factory=_Server)
-    last_error: str = ""
-
-
-class _Strategy:
-    socket_size = 4096  # ldap3 2.9.1's SOCKET_SIZE, for its own loop in the benchmark
-
-    def __init__(self, sock: socket.socket, deadline: float | None = None) -> None:
-        self.connection = _Conn(sock)
-        setattr(self.connection, client._DEADLINE_ATTR, deadline)
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
+def over(sock: socket.socket, deadline: float | None = None) -> Connection:
+    """A Connection over ``sock`` (no ldap3 object: the socket is all it reads)."""
+    conn = Connection(sock, "ldap://test.invalid:389")
+    conn.deadline = deadline
+    return conn
 
 
 @pytest.fixture
@@ -75,16 +55,16 @@ def feed(sock: socket.socket, pieces: list[bytes], pause: float = 0.0) -> thread
     return t
 
 
-def receive(strategy: Any) -> list[bytes]:
-    return client._receiving_linear(strategy)
+def receive(conn: Connection) -> list[bytes]:
+    return conn.receive()
 
 
-def receive_all(strategy: Any, total: int) -> list[bytes]:
+def receive_all(conn: Connection, total: int) -> list[bytes]:
     """Messages until ``total`` bytes came: one call returns at the first boundary
     where its buffer is empty, which depends on how the sender's writes arrived."""
     got: list[bytes] = []
     while sum(map(len, got)) < total:
-        more = receive(strategy)
+        more = receive(conn)
         assert more, "EOF"
         got += more
     return got
@@ -95,7 +75,7 @@ def test_messages_split_anywhere_come_out_whole(pair):
     m1, m2 = ber(b"x" * 10), ber(b"y" * 300, long_form=True)
     data = m1 + m2
     feed(b, [data[i : i + 1] for i in range(len(data))])
-    assert receive_all(_Strategy(a), len(data)) == [m1, m2]
+    assert receive_all(over(a), len(data)) == [m1, m2]
 
 
 def test_every_length_form_split_anywhere_comes_out_whole(pair):
@@ -108,7 +88,7 @@ def test_every_length_form_split_anywhere_comes_out_whole(pair):
     data = b"".join(msgs)
     cuts = [data[i : i + 1] for i in range(len(data) - 70_300)] + [data[len(data) - 70_300 :]]
     feed(b, cuts)
-    assert receive_all(_Strategy(a), len(data)) == msgs
+    assert receive_all(over(a), len(data)) == msgs
 
 
 @pytest.mark.parametrize("octets", [1, 2, 3, 4])
@@ -116,7 +96,7 @@ def test_a_long_form_header_cut_at_each_octet_is_read_once_whole(pair, octets):
     a, b = pair
     n = 200 if octets == 1 else 300
     m = bytes([0x30, 0x80 | octets]) + n.to_bytes(octets, "big") + b"w" * n
-    st = _Strategy(a)
+    st = over(a)
     for cut in range(1, 2 + octets):
         feed(b, [m[:cut]]).join()
         time.sleep(0.02)  # the cut header alone in the buffer at the next read
@@ -128,14 +108,14 @@ def test_a_message_cut_inside_is_completed_by_later_reads(pair):
     a, b = pair
     m1, m2, m3 = ber(b"a"), ber(b"b" * 200), ber(b"c" * 5000)
     feed(b, [m1 + m2 + m3[:7], m3[7:]])
-    assert receive_all(_Strategy(a), len(m1 + m2 + m3)) == [m1, m2, m3]
+    assert receive_all(over(a), len(m1 + m2 + m3)) == [m1, m2, m3]
 
 
 def test_messages_stay_intact_when_later_reads_reuse_the_buffer(pair):
     """The connection's receive buffer is reused by every read: what one call
     returned are copies, unchanged by the reads of the next calls."""
     a, b = pair
-    st = _Strategy(a)
+    st = over(a)
     first = [ber(b"1" * 50), ber(b"2" * 3000)]
     feed(b, [b"".join(first)]).join()
     got = receive_all(st, sum(map(len, first)))
@@ -150,16 +130,16 @@ def test_a_large_message_arrives_intact(pair):
     a, b = pair
     m = ber(bytes(range(256)) * 40_000, long_form=True)  # ~10 MB
     feed(b, [m])
-    assert receive_all(_Strategy(a), len(m)) == [m]
+    assert receive_all(over(a), len(m)) == [m]
 
 
 def test_17_7_a_message_over_the_cap_is_refused_naming_server_and_size(pair):
     a, b = pair
-    size = client.MAX_MESSAGE + 1
+    size = MAX_MESSAGE + 1
     head = bytes([0x30, 0x84]) + size.to_bytes(4, "big")
     feed(b, [head + b"z" * 100])
-    st = _Strategy(a)
-    with pytest.raises(client.LdapMessageTooLarge) as e:
+    st = over(a)
+    with pytest.raises(LdapMessageTooLarge) as e:
         receive(st)
     assert st.closed
     assert "ldap://test.invalid:389" in str(e.value) and str(size + 6) in str(e.value)
@@ -168,15 +148,15 @@ def test_17_7_a_message_over_the_cap_is_refused_naming_server_and_size(pair):
 def test_indefinite_length_is_refused(pair):
     a, b = pair
     feed(b, [b"\x30\x80\x02\x01\x01\x00\x00"])
-    with pytest.raises(lexc.LDAPSocketReceiveError, match="BER length"):
-        receive(_Strategy(a))
+    with pytest.raises(TransportError, match="BER length"):
+        receive(over(a))
 
 
 def test_eof_mid_message_returns_nothing(pair):
     a, b = pair
     feed(b, [ber(b"q" * 100)[:50]]).join()
     b.shutdown(socket.SHUT_WR)
-    assert receive(_Strategy(a)) == []
+    assert receive(over(a)) == []
 
 
 def test_17_6_a_trickling_server_meets_the_deadline_not_a_per_read_timeout(pair):
@@ -184,20 +164,14 @@ def test_17_6_a_trickling_server_meets_the_deadline_not_a_per_read_timeout(pair)
     m = ber(b"t" * 100)
     # One byte every 0.05 s: each read is quick, the whole answer would take 5 s.
     feed(b, [m[i : i + 1] for i in range(len(m))], pause=0.05)
-    st = _Strategy(a, deadline=time.monotonic() + 0.5)
-    with pytest.raises(client.LdapTimeout, match="timed out"):
+    st = over(a, deadline=time.monotonic() + 0.5)
+    with pytest.raises(LdapTimeout, match="timed out"):
         receive(st)
     assert st.closed
 
 
 def test_a_deadline_already_past_times_out_without_reading(pair):
     a, _b = pair
-    st = _Strategy(a, deadline=time.monotonic() - 1)
-    with pytest.raises(client.LdapTimeout):
+    st = over(a, deadline=time.monotonic() - 1)
+    with pytest.raises(LdapTimeout):
         receive(st)
-
-
-def test_the_patch_is_installed():
-    import ldap3.strategy.sync
-
-    assert ldap3.strategy.sync.SyncStrategy.receiving is client._receiving_linear

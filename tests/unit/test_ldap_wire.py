@@ -1,4 +1,4 @@
-"""cached/ldap/wire.py: search requests encoded without pyasn1 are the bytes ldap3
+"""cached/ldap/wire.py and controls.py: search requests encoded without pyasn1 are the bytes ldap3
 2.9.1 sends for the same arguments (filters of every shape the client builds, the
 controls it sends); its result reader against ldap3's encoder. Pure logic."""
 
@@ -11,8 +11,17 @@ from ldap3.protocol.rfc2696 import paged_search_control
 from ldap3.protocol.rfc4511 import LDAPMessage, MessageID, ProtocolOp
 from ldap3.utils.asn1 import encode  # what ldap3's strategies send with
 
-from cached.ldap import client, deref, wire
+from cached.ldap import ber, deref, exchange, wire
+from cached.ldap import entry as ldap_entry
 from cached.ldap.batch import NamePart
+from cached.ldap.controls import (
+    ASQ_OID,
+    PAGED_RESULTS_OID,
+    Control,
+    encode_asq,
+    paged_control,
+    paged_cookie,
+)
 from cached.ldap.schema import assertions, escape
 
 _OR = "(|" + "".join(f"(member=uid=user{i:05d},ou=people,dc=example,dc=test)" for i in range(2000))
@@ -78,7 +87,7 @@ def ldap3_bytes(
     filt: str,
     attrs: list[str],
     time_limit: int,
-    controls: list[wire.Control] | None,
+    controls: list[Control] | None,
     paged: tuple[int, bytes | None] | None,
 ) -> bytes:
     """What ldap3's Connection.search and SyncStrategy.send put on the wire (its own
@@ -102,7 +111,7 @@ def ldap3_bytes(
 def ours(msgid, base, scope, filt, attrs, time_limit, controls, paged) -> bytes:
     ctrls = list(controls or [])
     if paged is not None:
-        ctrls.append(wire.paged_control(*paged))
+        ctrls.append(paged_control(*paged))
     return wire.encode_search(
         msgid, base, wire.SCOPES[scope], wire.encode_filter(filt), attrs,
         time_limit=time_limit, controls=ctrls,
@@ -116,7 +125,7 @@ def test_filters_encode_as_ldap3_does(filt):
 
 
 DEREF = (deref.DEREF_OID, True, deref.encode_request([("member", ["uid", "cn", "objectClass"])]))
-ASQ = (client.ASQ_OID, True, client.encode_asq("member"))
+ASQ = (ASQ_OID, True, encode_asq("member"))
 
 
 @pytest.mark.parametrize(
@@ -159,25 +168,25 @@ def test_malformed_filters_are_refused_with_the_filter_named(bad):
 
 
 def _done(msgid: int, code: int, message: bytes, controls: bytes = b"") -> bytes:
-    t = deref.tlv
+    t = ber.tlv
     op = t(0x65, t(0x0A, bytes([code])) + t(4, b"dc=m") + t(4, message))
     ctrls = t(0xA0, controls) if controls else b""
     return t(0x30, t(0x02, msgid.to_bytes(2, "big")) + op + ctrls)
 
 
 def test_search_done_with_a_paged_cookie_is_read():
-    t = deref.tlv
+    t = ber.tlv
     value = t(0x30, t(0x02, b"\x00") + t(4, b"next-page"))
-    ctrl = t(0x30, t(4, wire.PAGED_RESULTS_OID.encode()) + t(4, value))
+    ctrl = t(0x30, t(4, PAGED_RESULTS_OID.encode()) + t(4, value))
     r = wire.decode_response(_done(300, 4, b"size limit", ctrl))
     assert (r.message_id, r.op, r.code, r.matched_dn, r.message) == (
         300, wire.SEARCH_RESULT_DONE, 4, b"dc=m", b"size limit")  # fmt: skip
-    assert wire.paged_cookie(r.controls[wire.PAGED_RESULTS_OID.encode()]) == b"next-page"
-    assert wire.paged_cookie(t(0x30, t(0x02, b"\x00") + t(4, b""))) == b""
+    assert paged_cookie(r.controls[PAGED_RESULTS_OID.encode()]) == b"next-page"
+    assert paged_cookie(t(0x30, t(0x02, b"\x00") + t(4, b""))) == b""
 
 
 def test_notice_of_disconnection_is_read():
-    t = deref.tlv
+    t = ber.tlv
     name = t(0x8A, wire.NOTICE_OF_DISCONNECTION)
     op = t(0x78, t(0x0A, b"\x34") + t(4, b"") + t(4, b"bye") + name)
     r = wire.decode_response(t(0x30, t(0x02, b"\x00") + op))
@@ -188,7 +197,7 @@ def test_notice_of_disconnection_is_read():
 @pytest.mark.parametrize("cut", [1, 3, 8, 15])
 def test_truncated_results_are_refused(cut):
     msg = _done(5, 0, b"")
-    with pytest.raises(deref.BerError):
+    with pytest.raises(ber.BerError):
         wire.decode_response(msg[:-cut] if cut < len(msg) else msg[:1])
 
 
@@ -226,21 +235,21 @@ def test_search_entry_every_length_form_and_every_truncation(form, n_values):
     first two inline), and refuses every truncation of the message: a header or a
     value that would run past its container is never read from the bytes after it."""
     msg, attrs = _entry(form, n_values)
-    e = deref.decode_search_entry(msg)
+    e = ldap_entry.decode_search_entry(msg)
     assert e is not None and e.message_id == 5 and e.controls == []
     assert e.dn == b"uid=user01234,ou=people,dc=example,dc=test" and e.attrs == attrs
     big, _ = _entry(form, n_values, msgid=300)
-    assert (got := deref.decode_search_entry(big)) is not None and got.message_id == 300
+    assert (got := ldap_entry.decode_search_entry(big)) is not None and got.message_id == 300
     for cut in range(len(msg)):
-        with pytest.raises((deref.BerError, IndexError)):
-            deref.decode_search_entry(msg[:cut])
+        with pytest.raises((ber.BerError, IndexError)):
+            ldap_entry.decode_search_entry(msg[:cut])
     # A message whose outer length claims less than its parts: refused as well.
     for k in range(2, 8):
         inner = msg[2:] if msg[1] < 0x80 else msg[2 + (msg[1] & 0x7F) :]
         short = bytes((0x30, len(inner) - k)) + inner if len(inner) - k < 0x80 else None
         if short is not None:
-            with pytest.raises((deref.BerError, IndexError)):
-                deref.decode_search_entry(short)
+            with pytest.raises((ber.BerError, IndexError)):
+                ldap_entry.decode_search_entry(short)
 
 
 @pytest.mark.parametrize(
@@ -274,25 +283,25 @@ def test_equality_fast_path_gives_what_the_general_reader_gives(item):
 
 
 def tlv_or(children: list[bytes]) -> bytes:
-    return deref.tlv(0xA1, b"".join(children))
+    return ber.tlv(0xA1, b"".join(children))
 
 
 def _paged_done(msgid: int, code: int, cookie: bytes) -> bytes:
-    t = deref.tlv
+    t = ber.tlv
     value = t(0x30, t(0x02, b"\x00") + t(4, cookie))
-    return _done(msgid, code, b"", t(0x30, t(4, wire.PAGED_RESULTS_OID.encode()) + t(4, value)))
+    return _done(msgid, code, b"", t(0x30, t(4, PAGED_RESULTS_OID.encode()) + t(4, value)))
 
 
-def _pending(msgid: int, page: int = 1000, max_entries: int = 0) -> dict[int, client._Request]:
-    spec = client.Search("dc=x", "(uid=*)", ["uid"], max_entries=max_entries)
-    return {msgid: client._Request(spec, b"", [], page, None)}
+def _pending(msgid: int, page: int = 1000, max_entries: int = 0) -> dict[int, exchange.Request]:
+    spec = exchange.Search("dc=x", "(uid=*)", ["uid"], max_entries=max_entries)
+    return {msgid: exchange.Request(spec, b"", [], page, None)}
 
 
 def test_a_page_ending_in_the_batch_has_its_next_page_asked_for_at_once():
-    """client._page_ahead: the searchResDone of a paged search, a success with a
+    """exchange._page_ahead: the searchResDone of a paged search, a success with a
     cookie, lets the next page go out before the page's entries are read."""
     pending = _pending(7)
-    assert client._page_ahead(_paged_done(7, 0, b"more"), pending) == 7
+    assert exchange._page_ahead(_paged_done(7, 0, b"more"), pending) == 7
     assert pending[7].cookie == b"more"
 
 
@@ -314,7 +323,7 @@ def test_a_page_ending_in_the_batch_has_its_next_page_asked_for_at_once():
     ],
 )
 def test_a_page_is_asked_for_ahead_only_after_a_successful_page(last, pending):
-    assert client._page_ahead(last, pending) is None
+    assert exchange._page_ahead(last, pending) is None
     assert all(r.cookie is None for r in pending.values())
 
 

@@ -60,7 +60,7 @@ def test_scan_reads_member_lists_of_users_alone_and_mixed() -> None:
     """save.scan: a member list of users only is read in one pass; any other
     takes the general loop. Each gives the users, groups, member groups, walked
     groups and the unknown flag storing needs."""
-    from cached.ldap.client import Entry
+    from cached.ldap.exchange import Entry
 
     def group(name: str, keys: list[str], posix: bool = True) -> GroupEntry:
         return GroupEntry(Entry(f"cn={name}", {}), name, 1, "", "", keys, posix=posix)

@@ -19,9 +19,9 @@ from cached.counters import Counters
 from cached.dn import normalize_dn
 from cached.ldap import deref
 from cached.ldap.batch import Answers, Job, Searcher
-from cached.ldap.client import Entry, Search, ServerInfo
 from cached.ldap.context import Context
 from cached.ldap.entries import GROUP, USER, GroupEntry, Known, Member
+from cached.ldap.exchange import Entry, Search, ServerInfo
 from cached.ldap.provider import LdapProvider
 from cached.ldap.walk import Walk
 from testing.backend import make_backend, make_domain
