@@ -91,10 +91,15 @@ def _cell(r: dict[str, Any] | None) -> str:
     parts = []
     for step in r["steps"]:
         calls = ", ".join(
-            f"{op} {rc}" + (f" «{' / '.join(msgs)}»" if msgs else "")
+            f"{op} → {rc}" + (f" «{' / '.join(msgs)}»" if msgs else "")
             for op, rc, msgs in step["calls"]
         )
-        parts.append(_md(calls) + f" ({step['seconds']:.1f} s)")
+        bound = step.get("bound")
+        over = bound is not None and step["seconds"] > bound
+        parts.append(
+            _md(calls) + f" ({step['seconds']:.1f} s"
+            + (f", **over the {bound:g} s bound**" if over else "") + ")"
+        )  # fmt: skip
     return "<br>".join(parts)
 
 
@@ -126,7 +131,9 @@ def report(results: dict[str, list[dict[str, Any]]], meta: dict[str, Any]) -> st
         "`pam_sss.so` (Debian's libpam-sss) under `testing/pamdriver.py` in a private mount "
         "namespace, as root (private socket) or uid 65534 (public socket). A cell lists, "
         "per login of the case, each PAM call's return code and the conversation texts "
-        "(`<date>` for dates), and the login's wall time.",
+        "(`<date>` for dates), and the login's wall time; a login with the server frozen "
+        f"may take at most {pammatrix.FROZEN_BOUND} s (three network timeouts and slack), "
+        "and the cell says when it took longer. Times are not compared.",
         "",
     ]
     cached_skips = {r.get("skipped") for r in results.get("cached", []) if r.get("skipped")}
