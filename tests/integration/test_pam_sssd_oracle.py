@@ -106,3 +106,13 @@ def test_admin_changed_password_and_unencrypted_server(
     r = run(directory, tmp_path, "admin-changed", "starttls")
     assert codes(r) == [[PAM_SUCCESS], [PAM_AUTH_ERR], [PAM_SUCCESS]]
     assert codes(run(directory, tmp_path, "plain", "plain")) == [[PAM_PERM_DENIED]]
+
+
+def test_frozen_server_over_starttls_falls_back_to_cached_credentials(
+    directory: pammatrix.MatrixDirectory, tmp_path: Path
+) -> None:
+    """The fault proxy stops forwarding after the login that cached the hash: StartTLS
+    times out (ldap_opt_timeout) and the cached hash decides. The time it took is the
+    differential report's business, not asserted here."""
+    r = run(directory, tmp_path, "frozen", "starttls")
+    assert codes(r) == [[PAM_SUCCESS], [PAM_SUCCESS], [PAM_SUCCESS]]
