@@ -51,11 +51,14 @@ SSSD_NOTES: dict[str, str] = {
         "sent unencrypted."
     ),
     "frozen": (
-        "With the server frozen after the TCP connection (the fault proxy accepts and "
-        "forwards nothing), StartTLS is bounded by `ldap_opt_timeout` (3 s here) and the "
-        "login then succeeds against the cached hash; over ldaps the TLS handshake is not "
-        "bounded by the LDAP timeouts: the first login waited about 90 s and got 9 "
-        "(PAM_AUTHINFO_UNAVAIL), the next one 4 (PAM_SYSTEM_ERR)."
+        "The fault proxy accepts the TCP connection and forwards nothing. Over StartTLS "
+        "the operation times out after `ldap_opt_timeout` (3 s here), the backend goes "
+        "offline and the cached hash decides: 0. Over ldaps sssd_be blocks in the TLS "
+        "handshake, which neither `ldap_network_timeout` (connect) nor `ldap_opt_timeout` "
+        "bounds; its watchdog kills it about every 30 s (`terminated by own WATCHDOG`), "
+        "the restarted backend connects again and blocks again, and after about 90 s the "
+        "PAM responder answers 9 (PAM_AUTHINFO_UNAVAIL, `SSSD is offline`); the next "
+        "login, during a restart, got 4 (PAM_SYSTEM_ERR). Measured with debug_level 6."
     ),
     "offline-right": (
         "`pam_verbosity = 1` (the default) hides `OFFLINE_AUTH` when the cached password "
