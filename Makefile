@@ -44,9 +44,11 @@ soak: deps
 demo: deps
 	$(PY) -m perf.demo
 
-# The zoo (testing/zoo.py) through real SSSD 2.8.2 and cached; report in perf/results/.
+# The zoo (testing/zoo.py) and the PAM matrix (testing/pammatrix.py) through real
+# SSSD 2.8.2 and cached; reports in perf/results/.
 compat: deps
 	$(PY) -m testing.compat
+	$(PY) -m testing.pamcompat
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .benchmarks
