@@ -16,6 +16,8 @@ from cached.jitter import (
     Jitter,
     read_machine_id,
 )
+from cached.ldap.client import LdapClient
+from testing.backend import make_domain
 
 ID_A = "0f3c6d1e8a7b4c2d9e1f0a2b3c4d5e6f\n"
 ID_B = "8d2b7e4c1a9f4b3e8c7d6a5b4c3d2e1f\n"
@@ -88,6 +90,56 @@ def test_a_seed_that_cannot_be_kept_still_gives_offsets(tmp_path: Path) -> None:
 def test_the_key_is_never_shown(tmp_path: Path) -> None:
     j = _host(tmp_path, "a", ID_A)
     assert ID_A.strip() not in repr(j) and ID_A.strip() not in str(vars(j).keys())
+
+
+# -- the client's timers ---------------------------------------------------------------
+
+
+def _client(jitter: Jitter, now: list[float], **opts) -> LdapClient:
+    cfg = make_domain(["ldap://127.0.0.1:1"], "dc=x", **opts)
+    return LdapClient(cfg, clock=lambda: now[0], jitter=jitter)
+
+
+def test_offline_retry_offset_is_the_hosts_share(tmp_path: Path) -> None:
+    a, b = _host(tmp_path, "a", ID_A), _host(tmp_path, "b", ID_B)
+    now = [1000.0]
+    retries = []
+    for j in (a, a, b):
+        c = _client(j, now, offline_timeout=60, offline_timeout_random_offset=30)
+        c._go_offline("test")
+        retries.append(c.retry_in)
+        # The next step of the backoff keeps the host's offset, not a new draw.
+        c._go_offline("test")
+        assert c.retry_in == pytest.approx(120 + a.offset(OFFLINE_RETRY, 30) if j is a else
+                                           120 + b.offset(OFFLINE_RETRY, 30))  # fmt: skip
+    assert retries[0] == pytest.approx(60 + a.offset(OFFLINE_RETRY, 30))
+    assert retries[0] == retries[1] != retries[2]
+
+
+def test_connection_lifetime_and_its_check(tmp_path: Path) -> None:
+    a, b = _host(tmp_path, "a", ID_A), _host(tmp_path, "b", ID_B)
+    now = [1000.0]
+    ca = _client(a, now, ldap_connection_expire_timeout=900, ldap_connection_expire_offset=900)
+    cb = _client(b, now, ldap_connection_expire_timeout=900, ldap_connection_expire_offset=900)
+    assert ca.connection_lifetime() == pytest.approx(900 + a.offset(CONNECTION_EXPIRE, 900))
+    assert ca.connection_lifetime() != cb.connection_lifetime()
+    # The defaults: 900 s and a whole timeout of spread (SSSD: 900 and 0).
+    cd = _client(a, now)
+    assert cd.connection_lifetime() == ca.connection_lifetime()
+    # 0: kept until it fails, nothing for the server check to do.
+    assert _client(a, now, ldap_connection_expire_timeout=0).connection_lifetime() == 0.0
+
+    # Connected (a stand-in connection: the check reads only the times), the server
+    # check is due when the lifetime has passed.
+    ca.conn, ca.connected_at = object(), now[0]  # type: ignore[assignment]
+    assert ca.check_in() == pytest.approx(ca.connection_lifetime())
+    now[0] += ca.connection_lifetime() - 1
+    assert ca.check_in() == pytest.approx(1.0)
+    assert not ca._expired()
+    now[0] += 1
+    assert ca.check_in() == 0.0 and ca._expired()
+    ca.conn = None
+    assert ca.check_in() is None  # no connection: nothing to replace
 
 
 def test_seed_race_between_backends_keeps_one(tmp_path: Path, monkeypatch) -> None:
