@@ -485,8 +485,14 @@ class BackendService:
                 await asyncio.sleep(wait)
             slot = max(slot, time.monotonic()) + 1.0 / REFRESH_PER_SECOND
             budget -= 1
-            await self.request(op, name)
-            done += 1
+            try:
+                await self.request(op, name)
+            except Exception as e:
+                # One entry's failure ends neither the run nor the refresh task.
+                log.error("background refresh of %s %s: %s: %s", op.value, name,
+                          type(e).__name__, e)  # fmt: skip
+            else:
+                done += 1
             return True
 
         itimes = cache.times("user", initgr)
