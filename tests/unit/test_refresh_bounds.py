@@ -46,9 +46,13 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(service_mod, "asyncio", types.SimpleNamespace(sleep=clock.sleep))
     asked: list[tuple[Op, str]] = []
 
-    def start(initgr: dict[str, float], offline_after: int = 0) -> list[tuple[Op, str]]:
+    def start(
+        initgr: dict[str, float], offline_after: int = 0, failing: str = ""
+    ) -> list[tuple[Op, str]]:
         async def request(op: Op, key: str, uid: object = "refresh") -> None:
             asked.append((op, key))
+            if key == failing:
+                raise RuntimeError("a request that fails")
             if offline_after and len(asked) >= offline_after:
                 service.client.retry_at = 1.0  # offline from now on
 
@@ -86,3 +90,10 @@ def test_a_run_stops_when_the_domain_goes_offline(run) -> None:
     start, _clock = run
     asked = start({f"u{i}": float(i) for i in range(5)}, offline_after=2)
     assert asked == [(Op.INITGROUPS, "u0"), (Op.INITGROUPS, "u1")]
+
+
+def test_a_failing_request_does_not_end_the_run(run, caplog) -> None:
+    start, _clock = run
+    asked = start({f"u{i}": float(i) for i in range(3)}, failing="u1")
+    assert asked == [(Op.INITGROUPS, f"u{i}") for i in range(3)]
+    assert "background refresh of initgroups u1: RuntimeError" in caplog.text
