@@ -53,11 +53,15 @@ def config_text(
         "ldap_search_base": base,
         "ldap_schema": "rfc2307bis",
         "offline_timeout_random_offset": 0,
+        # Refresh ahead (on by default) off unless a test asks (None: the default): its
+        # runs would add searches to what tests count, at a moment the machine-id sets.
+        "refresh_expired_interval": 0,
         **domain_opts,
     }
     out = ["[cached]", *(f"{k} = {v}" for k, v in d.items()), "[nss]"]
     out += [f"{k} = {v}" for k, v in (nss or {}).items()]
-    out += [f"[domain/{domain}]", *(f"{k} = {v}" for k, v in dom.items())]
+    # None: the option left out (its default), where the test file sets one.
+    out += [f"[domain/{domain}]", *(f"{k} = {v}" for k, v in dom.items() if v is not None)]
     return "\n".join(out) + "\n"
 
 

@@ -151,6 +151,13 @@ class DaemonConfig:
     mc_dir: str = option(string, "/var/lib/sss/mc", "Directory of the memory-cache files.")
     db_dir: str = option(string, "/var/lib/cached/db", "Directory of the LMDB cache files.")
     pid_file: str = option(string, "/run/cached.pid", "PID file of the monitor (`cached serve`).")
+    machine_id_file: str = option(
+        string,
+        "/etc/machine-id",
+        "The host's identity, from which the per-host offsets of the background work "
+        "are derived (keyed hash; the id itself is never stored or logged); without one, "
+        "a seed drawn once is kept in db_dir.",
+    )
     ts_sync_interval: int = option(
         integer(1), 60, "Seconds between syncs of the no-sync timestamp store to disk."
     )
@@ -400,9 +407,6 @@ class DomainConfig:
     entry_cache_group_timeout: int = computed(
         integer(0), "Lifetime of cached groups, seconds.", "entry_cache_timeout"
     )
-    refresh_expired_interval: int = option(
-        integer(0), 0, "Seconds between background refreshes of expiring entries; 0 = off."
-    )
     refresh_full_interval: int = computed(
         integer(0),
         "Seconds after which a refresh by change stamps reads a user's groups, or a group, "
@@ -419,8 +423,44 @@ class DomainConfig:
     )
     offline_timeout: int = option(integer(1), 60, "First retry after going offline, seconds.")
     offline_timeout_max: int = option(integer(0), 3600, "Retry backoff cap, seconds.")
+    # -- background work and its per-host offsets (cached/jitter.py) ------------------
+    # SSSD draws these offsets at random, or not at all (its defaults of 0); here each is
+    # this host's fraction of the spread, from /etc/machine-id: a fleet restarted
+    # together stays spread (docs/compatibility.md §9.7).
     offline_timeout_random_offset: int = option(
-        integer(0), 30, "Random seconds added to each retry."
+        integer(0),
+        30,
+        "Seconds of spread added to each retry while offline: this host's fraction of it "
+        "(from /etc/machine-id, the same after every restart), not a new random draw.",
+    )
+    refresh_expired_interval: int = computed(
+        integer(0),
+        "Seconds between background refreshes of the entries that would expire before the "
+        "next one (refresh ahead; validated by change stamps, skipped while offline); "
+        "0 = off. On by default, unlike SSSD: the interval SSSD's rule shrinks a too long "
+        "one to, 70 % of the shortest entry lifetime, so no lookup waits on an expiry.",
+        "70 % of the shorter entry lifetime",
+    )
+    refresh_expired_interval_offset: int = computed(
+        integer(0),
+        "Seconds of spread added to each refresh_expired_interval: this host's fraction "
+        "of it (from /etc/machine-id). SSSD's default is 0 and its offset random.",
+        "10 % of refresh_expired_interval",
+    )
+    ldap_connection_expire_timeout: int = option(
+        integer(0),
+        900,
+        "Seconds a connection to the server is used before it is replaced by a new one "
+        "(made off the lookup path, to the first ldap_uri server that answers); "
+        "0 = kept until it fails.",
+    )
+    ldap_connection_expire_offset: int = option(
+        integer(0),
+        900,
+        "Seconds of spread added to ldap_connection_expire_timeout: this host's fraction "
+        "of it (from /etc/machine-id). SSSD's default is 0: every host reconnects in step "
+        "(SSSD PR #951); one whole timeout of spread leaves a fleet started together as "
+        "evenly spread as one started at random.",
     )
     ldap_network_timeout: int = option(integer(1), 6, "Connect timeout per server, seconds.")
     ldap_search_timeout: int = option(

@@ -43,6 +43,7 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
         )
     for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
         vals.setdefault(timeout, vals["entry_cache_timeout"])
+    _refresh_ahead_defaults(vals)
     _schema_defaults(ini.where(sname), sname, vals, given, warnings)
     if "ldap_member_rdn_shortcut" in given:
         warnings.append(
@@ -82,6 +83,16 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
             f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "
             f"min_id = {vals['min_id']}"
         )
+
+
+def _refresh_ahead_defaults(vals: dict[str, Any]) -> None:
+    """Refresh ahead on unless set to 0: SSSD's rule for an interval that would outlast
+    the entries (confdb.c: 70 % of the lifetime, the offset 10 % of that) is the
+    default interval, so every entry is refreshed before it expires (reference §6.4)."""
+    lifetime = min(vals["entry_cache_user_timeout"], vals["entry_cache_group_timeout"])
+    # In integers: 0.7 * 5400 is 3779.999... in floating point.
+    vals.setdefault("refresh_expired_interval", lifetime * 7 // 10)
+    vals.setdefault("refresh_expired_interval_offset", vals["refresh_expired_interval"] // 10)
 
 
 def _schema_defaults(

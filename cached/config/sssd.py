@@ -34,7 +34,6 @@ ACCEPTED_UNUSED = frozenset(
         "ldap_tls_reqsan",
         "ldap_pwd_policy",
         "ldap_chpass_uri",
-        "ldap_connection_expire_timeout",
         "timeout",
         "full_name_format",
         "shell_fallback",

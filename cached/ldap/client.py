@@ -7,7 +7,8 @@ one in use (StartTLS or LDAPS with certificate checks, anonymous, simple and SAS
 EXTERNAL binds, the root DSE: connection.py and exchange.py do the work), and
 the domain's online/offline state (reference §6.4): after every server failed, the
 domain is offline and requests fail at once until ``offline_timeout`` passes, which
-doubles up to ``offline_timeout_max`` with a random offset, as SSSD's backend does.
+doubles up to ``offline_timeout_max`` plus this host's offset (cached/jitter.py) where
+SSSD's backend adds a random one.
 
 Failures: a server that does not answer within its deadline is marked failed
 for this round and the next URI is tried at once; it is never waited on twice. A reset
@@ -16,20 +17,25 @@ the round failed the domain is offline. Deadlines bound whole operations, not so
 reads: ``ldap_search_timeout`` one search with all its pages,
 ``ldap_opt_timeout`` StartTLS + bind + root DSE. While a backup URI serves, the
 ``ldap_uri`` servers are tried again every ``failover_primary_timeout`` seconds, as
-SSSD's fail over does (sssd.conf(5) ``failover_primary_timeout``).
+SSSD's fail over does (sssd.conf(5) ``failover_primary_timeout``). A connection is
+replaced after ``ldap_connection_expire_timeout`` plus this host's share of
+``ldap_connection_expire_offset`` (sssd-ldap(5)), so that the servers behind a name or a
+load balancer share the fleet again after one restarted, at a moment that differs between
+hosts (SSSD PR #951: with its default offset of 0 a fleet reconnects in step).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
-import random
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cached.config import DomainConfig
 from cached.counters import COUNTERS, LDAP_CONNECT, LDAP_SEARCH, Counters
+from cached.jitter import CONNECTION_EXPIRE, OFFLINE_RETRY, Jitter
 from cached.ldap.connection import (
     BindRefused,
     Connection,
@@ -77,12 +83,14 @@ class LdapClient:
         cfg: DomainConfig,
         counters: Counters = COUNTERS,
         clock: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
+        jitter: Jitter | None = None,
     ) -> None:
         self.cfg = cfg
         self.counters = counters
         self.clock = clock
-        self.rng = rng or random.Random()
+        # This host's offsets (the backend passes the machine-id's); without one, a
+        # key of this client's own, as spread as a random draw per client.
+        self.jitter = jitter or Jitter(os.urandom(32))
         self.uris = list(cfg.ldap_uri) + list(cfg.ldap_backup_uri)
         self.conn: Connection | None = None
         self.info: ServerInfo | None = None
@@ -115,14 +123,15 @@ class LdapClient:
         self.conn = None
 
     def _go_offline(self, reason: str) -> LdapOffline:
-        # Reference §6.4: retry after offline_timeout, doubling up to the max, plus a
-        # random 0..offset so many clients do not reconnect in step.
+        # Reference §6.4: retry after offline_timeout, doubling up to the max, plus an
+        # offset so many clients do not reconnect in step: this host's share of it,
+        # the same at every step and after restarts (SSSD draws it at random).
         if self.backoff == 0.0:
             self.backoff = float(self.cfg.offline_timeout)
             self.went_offline = time.time()
         else:
             self.backoff = min(self.backoff * 2, float(max(self.cfg.offline_timeout_max, 1)))
-        offset = self.rng.uniform(0, self.cfg.offline_timeout_random_offset)
+        offset = self.jitter.offset(OFFLINE_RETRY, self.cfg.offline_timeout_random_offset)
         self.retry_at = self.clock() + self.backoff + offset
         self.last_error = reason
         self.failed.clear()  # the next attempt is a new round over every server
@@ -178,6 +187,20 @@ class LdapClient:
             raise
         return conn, info
 
+    def connection_lifetime(self) -> float:
+        """Seconds a connection is used before it is replaced: the timeout plus this
+        host's share of the offset; 0: kept until it fails."""
+        timeout = self.cfg.ldap_connection_expire_timeout
+        if not timeout:
+            return 0.0
+        spread = self.cfg.ldap_connection_expire_offset
+        return timeout + self.jitter.offset(CONNECTION_EXPIRE, spread)
+
+    def _expired(self) -> bool:
+        """The connection in use has reached its lifetime."""
+        life = self.connection_lifetime()
+        return self.conn is not None and bool(life) and self.clock() - self.connected_at >= life
+
     def _primary_due(self) -> bool:
         """Connected to an ``ldap_backup_uri`` server for ``failover_primary_timeout``:
         time to try the ``ldap_uri`` servers again (sssd.conf(5))."""
@@ -193,7 +216,7 @@ class LdapClient:
         if self._warm is not None:
             self.take_warm_up()
         if self.conn is not None:
-            if not self.retry_in_lookups or not self._primary_due():
+            if not self.retry_in_lookups or not (self._primary_due() or self._expired()):
                 return self.conn
             return self._back_to_primary()
         if self.retry_at and (not self.retry_in_lookups or self.clock() < self.retry_at):
@@ -261,13 +284,17 @@ class LdapClient:
     def check_in(self) -> float | None:
         """Seconds until the servers are to be tried again off the lookup path: while
         offline, the backoff's retry; on an ``ldap_backup_uri`` server, the return to
-        the preferred ones (failover_primary_timeout); None when neither is due."""
+        the preferred ones (failover_primary_timeout); connected, the connection's
+        replacement (connection_lifetime); None when none is due."""
         if not self.online:
             return self.retry_in
+        since = self.clock() - self.connected_at
+        due: list[float] = []
         if self.info is not None and self.cfg.ldap_uri and self.info.uri not in self.cfg.ldap_uri:
-            since = self.clock() - self.connected_at
-            return max(0.0, self.cfg.failover_primary_timeout - since)
-        return None
+            due.append(self.cfg.failover_primary_timeout - since)
+        if self.conn is not None and (life := self.connection_lifetime()):
+            due.append(life - since)
+        return max(0.0, min(due)) if due else None
 
     def probe(self) -> Probe:
         """Try the servers as connect() would — every server while offline, the
@@ -302,13 +329,20 @@ class LdapClient:
             _discard(self.conn)
             self._adopt(probe.conn, probe.info)
             return
-        if self.check_in() is None:
-            _discard(probe.conn)  # no longer on a backup: a lookup got there first
+        if self.check_in() != 0.0:
+            # No longer due: a lookup reconnected meanwhile (no longer on a backup, or
+            # a fresh connection).
+            _discard(probe.conn)
             return
         if probe.conn is None or probe.info is None:
-            self.connected_at = self.clock()  # on the backup for another period
+            # The preferred servers do not answer: keep the connection that works,
+            # for another period.
+            self.connected_at = self.clock()
             return
-        log.info("domain %s back on %s", self.cfg.name, probe.uri)
+        if self.info is not None and self.info.uri == probe.uri:
+            log.debug("domain %s: connection to %s renewed", self.cfg.name, probe.uri)
+        else:
+            log.info("domain %s back on %s", self.cfg.name, probe.uri)
         _discard(self.conn)
         self.failed.pop(probe.uri, None)
         self._adopt(probe.conn, probe.info)
@@ -417,7 +451,6 @@ class LdapClient:
             raise got
         return rows
 
-
     def search_many(
         self, specs: list[Search], deref_seen: set[bytes] | None = None
     ) -> list[list[Entry] | LdapLimitExceeded]:
@@ -483,7 +516,6 @@ class LdapClient:
             for r in reqs:
                 self.counters.add(LDAP_SEARCH, 1, took, r.count())
             exchange.count_unread(dropped)
-
 
 
 def verifies_certificates(cfg: DomainConfig) -> bool:

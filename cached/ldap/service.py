@@ -21,7 +21,6 @@ import contextlib
 import functools
 import logging
 import os
-import random
 import signal
 import threading
 import time
@@ -46,6 +45,7 @@ from cached.ipc.ops import (
     Op,
     Outcome,
 )
+from cached.jitter import REFRESH_AHEAD, Jitter
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.provider import LdapProvider, Result
@@ -54,6 +54,17 @@ log = logging.getLogger(__name__)
 
 
 _T = TypeVar("_T")
+
+# The bounds of one refresh-ahead run. At most REFRESH_PER_SECOND requests a second: a
+# refresh by stamps is one to three searches, so a host with thousands of entries due
+# sends the directory a trickle of at most ~30 searches a second rather than a burst,
+# and a lookup waits behind at most one refresh request (the refresh has a queue of its
+# own, taken in turn with the clients'). At most REFRESH_MAX_PER_RUN requests a run, the
+# entries expiring first: 1,000 at that rate take 100 s, well inside the default
+# interval (3,780 s), so a run never overlaps the next; what is left is due in the next
+# run or refreshed by the lookup that finds it expired.
+REFRESH_PER_SECOND = 10.0
+REFRESH_MAX_PER_RUN = 1000
 
 
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
@@ -145,7 +156,10 @@ class BackendService:
             log.warning("timestamp store rebuilt: %s", self.cache.ts_rebuilt_reason)
         # Servers are tried again by the server check, never inside a lookup (the
         # client's default, retry_in_lookups = False).
-        self.client = LdapClient(domain)
+        # This host's offsets of the background work (connection expiry, offline
+        # retries, refresh ahead), the same after every restart (cached/jitter.py).
+        self.jitter = Jitter.for_host(config.daemon.machine_id_file, config.daemon.db_dir)
+        self.client = LdapClient(domain, jitter=self.jitter)
         # Set while the domain is offline or on a backup server (announce).
         self._check_due = asyncio.Event()
         self.probing_since = 0.0  # time.monotonic() the running probe began; 0: none
@@ -345,12 +359,21 @@ class BackendService:
         When a lookup itself retried, every unknown name waited ldap_opt_timeout (8 s)
         once per backoff step, and every lookup queued behind it (measured against
         SSSD 2.8.2 with slapd SIGSTOPped: 6.96-8.1 s, SSSD <= 0.05 s); on a backup, a
-        hung preferred server held one lookup every failover_primary_timeout."""
+        hung preferred server held one lookup every failover_primary_timeout. Online,
+        it replaces the connection after its lifetime (ldap_connection_expire_timeout)
+        the same way, so no lookup waits on a reconnection."""
         name = f"probe-{self.domain.name}"
         while True:
             await self._check_due.wait()
             while (wait := self.client.check_in()) is not None:
-                await asyncio.sleep(wait)
+                self._check_due.clear()
+                if wait > 0:
+                    # Woken early when the state changes (announce): offline meanwhile,
+                    # the backoff's retry comes before a connection's replacement.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._check_due.wait(), wait)
+                    if self.client.check_in() != 0.0:
+                        continue  # not due yet, or due at another time now
                 try:
                     self.probing_since = time.monotonic()
                     probe = await _in_thread(self.client.probe, name)
@@ -403,12 +426,13 @@ class BackendService:
                 log.error("%s", e)
 
     def refresh_schedule(self) -> tuple[float, float]:
-        """(interval, random offset) of the background refresh, as SSSD computes them
+        """(interval, offset spread) of the background refresh, as SSSD computes them
         (reference §6.1): an interval that would outlast the entries shrinks to 70 % of
-        the shortest entry lifetime, the offset to 10 % of the interval."""
+        the shortest entry lifetime, the offset to 10 % of the interval. The defaults
+        are that rule's values (config/rules.py)."""
         d = self.domain
         interval = float(d.refresh_expired_interval)
-        offset = interval * 0.1
+        offset = float(d.refresh_expired_interval_offset)
         lifetime = min(d.entry_cache_user_timeout, d.entry_cache_group_timeout)
         if lifetime and interval + offset > lifetime:
             interval = 0.7 * lifetime
@@ -416,36 +440,86 @@ class BackendService:
         return interval, offset
 
     async def _refresh_expired(self) -> None:
-        """Refresh entries before they expire (``refresh_expired_interval``, §6.4).
+        """Refresh entries before they expire (refresh ahead: ``refresh_expired_interval``,
+        §6.4), so that no lookup waits on an expiry.
 
-        Initgroups first: one such request refreshes the user's groups as well, so
-        the groups still due afterwards are the ones no refreshed user is in."""
-        interval, offset = self.refresh_schedule()
-        # The first run 30 s after start-up, as SSSD's be_refresh.
-        await asyncio.sleep(min(30.0, interval))
-        rng = random.Random()
+        Each run refreshes what would expire before the next run begins, through the
+        backend's own requests: those of entries the cache holds validate by change
+        stamps first (cached/ldap/refresh.py), so an unchanged group costs its stamp,
+        not its members. Runs are skipped while offline (the server check tries the
+        servers) and bounded (REFRESH_PER_SECOND, REFRESH_MAX_PER_RUN). They start at
+        this host's offset (cached/jitter.py) and follow each other every interval plus
+        that offset: a fleet restarted together refreshes spread over the offset, and
+        hosts with different offsets drift further apart at every run."""
+        interval, spread = self.refresh_schedule()
+        offset = self.jitter.offset(REFRESH_AHEAD, spread)
+        # The first run 30 s after start-up, as SSSD's be_refresh, plus the offset.
+        await asyncio.sleep(min(30.0, interval) + offset)
         while True:
-            if self.client.online:  # offline: the offline check tries the servers
-                horizon = time.time() + interval
-                users, groups, initgr = self.cache.expiring(horizon)
-                for name in initgr:
-                    await self.request(Op.INITGROUPS, name)
-                for op, what, names in (
-                    (Op.USER_BY_NAME, "user", users),
-                    (Op.GROUP_BY_NAME, "group", groups),
-                ):
-                    due = self.cache.times(what, names)
-                    for name in names:
-                        t = due.get(name)
-                        if t is None or t.data_expire <= horizon:
-                            await self.request(op, name)
-                log.info(
-                    "background refresh: %d initgroups, %d users, %d groups due",
-                    len(initgr),
-                    len(users),
-                    len(groups),
-                )
-            await asyncio.sleep(interval + rng.uniform(0, offset))
+            began = time.monotonic()
+            if self.client.online:  # offline: the server check tries the servers
+                # Whatever expires before the next run (which begins interval + offset
+                # after this one; SSSD's horizon of one interval leaves the entries
+                # expiring in the offset to expire).
+                await self._refresh_run(time.time() + interval + spread)
+            else:
+                log.info("background refresh skipped: domain %s offline", self.domain.name)
+            await asyncio.sleep(max(0.0, interval + offset - (time.monotonic() - began)))
+
+    async def _refresh_run(self, horizon: float) -> None:
+        """One run: initgroups first (one such request refreshes the user's groups as
+        well, so the groups still due afterwards are the ones no refreshed user is in),
+        then users and groups still due; the entries expiring first first."""
+        cache = self.cache
+        users, groups, initgr = cache.expiring(horizon)
+        budget = REFRESH_MAX_PER_RUN
+        done = 0
+        slot = time.monotonic()
+
+        async def refresh(op: Op, name: str) -> bool:
+            nonlocal budget, done, slot
+            if budget <= 0 or not self.client.online:
+                return False
+            wait = slot - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            slot = max(slot, time.monotonic()) + 1.0 / REFRESH_PER_SECOND
+            budget -= 1
+            try:
+                await self.request(op, name)
+            except Exception as e:
+                # One entry's failure ends neither the run nor the refresh task.
+                log.error("background refresh of %s %s: %s: %s", op.value, name,
+                          type(e).__name__, e)  # fmt: skip
+            else:
+                done += 1
+            return True
+
+        itimes = cache.times("user", initgr)
+        initgr.sort(key=lambda n: t.initgr_expire if (t := itimes.get(n)) else 0.0)
+        for name in initgr:
+            if not await refresh(Op.INITGROUPS, name):
+                break
+        for op, what, names in (
+            (Op.USER_BY_NAME, "user", users),
+            (Op.GROUP_BY_NAME, "group", groups),
+        ):
+            due = cache.times(what, names)
+            names.sort(key=lambda n: t.data_expire if (t := due.get(n)) else 0.0)
+            for name in names:
+                t = due.get(name)
+                if (t is None or t.data_expire <= horizon) and not await refresh(op, name):
+                    break
+        # Nothing due is the steady state between expiries: no line at the default level.
+        log.log(
+            logging.INFO if initgr or users or groups else logging.DEBUG,
+            "background refresh: %d initgroups, %d users, %d groups due; %d refreshed%s",
+            len(initgr),
+            len(users),
+            len(groups),
+            done,
+            "" if self.client.online else " (went offline)",
+        )
 
     async def run(self, ready: Callable[[], None]) -> None:
         path = framing.backend_socket(self.config.daemon.pipes_dir, self.domain.name)

@@ -1,0 +1,206 @@
+"""Refresh ahead by default, per-host offsets, and the persistent cache across restarts
+(cached/jitter.py, BackendService._refresh_expired; reference §6.4)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cached.cache import State, open_domain_cache
+from cached.cache.integrity import cache_paths, remove_store
+from cached.config import parse_config
+from cached.counters import REQ_GROUP, REQ_INITGR, REQ_USER, VALIDATE, VALIDATE_FETCHED
+from cached.jitter import CONNECTION_EXPIRE, OFFLINE_RETRY, REFRESH_AHEAD
+from cached.ldap.service import BackendService
+from testing.backend import config_text
+from testing.daemon import CachedDaemon
+from testing.marks import requires_nss
+from testing.slapd import Slapd
+
+ID_A = "6b1d0c4e2f3a4b5c8d9e0f1a2b3c4d5e\n"
+ID_B = "e5d4c3b2a1f04e9d8c7b6a5f4e3d2c1b\n"
+TIMEOUT = 120.0  # generous: a loaded 2-core machine
+
+
+def _service(tmp_path: Path, name: str, machine_id: Path, **opts) -> BackendService:
+    cfg = parse_config(
+        config_text(
+            ["ldap://127.0.0.1:1"],
+            "dc=x",
+            daemon={"db_dir": tmp_path / name, "machine_id_file": machine_id},
+            **{"refresh_expired_interval": None, **opts},
+        )
+    )
+    return BackendService(cfg, cfg.domains[0])
+
+
+def test_backends_of_hosts_with_different_machine_ids_differ(tmp_path: Path) -> None:
+    a, b = tmp_path / "machine-id-a", tmp_path / "machine-id-b"
+    a.write_text(ID_A)
+    b.write_text(ID_B)
+    services = [_service(tmp_path, n, m) for n, m in (("a1", a), ("a2", a), ("b", b))]
+    try:
+        lifetimes = [s.client.connection_lifetime() for s in services]
+        fractions = [[s.jitter.fraction(p) for p in (REFRESH_AHEAD, OFFLINE_RETRY)]
+                     for s in services]  # fmt: skip
+        # The same machine-id (a restart, another backend of the host): the same.
+        assert lifetimes[0] == lifetimes[1] and fractions[0] == fractions[1]
+        assert lifetimes[0] != lifetimes[2] and fractions[0] != fractions[2]
+        # Defaults: 900 s plus up to 900 s; refresh ahead on (SSSD's rule's values).
+        assert 900 <= lifetimes[0] < 1800
+        assert lifetimes[0] == 900 + services[0].jitter.offset(CONNECTION_EXPIRE, 900)
+        assert services[0].refresh_schedule() == (3780.0, 378.0)
+    finally:
+        for s in services:
+            s.cache.close()
+
+
+def test_refresh_ahead_defaults_follow_the_entry_lifetime(tmp_path: Path) -> None:
+    mid = tmp_path / "machine-id"
+    mid.write_text(ID_A)
+
+    def schedule(**opts) -> tuple[float, float]:
+        s = _service(tmp_path, f"db{len(list(tmp_path.iterdir()))}", mid, **opts)
+        try:
+            return s.refresh_schedule()
+        finally:
+            s.cache.close()
+
+    assert schedule(entry_cache_timeout=1000) == (700.0, 70.0)
+    assert schedule(entry_cache_timeout=5400, entry_cache_group_timeout=600) == (420.0, 42.0)
+    assert schedule(refresh_expired_interval=0) == (0.0, 0.0)  # off, as asked
+    assert schedule(refresh_expired_interval=600, refresh_expired_interval_offset=5) == (
+        600.0,
+        5.0,
+    )
+
+
+def _wait(what: str, cond: Callable[[], bool], d: CachedDaemon) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}:\n{d.log_tail()}"
+        time.sleep(0.2)
+
+
+def _valid(d: CachedDaemon, user: str) -> bool:
+    domain = parse_config(d.config_path.read_text()).domains[0]
+    cache = open_domain_cache(str(d.db_dir), domain)
+    try:
+        return {cache.initgroups(user).state, cache.user_by_name(user).state} == {State.VALID}
+    finally:
+        cache.close()
+
+
+def _amount(d: CachedDaemon, name: str) -> float:
+    return d.counters().get(name, [0, 0, 0])[2]
+
+
+def _requests(d: CachedDaemon) -> float:
+    c = d.counters()
+    return sum(c.get(k, [0])[0] for k in (REQ_USER, REQ_GROUP, REQ_INITGR))
+
+
+def _member_searches(s: Slapd, offset: int) -> list[str]:
+    return [op.filter for op in s.searches(offset) if "member" in {a.lower() for a in op.attrs}]
+
+
+@requires_nss
+def test_refresh_ahead_validates_by_stamps_and_never_while_offline(
+    daemon_factory, slapd_small_fresh, tmp_path: Path
+) -> None:
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    user = exp.big_user
+    mid = tmp_path / "machine-id"
+    mid.write_text(ID_A)
+    d = daemon_factory(
+        slapd_small_fresh,
+        daemon={"machine_id_file": mid},
+        refresh_expired_interval=1,
+        offline_timeout=1,
+        offline_timeout_max=2,
+    )
+    assert d.run_nss(["id", user]).returncode == 0
+    ran = "background refresh: 1 initgroups, 1 users"
+
+    # Everything expired: the background run revalidates it by stamps, no lookup asked.
+    offset = s.log_offset()
+    assert d.cli("cache", "-E").returncode == 0
+    _wait("refreshed ahead", lambda: _valid(d, user) and ran in d.log_text(), d)
+    assert _amount(d, VALIDATE) > 0
+    assert _amount(d, VALIDATE_FETCHED) == 0  # nothing changed: no group fetched whole
+    assert _member_searches(s, offset) == []  # and no member value asked for
+
+    # The directory goes away; the next run finds it gone and stops, and the runs
+    # after it are skipped: no request while offline.
+    s.stop()
+    try:
+        assert d.cli("cache", "-E").returncode == 0
+        skipped = "background refresh skipped: domain LDAP offline"
+        _wait("a run skipped", lambda: d.log_text().count(skipped) >= 1, d)
+        before = _requests(d)
+        _wait("three runs skipped", lambda: d.log_text().count(skipped) >= 4, d)
+        assert _requests(d) == before
+        assert "(went offline)" in d.log_text()
+        assert not _valid(d, user)
+    finally:
+        s.start()
+    # Back online (the server check), the next run revalidates, again by stamps only.
+    offset = s.log_offset()
+    _wait("refreshed after the outage", lambda: _valid(d, user), d)
+    assert _amount(d, VALIDATE_FETCHED) == 0
+    assert _member_searches(s, offset) == []
+
+
+@requires_nss
+def test_restart_with_a_full_cache_answers_without_a_search(daemon_factory, slapd_small) -> None:
+    s, exp = slapd_small.slapd, slapd_small.expected
+    user = exp.big_user
+    d = daemon_factory(slapd_small)
+    want = d.run_nss(["id", user])
+    assert want.returncode == 0, want.stderr
+
+    def after_restart() -> tuple[str, list[str]]:
+        d.stop()
+        d.start()
+        offset = s.log_offset()
+        got = d.run_nss(["id", user])
+        assert got.returncode == 0, got.stderr
+        # The start's connection reads the root DSE (base ""): not a lookup's search.
+        return got.stdout, [op.filter for op in s.searches(offset) if op.base]
+
+    out, searches = after_restart()
+    assert out == want.stdout
+    assert searches == []
+    # The same restart with the timestamp store lost (a crash of the machine): the
+    # entries count as expired, and the lookup asks the server.
+    d.stop()
+    remove_store(cache_paths(str(d.db_dir), "LDAP")[1])
+    out, searches = after_restart()
+    assert out == want.stdout
+    assert searches
+
+
+@requires_nss
+def test_connection_is_replaced_after_its_lifetime(daemon_factory, slapd_small) -> None:
+    s, exp = slapd_small.slapd, slapd_small.expected
+    d = daemon_factory(
+        slapd_small, ldap_connection_expire_timeout=2, ldap_connection_expire_offset=0
+    )
+
+    def conns_of(name: str) -> set[int]:
+        offset = s.log_offset()
+        assert d.run_nss(["getent", "passwd", name]).returncode == 0
+        return {op.conn for op in s.searches(offset) if op.base}
+
+    users = sorted(exp.user_names())
+    first = conns_of(users[0])
+    assert len(first) == 1
+    renewed = "connection to ldap://"
+    _wait("the connection renewed", lambda: d.log_text().count(renewed) >= 1, d)
+    # The server check made the new connection; the next lookup searches on it.
+    second = conns_of(users[1])
+    assert len(second) == 1 and second != first
+    # Replaced again after another lifetime: not once only.
+    _wait("renewed again", lambda: d.log_text().count(renewed) >= 2, d)
+    assert conns_of(users[2]) not in (first, second)

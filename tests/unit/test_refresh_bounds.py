@@ -1,0 +1,99 @@
+"""The bounds of one refresh-ahead run (BackendService._refresh_run): entries expiring
+first first, at most REFRESH_MAX_PER_RUN requests, at most REFRESH_PER_SECOND a second,
+stopped when the domain goes offline. The cache and the requests are fakes, the clock
+is virtual: only the run's own logic is under test (the real refresh against slapd is
+tests/integration/test_refresh_ahead.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from pathlib import Path
+
+import pytest
+
+import cached.ldap.service as service_mod
+from cached.cache.records import Times
+from cached.config import parse_config
+from cached.ipc.ops import Op
+from cached.ldap.service import BackendService
+from testing.backend import config_text
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    cfg = parse_config(
+        config_text(["ldap://127.0.0.1:1"], "dc=x", daemon={"db_dir": tmp_path / "db"})
+    )
+    service = BackendService(cfg, cfg.domains[0])
+    clock = _Clock()
+    # The service's clock and sleeps, not the event loop's.
+    fake_time = types.SimpleNamespace(monotonic=clock.monotonic, time=lambda: 5000.0)
+    monkeypatch.setattr(service_mod, "time", fake_time)
+    monkeypatch.setattr(service_mod, "asyncio", types.SimpleNamespace(sleep=clock.sleep))
+    asked: list[tuple[Op, str]] = []
+
+    def start(
+        initgr: dict[str, float], offline_after: int = 0, failing: str = ""
+    ) -> list[tuple[Op, str]]:
+        async def request(op: Op, key: str, uid: object = "refresh") -> None:
+            asked.append((op, key))
+            if key == failing:
+                raise RuntimeError("a request that fails")
+            if offline_after and len(asked) >= offline_after:
+                service.client.retry_at = 1.0  # offline from now on
+
+        service.request = request  # type: ignore[method-assign,assignment]
+        service.cache.expiring = lambda before: ([], [], list(initgr))  # type: ignore[method-assign]
+        service.cache.times = lambda kind, names: {  # type: ignore[method-assign]
+            n: Times(initgr_expire=initgr[n]) for n in names
+        }
+        asyncio.run(service._refresh_run(9000.0))
+        return asked
+
+    yield start, clock
+    service.cache.close()
+
+
+def test_expiring_first_at_most_per_run(run, monkeypatch) -> None:
+    start, _clock = run
+    monkeypatch.setattr(service_mod, "REFRESH_MAX_PER_RUN", 3)
+    due = {"late": 4000.0, "first": 100.0, "second": 200.0, "third": 300.0, "later": 3000.0}
+    asked = start(due)
+    assert asked == [(Op.INITGROUPS, n) for n in ("first", "second", "third")]
+
+
+def test_requests_are_paced(run, monkeypatch) -> None:
+    start, clock = run
+    monkeypatch.setattr(service_mod, "REFRESH_PER_SECOND", 4.0)
+    asked = start({f"u{i}": float(i) for i in range(9)})
+    assert len(asked) == 9
+    # 9 requests at 4 a second: 8 gaps of a quarter second (instant requests).
+    assert clock.slept == [0.25] * 8
+    assert clock.now == 1002.0
+
+
+def test_a_run_stops_when_the_domain_goes_offline(run) -> None:
+    start, _clock = run
+    asked = start({f"u{i}": float(i) for i in range(5)}, offline_after=2)
+    assert asked == [(Op.INITGROUPS, "u0"), (Op.INITGROUPS, "u1")]
+
+
+def test_a_failing_request_does_not_end_the_run(run, caplog) -> None:
+    start, _clock = run
+    asked = start({f"u{i}": float(i) for i in range(3)}, failing="u1")
+    assert asked == [(Op.INITGROUPS, f"u{i}") for i in range(3)]
+    assert "background refresh of initgroups u1: RuntimeError" in caplog.text
