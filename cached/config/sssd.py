@@ -16,19 +16,16 @@ from cached.config.parsers import boolean
 ACCEPTED_UNUSED = frozenset(
     {
         "config_file_version",
-        "services",
         "debug_level",
         "debug_timestamps",
         "debug_microseconds",
         "debug_backtrace_enabled",
         "reconnection_retries",
         "user",
-        "auth_provider",
         "chpass_provider",
         "sudo_provider",
         "autofs_provider",
         "selinux_provider",
-        "cache_credentials",
         "krb5_realm",
         "krb5_server",
         "ldap_tls_reqsan",
@@ -39,10 +36,6 @@ ACCEPTED_UNUSED = frozenset(
         "full_name_format",
         "shell_fallback",
         "account_cache_expiration",
-        "offline_credentials_expiration",
-        "offline_failed_login_attempts",
-        "offline_failed_login_delay",
-        "pam_verbosity",
         "memcache_size_sid",
         "entry_cache_netgroup_timeout",
         "entry_cache_service_timeout",
@@ -162,7 +155,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
 
 # Sections of sssd.conf that belong to responders cached does not have.
 IGNORED_SECTIONS = (
-    "pam",
     "sudo",
     "autofs",
     "ssh",

@@ -38,6 +38,7 @@ from cached.counters import COUNTERS, format_profile
 from cached.ipc import aio, framing
 from cached.ipc.ops import (
     LOOKUPS,
+    AuthRequest,
     CountersReply,
     DomainStateNote,
     GroupsStoredNote,
@@ -48,6 +49,7 @@ from cached.ipc.ops import (
 )
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
+from cached.ldap.login import Logins
 from cached.ldap.provider import LdapProvider, Result
 
 log = logging.getLogger(__name__)
@@ -171,6 +173,7 @@ class BackendService:
         self._serial = 0
         if config.nss.group_memcache:
             self.provider.on_groups_stored = self._groups_stored
+        self.logins = Logins(config, domain, self.client, self.cache)
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -294,6 +297,10 @@ class BackendService:
                 serial if op is Op.INITGROUPS else 0,
             )  # fmt: skip
             return reply.fields()
+        if op is Op.AUTHENTICATE:
+            answer = await self.logins.authenticate(AuthRequest.parse(args))
+            self.announce()
+            return answer.fields()
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
         if op is Op.STATUS:
@@ -325,6 +332,8 @@ class BackendService:
             "ts_rebuilt": self.cache.ts_rebuilt_reason,
             "limit_error": self.provider.limit_error,
             "limit_time": self.provider.limit_time,
+            "credentials": self.cache.credentials_count(),
+            **self.logins.status(),
         }
 
     def _cache_confirmed(self) -> float:
@@ -479,6 +488,7 @@ class BackendService:
         # the clean marker lets the next start trust the timestamp store (§3.5).
         await self._in_worker(lambda: None)
         self.executor.shutdown(wait=True)
+        self.logins.close()
         self._notifier.close()
         await self.responder.close()
         self.client.close()
