@@ -12,6 +12,10 @@ record in the entry store while the daemon runs, not by waiting.
 from __future__ import annotations
 
 import dataclasses
+import socket
+import struct
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,8 +27,11 @@ from cached.auth.offline import DAY, Credentials
 from cached.cache import records as rec
 from cached.cache.integrity import ENTRY_TABLES, cache_paths
 from cached.cache.store import ENTRY_MAP_SIZE, Store
+from cached.pam import protocol as pp
+from testing.asuser import as_nobody
 from testing.daemon import CachedDaemon
 from testing.faultproxy import FaultProxy
+from testing.nsenv import nss_env
 from testing.pamenv import PamEnv, service_file, skip_reason
 from testing.slapd import Dataset, LiveDirectory, Slapd, TLSFiles
 
@@ -296,3 +303,106 @@ def test_the_password_is_in_no_log_and_no_store(
     # The hash is there: the search looks where the password could have gone.
     entry_path, _ = cache_paths(str(d.db_dir), DOMAIN)
     assert b"$6$" in Path(entry_path).read_bytes()
+
+
+# -- hostile clients ------------------------------------------------------------------
+
+
+def _exchange(sock: socket.socket, data: bytes) -> bytes:
+    """Send ``data`` and read one reply (header + body); b"" when the server closed."""
+    sock.sendall(data)
+    head = sock.recv(16, socket.MSG_WAITALL)
+    if len(head) < 16:
+        return b""
+    length = struct.unpack("=I", head[:4])[0]
+    return head + sock.recv(length - 16, socket.MSG_WAITALL)
+
+
+def test_malformed_and_oversize_requests_are_refused_and_logins_go_on(
+    login_daemon: Callable[..., tuple[CachedDaemon, PamEnv]],
+) -> None:
+    d, env = login_daemon()
+    path = str(d.pipes_dir / "private" / "pam")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(60)
+        sock.connect(path)
+        assert _exchange(sock, pp.encode_request(pp.Command.GET_VERSION, pp.version_body()))
+        # A body without its end marker: PAM_SYSTEM_ERR, and the connection stays.
+        bad = pp.encode_request_body(user=USER, authtok=(1, b"x"))[:-4]
+        reply = _exchange(sock, pp.encode_request(pp.Command.AUTHENTICATE, bad))
+        assert pp.decode_reply(reply[16:]).status == pp.PamStatus.SYSTEM_ERR
+        good = pp.encode_request_body(user="nosuchuser", service=SERVICE)
+        reply = _exchange(sock, pp.encode_request(pp.Command.ACCT_MGMT, good))
+        assert pp.decode_reply(reply[16:]).status == pp.PamStatus.USER_UNKNOWN
+        # Over SSSD's 1024-byte cap: closed.
+        huge = pp.encode_request_body(user=USER, authtok=(1, b"p" * 2000))
+        assert _exchange(sock, pp.encode_request(pp.Command.AUTHENTICATE, huge)) == b""
+    assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
+
+
+_FLOOD = """
+import socket, sys, time
+path, n = sys.argv[1], int(sys.argv[4])
+version, request = bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])
+socks = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(version)
+    s.recv(20)
+    s.sendall(request)
+    socks.append(s)
+print("sent", flush=True)
+for s in socks:
+    s.settimeout(300)
+    s.recv(4096)
+"""
+
+
+def test_one_users_flood_of_logins_does_not_hold_up_roots(
+    login_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory
+) -> None:
+    s = directory.slapd
+    with FaultProxy("127.0.0.1", s.port) as proxy:
+        d, env = login_daemon(
+            "starttls", uris=[proxy.uri], cache_credentials="true",
+            ldap_network_timeout=30, ldap_opt_timeout=60,
+        )  # fmt: skip
+        assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
+        # A slow server: every login's StartTLS, TLS handshake and bind take round trips
+        # of a second each, one login at a time on the login thread.
+        proxy.set(delay_up=0.5, delay_down=0.5)
+        flood = 6
+        request = pp.encode_request(
+            pp.Command.AUTHENTICATE,
+            pp.encode_request_body(user=USER, service=SERVICE, authtok=(1, b"guess")),
+        )
+        version = pp.encode_request(pp.Command.GET_VERSION, pp.version_body())
+        argv = [*as_nobody(), sys.executable, "-I", "-c", _FLOOD, "/var/lib/sss/pipes/pam",
+                version.hex(), request.hex(), str(flood)]  # fmt: skip
+        environ = {k: v for k, v in nss_env().items() if k != "_SSS_LOOPS"}
+        proc = subprocess.Popen(env.command(argv), env=environ, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "sent"
+
+            def queued() -> int:
+                for child in d.control("status")["children"]:
+                    if child["name"] == "backend LDAP":
+                        return int(child["status"]["queued_logins"])
+                raise LookupError("no backend status")
+
+            while queued() < flood - 2:  # the flood reached the backend's login queue
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.05)
+            # Root's login waits for at most the login in progress, not the whole flood:
+            # when it is done, logins of the flood still wait.
+            assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
+            assert queued() >= 1
+        finally:
+            proxy.heal()
+            try:
+                proc.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
