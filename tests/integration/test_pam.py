@@ -202,10 +202,13 @@ def test_a_password_over_unencrypted_ldap_is_refused_with_a_log_line(
 def test_offline_logins_use_the_cached_hash(
     login_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory
 ) -> None:
-    _d, env = login_daemon(cache_credentials="true", pam={"pam_verbosity": 2})
+    d, env = login_daemon(cache_credentials="true", pam={"pam_verbosity": 2})
     assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
     # OTHER is resolved (cached) but never logged in: no hash.
     assert env.drive(SERVICE, OTHER, ["acct_mgmt"]).codes == [AUTH_OK]
+    report = d.cli("status").stdout
+    assert "PAM responder: " in report and "1 logins served" in report
+    assert "users with cached credentials: 1" in report
     directory.slapd.stop()
     rc, messages = infos(env, USER, PASSWORD)
     assert rc == AUTH_OK
@@ -213,6 +216,19 @@ def test_offline_logins_use_the_cached_hash(
     assert login(env, USER, "not-" + PASSWORD) == [AUTH_ERR]
     assert login(env, USER, "") == [AUTH_ERR]
     assert login(env, OTHER, PASSWORD) == [PERM_DENIED]
+    assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
+    assert "2 with cached credentials" in d.cli("status").stdout
+
+
+def test_cached_credentials_outlive_expiring_the_cache(
+    login_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory
+) -> None:
+    # As SSSD's sss_cache -E: entries expire, cached passwords stay.
+    d, env = login_daemon(cache_credentials="true")
+    assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
+    done = d.cli("cache", "-E")
+    assert done.returncode == 0, done.stderr
+    directory.slapd.stop()
     assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
 
 
