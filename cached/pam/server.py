@@ -54,6 +54,7 @@ from cached.ipc.ops import AuthReply, AuthRequest, Op
 from cached.pam import protocol as p
 from cached.pam.protocol import AuthTokType, Command, PamStatus
 from cached.ratelimit import RateLimitedLog
+from cached.responder import admission
 from cached.responder.flow import CLIENT_UID, INITGR, Backend, Found, Lookups
 
 log = logging.getLogger(__name__)
@@ -201,17 +202,8 @@ class PamResponder:
 
     def admit(self, uid: int | None) -> str:
         """Why a new connection of ``uid`` is refused, or "" (the NSS socket's rules)."""
-        nss = self.config.nss
-        reserved = min(nss.root_reserved_clients, nss.max_clients // 2)
-        if self.active >= nss.max_clients:
-            return f"{self.active} connections (max_clients)"
-        if uid == 0:
-            return ""
-        if self.nonroot >= nss.max_clients - reserved:
-            return f"{self.nonroot} connections of other users (root_reserved_clients)"
-        if self.per_uid.get(uid, 0) >= nss.max_clients_per_uid:
-            return f"uid {uid} holds {self.per_uid[uid]} connections (max_clients_per_uid)"
-        return ""
+        conns = self.per_uid.get(uid, 0)
+        return admission.refusal(self.config.nss, self.active, self.nonroot, uid, conns)
 
     async def serve_client(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
