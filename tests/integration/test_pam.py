@@ -196,6 +196,59 @@ def test_a_password_over_unencrypted_ldap_is_refused_with_a_log_line(
     assert login(env, "nosuchuser", PASSWORD) == [USER_UNKNOWN]
 
 
+def _policy(base: str, *, max_age: int, warning: int, must_change: bool) -> str:
+    return (
+        f"dn: ou=policies,{base}\nobjectClass: organizationalUnit\nou: policies\n\n"
+        f"dn: cn=default,ou=policies,{base}\nobjectClass: device\nobjectClass: pwdPolicy\n"
+        f"cn: default\npwdAttribute: userPassword\npwdMaxAge: {max_age}\n"
+        f"pwdExpireWarning: {warning}\npwdMustChange: {'TRUE' if must_change else 'FALSE'}\n"
+        "pwdAllowUserChange: TRUE\n"
+    )
+
+
+@pytest.fixture
+def ppolicy_directory(
+    tmp_path_factory: pytest.TempPathFactory, small_2307bis: Dataset, tls_files: TLSFiles
+) -> Iterator[LiveDirectory]:
+    """A private TLS slapd with the password policy overlay (no policy entry yet)."""
+    with Slapd(
+        tmp_path_factory.mktemp("slapd_ppolicy"),
+        small_2307bis.ldif,
+        small_2307bis.expected.base_dn,
+        tls=tls_files,
+        ppolicy=True,
+    ) as server:
+        yield LiveDirectory(slapd=server, expected=small_2307bis.expected)
+
+
+def test_the_password_policy_warns_of_expiry_and_forces_a_change_after_reset(
+    daemon_factory: Callable[..., CachedDaemon],
+    ppolicy_directory: LiveDirectory,
+    tls_files: TLSFiles,
+) -> None:
+    s = ppolicy_directory.slapd
+    s.ldap_modify(_policy(s.base_dn, max_age=86400 * 30, warning=86400 * 60, must_change=False))
+    set_password(s, USER, PASSWORD)  # sets pwdChangedTime: expiry is 30 days away
+    d = daemon_factory(
+        ppolicy_directory, uris=[s.ldaps_uri], daemon={"services": "nss, pam"}, pam={},
+        ldap_tls_cacert=tls_files.ca_cert,
+    )  # fmt: skip
+    env = d.pam_env({SERVICE: service_file()})
+    rc, messages = infos(env, USER, PASSWORD)
+    assert rc == AUTH_OK
+    assert any("Your password will expire in" in m for m in messages), messages
+    # The administrator resets the password: the next login must change it. pam_sss
+    # lets authenticate pass and turns acct_mgmt into NEW_AUTHTOK_REQD (PAM reference §1.7).
+    s.ldap_modify(
+        f"dn: cn=default,ou=policies,{s.base_dn}\nchangetype: modify\n"
+        "replace: pwdMustChange\npwdMustChange: TRUE\n\n"
+        f"dn: {user_dn(s, USER)}\nchangetype: modify\nreplace: pwdReset\npwdReset: TRUE\n"
+    )
+    r = env.drive(SERVICE, USER, ["authenticate", "acct_mgmt"], answers=[PASSWORD])
+    assert r.codes == [AUTH_OK, 12], r
+    assert any("Change your password now" in m for m in r["acct_mgmt"].infos), r
+
+
 # -- offline --------------------------------------------------------------------------
 
 
