@@ -354,6 +354,16 @@ class BackendCache(DomainCache):
         ok = [g for g in gids if 0 <= g < 0xFFFFFFFF]  # as unstorable(): 32-bit ids only
         batch.initgr[self.key(user)] = (tuple(ok), tuple(groups))
 
+    def drop_credentials(self, name: str) -> bool:
+        """Forget user ``name``'s credentials record; whether there was one."""
+        user = self.user_by_name(name).value
+        key = self.key(user.name if user is not None else name)
+        with self._reader() as txn:
+            if txn.get(key, db=self.entries.tables["creds"]) is None:
+                return False
+        self.entries.write([("creds", key, None)])
+        return True
+
     def put_credentials(self, name: str, creds: Credentials) -> None:
         """Store a user's credentials record (a login's outcome); StoreWriteError."""
         self.entries.write([("creds", self.key(name), rec.encode_creds(creds))])

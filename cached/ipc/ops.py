@@ -25,6 +25,9 @@ socket             op                          request -> reply
 ``control``        counters                    -> ``{"processes": {name: counters}}``
 ``control``        status                      -> ``{"monitor": ..., "children": [...]}``
 ``control``        invalidated                 forwarded to the responder
+``control``        drop_credentials            :class:`DropCredentials` -> ``{"dropped": n}``
+                                               (forwarded to the backends)
+``be_<domain>``    drop_credentials            :class:`DropCredentials` -> ``{"dropped": n}``
 =================  ==========================  =====================================
 
 Every reply also has ``id`` and ``ok`` (and ``error`` when ``ok`` is false), added by the
@@ -49,6 +52,9 @@ class Op(enum.StrEnum):
     INITGROUPS = "initgroups"
     # Backend: check a password (online bind, else cached credentials).
     AUTHENTICATE = "authenticate"
+    # Backend (and the control socket, which forwards it): forget a user's cached
+    # credentials.
+    DROP_CREDENTIALS = "drop_credentials"
     # Every process.
     COUNTERS = "counters"
     STATUS = "status"
@@ -314,3 +320,22 @@ class AuthReply:
             bool(reply.get("online", True)),
             float(reply.get("retry_in") or 0.0),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DropCredentials:
+    """Forget the cached credentials of the user ``name`` (as a lookup spells it);
+    ``domain``: only that domain's ("" every domain's)."""
+
+    name: str
+    domain: str = ""
+
+    def args(self) -> dict[str, Any]:
+        return {"name": self.name, "domain": self.domain}
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> DropCredentials:
+        name, domain = args.get("name"), args.get("domain") or ""
+        if not isinstance(name, str) or not name or not isinstance(domain, str):
+            raise BadMessage("drop_credentials: bad name or domain")
+        return cls(name, domain)

@@ -41,6 +41,7 @@ from cached.ipc.ops import (
     AuthRequest,
     CountersReply,
     DomainStateNote,
+    DropCredentials,
     GroupsStoredNote,
     LookupReply,
     LookupRequest,
@@ -297,6 +298,15 @@ class BackendService:
                 serial if op is Op.INITGROUPS else 0,
             )  # fmt: skip
             return reply.fields()
+        if op is Op.DROP_CREDENTIALS:
+            drop = DropCredentials.parse(args)
+            dropped = drop.domain in ("", self.domain.name) and self.cache.drop_credentials(
+                drop.name
+            )
+            if dropped:
+                log.info("domain %s: cached credentials of %s dropped", self.domain.name,
+                         drop.name)  # fmt: skip
+            return {"dropped": int(dropped)}
         if op is Op.AUTHENTICATE:
             answer = await self.logins.authenticate(AuthRequest.parse(args))
             self.announce()

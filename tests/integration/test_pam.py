@@ -285,6 +285,20 @@ def test_cached_credentials_outlive_expiring_the_cache(
     assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
 
 
+def test_dropped_credentials_no_longer_work_offline(
+    login_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory
+) -> None:
+    d, env = login_daemon(cache_credentials="true")
+    assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
+    done = d.cli("cache", "--drop-credentials", USER)
+    assert done.returncode == 0, done.stderr
+    again = d.cli("cache", "--drop-credentials", USER)
+    assert again.returncode != 0 and "No cache object matched" in again.stderr
+    assert "users with cached credentials: 0" in d.cli("status").stdout
+    directory.slapd.stop()
+    assert login(env, USER, PASSWORD) == [PERM_DENIED]
+
+
 def test_offline_without_cache_credentials_is_authinfo_unavail(
     login_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory
 ) -> None:
