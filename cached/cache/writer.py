@@ -356,8 +356,7 @@ class BackendCache(DomainCache):
 
     def drop_credentials(self, name: str) -> bool:
         """Forget user ``name``'s credentials record; whether there was one."""
-        user = self.user_by_name(name).value
-        key = self.key(user.name if user is not None else name)
+        key = self.key(name)
         with self._reader() as txn:
             if txn.get(key, db=self.entries.tables["creds"]) is None:
                 return False
