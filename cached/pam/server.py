@@ -224,15 +224,22 @@ class PamResponder:
         CLIENT_UID.set(uid)
         conn = p.ServerConnection()
         idle = float(self.config.nss.client_idle_timeout)
+        loop = asyncio.get_running_loop()
+        first_byte = 0.0  # when the request being received began
         try:
             while True:
-                wait = REQUEST_TIMEOUT if conn.buffered_bytes else idle
+                # Idle between requests; a request begun must be whole REQUEST_TIMEOUT
+                # after its first byte, however its bytes trickle in.
+                begun = conn.buffered_bytes > 0
+                wait = first_byte + REQUEST_TIMEOUT - loop.time() if begun else idle
                 try:
-                    data = await asyncio.wait_for(reader.read(p.MAX_REQUEST_SIZE), wait)
+                    data = await asyncio.wait_for(reader.read(p.MAX_REQUEST_SIZE), max(wait, 0))
                 except TimeoutError:
                     break
                 if not data:
                     break
+                if not conn.buffered_bytes:
+                    first_byte = loop.time()
                 conn.receive_data(data)
                 if not await self._process(conn, writer, uid):
                     break

@@ -423,6 +423,33 @@ def test_malformed_and_oversize_requests_are_refused_and_logins_go_on(
     assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
 
 
+def test_a_trickled_request_is_dropped_after_the_request_timeout(
+    login_daemon: Callable[..., tuple[CachedDaemon, PamEnv]],
+) -> None:
+    d, env = login_daemon()
+    frame = pp.encode_request(pp.Command.AUTHENTICATE, bytes(984))  # never finished
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(d.pipes_dir / "pam"))
+        closed = False
+        # One byte a second; the server gives a request 10 s from its first byte
+        # (REQUEST_TIMEOUT), not 10 s from the last one.
+        for i in range(40):
+            try:
+                sock.sendall(frame[i : i + 1])
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            sock.settimeout(1.0)
+            try:
+                if sock.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                pass
+        assert closed
+    assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
+
+
 _FLOOD = """
 import socket, sys, time
 path, n = sys.argv[1], int(sys.argv[4])
