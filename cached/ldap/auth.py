@@ -97,6 +97,10 @@ def bind_as_user(cfg: DomainConfig, dn: str, password: bytes) -> OnlineResult:
         # Never a bind with an empty password: RFC 4513 §5.1.2's unauthenticated
         # bind succeeds on most servers.
         return OnlineResult(AUTH_ERR, reason="empty password")
+    if not dn:
+        # A simple bind with an empty name is anonymous whatever the password
+        # (RFC 4513 §5.1.1): it proves nothing.
+        return OnlineResult(AUTH_ERR, reason="no DN for the user in the cache")
     uris = list(cfg.ldap_uri) + list(cfg.ldap_backup_uri)
     failures: list[str] = []
     for uri in uris:

@@ -55,3 +55,15 @@ def test_bind_answers_become_pam_statuses() -> None:
     assert netscape.status == auth.NEW_AUTHTOK_REQD
     expiring = auth._result(True, {ppolicy.NETSCAPE_EXPIRING_OID.encode(): b"86400"}, "")
     assert expiring.expires_in == 86400
+
+
+def test_no_bind_without_a_password_or_a_dn() -> None:
+    from cached.config import parse_config
+
+    cfg = parse_config(
+        "[cached]\ndomains = D\n[domain/D]\nid_provider = ldap\n"
+        "ldap_uri = ldaps://192.0.2.1\n"
+    ).domains[0]
+    # Neither reaches a server (none answers at that address): refused before.
+    assert auth.bind_as_user(cfg, "uid=a,dc=x", b"").status == auth.AUTH_ERR
+    assert auth.bind_as_user(cfg, "", b"secret").status == auth.AUTH_ERR
