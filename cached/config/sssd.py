@@ -72,17 +72,19 @@ def _is_unset(raw: str) -> bool:
 # no change.
 _SSSD_RE_EXPRESSION = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
 
-# Access control (who may log in) is a PAM account check: cached answers NSS only and
-# has no PAM responder, so pam_sss finds no socket, returns PAM_USER_UNKNOWN, and the
-# usual account line (`[default=bad success=ok user_unknown=ignore] pam_sss.so`) lets the
-# user in. A restriction SSSD enforced would silently vanish: refused. SSSD's default
-# access_provider is `permit` (dp_targets.c); `ldap` without ldap_access_filter denies
-# everyone (ldap_init.c), so every other value restricts.
+# Access control (who may log in) is a PAM account check: cached's PAM responder answers
+# ACCT_MGMT with success for every user (access_provider = permit) until access control
+# is implemented, and without `services = pam` pam_sss finds no socket and returns
+# PAM_USER_UNKNOWN, which the usual account line (`[default=bad success=ok
+# user_unknown=ignore] pam_sss.so`) turns into "allowed". Either way a restriction SSSD
+# enforced would silently vanish: refused. SSSD's default access_provider is `permit`
+# (dp_targets.c); `ldap` without ldap_access_filter denies everyone (ldap_init.c), so
+# every other value restricts.
 _NO_ACCESS_CONTROL = (
-    "cached answers NSS only and has no PAM responder, so this login restriction would "
-    "not be enforced (pam_sss finds no PAM socket, and the usual PAM account stack then "
-    "lets the user in); enforce it another way (e.g. pam_access, or a filter in "
-    "ldap_user_search_base, which cached applies to who exists) and remove the option"
+    "cached does not enforce access control yet (its PAM account check lets every user "
+    "in, as access_provider = permit), so this login restriction would not be enforced; "
+    "enforce it another way (e.g. pam_access, or a filter in ldap_user_search_base, "
+    "which cached applies to who exists) and remove the option"
 )
 _ACCESS_OPTIONS = (
     "ldap_access_filter",
