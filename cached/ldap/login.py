@@ -94,7 +94,7 @@ class Logins:
             if res.reachable:
                 return self._online(req, res)
             limited.log(("unreachable", domain.name), logging.WARNING,
-                        "domain %s: no server answered the login of %s (%s); using cached "
+                        "domain %s: no server answered the login of %r (%s); using cached "
                         "credentials", domain.name, req.name, res.reason)  # fmt: skip
         reply = self._offline(req)
         return reply
@@ -108,10 +108,10 @@ class Logins:
                 cache=self.domain.cache_credentials,
             )  # fmt: skip
             self._store(req.name, record)
-            log.info("domain %s: %s logged in online", self.domain.name, req.name)
+            log.debug("domain %s: %r logged in online", self.domain.name, req.name)
         else:
             self.failed += 1
-            log.info("domain %s: online login of %s refused: %s", self.domain.name,
+            log.debug("domain %s: online login of %r refused: %s", self.domain.name,
                      req.name, res.reason)  # fmt: skip
         return AuthReply(
             res.status, expires_in=res.expires_in, grace=res.grace, locked=res.locked,
@@ -131,7 +131,7 @@ class Logins:
             self.offline_logins += 1
         else:
             self.failed += 1
-        log.info("domain %s: offline login of %s: PAM status %d", self.domain.name,
+        log.debug("domain %s: offline login of %r: PAM status %d", self.domain.name,
                  req.name, verdict.status)  # fmt: skip
         return AuthReply(
             verdict.status, offline=True, expiry=verdict.expiry,
@@ -143,7 +143,7 @@ class Logins:
             self.cache.put_credentials(name, record)
         except StoreWriteError as e:
             # The login's answer stands; only its trace for offline logins is lost.
-            log.error("domain %s: cannot store the credentials of %s: %s",
+            log.error("domain %s: cannot store the credentials of %r: %s",
                       self.domain.name, name, e)  # fmt: skip
 
     def status(self) -> dict[str, int]:

@@ -304,7 +304,7 @@ class BackendService:
                 drop.name
             )
             if dropped:
-                log.info("domain %s: cached credentials of %s dropped", self.domain.name,
+                log.info("domain %s: cached credentials of %r dropped", self.domain.name,
                          drop.name)  # fmt: skip
             return {"dropped": int(dropped)}
         if op is Op.AUTHENTICATE:

@@ -120,7 +120,7 @@ class PamResponder:
                     self.logins_ok += 1
                 else:
                     self.logins_refused += 1
-                log.info("pam: %s of %s (service %r, uid %s): status %d",
+                log.debug("pam: %s of %r (service %r, uid %s): status %d",
                          p.command_name(req.cmd), req.user, req.service, uid, status)  # fmt: skip
             return p.pam_reply(req.cmd, status, [p.domain_name_item(domain), *items])
 
