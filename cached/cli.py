@@ -248,10 +248,42 @@ def _getent_line(c: NssClient, database: str, key: str, n: int | None) -> str | 
 # -- administration ---------------------------------------------------------------------
 
 
+def _drop_credentials(args: argparse.Namespace) -> int:
+    """``cached cache --drop-credentials NAME``: the backends forget NAME's cached
+    password (they alone write the entry store, so the daemon must run)."""
+    from cached.ipc import framing
+    from cached.ipc.ops import DropCredentials, Op
+    from cached.tools.cache import NO_MATCH
+
+    if os.geteuid() != 0:
+        print("cached cache: must be run as root", file=sys.stderr)
+        return 1
+    config = _load(args.config)
+    dropped = 0
+    for name in args.drop_credentials:
+        drop = DropCredentials(name, args.domain or "")
+        try:
+            reply = framing.call_sync(
+                framing.control_socket(config.daemon.pipes_dir), Op.DROP_CREDENTIALS,
+                timeout=30, **drop.args(),
+            )  # fmt: skip
+        except framing.RpcError as e:
+            print(f"cached cache: dropping credentials needs the running daemon (its "
+                  f"backends alone write the cache): {e}", file=sys.stderr)  # fmt: skip
+            return 3
+        dropped += int(reply.get("dropped") or 0)
+    if not dropped:
+        print(NO_MATCH, file=sys.stderr)
+        return errno.ENOENT
+    return 0
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
     from cached.tools import ToolError
     from cached.tools.cache import NO_MATCH, Invalidation, invalidate, notify_invalidated
 
+    if args.drop_credentials:
+        return _drop_credentials(args)
     what = Invalidation(
         everything=args.everything, users=args.users, groups=args.groups,
         user_names=args.user, group_names=args.group, domain=args.domain or "",
@@ -402,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one group (repeatable)")  # fmt: skip
     p.add_argument("-G", "--groups", action="store_true", help="all groups")
     p.add_argument("-d", "--domain", metavar="DOMAIN", help="only this domain")
+    p.add_argument("--drop-credentials", action="append", default=[], metavar="NAME",
+                   help="forget the cached password of user NAME (repeatable; the daemon "
+                   "must run): offline logins need an online one first")  # fmt: skip
 
     p = add(
         "status", cmd_status,

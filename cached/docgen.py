@@ -30,6 +30,7 @@ from cached.config import (
     DOMAIN_OPTIONS,
     IGNORED_SECTIONS,
     NSS_OPTIONS,
+    PAM_OPTIONS,
     UNSUPPORTED,
     Option,
 )
@@ -45,6 +46,7 @@ OPTIONS_PAGE: Final = "docs/configuration.md"  # the page that holds the option 
 SECTIONS: Final = (
     ("[cached] (alias [sssd])", "cached", DAEMON_OPTIONS),
     ("[nss]", "nss", NSS_OPTIONS),
+    ("[pam]", "pam", PAM_OPTIONS),
     ("[domain/NAME]", "domain/NAME", DOMAIN_OPTIONS),
 )
 
@@ -118,8 +120,9 @@ def conf_page() -> str:
     out += [".SH DESCRIPTION"]
     out += _paragraphs(
         "sssd.conf syntax: an existing `/etc/sssd/sssd.conf` with an LDAP domain loads "
-        "unchanged. Sections: `[cached]` (or `[sssd]`), `[nss]`, and `[domain/NAME]` for each "
-        "name in `domains`. Lists are separated by commas; booleans are `true` or `false`.",
+        "unchanged. Sections: `[cached]` (or `[sssd]`), `[nss]`, `[pam]` (with `services = "
+        "nss, pam`), and `[domain/NAME]` for each name in `domains`. Lists are separated by "
+        "commas; booleans are `true` or `false`.",
         "Lines are read as SSSD reads them: each is `option = value`, a `[section]` header "
         "or a comment (`#` or `;`) on its own, or, from the first column as libini reads "
         "them, `//` to the end of the line or `/*` to a line ending in `*/` (a line of just "

@@ -36,7 +36,7 @@ from typing import Any
 
 from cached.config import Config
 from cached.ipc import aio, framing
-from cached.ipc.ops import Op
+from cached.ipc.ops import DropCredentials, Op
 from cached.statedir import UnsafeDirectory, check_dir, open_dir
 
 log = logging.getLogger(__name__)
@@ -271,6 +271,15 @@ class Monitor:
                             "config": self.config_path},
                 "children": children,
             }  # fmt: skip
+        if op is Op.DROP_CREDENTIALS:
+            drop = DropCredentials.parse(args)
+            replies = await asyncio.gather(
+                *(self._ask(c, op, **drop.args()) for c in self.backends)
+            )
+            failed = [r.get("error") for r in replies if not r.get("ok", True)]
+            if failed:
+                raise RuntimeError("; ".join(str(e) for e in failed))
+            return {"dropped": sum(int(r.get("dropped") or 0) for r in replies)}
         if op is Op.INVALIDATED:
             reply = await self._ask(self.responder, op)
             if not reply.get("ok", True):

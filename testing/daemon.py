@@ -19,7 +19,8 @@ from typing import Any
 
 from cached.ipc import framing as rpc
 from cached.ipc.ops import Op
-from testing import nsenv, procstat
+from testing import nsenv, pamenv, procstat
+from testing.pamenv import PamEnv
 from testing.service import Service
 
 START_TIMEOUT = 60.0
@@ -35,9 +36,11 @@ def config_text(
     domain: str = "LDAP",
     nss: dict[str, Any] | None = None,
     daemon: dict[str, Any] | None = None,
+    pam: dict[str, Any] | None = None,
     **domain_opts: Any,
 ) -> str:
-    """A cached.conf for a test directory; options given override the defaults."""
+    """A cached.conf for a test directory; options given override the defaults.
+    ``pam``: the ``[pam]`` section (give ``daemon={"services": "nss, pam"}`` too)."""
     d = {
         "domains": domain,
         "pipes_dir": workdir / "pipes",
@@ -60,6 +63,8 @@ def config_text(
     }
     out = ["[cached]", *(f"{k} = {v}" for k, v in d.items()), "[nss]"]
     out += [f"{k} = {v}" for k, v in (nss or {}).items()]
+    if pam is not None:
+        out += ["[pam]", *(f"{k} = {v}" for k, v in pam.items())]
     # None: the option left out (its default), where the test file sets one.
     out += [f"[domain/{domain}]", *(f"{k} = {v}" for k, v in dom.items() if v is not None)]
     return "\n".join(out) + "\n"
@@ -195,6 +200,13 @@ class CachedDaemon(Service):
     ) -> subprocess.Popen[str]:
         """Start ``argv`` in the namespace without waiting (``communicate()`` it)."""
         return nsenv.start_nss(argv, self.pipes_dir, self.mc_dir, env=env)
+
+    def pam_env(self, services: dict[str, str]) -> PamEnv:
+        """Real PAM clients (``pam_sss.so``) against this daemon's PAM sockets (run it
+        with ``services = nss, pam``), with ``services`` as the only ``/etc/pam.d``."""
+        self.pipes_dir.chmod(0o755)  # the public socket is for uid 65534 too
+        pamd = pamenv.make_pamd(self.workdir / "pam.d", services)
+        return pamenv.PamEnv(self.pipes_dir, pamd, self.mc_dir)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -187,6 +187,7 @@ class Slapd(Service):
         sizelimit: int | None = None,
         deref: bool = True,
         dynlist: bool = False,
+        ppolicy: bool = False,
     ) -> None:
         """``sizelimit``: a server-wide size limit as Debian's default slapd.conf sets
         it (``sizelimit 500``), applied to every client but the rootdn, paged
@@ -194,12 +195,15 @@ class Slapd(Service):
         None: unlimited.  ``deref=False`` leaves out the deref overlay, as Debian's
         default configuration does.  ``dynlist=True`` loads the dyngroup schema and
         the dynlist overlay (:data:`DYNLIST_ATTRSET`): groups whose members the server
-        computes."""
+        computes.  ``ppolicy=True`` loads the password policy overlay
+        (slapo-ppolicy(5)) with ``cn=default,ou=policies,<base>`` as the default policy:
+        add that entry (:meth:`ldap_modify`) to put a policy in force."""
         if sizelimit is not None and sizelimit < 1:
             raise SlapdError(f"sizelimit {sizelimit} must be a positive number of entries")
         self.sizelimit = sizelimit
         self.deref = deref
         self.dynlist = dynlist
+        self.ppolicy = ppolicy
         self.workdir = Path(workdir).resolve()
         self.ldif = Path(ldif)
         self._base_dn = base_dn
@@ -512,6 +516,7 @@ class Slapd(Service):
             "moduleload back_mdb",
             *(["moduleload deref"] if self.deref else []),
             *(["moduleload dynlist"] if self.dynlist else []),
+            *(["moduleload ppolicy"] if self.ppolicy else []),
             f'pidfile "{w}/slapd.pid"',
             f'argsfile "{w}/slapd.args"',
             # Stats reach slapd.log through -d stats on stderr (see the module doc);
@@ -546,6 +551,11 @@ class Slapd(Service):
             # The deref control follows no computed member value, configured before
             # or after it (measured on slapd 2.5.13): those are looked up by search.
             *(["overlay dynlist", DYNLIST_ATTRSET] if self.dynlist else []),
+            *(
+                ["overlay ppolicy", f'ppolicy_default "cn=default,ou=policies,{self._base_dn}"']
+                if self.ppolicy
+                else []
+            ),
         ]
         if self.sizelimit is None:
             lines += [

@@ -28,6 +28,7 @@ from typing import Any, Generic, TypeVar
 
 import lmdb
 
+from cached.auth.offline import Credentials
 from cached.cache import records as rec
 from cached.cache.expiry import State, classify, midpoint
 from cached.cache.integrity import (
@@ -319,6 +320,28 @@ class DomainCache:
     def _reader(self) -> AbstractContextManager[lmdb.Transaction]:
         self._check_identity()
         return self.entries.read()
+
+    def credentials(self, name: str) -> Credentials | None:
+        """The cached credentials of user ``name`` (the stored user's name), or None;
+        a damaged record is none (the next online login writes it again)."""
+        with self._reader() as txn:
+            data = txn.get(self.key(name), db=self.entries.tables["creds"])
+            if data is None:
+                return None
+            try:
+                return rec.decode_creds(data)
+            except RecordError as e:
+                log.warning("%s: credentials of %r: %s", self.entry_path, name, e)
+                return None
+
+    def credentials_count(self) -> int:
+        """How many users hold a cached password hash."""
+        n = 0
+        with self._reader() as txn:
+            for _key, data in txn.cursor(db=self.entries.tables["creds"]):
+                with suppress(RecordError):
+                    n += bool(rec.decode_creds(data).hash)
+        return n
 
     def user_by_name(self, name: str) -> Lookup[User]:
         with self.counters.timer(CACHE_READ):

@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 # alias: b"u"/b"g" + key of another value of a multi-valued name -> the entry's key
 # (docs/compatibility.md §9.5: a lookup by any of an entry's names finds it, answered under one).
-ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias")
+# creds: user key -> the user's cached credentials and login times (records.encode_creds),
+# written by the backend after logins; not an entry of the directory, so kept when
+# entries are expired or refreshed (`cached cache -E` keeps it, as SSSD keeps
+# cachedPassword).
+ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias", "creds")
 # read_whole: group key -> when the backend last stored it read whole, members named
 # from their entries (cache.READ_WHOLE; cached/ldap/stamps.py, refresh_full_interval).
 TS_TABLES = ("users", "groups", "meta", "read_whole")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import msgpack
 
+from cached.auth.offline import Credentials
 from cached.model import User
 
 # What LMDB hands back: bytes, or a memoryview with buffers=True.
@@ -52,6 +53,30 @@ def split_members(blob: bytes) -> list[str]:
     if not blob:
         return []
     return blob[:-1].decode("utf-8").split("\0")
+
+
+# -- cached credentials -------------------------------------------------------
+
+# The credentials record's own version (its table is new in FORMAT 2 stores, so the
+# store's FORMAT stays: a store format change would drop every cached password).
+CREDS_VERSION = 1
+
+
+def encode_creds(c: Credentials) -> bytes:
+    data: bytes = msgpack.packb(
+        [CREDS_VERSION, c.hash, c.last_online, c.last_login, c.failed, c.last_failed]
+    )
+    return data
+
+
+def decode_creds(data: Data) -> Credentials:
+    try:
+        v = msgpack.unpackb(data)
+        if v[0] != CREDS_VERSION or len(v) < 6:
+            raise RecordError(f"credentials record of version {v[0]!r}")
+        return Credentials(str(v[1]), float(v[2]), float(v[3]), int(v[4]), float(v[5]))
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as e:
+        raise RecordError(f"damaged credentials record: {e}") from None
 
 
 # -- users ---------------------------------------------------------------------

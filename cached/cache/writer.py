@@ -20,6 +20,7 @@ from typing import Any
 
 import lmdb
 
+from cached.auth.offline import Credentials
 from cached.cache import records as rec
 from cached.cache.cache import (
     DEFAULT_TIMEOUTS,
@@ -353,6 +354,19 @@ class BackendCache(DomainCache):
         ok = [g for g in gids if 0 <= g < 0xFFFFFFFF]  # as unstorable(): 32-bit ids only
         batch.initgr[self.key(user)] = (tuple(ok), tuple(groups))
 
+    def drop_credentials(self, name: str) -> bool:
+        """Forget user ``name``'s credentials record; whether there was one."""
+        key = self.key(name)
+        with self._reader() as txn:
+            if txn.get(key, db=self.entries.tables["creds"]) is None:
+                return False
+        self.entries.write([("creds", key, None)])
+        return True
+
+    def put_credentials(self, name: str, creds: Credentials) -> None:
+        """Store a user's credentials record (a login's outcome); StoreWriteError."""
+        self.entries.write([("creds", self.key(name), rec.encode_creds(creds))])
+
     def delete_user(self, batch: WriteBatch, name: str) -> None:
         batch.deleted_users.add(self.key(name))
 
@@ -656,6 +670,10 @@ class BackendCache(DomainCache):
         drops.append((id_table, ID_KEY.pack(prev_id), key))
         if prev_dn:
             drops.append(("dn", self.dn_key(prev_dn), tag + key))
+        if table == "users":
+            # A user the directory no longer has keeps no password that works offline
+            # (SSSD deletes the entry with its cachedPassword).
+            return [(table, key, None), ("creds", key, None)]
         return [(table, key, None)]
 
     @staticmethod

@@ -16,12 +16,14 @@ from cached.config.options import (
     DAEMON_OPTIONS,
     DOMAIN_OPTIONS,
     NSS_OPTIONS,
+    PAM_OPTIONS,
     Config,
     DaemonConfig,
     DomainConfig,
     DomainType,
     NssConfig,
     Option,
+    PamConfig,
 )
 from cached.config.parsers import NotSupported
 from cached.config.rules import check_required, complete_domain
@@ -103,6 +105,7 @@ def _config(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[st
     main_name = main[0]
     daemon_vals = read_section(ini, main_name, DAEMON_OPTIONS, warnings)
     nss_vals = read_section(ini, "nss", NSS_OPTIONS, warnings)
+    pam_vals = read_section(ini, "pam", PAM_OPTIONS, warnings)
 
     domain_sections = {s[len("domain/") :]: s for s in sections if s.startswith("domain/")}
     app_sections = {s[len("application/") :]: s for s in sections if s.startswith("application/")}
@@ -134,7 +137,7 @@ def _config(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[st
             "application domains, which are not served over NSS; nothing to serve"
         )
     for s in sections:
-        if s in (main_name, "nss") or s.startswith(("domain/", "application/")):
+        if s in (main_name, "nss", "pam") or s.startswith(("domain/", "application/")):
             continue
         if s in IGNORED_SECTIONS:
             log.debug("%s: section [%s] is for an SSSD responder cached does not have", path, s)
@@ -172,6 +175,7 @@ def _config(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[st
         daemon=DaemonConfig(**daemon_vals),
         nss=NssConfig(**nss_vals),
         domains=domains,
+        pam=PamConfig(**pam_vals),
         warnings=warnings,
     )
 

@@ -66,6 +66,28 @@ class TlsReqcert(enum.StrEnum):
     HARD = "hard"
 
 
+class AuthProvider(enum.StrEnum):
+    """``auth_provider``: who checks passwords (SSSD's default is the id provider)."""
+
+    LDAP = "ldap"
+    NONE = "none"
+
+
+# SSSD's responders (sssd.conf(5) ``services``): cached runs ``nss`` always, ``pam``
+# when listed; the others are accepted so an existing sssd.conf loads, and do nothing.
+SSSD_SERVICES = ("nss", "pam", "sudo", "autofs", "ssh", "pac", "ifp", "secrets", "kcm",
+                 "session_recording")  # fmt: skip
+
+
+def services_list(raw: str) -> list[str]:
+    """``services``: a comma list of SSSD's responder names."""
+    names = [s.lower() for s in str_list(raw)]
+    for n in names:
+        if n not in SSSD_SERVICES:
+            raise ValueError(f"{n!r} is not an SSSD responder ({', '.join(SSSD_SERVICES)})")
+    return names
+
+
 class DomainType(enum.StrEnum):
     """``domain_type``: SSSD serves ``application`` domains to its InfoPipe only."""
 
@@ -164,6 +186,13 @@ class DaemonConfig:
     dbus_address: str = option(
         string, "system", "D-Bus bus of the InfoPipe interface: `system`, an address, or `none`."
     )
+    services: list[str] = option(
+        services_list,
+        ["nss"],
+        "Responders to run: `nss` always runs; `pam` adds the PAM sockets `pam` and "
+        "`private/pam` in `pipes_dir` for `pam_sss.so` (logins); SSSD's other names are "
+        "accepted and do nothing (the InfoPipe follows `dbus_address`).",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,6 +253,52 @@ class NssConfig:
         """The responder keeps a group memory-cache file: a size and a lifetime, 0
         disabling it (§2.1; memcache.MemoryCache.open makes no file then)."""
         return self.memcache_timeout > 0 and self.memcache_size_group > 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PamConfig:
+    """``[pam]``: the PAM responder (``services = nss, pam``)."""
+
+    pam_verbosity: int = option(
+        integer(0, 3),
+        1,
+        "How much the user is told: at 1 a login with cached credentials that expire says "
+        "when; at 2 every login with cached credentials says so.",
+    )
+    pam_id_timeout: int = option(
+        integer(0),
+        5,
+        "Seconds a user resolved for one PAM command is not looked up again for the next "
+        "ones of the same login.",
+    )
+    offline_credentials_expiration: int = option(
+        integer(0),
+        0,
+        "Days after the last online login that cached credentials stop working offline; "
+        "0 = never.",
+    )
+    offline_failed_login_attempts: int = option(
+        integer(0),
+        0,
+        "Failed offline logins after which offline logins are delayed; 0 = no limit.",
+    )
+    offline_failed_login_delay: int = option(
+        integer(0),
+        5,
+        "Minutes offline logins are refused after `offline_failed_login_attempts` failures; "
+        "0 = until the next online login.",
+    )
+    pam_response_filter: list[str] = option(
+        str_list,
+        [],
+        "Environment items not to send to the client (SSSD's `ENV`, `ENV:NAME`, "
+        "`ENV:NAME:service`); cached sends none yet.",
+    )
+    pam_account_locked_message: str = option(
+        string,
+        "",
+        "Text shown after `Permission denied.` when the server says the account is locked.",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,6 +418,23 @@ class DomainConfig:
         "`EXTERNAL` for ldapi:// peer-credential binds.",
     )
     ldap_id_use_start_tls: bool = option(boolean, False, "Use StartTLS on ldap:// URIs.")
+    auth_provider: AuthProvider = option(
+        closed(AuthProvider),
+        AuthProvider.LDAP,
+        "Who checks passwords (PAM): `ldap` binds as the user's DN, over TLS only "
+        "(`ldaps://` or `ldap_id_use_start_tls`); `none` refuses every password.",
+    )
+    cache_credentials: bool = option(
+        boolean,
+        False,
+        "Keep a SHA-512-crypt hash of each password an online login accepted, for "
+        "logins while the servers are unreachable.",
+    )
+    ldap_auth_disable_tls_never_use_in_production: bool = option(
+        boolean,
+        False,
+        "Send passwords over unencrypted `ldap://` (tests only; SSSD's option).",
+    )
     ldap_tls_reqcert: TlsReqcert = option(
         closed(TlsReqcert),
         TlsReqcert.DEMAND,
@@ -520,6 +612,7 @@ class Config:
     daemon: DaemonConfig
     nss: NssConfig
     domains: list[DomainConfig]
+    pam: PamConfig = field(default_factory=PamConfig)
     warnings: list[str] = field(default_factory=list)
 
     def domain(self, name: str) -> DomainConfig:
@@ -533,4 +626,5 @@ class Config:
 # The options of each section, read from the fields (a view, not a second table).
 DAEMON_OPTIONS: dict[str, Option] = options_of(DaemonConfig)
 NSS_OPTIONS: dict[str, Option] = options_of(NssConfig)
+PAM_OPTIONS: dict[str, Option] = options_of(PamConfig)
 DOMAIN_OPTIONS: dict[str, Option] = options_of(DomainConfig)

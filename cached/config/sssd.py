@@ -16,19 +16,16 @@ from cached.config.parsers import boolean
 ACCEPTED_UNUSED = frozenset(
     {
         "config_file_version",
-        "services",
         "debug_level",
         "debug_timestamps",
         "debug_microseconds",
         "debug_backtrace_enabled",
         "reconnection_retries",
         "user",
-        "auth_provider",
         "chpass_provider",
         "sudo_provider",
         "autofs_provider",
         "selinux_provider",
-        "cache_credentials",
         "krb5_realm",
         "krb5_server",
         "ldap_tls_reqsan",
@@ -38,10 +35,6 @@ ACCEPTED_UNUSED = frozenset(
         "full_name_format",
         "shell_fallback",
         "account_cache_expiration",
-        "offline_credentials_expiration",
-        "offline_failed_login_attempts",
-        "offline_failed_login_delay",
-        "pam_verbosity",
         "memcache_size_sid",
         "entry_cache_netgroup_timeout",
         "entry_cache_service_timeout",
@@ -78,17 +71,19 @@ def _is_unset(raw: str) -> bool:
 # no change.
 _SSSD_RE_EXPRESSION = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
 
-# Access control (who may log in) is a PAM account check: cached answers NSS only and
-# has no PAM responder, so pam_sss finds no socket, returns PAM_USER_UNKNOWN, and the
-# usual account line (`[default=bad success=ok user_unknown=ignore] pam_sss.so`) lets the
-# user in. A restriction SSSD enforced would silently vanish: refused. SSSD's default
-# access_provider is `permit` (dp_targets.c); `ldap` without ldap_access_filter denies
-# everyone (ldap_init.c), so every other value restricts.
+# Access control (who may log in) is a PAM account check: cached's PAM responder answers
+# ACCT_MGMT with success for every user (access_provider = permit) until access control
+# is implemented, and without `services = pam` pam_sss finds no socket and returns
+# PAM_USER_UNKNOWN, which the usual account line (`[default=bad success=ok
+# user_unknown=ignore] pam_sss.so`) turns into "allowed". Either way a restriction SSSD
+# enforced would silently vanish: refused. SSSD's default access_provider is `permit`
+# (dp_targets.c); `ldap` without ldap_access_filter denies everyone (ldap_init.c), so
+# every other value restricts.
 _NO_ACCESS_CONTROL = (
-    "cached answers NSS only and has no PAM responder, so this login restriction would "
-    "not be enforced (pam_sss finds no PAM socket, and the usual PAM account stack then "
-    "lets the user in); enforce it another way (e.g. pam_access, or a filter in "
-    "ldap_user_search_base, which cached applies to who exists) and remove the option"
+    "cached does not enforce access control yet (its PAM account check lets every user "
+    "in, as access_provider = permit), so this login restriction would not be enforced; "
+    "enforce it another way (e.g. pam_access, or a filter in ldap_user_search_base, "
+    "which cached applies to who exists) and remove the option"
 )
 _ACCESS_OPTIONS = (
     "ldap_access_filter",
@@ -161,7 +156,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
 
 # Sections of sssd.conf that belong to responders cached does not have.
 IGNORED_SECTIONS = (
-    "pam",
     "sudo",
     "autofs",
     "ssh",

@@ -9,6 +9,10 @@ socket             op                          request -> reply
 ``be_<domain>``    user_by_name, user_by_uid,  :class:`LookupRequest` ->
                    group_by_name,              :class:`LookupReply`
                    group_by_gid, initgroups
+``be_<domain>``    authenticate                :class:`AuthRequest` -> :class:`AuthReply`
+                                               (the PAM responder; carries a password:
+                                               these sockets are root's, both ends
+                                               check SO_PEERCRED)
 ``be_<domain>``    counters                    -> :class:`CountersReply`
 ``be_<domain>``    status                      -> ``{"status": {...}}``
 ``responder``      counters                    -> :class:`CountersReply`
@@ -21,6 +25,9 @@ socket             op                          request -> reply
 ``control``        counters                    -> ``{"processes": {name: counters}}``
 ``control``        status                      -> ``{"monitor": ..., "children": [...]}``
 ``control``        invalidated                 forwarded to the responder
+``control``        drop_credentials            :class:`DropCredentials` -> ``{"dropped": n}``
+                                               (forwarded to the backends)
+``be_<domain>``    drop_credentials            :class:`DropCredentials` -> ``{"dropped": n}``
 =================  ==========================  =====================================
 
 Every reply also has ``id`` and ``ok`` (and ``error`` when ``ok`` is false), added by the
@@ -30,7 +37,7 @@ framing layer.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cached.model import Kind
@@ -43,6 +50,11 @@ class Op(enum.StrEnum):
     GROUP_BY_NAME = "group_by_name"
     GROUP_BY_GID = "group_by_gid"
     INITGROUPS = "initgroups"
+    # Backend: check a password (online bind, else cached credentials).
+    AUTHENTICATE = "authenticate"
+    # Backend (and the control socket, which forwards it): forget a user's cached
+    # credentials.
+    DROP_CREDENTIALS = "drop_credentials"
     # Every process.
     COUNTERS = "counters"
     STATUS = "status"
@@ -228,3 +240,102 @@ class CountersReply:
 
     def fields(self) -> dict[str, Any]:
         return {"pid": self.pid, "counters": self.counters}
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """Check ``password`` for the cached user ``name`` whose entry is ``dn``; ``uid``
+    is the PAM client's (SO_PEERCRED), so the backend queues logins per uid as it
+    queues lookups. ``repr`` never shows the password."""
+
+    name: str
+    dn: str
+    password: bytes = field(repr=False)
+    uid: int | None = None
+
+    def args(self) -> dict[str, Any]:
+        return {"name": self.name, "dn": self.dn, "password": self.password, "uid": self.uid}
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> AuthRequest:
+        name, dn, password = args.get("name"), args.get("dn"), args.get("password")
+        uid = args.get("uid")
+        if not isinstance(name, str) or not name or not isinstance(dn, str):
+            raise BadMessage("authenticate: bad name or dn")
+        if not isinstance(password, bytes):
+            raise BadMessage("authenticate: the password is not bytes")
+        return cls(name, dn, password, uid if _is_int(uid) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthReply:
+    """How a password check went. ``status``: a PAM status (0 success, 6 denied, 7
+    wrong, 9 no server and no cached credentials to use, 12 must change).
+    ``offline``: answered from cached credentials, ``expiry`` then says when they stop
+    working (0: never); ``delayed_until``: offline logins refused until then (failed
+    attempts); ``expires_in``/``grace``: the server's password policy; ``locked``: the
+    server said the account is locked."""
+
+    status: int
+    offline: bool = False
+    expiry: int = 0
+    delayed_until: int = 0
+    expires_in: int | None = None
+    grace: int | None = None
+    locked: bool = False
+    online: bool = True  # the domain's state after it (DomainStateNote)
+    retry_in: float = 0.0
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "offline": self.offline,
+            "expiry": self.expiry,
+            "delayed_until": self.delayed_until,
+            "expires_in": self.expires_in,
+            "grace": self.grace,
+            "locked": self.locked,
+            "online": self.online,
+            "retry_in": self.retry_in,
+        }
+
+    @classmethod
+    def parse(cls, reply: dict[str, Any]) -> AuthReply:
+        status = reply.get("status")
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise BadMessage(f"authenticate: bad status {status!r}")
+
+        def opt_int(key: str) -> int | None:
+            v = reply.get(key)
+            return v if _is_int(v) else None
+
+        return cls(
+            status,
+            bool(reply.get("offline")),
+            opt_int("expiry") or 0,
+            opt_int("delayed_until") or 0,
+            opt_int("expires_in"),
+            opt_int("grace"),
+            bool(reply.get("locked")),
+            bool(reply.get("online", True)),
+            float(reply.get("retry_in") or 0.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DropCredentials:
+    """Forget the cached credentials of the user ``name`` (as a lookup spells it);
+    ``domain``: only that domain's ("" every domain's)."""
+
+    name: str
+    domain: str = ""
+
+    def args(self) -> dict[str, Any]:
+        return {"name": self.name, "domain": self.domain}
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> DropCredentials:
+        name, domain = args.get("name"), args.get("domain") or ""
+        if not isinstance(name, str) or not name or not isinstance(domain, str):
+            raise BadMessage("drop_credentials: bad name or domain")
+        return cls(name, domain)

@@ -31,6 +31,7 @@ from ldap3.core import exceptions as lexc
 
 from cached.counters import COUNTERS, LDAP_BYTES
 from cached.ldap import wire
+from cached.ldap.controls import Control
 from cached.ldap.framing import FramingError, MessageBuffer, MessageTooLarge
 
 # One read of up to 1 MiB into a buffer reused by every read of the connection:
@@ -75,9 +76,10 @@ class LdapMessageTooLarge(Exception):
 class BindRefused(Exception):
     """The server answered the bind with an error."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, response: wire.Response | None = None) -> None:
         super().__init__(message)
         self.code = code  # RFC 4511 §4.1.9; 49: invalidCredentials
+        self.response = response  # its diagnostic message and controls
 
 
 class Connection:
@@ -282,15 +284,30 @@ class Connection:
         self._ldap.tls_started = True
         self.socket = self._ldap.socket
 
-    def bind(self, dn: str = "", password: str = "", sasl_mechanism: str = "") -> None:
+    def bind(
+        self,
+        dn: str = "",
+        password: str | bytes = "",
+        sasl_mechanism: str = "",
+        controls: list[Control] | None = None,
+    ) -> wire.Response:
         """A simple bind (anonymous without ``dn``) or a SASL bind with empty
-        credentials (EXTERNAL); BindRefused with the server's answer. The password
-        is never part of an error."""
+        credentials (EXTERNAL); the response (its controls), or BindRefused with the
+        server's answer. The password is never part of an error."""
         msgid = self.next_id()
-        req = wire.encode_bind(msgid, dn, password=password, sasl_mechanism=sasl_mechanism)
+        req = wire.encode_bind(
+            msgid, dn, password=password, sasl_mechanism=sasl_mechanism, controls=controls
+        )
         res = self._ask(req, msgid)
+        del req
         if res.op != wire.BIND_RESPONSE:
             self.close()
             raise TransportError(f"bind answered by protocolOp {res.op:#x}")
         if res.code != 0:
-            raise BindRefused(f"bind refused: {wire.describe(res)}", res.code)
+            raise BindRefused(f"bind refused: {wire.describe(res)}", res.code, res)
+        return res
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the stream is TLS (ldaps://, or after StartTLS)."""
+        return isinstance(self.socket, ssl.SSLSocket)

@@ -37,8 +37,10 @@ from cached.counters import COUNTERS, format_profile
 from cached.ipc import aio, framing
 from cached.ipc.ops import (
     LOOKUPS,
+    AuthRequest,
     CountersReply,
     DomainStateNote,
+    DropCredentials,
     GroupsStoredNote,
     LookupReply,
     LookupRequest,
@@ -48,6 +50,7 @@ from cached.ipc.ops import (
 from cached.jitter import REFRESH_AHEAD, Jitter
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
+from cached.ldap.login import Logins
 from cached.ldap.provider import LdapProvider, Result
 
 log = logging.getLogger(__name__)
@@ -185,6 +188,7 @@ class BackendService:
         self._serial = 0
         if config.nss.group_memcache:
             self.provider.on_groups_stored = self._groups_stored
+        self.logins = Logins(config, domain, self.client, self.cache)
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -308,6 +312,19 @@ class BackendService:
                 serial if op is Op.INITGROUPS else 0,
             )  # fmt: skip
             return reply.fields()
+        if op is Op.DROP_CREDENTIALS:
+            drop = DropCredentials.parse(args)
+            dropped = drop.domain in ("", self.domain.name) and self.cache.drop_credentials(
+                drop.name
+            )
+            if dropped:
+                log.info("domain %s: cached credentials of %r dropped", self.domain.name,
+                         drop.name)  # fmt: skip
+            return {"dropped": int(dropped)}
+        if op is Op.AUTHENTICATE:
+            answer = await self.logins.authenticate(AuthRequest.parse(args))
+            self.announce()
+            return answer.fields()
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
         if op is Op.STATUS:
@@ -339,6 +356,8 @@ class BackendService:
             "ts_rebuilt": self.cache.ts_rebuilt_reason,
             "limit_error": self.provider.limit_error,
             "limit_time": self.provider.limit_time,
+            "credentials": self.cache.credentials_count(),
+            **self.logins.status(),
         }
 
     def _cache_confirmed(self) -> float:
@@ -553,6 +572,7 @@ class BackendService:
         # the clean marker lets the next start trust the timestamp store (§3.5).
         await self._in_worker(lambda: None)
         self.executor.shutdown(wait=True)
+        self.logins.close()
         self._notifier.close()
         await self.responder.close()
         self.client.close()

@@ -335,20 +335,30 @@ def encode_search(
     )
     msg = integer(_INTEGER, message_id) + tlv(SEARCH_REQUEST, body)
     if controls:
-        items = []
-        for oid, critical, value in controls:
-            c = tlv(4, oid.encode())
-            if critical:
-                c += b"\x01\x01" + TRUE
-            if value is not None:
-                c += tlv(4, value)
-            items.append(tlv(_SEQUENCE, c))
-        msg += tlv(_CONTROLS, b"".join(items))
+        msg += _encode_controls(controls)
     return tlv(_SEQUENCE, msg)
 
 
+def _encode_controls(controls: list[Control]) -> bytes:
+    """``controls [0] Controls`` closing an LDAPMessage (RFC 4511 §4.1.11)."""
+    items = []
+    for oid, critical, value in controls:
+        c = tlv(4, oid.encode())
+        if critical:
+            c += b"\x01\x01" + TRUE
+        if value is not None:
+            c += tlv(4, value)
+        items.append(tlv(_SEQUENCE, c))
+    return tlv(_CONTROLS, b"".join(items))
+
+
 def encode_bind(
-    message_id: int, name: str, *, password: str = "", sasl_mechanism: str = ""
+    message_id: int,
+    name: str,
+    *,
+    password: str | bytes = "",
+    sasl_mechanism: str = "",
+    controls: list[Control] | None = None,
 ) -> bytes:
     """One LDAPMessage with a BindRequest, version 3: simple with ``password`` (empty
     name and password: anonymous), or SASL ``sasl_mechanism`` with empty credentials
@@ -363,9 +373,15 @@ def encode_bind(
     if sasl_mechanism:
         auth = tlv(0xA3, tlv(4, sasl_mechanism.encode()) + tlv(4, b""))
     else:
-        auth = tlv(0x80, password.encode("utf-8"))
+        # A user's password arrives as the bytes PAM was given (RFC 4513 §5.1.1 asks
+        # for UTF-8; the server compares the octets).
+        secret = password if isinstance(password, bytes) else password.encode("utf-8")
+        auth = tlv(0x80, secret)
     body = integer(_INTEGER, 3) + tlv(4, name.encode("utf-8")) + auth
-    return tlv(_SEQUENCE, integer(_INTEGER, message_id) + tlv(BIND_REQUEST, body))
+    msg = integer(_INTEGER, message_id) + tlv(BIND_REQUEST, body)
+    if controls:
+        msg += _encode_controls(controls)
+    return tlv(_SEQUENCE, msg)
 
 
 def encode_extended(message_id: int, oid: str) -> bytes:

@@ -63,10 +63,21 @@ import struct
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import IntEnum
 from typing import ClassVar, Final, Literal, NoReturn, TypeAlias
 
 from cached.model import GroupEntry, PasswdEntry, User
+from cached.responder import wire
+from cached.responder.wire import (
+    DEFAULT_MAX_REPLY_SIZE,
+    HEADER_SIZE,
+    MAX_REQUEST_SIZE,
+    NEED_DATA,
+    NeedData,
+    ProtocolError,
+    Reply,
+    encode_request,
+)
 
 __all__ = [
     "DEFAULT_MAX_REPLY_SIZE",
@@ -122,13 +133,8 @@ __all__ = [
 
 # --------------------------------------------------------------------------- limits
 
-#: Every message starts with ``len, cmd, status, reserved``, four uint32 (§1.2).
-HEADER_SIZE: Final = 16
-
-#: SSSD's responder refuses (closes on) requests longer than 1024 bytes, header included
-#: (§1.2; 10 KiB only for certificate commands, which we do not serve). The largest
-#: legitimate request is a by-name lookup: 16 + 256 + 1 = 273 bytes.
-MAX_REQUEST_SIZE: Final = 1024
+# HEADER_SIZE and MAX_REQUEST_SIZE (1024: the largest legitimate NSS request is a
+# by-name lookup, 16 + 256 + 1 = 273 bytes) are the shared framing's (responder/wire.py).
 
 #: ``LOGIN_NAME_MAX``: the client never sends a name longer than 256 bytes (§1.5). The
 #: limit counts the name's bytes without the terminating NUL, as the reference words it.
@@ -146,10 +152,6 @@ GETENT_MAX_ENTRIES: Final = 256
 MIN_PASSWD_RECORD_SIZE: Final = 13
 MIN_GROUP_RECORD_SIZE: Final = 11
 
-#: Our own client's cap on a reply. libnss_sss has no limit (§1.2), but a Python tool must
-#: not try to allocate 4 GiB because of one corrupt length field; a full enumeration of a
-#: large domain is a few MiB.
-DEFAULT_MAX_REPLY_SIZE: Final = 64 * 1024 * 1024
 
 #: Status for a framed request with a bad body (§1.5). Statuses are errno values of the
 #: host, like the integers are host-endian: client and server share the machine (§1.7).
@@ -159,9 +161,9 @@ EINVAL: Final = _errno.EINVAL
 
 # "=" is native byte order with standard sizes and no alignment: exactly the host-endian
 # packed uint32 of §1.2 ("@" could insert padding, "<" would be wrong on big-endian hosts).
-_U32: Final = struct.Struct("=I")
+_U32: Final = wire.U32
 _U32X2: Final = struct.Struct("=2I")
-_HEADER: Final = struct.Struct("=4I")
+_HEADER: Final = wire.HEADER
 # header + the ``num_results, reserved`` prefix of every lookup reply (§1.6)
 _HEADER_PREFIX: Final = struct.Struct("=6I")
 _PREFIX_SIZE: Final = 8
@@ -246,30 +248,7 @@ def command_name(code: int) -> str:
 # ----------------------------------------------------------------------- errors
 
 
-class ProtocolError(Exception):
-    """The peer broke the protocol: the only correct reaction is to close the connection.
-
-    Raised for malformed framing and unknown commands (SSSD closes on both, §1.2) on the
-    server side, and for malformed, truncated or unsolicited replies on the client side.
-    ``cmd`` is the command code when it was known.
-    """
-
-    def __init__(self, message: str, cmd: int | None = None) -> None:
-        super().__init__(message)
-        self.cmd = cmd
-
-
-class NeedData(Enum):
-    """Type of the :data:`NEED_DATA` sentinel."""
-
-    NEED_DATA = "NEED_DATA"
-
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-#: Returned by ``next_request``/``next_reply`` when the buffer holds no complete message.
-NEED_DATA: Final = NeedData.NEED_DATA
+# ProtocolError, NeedData and NEED_DATA are the shared framing's (responder/wire.py).
 
 
 # ---------------------------------------------------------------------- requests
@@ -431,23 +410,13 @@ class ServerConnection:
         if self._error is not None:
             raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
         buf = self._buf
-        have = len(buf)
-        if have < 4:
+        try:
+            framed = wire.request_frame(buf, _SERVED_BY_VALUE, command_name)
+        except ProtocolError as e:
+            self._fail(str(e), e.cmd)
+        if isinstance(framed, NeedData):
             return NEED_DATA
-        length: int = _U32.unpack_from(buf, 0)[0]
-        if length < HEADER_SIZE:
-            self._fail(f"request length {length} is shorter than the {HEADER_SIZE}-byte header")
-        if length > MAX_REQUEST_SIZE:
-            self._fail(f"request length {length} exceeds the {MAX_REQUEST_SIZE}-byte cap")
-        if have < 8:
-            return NEED_DATA
-        code: int = _U32.unpack_from(buf, 4)[0]
-        cmd = _SERVED_BY_VALUE.get(code)
-        if cmd is None:
-            self._fail(f"command {command_name(code)} is not served", code)
-        if have < length:
-            return NEED_DATA
-        # status and reserved (offsets 8, 12) are 0 from the client and never read (§1.2)
+        cmd, length = framed
         body = bytes(buf[HEADER_SIZE:length])
         del buf[:length]
         return _parse_body(cmd, body)
@@ -667,15 +636,6 @@ def initgr_reply(gids: Sequence[int] | bytes | bytearray | memoryview | array[in
 # ------------------------------------------------------------------ client side
 
 
-def encode_request(cmd: int, body: bytes = b"") -> bytes:
-    """A request: header ``len, cmd, 0, 0`` then ``body`` (§1.2).
-
-    No validation of ``cmd`` or size, so tests can build the requests a hostile client
-    would send.
-    """
-    return _HEADER.pack(HEADER_SIZE + len(body), cmd, 0, 0) + body
-
-
 def version_body(version: int = PROTOCOL_VERSION) -> bytes:
     """GET_VERSION body: ``u32 expected`` (§1.3)."""
     return _U32.pack(version)
@@ -705,97 +665,14 @@ def getent_body(max_entries: int = GETENT_MAX_ENTRIES) -> bytes:
     return _U32.pack(max_entries)
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """One reply as the client sees it. ``status`` 0 is success; else an errno (§1.7)."""
+class ClientConnection(wire.ClientConnection):
+    """The NSS client's side (:class:`cached.responder.wire.ClientConnection`), naming
+    NSS commands in its errors."""
 
-    cmd: int
-    status: int
-    body: bytes
-
-
-class ClientConnection:
-    """The client's side: :meth:`send_request` to get bytes to write, feed what the socket
-    returns to :meth:`receive_data`, and call :meth:`next_reply`.
-
-    One request at a time, like libnss_sss (§1.1). A reply whose command differs from
-    the request's (the client's EBADMSG, §1.7), a reply with no request outstanding, or a
-    length outside ``16..max_reply_size`` raises :class:`ProtocolError` and the connection
-    is dead.
-    """
-
-    __slots__ = ("_buf", "_error", "_max_reply_size", "_pending")
+    __slots__ = ()
 
     def __init__(self, max_reply_size: int = DEFAULT_MAX_REPLY_SIZE) -> None:
-        self._buf = bytearray()
-        self._error: ProtocolError | None = None
-        self._max_reply_size = max_reply_size
-        self._pending: int | None = None
-
-    @property
-    def dead(self) -> bool:
-        return self._error is not None
-
-    @property
-    def pending(self) -> int | None:
-        """Command code of the request awaiting its reply, if any."""
-        return self._pending
-
-    @property
-    def buffered_bytes(self) -> int:
-        return len(self._buf)
-
-    def send_request(self, cmd: int, body: bytes = b"") -> bytes:
-        """Bytes of a request; its reply is the next one :meth:`next_reply` accepts."""
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        if self._pending is not None:
-            # A local bug, not the peer's: the protocol has no pipelining (§1.1).
-            raise RuntimeError(f"{command_name(self._pending)} is still awaiting its reply")
-        self._pending = cmd
-        return encode_request(cmd, body)
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        self._buf += data
-
-    def next_reply(self) -> Reply | NeedData:
-        """The reply to the outstanding request, or :data:`NEED_DATA`."""
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        buf = self._buf
-        have = len(buf)
-        if have < 4:
-            return NEED_DATA
-        length: int = _U32.unpack_from(buf, 0)[0]
-        if length < HEADER_SIZE:
-            self._fail(f"reply length {length} is shorter than the header")
-        if length > self._max_reply_size:
-            self._fail(f"reply length {length} exceeds {self._max_reply_size}")
-        if have < 8:
-            return NEED_DATA
-        cmd: int = _U32.unpack_from(buf, 4)[0]
-        if self._pending is None:
-            self._fail(f"unsolicited {command_name(cmd)} reply", cmd)
-        if cmd != self._pending:
-            self._fail(
-                f"{command_name(cmd)} reply to a {command_name(self._pending)} request",
-                cmd,
-            )
-        if have < length:
-            return NEED_DATA
-        status: int = _U32.unpack_from(buf, 8)[0]  # offset 12 (reserved) is ignored, §1.2
-        body = bytes(buf[HEADER_SIZE:length])
-        del buf[:length]
-        self._pending = None
-        return Reply(cmd, status, body)
-
-    def _fail(self, message: str, cmd: int | None = None) -> NoReturn:
-        error = ProtocolError(message, cmd)
-        self._error = error
-        self._buf = bytearray()
-        raise error
+        super().__init__(max_reply_size, command_name)
 
 
 # ---------------------------------------------------------------------- decoders

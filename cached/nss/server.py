@@ -50,6 +50,7 @@ from cached.model import User
 from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
 from cached.ratelimit import RateLimitedLog
+from cached.responder import admission
 from cached.responder.flow import (
     CLIENT_UID,
     GETGRGID,
@@ -245,7 +246,6 @@ class NssResponder:
         self.shares: dict[int | None, _Share] = {}
         self.nonroot = 0  # connections of uids other than 0
         nss = config.nss
-        self.reserved = min(nss.root_reserved_clients, nss.max_clients // 2)
         self.reply_budget = nss.max_reply_buffer_per_uid << 20
         self._records: dict[tuple[str, str], _Record] = {}  # (domain, group name)
         self._small: dict[tuple[str, str], _Record] = {}  # the same, smaller groups
@@ -544,20 +544,9 @@ class NssResponder:
 
     def _admit(self, uid: int | None) -> str:
         """Why a new connection of ``uid`` is refused, or "" when it is admitted."""
-        nss = self.config.nss
-        if self.active >= nss.max_clients:
-            return f"{self.active} connections (max_clients)"
-        if uid == 0:
-            return ""
-        if self.nonroot >= nss.max_clients - self.reserved:
-            return (
-                f"{self.nonroot} connections of other users, the last {self.reserved} "
-                "are kept for root (root_reserved_clients)"
-            )
         share = self.shares.get(uid)
-        if share is not None and share.conns >= nss.max_clients_per_uid:
-            return f"uid {uid} holds {share.conns} connections (max_clients_per_uid)"
-        return ""
+        conns = share.conns if share is not None else 0
+        return admission.refusal(self.config.nss, self.active, self.nonroot, uid, conns)
 
     def _log_failure(self, req: p.Request, e: Exception) -> bytes:
         # One line per kind of failure and minute (the first with its traceback): any

@@ -4,8 +4,8 @@ The shape is :mod:`cached.nss.protocol`'s (h11's): :class:`ServerConnection` buf
 the socket delivered and hands out one parsed request at a time or :data:`NEED_DATA`; reply
 encoders turn values into bytes. No sockets, clocks or tasks, so every edge case is a unit
 test and the parser can be fuzzed. The framing is the NSS socket's (a 16-byte header of
-host-endian ``len, cmd, status, reserved``), so its constants, :class:`ProtocolError` and
-the client-side :class:`ClientConnection` are imported from there rather than written again.
+host-endian ``len, cmd, status, reserved``): its constants, :class:`ProtocolError` and the
+client side are the responders' shared framing (``cached.responder.wire``).
 
 Section numbers (§) refer to the team's PAM reference notes, which paraphrase SSSD 2.8.2
 (``src/sss_client/sss_cli.h``, ``pam_message.c``, ``pam_sss.c``,
@@ -64,14 +64,15 @@ from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 from typing import ClassVar, Final, NoReturn, TypeAlias
 
-from cached.nss.protocol import (
+from cached.responder import wire
+from cached.responder.wire import (
     HEADER_SIZE,
     MAX_REQUEST_SIZE,
     NEED_DATA,
-    ClientConnection,
     NeedData,
     ProtocolError,
     encode_request,
+    request_frame,
 )
 
 __all__ = [
@@ -605,21 +606,13 @@ class ServerConnection:
         if self._error is not None:
             raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
         buf = self._buf
-        have = len(buf)
-        if have < 4:
+        try:
+            framed = request_frame(buf, _SERVED_BY_VALUE, command_name)
+        except ProtocolError as e:
+            self._fail(str(e), e.cmd)
+        if isinstance(framed, NeedData):
             return NEED_DATA
-        length: int = _U32.unpack_from(buf, 0)[0]
-        if length < HEADER_SIZE:
-            self._fail(f"request length {length} is shorter than the {HEADER_SIZE}-byte header")
-        if length > MAX_REQUEST_SIZE:  # §1.1: SSSD closes above 1024 bytes
-            self._fail(f"request length {length} exceeds the {MAX_REQUEST_SIZE}-byte cap")
-        if have < 8:
-            return NEED_DATA
-        code: int = _U32.unpack_from(buf, 4)[0]
-        if code not in _SERVED_BY_VALUE:
-            self._fail(f"command {command_name(code)} is not served", code)
-        if have < length:
-            return NEED_DATA
+        code, length = framed
         # The request may hold a password: move it out, zero its bytes in the buffer,
         # parse the copy and zero that too (in place: a traceback may still view it).
         body = buf[HEADER_SIZE:length]
@@ -859,6 +852,16 @@ class PamReply:
             for i in self.items
             if i.type == ResponseType.USER_INFO and len(i.data) >= 4
         ]
+
+
+class ClientConnection(wire.ClientConnection):
+    """The PAM client's side (:class:`cached.responder.wire.ClientConnection`), naming
+    PAM commands in its errors; for tests and tools playing ``pam_sss``."""
+
+    __slots__ = ()
+
+    def __init__(self, max_reply_size: int = wire.DEFAULT_MAX_REPLY_SIZE) -> None:
+        super().__init__(max_reply_size, command_name)
 
 
 def decode_reply(body: bytes | bytearray | memoryview) -> PamReply:

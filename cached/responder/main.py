@@ -2,9 +2,10 @@
 
 It opens the caches read-only, connects to each domain's backend, builds the one
 lookup flow (``flow.Lookups``) and the admin facade (``admin.Admin``), and hands them to
-the interfaces: the NSS socket (``cached.nss``) and, when ``dbus_address`` is not
-``none``, the InfoPipe (``cached.ifp``). Only this module knows both interfaces; they
-know the responder core, never each other. The private socket
+the interfaces: the NSS socket (``cached.nss``), with ``services = nss, pam`` the PAM
+sockets (``cached.pam``), and, when ``dbus_address`` is not ``none``, the InfoPipe
+(``cached.ifp``). Only this module knows the interfaces; they know the responder
+core, never each other. The private socket
 (``<pipes_dir>/private/responder``) answers the monitor and the backends
 (``ipc/ops.py``).
 """
@@ -61,7 +62,22 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     responder = NssResponder(config, lookups, feed)
     server = await serve_nss(config, responder)
 
-    admin = Admin(lookups, responder.status, on_invalidate=responder.reset_memcache)
+    pam_servers: list[asyncio.Server] = []
+    pam = None
+    if "pam" in config.daemon.services:
+        # Imported only when used, as the InfoPipe.
+        from cached.pam.server import PamResponder, serve_pam
+
+        pam = PamResponder(config, lookups, backends)
+        pam_servers = await serve_pam(config, pam)
+
+    def status() -> dict[str, Any]:
+        out = responder.status()
+        if pam is not None:
+            out["pam"] = pam.status()
+        return out
+
+    admin = Admin(lookups, status, on_invalidate=responder.reset_memcache)
     ifp = None
     if config.daemon.dbus_address != "none":
         # Imported only when used: dbus-next is not needed to serve NSS.
@@ -99,6 +115,8 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     if ifp is not None:
         await ifp.close()
     server.close()
+    for pam_server in pam_servers:
+        pam_server.close()
     control.close()
     for client in clients.values():
         await client.close()

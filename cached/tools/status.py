@@ -134,6 +134,13 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                 f"  {c['name']:<16} pid {c['pid']}, {state}, up {_duration(c['uptime'])}, "
                 f"restarts {c['restarts']}{extra}"
             )
+            pam = s.get("pam") if c["name"] == "responder" else None
+            if pam:
+                lines.append(
+                    f"  PAM responder: {pam.get('connections', 0)} connections, "
+                    f"{pam.get('logins_ok', 0)} logins served, "
+                    f"{pam.get('logins_refused', 0)} refused"
+                )
         for c in st["children"]:
             s = c.get("status") or {}
             if not c["name"].startswith("backend") or not s:
@@ -162,6 +169,13 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                 f"  cached: {e['users']} users, {e['groups']} groups, "
                 f"{e['initgr']} initgroups lists; {s['requests']} backend requests"
             )
+            if "credentials" in s:
+                lines.append(
+                    f"  logins: {s.get('online_logins', 0)} online, "
+                    f"{s.get('offline_logins', 0)} with cached credentials, "
+                    f"{s.get('failed_logins', 0)} failed; users with cached credentials: "
+                    f"{s['credentials']}"
+                )
             if s.get("limit_error"):
                 lines.append(
                     f"  LOOKUP CUT BY A SERVER LIMIT ({_ago(s['limit_time'], now)}): "

@@ -189,9 +189,9 @@ def test_the_cli_reports_config_errors_with_status_3(tmp_path):
 
 
 def test_readme_documents_every_option():
-    from cached.config import DAEMON_OPTIONS, DOMAIN_OPTIONS, NSS_OPTIONS
+    from cached.config import DAEMON_OPTIONS, DOMAIN_OPTIONS, NSS_OPTIONS, PAM_OPTIONS
 
     readme = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
-    for table in (DAEMON_OPTIONS, NSS_OPTIONS, DOMAIN_OPTIONS):
+    for table in (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, DOMAIN_OPTIONS):
         for name in table:
             assert f"| `{name}` |" in readme, f"docs/configuration.md does not document {name}"

@@ -22,6 +22,7 @@ from cached.config import (
     DAEMON_OPTIONS,
     DOMAIN_OPTIONS,
     NSS_OPTIONS,
+    PAM_OPTIONS,
     CaseSensitive,
     ConfigError,
     DaemonConfig,
@@ -171,7 +172,10 @@ def test_every_computed_option_is_set_by_the_rules() -> None:
 def test_the_docs_are_generated_from_the_fields() -> None:
     tables = [t for _, _, t in docgen.SECTIONS]
     assert all(
-        t is o for t, o in zip(tables, (DAEMON_OPTIONS, NSS_OPTIONS, DOMAIN_OPTIONS), strict=True)
+        t is o
+        for t, o in zip(
+            tables, (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, DOMAIN_OPTIONS), strict=True
+        )
     )
     assert "| `ldap_user_name` | uid | User name attribute. |" in docgen.readme_tables()
 

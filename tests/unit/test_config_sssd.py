@@ -25,11 +25,10 @@ def test_tls_reqcert_try_verifies_as_demand(reqcert: str, verified: bool) -> Non
 
 
 ACCESS_REFUSED = (
-    "is not supported: cached answers NSS only and has no PAM responder, so this login "
-    "restriction would not be enforced (pam_sss finds no PAM socket, and the usual PAM "
-    "account stack then lets the user in); enforce it another way (e.g. pam_access, or a "
-    "filter in ldap_user_search_base, which cached applies to who exists) and remove the "
-    "option"
+    "is not supported: cached does not enforce access control yet (its PAM account check "
+    "lets every user in, as access_provider = permit), so this login restriction would "
+    "not be enforced; enforce it another way (e.g. pam_access, or a filter in "
+    "ldap_user_search_base, which cached applies to who exists) and remove the option"
 )
 
 

@@ -22,6 +22,7 @@ from cached.config import (
     DOMAIN_OPTIONS,
     IGNORED_SECTIONS,
     NSS_OPTIONS,
+    PAM_OPTIONS,
     UNSUPPORTED,
     ConfigError,
     Option,
@@ -35,6 +36,7 @@ MIGRATING: Final = REPO / "contrib" / "MIGRATING-FROM-SSSD.md"
 TABLES: Final[dict[str, dict[str, Option]]] = {
     "cached": DAEMON_OPTIONS,
     "nss": NSS_OPTIONS,
+    "pam": PAM_OPTIONS,
     "domain/LDAP": DOMAIN_OPTIONS,
 }
 # `option = value` or `#option = value` at the start of a line. Examples in the prose
@@ -71,7 +73,7 @@ def test_sample_loads_without_warnings() -> None:
 
 def test_sample_names_every_option_with_its_default() -> None:
     found = sample_assignments()
-    assert set(found) == set(TABLES), "sections: [cached], [nss], [domain/LDAP]"
+    assert set(found) == set(TABLES), "sections: [cached], [nss], [pam], [domain/LDAP]"
     for section, table in TABLES.items():
         names = {name for _, name, _ in found[section]}
         missing = sorted(set(table) - names)

@@ -1,0 +1,317 @@
+"""The PAM interface of the responder: SSSD's two PAM sockets, for Debian's ``pam_sss.so``.
+
+``pam_sss`` connects to ``<pipes_dir>/private/pam`` (0600) when it runs as root and to
+``<pipes_dir>/pam`` (0666) otherwise; SSSD 2.10 and later use the public one for root
+too. Both must be root:root, and the server process uid 0 and gid 0, or ``pam_sss``
+refuses to talk (PAM reference §1.2; docs/threat-model.md says why this process is
+root and what it may do). Which caller is privileged is read from the peer's
+SO_PEERCRED, never from the socket it came in on.
+
+Each connection feeds the sans-IO codec (``protocol.py``) and is answered one request
+at a time, as ``pam_sss`` sends them. Before any command the user is resolved through
+the lookup flow (``responder/flow.py``, initgroups, as SSSD's ``pam_check_user_search``
+does), at most once per ``pam_id_timeout`` per name; a name the flow does not find is
+PAM_USER_UNKNOWN. Then:
+
+================================  =====================================================
+command                           answer
+================================  =====================================================
+AUTHENTICATE                      the domain's backend (``Op.AUTHENTICATE``): an online
+                                  bind as the user, else cached credentials
+ACCT_MGMT                         SUCCESS (``access_provider = permit``, SSSD's default;
+                                  the other access options are refused at load)
+OPEN_SESSION, CLOSE_SESSION,      SUCCESS (no session provider)
+SETCRED, PREAUTH
+CHAUTHTOK, CHAUTHTOK_PRELIM       PAM_MODULE_UNKNOWN: no password change provider (SSSD
+                                  with ``chpass_provider = none``)
+================================  =====================================================
+
+Every reply carries the domain's name, as SSSD's. The socket is open to every local
+user, so connections are counted per uid as the NSS socket's (``max_clients``,
+``max_clients_per_uid``, ``root_reserved_clients``), a request must arrive whole within
+``REQUEST_TIMEOUT`` and an idle connection is closed after ``client_idle_timeout``; the
+logins themselves queue per uid in the backend (``ldap/login.py``), so one user's flood
+waits behind itself, not in front of root's login.
+
+The password is read from its :class:`~cached.pam.protocol.Secret` only to be sent to
+the backend, never logged, and wiped when the request is answered (``with request:``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from cached.cache import Initgroups
+from cached.config import Config
+from cached.ipc import aio, framing
+from cached.ipc.ops import AuthReply, AuthRequest, Op
+from cached.pam import protocol as p
+from cached.pam.protocol import AuthTokType, Command, PamStatus
+from cached.ratelimit import RateLimitedLog
+from cached.responder import admission
+from cached.responder.flow import CLIENT_UID, INITGR, Backend, Found, Lookups
+
+log = logging.getLogger(__name__)
+limited = RateLimitedLog(log)
+
+# A request must arrive whole within this many seconds of its first byte (pam_sss
+# writes header and body at once); trickling cannot keep a connection.
+REQUEST_TIMEOUT = 10.0
+BACKLOG = 128
+# Beyond the backend's own deadlines (each server's connect + StartTLS and bind), the
+# time a login may wait for its turn in the backend's login queue.
+QUEUE_ALLOWANCE = 30.0
+
+_SUCCESS_COMMANDS = frozenset(
+    {Command.ACCT_MGMT, Command.OPEN_SESSION, Command.CLOSE_SESSION, Command.SETCRED,
+     Command.PREAUTH}
+)  # fmt: skip
+_CHPASS_COMMANDS = frozenset({Command.CHAUTHTOK, Command.CHAUTHTOK_PRELIM})
+
+
+def public_socket(config: Config) -> str:
+    return os.path.join(config.daemon.pipes_dir, "pam")
+
+
+def private_socket(config: Config) -> str:
+    return os.path.join(framing.private_dir(config.daemon.pipes_dir), "pam")
+
+
+class PamResponder:
+    def __init__(self, config: Config, lookups: Lookups, backends: dict[str, Backend]) -> None:
+        self.config = config
+        self.lookups = lookups
+        self.backends = backends
+        self.pam = config.pam
+        self.started = time.time()
+        self.clock = time.monotonic
+        # pam_id_timeout: name -> (until, what the flow answered)
+        self._resolved: dict[str, tuple[float, Found[Initgroups]]] = {}
+        self.active = 0
+        self.nonroot = 0
+        self.per_uid: dict[int | None, int] = {}
+        self.refused_connections = 0
+        self.logins_ok = 0
+        self.logins_refused = 0
+        self.requests = 0
+
+    # -- answering -----------------------------------------------------------------
+
+    async def answer(self, req: p.PamRequest, uid: int | None) -> bytes:
+        """The reply to ``req`` from a client running as ``uid``; the request's tokens
+        are wiped when it returns."""
+        with req:
+            self.requests += 1
+            found = await self._resolve(req.user)
+            if found is None:
+                if req.cmd is Command.AUTHENTICATE:
+                    self.logins_refused += 1
+                return p.pam_reply(req.cmd, PamStatus.USER_UNKNOWN)
+            domain = found.domain.name
+            status, items = await self._command(req, found, uid)
+            if req.cmd is Command.AUTHENTICATE:
+                if status == PamStatus.SUCCESS:
+                    self.logins_ok += 1
+                else:
+                    self.logins_refused += 1
+                log.debug("pam: %s of %r (service %r, uid %s): status %d",
+                         p.command_name(req.cmd), req.user, req.service, uid, status)  # fmt: skip
+            return p.pam_reply(req.cmd, status, [p.domain_name_item(domain), *items])
+
+    async def _resolve(self, name: str) -> Found[Initgroups] | None:
+        if not name:
+            return None
+        now = self.clock()
+        got = self._resolved.get(name)
+        if got is not None and got[0] > now:
+            return got[1]
+        found = await self.lookups.lookup(INITGR, name)
+        if found is None:
+            self._resolved.pop(name, None)
+            return None
+        if self.pam.pam_id_timeout > 0:
+            if len(self._resolved) > 10_000:  # any local user can ask for names
+                self._resolved.clear()
+            self._resolved[name] = (now + self.pam.pam_id_timeout, found)
+        return found
+
+    async def _command(
+        self, req: p.PamRequest, found: Found[Initgroups], uid: int | None
+    ) -> tuple[int, list[p.ReplyItem]]:
+        if req.cmd is Command.AUTHENTICATE:
+            return await self._authenticate(req, found, uid)
+        if req.cmd in _SUCCESS_COMMANDS:
+            return PamStatus.SUCCESS, []
+        if req.cmd in _CHPASS_COMMANDS:
+            return PamStatus.MODULE_UNKNOWN, []
+        return PamStatus.SYSTEM_ERR, []  # pragma: no cover - the codec serves no other
+
+    async def _authenticate(
+        self, req: p.PamRequest, found: Found[Initgroups], uid: int | None
+    ) -> tuple[int, list[p.ReplyItem]]:
+        tok = req.authtok
+        # Only passwords are tried (PAM reference §2.1): a smartcard PIN is a bad item,
+        # anything else (EMPTY included: a password of length 0) fails without a bind.
+        if tok is None or tok.type is AuthTokType.EMPTY:
+            return PamStatus.AUTH_ERR, []
+        if tok.type in (AuthTokType.SC_PIN, AuthTokType.SC_KEYPAD):
+            return PamStatus.BAD_ITEM, []
+        if tok.type is not AuthTokType.PASSWORD:
+            return PamStatus.AUTH_ERR, []
+        domain = found.domain
+        user = found.value.user
+        backend = self.backends[domain.name]
+        timeout = QUEUE_ALLOWANCE + (domain.ldap_network_timeout + domain.ldap_opt_timeout) * (
+            len(domain.ldap_uri) + len(domain.ldap_backup_uri)
+        )
+        try:
+            raw = await backend.call(
+                Op.AUTHENTICATE, timeout=timeout,
+                **AuthRequest(user.name, user.dn, tok.secret.reveal(), uid).args(),
+            )  # fmt: skip
+            reply = AuthReply.parse(raw)
+        except (framing.RpcError, ValueError) as e:
+            limited.log(("auth unavailable", domain.name), logging.WARNING,
+                        "pam: backend %s unavailable for a login: %s", domain.name, e)  # fmt: skip
+            return PamStatus.AUTHINFO_UNAVAIL, []
+        return reply.status, list(self._items(reply))
+
+    def _items(self, reply: AuthReply) -> Iterable[p.ReplyItem]:
+        """The user-info an answer carries (PAM reference §1.6, §1.8)."""
+        verbosity = self.pam.pam_verbosity
+        # SSSD says "cached credentials" without an expiry only at pam_verbosity 2.
+        shown = (reply.expiry and verbosity >= 1) or verbosity >= 2
+        if reply.offline and reply.status == PamStatus.SUCCESS and shown:
+            yield p.offline_auth_item(reply.expiry)
+        if reply.delayed_until:
+            yield p.offline_auth_delayed_item(reply.delayed_until)
+        if reply.grace is not None:
+            yield p.grace_login_item(reply.grace)
+        elif reply.expires_in is not None and reply.status == PamStatus.SUCCESS:
+            yield p.expire_warn_item(reply.expires_in)
+        if reply.locked:
+            yield p.account_expired_item(self.pam.pam_account_locked_message)
+
+    # -- connections ---------------------------------------------------------------
+
+    def admit(self, uid: int | None) -> str:
+        """Why a new connection of ``uid`` is refused, or "" (the NSS socket's rules)."""
+        conns = self.per_uid.get(uid, 0)
+        return admission.refusal(self.config.nss, self.active, self.nonroot, uid, conns)
+
+    async def serve_client(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            uid: int | None = aio.peer_uid(writer)
+        except OSError:
+            uid = None
+        why = self.admit(uid)
+        if why:
+            self.refused_connections += 1
+            limited.log(("refused", uid), logging.WARNING, "refusing a PAM client: %s", why)
+            writer.close()
+            return
+        self.active += 1
+        self.nonroot += uid != 0
+        self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
+        CLIENT_UID.set(uid)
+        conn = p.ServerConnection()
+        idle = float(self.config.nss.client_idle_timeout)
+        loop = asyncio.get_running_loop()
+        first_byte = 0.0  # when the request being received began
+        try:
+            while True:
+                # Idle between requests; a request begun must be whole REQUEST_TIMEOUT
+                # after its first byte, however its bytes trickle in.
+                begun = conn.buffered_bytes > 0
+                wait = first_byte + REQUEST_TIMEOUT - loop.time() if begun else idle
+                try:
+                    data = await asyncio.wait_for(reader.read(p.MAX_REQUEST_SIZE), max(wait, 0))
+                except TimeoutError:
+                    break
+                if not data:
+                    break
+                if not conn.buffered_bytes:
+                    first_byte = loop.time()
+                conn.receive_data(data)
+                if not await self._process(conn, writer, uid):
+                    break
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.active -= 1
+            self.nonroot -= uid != 0
+            self.per_uid[uid] -= 1
+            if not self.per_uid[uid]:
+                del self.per_uid[uid]
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _process(
+        self, conn: p.ServerConnection, writer: asyncio.StreamWriter, uid: int | None
+    ) -> bool:
+        """Answer the complete requests buffered; False: close the connection."""
+        while True:
+            try:
+                req = conn.next_request()
+            except p.MalformedRequest as e:
+                limited.log(("malformed",), logging.DEBUG, "pam: malformed request: %s", e)
+                writer.write(p.system_error_reply(e.cmd or 0))
+                continue
+            except p.ProtocolError as e:
+                limited.log(("protocol",), logging.DEBUG, "pam: closing a client: %s", e)
+                return False
+            if isinstance(req, p.NeedData):
+                return True
+            if isinstance(req, p.GetVersion):
+                writer.write(p.version_reply())
+            else:
+                try:
+                    reply = await self.answer(req, uid)
+                except Exception as e:
+                    # Never the request's content: it may hold a password.
+                    limited.log(("answer", type(e).__name__), logging.ERROR,
+                                "pam: answering %s failed: %s", p.command_name(req.cmd),
+                                type(e).__name__)  # fmt: skip
+                    reply = p.system_error_reply(req.cmd)
+                writer.write(reply)
+            await writer.drain()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "started": self.started,
+            "connections": self.active,
+            "refused_connections": self.refused_connections,
+            "requests": self.requests,
+            "logins_ok": self.logins_ok,
+            "logins_refused": self.logins_refused,
+            "sockets": [public_socket(self.config), private_socket(self.config)],
+        }
+
+
+async def serve_pam(config: Config, responder: PamResponder) -> list[asyncio.Server]:
+    """Listen on both PAM sockets with the owner and modes ``pam_sss`` checks."""
+    if os.geteuid() != 0 or os.getegid() != 0:
+        log.error(
+            "the PAM responder runs as uid %d gid %d: pam_sss.so talks only to a server "
+            "running as uid 0 and gid 0, so logins through it will fail",
+            os.geteuid(), os.getegid(),
+        )  # fmt: skip
+    os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
+    servers = []
+    for path, mode in ((public_socket(config), 0o666), (private_socket(config), 0o600)):
+        framing.prepare_socket_path(path)
+        server = await asyncio.start_unix_server(
+            responder.serve_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
+        )
+        os.chmod(path, mode)
+        servers.append(server)
+    return servers
