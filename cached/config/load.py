@@ -56,6 +56,13 @@ def read_section(
             unsupported = UNSUPPORTED.get(name)
             if unsupported is not None:
                 check_unsupported(path, section, name, raw, unsupported)
+            elif name in NSS_OPTIONS and section != "nss":
+                # allowed_shells, vetoed_shells, shell_fallback, ...: SSSD reads them
+                # in [nss] only (responder_common.c), and ignores them elsewhere.
+                warnings.append(
+                    f"{path}: [{section}] {name} is an option of [nss], where SSSD reads "
+                    "it; ignored here"
+                )
             elif name not in ACCEPTED_UNUSED:
                 warnings.append(f"{path}: [{section}] unknown option {name!r} is ignored")
             continue

@@ -22,6 +22,7 @@ from cached.config.parsers import (
     boolean,
     closed,
     domain_sid,
+    homedir_template,
     integer,
     not_supported,
     provider,
@@ -210,6 +211,38 @@ class NssConfig:
     # connections took 2.9 GB without it; with it, 16 MiB per attacking uid.
     max_reply_buffer_per_uid: int = option(
         integer(1), 16, "cached: MiB of replies one uid may leave unread before it must wait."
+    )
+
+    # -- Home directory and shell (sssd.conf(5) "NSS configuration options"; read as
+    # nsssrv.c and responder_common.c read them). override_homedir, fallback_homedir,
+    # homedir_substring, override_shell and default_shell may also be set in a domain,
+    # whose value comes first (policy.py, UserShape).
+    override_homedir: str = option(
+        homedir_template,
+        "",
+        "Home directory of every user, a template: %u name, %U uid, %d domain, %f "
+        "name@domain, %l first letter of the name, %o the directory's home directory, "
+        "%h the same lower-cased, %H homedir_substring, %% a percent sign.",
+    )
+    fallback_homedir: str = option(
+        homedir_template, "", "Home directory of users the directory gives none, a template."
+    )
+    homedir_substring: str = option(
+        string, "/home", "What %H in a home directory template (or the directory's) expands to."
+    )
+    override_shell: str = option(string, "", "Login shell of every user.")
+    default_shell: str = option(string, "", "Login shell of users the directory gives none.")
+    allowed_shells: list[str] = option(
+        str_list,
+        [],
+        "Shells a user may have that /etc/shells lacks: answered as shell_fallback; any other "
+        "shell missing from /etc/shells is answered as /sbin/nologin. `*` allows every shell.",
+    )
+    vetoed_shells: list[str] = option(
+        str_list, [], "Shells answered as shell_fallback, even when in /etc/shells."
+    )
+    shell_fallback: str = option(
+        string, "/bin/sh", "The shell answered for an allowed shell /etc/shells lacks."
     )
 
     @property
@@ -457,6 +490,21 @@ class DomainConfig:
     filter_groups: list[str] = option(
         str_list, [], "Groups of this domain never answered, in addition to [nss] filter_groups."
     )
+
+    # -- Home directory and shell: as the [nss] options of the same names, for this
+    # domain's users; set here, they take precedence (confdb.c
+    # confdb_init_domain_user_info, nss_protocol_pwent.c).
+    override_homedir: str = option(
+        homedir_template, "", "Home directory template of every user of the domain."
+    )
+    fallback_homedir: str = option(
+        homedir_template, "", "Home directory template of the domain's users without one."
+    )
+    homedir_substring: str = option(
+        string, "", "What %H expands to for this domain's users.", "[nss] homedir_substring"
+    )
+    override_shell: str = option(string, "", "Login shell of every user of the domain.")
+    default_shell: str = option(string, "", "Login shell of the domain's users without one.")
 
     @property
     def case_insensitive(self) -> bool:

@@ -37,7 +37,6 @@ ACCEPTED_UNUSED = frozenset(
         "ldap_connection_expire_timeout",
         "timeout",
         "full_name_format",
-        "shell_fallback",
         "account_cache_expiration",
         "offline_credentials_expiration",
         "offline_failed_login_attempts",
@@ -125,26 +124,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
     "re_expression": Unsupported(
         lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
         "cached looks names up exactly as given and splits no domain out of them; remove it",
-    ),
-    "override_homedir": Unsupported(
-        _is_unset, "cached serves the directory's home directory unchanged; remove it"
-    ),
-    "fallback_homedir": Unsupported(
-        _is_unset,
-        "cached serves the directory's home directory, empty when it has none; remove it",
-    ),
-    "override_shell": Unsupported(
-        _is_unset, "cached serves the directory's login shell unchanged; remove it"
-    ),
-    "default_shell": Unsupported(
-        _is_unset,
-        "cached serves the directory's login shell, empty (so /bin/sh) when it has none; remove it",
-    ),
-    "allowed_shells": Unsupported(
-        _is_unset, "cached serves the directory's login shell unchanged; remove it"
-    ),
-    "vetoed_shells": Unsupported(
-        _is_unset, "cached serves the directory's login shell unchanged; remove it"
     ),
     "override_gid": Unsupported(
         _is_unset, "cached serves the directory's primary gid unchanged; remove it"

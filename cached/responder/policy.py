@@ -17,26 +17,38 @@ an older version or under an older configuration (``min_id = 0``, a shorter
   Filtered users are also left out of group member lists (SSSD's
   filter_users_in_groups), filtered groups out of initgroups answers (reference §1.6);
 * output names: ``case_sensitive = false`` answers lower-case names, ``preserving`` the
-  stored case (sssd.conf(5)).
+  stored case (sssd.conf(5));
+* output users: the name as above, the home directory and the login shell as the home
+  and shell options make them (homeshell.py): the one place the socket's answers, the
+  memory cache's records and D-Bus's properties take them from, so they never differ.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from dataclasses import replace
 
 from cached.cache import DomainCache, GroupView, Initgroups
 from cached.cache.records import join_members, split_members
 from cached.config import Config, DomainConfig
 from cached.model import Kind, User
+from cached.responder.homeshell import HomeShell, read_etc_shells
 
 # A group's (member count, member blob) as answered (ServePolicy.members_of).
 MembersFn = Callable[[GroupView], tuple[int, bytes]]
 
 
 class ServePolicy:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, etc_shells: frozenset[str] | None = None) -> None:
+        """``etc_shells``: the shells of /etc/shells, read here (once, as SSSD reads
+        it at its start) when allowed_shells or vetoed_shells needs them."""
         self.domains = {d.name.lower(): d for d in config.domains}
+        if etc_shells is None and HomeShell.needs_etc_shells(config.nss):
+            etc_shells = read_etc_shells()
+        self._homeshell = {
+            d.name: HomeShell.of(d, config.nss, etc_shells or ()) for d in config.domains
+        }
         self._filters: dict[tuple[str, Kind], frozenset[str]] = {}
         for d in config.domains:
             for kind, names, own in (
@@ -85,6 +97,16 @@ class ServePolicy:
     def output_name(domain: DomainConfig, name: str) -> str:
         """A name as answered (NSS and D-Bus alike)."""
         return name.lower() if domain.case_sensitive == "false" else name
+
+    def output_user(self, domain: DomainConfig, u: User) -> User:
+        """A user as answered (NSS socket, memory cache and D-Bus alike): the output
+        name, and the home directory and shell the home and shell options make of the
+        directory's (homeshell.py)."""
+        name = self.output_name(domain, u.name)
+        hs = self._homeshell[domain.name]
+        if hs.changes_nothing and "%" not in u.home:
+            return u if name == u.name else replace(u, name=name)
+        return replace(u, name=name, home=hs.home(name, u.uid, u.home), shell=hs.shell(u.shell))
 
     def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
         """The filtered names of ``kind`` in ``domain`` (INITGR: the users'), folded."""

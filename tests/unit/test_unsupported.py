@@ -27,18 +27,6 @@ def with_domain_option(line: str) -> str:
          "use_fully_qualified_names = 'true' is not supported: cached answers with plain names "
          "(alice, never alice@DOMAIN); set it to false or remove it (names in files, ACLs and "
          "sudoers that carry @DOMAIN must change)"),
-        ("override_homedir = /home/%u",
-         "override_homedir = '/home/%u' is not supported: cached serves the directory's home "
-         "directory unchanged; remove it"),
-        ("fallback_homedir = /home/%u",
-         "fallback_homedir = '/home/%u' is not supported: cached serves the directory's home "
-         "directory, empty when it has none; remove it"),
-        ("default_shell = /bin/bash",
-         "default_shell = '/bin/bash' is not supported: cached serves the directory's login "
-         "shell, empty (so /bin/sh) when it has none; remove it"),
-        ("override_shell = /bin/zsh",
-         "override_shell = '/bin/zsh' is not supported: cached serves the directory's login "
-         "shell unchanged; remove it"),
         ("re_expression = ((?P<domain>[^\\\\]+)\\\\(?P<name>.+$))",
          "re_expression = '((?P<domain>[^\\\\\\\\]+)\\\\\\\\(?P<name>.+$))' is not supported: "
          "cached looks names up exactly as given and splits no domain out of them; remove it"),
@@ -66,7 +54,6 @@ def test_semantics_changing_values_are_refused(line: str, message: str) -> None:
         "filter_users_in_groups = true",
         "fallback_homedir =",
         "full_name_format = %1$s@%2$s",  # formats qualified names only: there are none
-        "shell_fallback = /bin/sh",  # applies with allowed_shells only, which is refused
     ],
 )
 def test_values_that_change_nothing_load_quietly(line: str) -> None:
