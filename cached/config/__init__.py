@@ -13,7 +13,8 @@ changes nothing (sssd.py).
 
 The modules, each importing only those before it: errors, parsers (text to values),
 ini (the file syntax), options (the sections' fields), sssd (SSSD's options),
-rules (across options), load (files to a Config).
+rules (across options), load (files to a Config), check (``cached config-check``:
+what loading does with each line, from load's own verdicts).
 """
 
 from cached.config.errors import ConfigError

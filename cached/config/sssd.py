@@ -153,15 +153,15 @@ IGNORED_SECTIONS = (
 )
 
 
-def check_unsupported(path: str, section: str, name: str, raw: str, u: Unsupported) -> None:
-    """Refuse ``name = raw`` unless it is a value under which SSSD answers as cached."""
-    where = f"{path}: [{section}] {name} = {raw.strip()!r}"
+def unsupported_problem(section: str, name: str, raw: str, u: Unsupported) -> str | None:
+    """Why ``name = raw`` is refused, or None for a value under which SSSD answers as
+    cached (it loads quietly)."""
+    what = f"[{section}] {name} = {raw.strip()!r}"
     try:
         harmless = u.harmless(raw)
     except ValueError as e:
-        raise ConfigError(f"{where} is invalid: {e}") from None
-    if not harmless:
-        raise ConfigError(f"{where} is not supported: {u.instead}")
+        return f"{what} is invalid: {e}"
+    return None if harmless else f"{what} is not supported: {u.instead}"
 
 
 def enabled_domains(
