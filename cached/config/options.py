@@ -24,6 +24,7 @@ from cached.config.parsers import (
     domain_sid,
     homedir_template,
     integer,
+    name_format,
     not_supported,
     provider,
     search_base,
@@ -157,6 +158,14 @@ class DaemonConfig:
     )
     dbus_address: str = option(
         string, "system", "D-Bus bus of the InfoPipe interface: `system`, an address, or `none`."
+    )
+
+    # -- Names (sssd.conf(5); sss_names.c). The domain's own full_name_format wins.
+    full_name_format: str = option(
+        name_format,
+        "%1$s@%2$s",
+        "How a qualified name is written: %1$s the name, %2$s the domain, %3$s the "
+        "domain's flat name (for an LDAP domain, its name).",
     )
 
 
@@ -489,6 +498,17 @@ class DomainConfig:
     )
     filter_groups: list[str] = option(
         str_list, [], "Groups of this domain never answered, in addition to [nss] filter_groups."
+    )
+
+    # -- Names: qualified names (sssd.conf(5) "DOMAIN SECTIONS"; cache_req, sss_names.c).
+    use_fully_qualified_names: bool = option(
+        boolean,
+        False,
+        "Answer this domain's names qualified (full_name_format, `alice@DOMAIN`), and "
+        "find its users and groups only by qualified names, as SSSD.",
+    )
+    full_name_format: str = option(
+        name_format, "", "full_name_format for this domain.", "[sssd] full_name_format"
     )
 
     # -- Home directory and shell: as the [nss] options of the same names, for this

@@ -239,3 +239,27 @@ def homedir_template(raw: str) -> str:
             )
         i += 2
     return value
+
+
+# ---------------------------------------------------------------------------
+# full_name_format: SSSD formats a qualified name with printf(3) and three string
+# arguments (sss_names.c sss_fqname): %1$s the name, %2$s the domain, %3$s the flat
+# name (for an LDAP domain its name, calc_flat_name). Anything else printf would read
+# (another conversion, an argument that is not there) is refused.
+_NAME_FORMAT = ("%1$s", "%2$s", "%3$s", "%%")
+
+
+def name_format(raw: str) -> str:
+    """A full_name_format: text with ``%1$s``, ``%2$s``, ``%3$s`` and ``%%``; it
+    must name the user (``%1$s``)."""
+    value = raw.strip()
+    i = 0
+    while (i := value.find("%", i)) >= 0:
+        if not value.startswith(_NAME_FORMAT, i):
+            raise ValueError(
+                f"{value[i : i + 4]!r}: only %1$s (name), %2$s (domain), %3$s and %% may appear"
+            )
+        i += 2 if value.startswith("%%", i) else 4
+    if "%1$s" not in value.replace("%%", ""):
+        raise ValueError("it must contain %1$s, the name")
+    return value

@@ -36,7 +36,6 @@ ACCEPTED_UNUSED = frozenset(
         "ldap_chpass_uri",
         "ldap_connection_expire_timeout",
         "timeout",
-        "full_name_format",
         "account_cache_expiration",
         "offline_credentials_expiration",
         "offline_failed_login_attempts",
@@ -110,13 +109,10 @@ UNSUPPORTED: dict[str, Unsupported] = {
         "named after the user (SSSD would answer gid = uid with such a group: primary "
         "groups and file group owners would change); set it to false or remove it",
     ),
-    "use_fully_qualified_names": Unsupported(
-        _is_false,
-        "cached answers with plain names (alice, never alice@DOMAIN); set it to false or "
-        "remove it (names in files, ACLs and sudoers that carry @DOMAIN must change)",
-    ),
     "default_domain_suffix": Unsupported(
-        _is_unset, "cached answers with plain names and does not qualify them; remove it"
+        _is_unset,
+        "cached does not add a default domain to unqualified names (write name@DOMAIN, "
+        "or set use_fully_qualified_names = false in that domain); remove it",
     ),
     "override_space": Unsupported(
         _is_unset, "cached serves names as the directory holds them, spaces included; remove it"

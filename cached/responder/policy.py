@@ -17,7 +17,12 @@ an older version or under an older configuration (``min_id = 0``, a shorter
   Filtered users are also left out of group member lists (SSSD's
   filter_users_in_groups), filtered groups out of initgroups answers (reference §1.6);
 * output names: ``case_sensitive = false`` answers lower-case names, ``preserving`` the
-  stored case (sssd.conf(5));
+  stored case (sssd.conf(5)); a domain with ``use_fully_qualified_names`` answers them
+  qualified (``full_name_format``), its group members too;
+* lookup names: ``name@DOMAIN`` of a configured domain (compared case-insensitively,
+  SSSD's default ``re_expression``) is looked up as ``name`` in that domain only; an
+  unqualified name is not looked up in a domain with ``use_fully_qualified_names``
+  (SSSD's cache_req skips it); any other name is looked up as given;
 * output users: the name as above, the home directory and the login shell as the home
   and shell options make them (homeshell.py): the one place the socket's answers, the
   memory cache's records and D-Bus's properties take them from, so they never differ.
@@ -44,6 +49,14 @@ class ServePolicy:
         """``etc_shells``: the shells of /etc/shells, read here (once, as SSSD reads
         it at its start) when allowed_shells or vetoed_shells needs them."""
         self.domains = {d.name.lower(): d for d in config.domains}
+        # full_name_format per domain, as str.format: {0} name, {1} domain, {2} flat
+        # name (an LDAP domain's is its name, calc_flat_name). None: plain names.
+        self._qualify: dict[str, str | None] = {
+            d.name: _format_of(d.full_name_format or config.daemon.full_name_format)
+            if d.use_fully_qualified_names
+            else None
+            for d in config.domains
+        }
         if etc_shells is None and HomeShell.needs_etc_shells(config.nss):
             etc_shells = read_etc_shells()
         self._homeshell = {
@@ -94,19 +107,44 @@ class ServePolicy:
     # -- names -------------------------------------------------------------------------
 
     @staticmethod
-    def output_name(domain: DomainConfig, name: str) -> str:
-        """A name as answered (NSS and D-Bus alike)."""
+    def short_name(domain: DomainConfig, name: str) -> str:
+        """A name as answered, unqualified (SSSD's sss_output_name): lower-case when
+        ``case_sensitive = false``."""
         return name.lower() if domain.case_sensitive == "false" else name
+
+    def output_name(self, domain: DomainConfig, name: str) -> str:
+        """A name as answered (NSS and D-Bus alike): qualified in a domain with
+        ``use_fully_qualified_names`` (SSSD's sized_output_name)."""
+        short = name.lower() if domain.case_sensitive == "false" else name
+        fmt = self._qualify[domain.name]
+        return short if fmt is None else fmt.format(short, domain.name, domain.name)
+
+    def qualified(self, domain: DomainConfig) -> bool:
+        return self._qualify[domain.name] is not None
+
+    def lookup_name(self, name: str) -> tuple[str, DomainConfig | None]:
+        """(the name to look up, the only domain to look in, or None for every domain
+        that takes unqualified names): ``name@DOMAIN`` of a configured domain is
+        ``name`` there, as SSSD's default re_expression parses it."""
+        short, sep, dom = name.rpartition("@")
+        if sep and short:
+            domain = self.domains.get(dom.lower())
+            if domain is not None:
+                return short, domain
+        return name, None
 
     def output_user(self, domain: DomainConfig, u: User) -> User:
         """A user as answered (NSS socket, memory cache and D-Bus alike): the output
         name, and the home directory and shell the home and shell options make of the
-        directory's (homeshell.py)."""
+        directory's (homeshell.py; %u is the unqualified name)."""
+        short = self.short_name(domain, u.name)
         name = self.output_name(domain, u.name)
         hs = self._homeshell[domain.name]
         if hs.changes_nothing and "%" not in u.home:
             return u if name == u.name else replace(u, name=name)
-        return replace(u, name=name, home=hs.home(name, u.uid, u.home), shell=hs.shell(u.shell))
+        return replace(
+            u, name=name, home=hs.home(short, u.uid, u.home), shell=hs.shell(u.shell)
+        )
 
     def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
         """The filtered names of ``kind`` in ``domain`` (INITGR: the users'), folded."""
@@ -166,13 +204,19 @@ class ServePolicy:
         drop = self.filter_names(domain, Kind.USER)
         fold = domain.case_insensitive
         needles = self._needles[domain.name]
+        fmt = self._qualify[domain.name]
+        dname = domain.name
 
         def split(g: GroupView) -> tuple[int, bytes]:
             names = [n for n in split_members(g.members) if (n.lower() if fold else n) not in drop]
-            blob = join_members([n.lower() for n in names] if lower else names)
+            if lower:
+                names = [n.lower() for n in names]
+            if fmt is not None:
+                names = [fmt.format(n, dname, dname) for n in names]
+            blob = join_members(names)
             return blob.count(b"\0"), blob
 
-        if needles is None or lower:
+        if needles is None or lower or fmt is not None:
             return split
         if not needles:
             return lambda g: (g.member_count, g.members)
@@ -238,3 +282,15 @@ class ServePolicy:
                     ids.remove(g)
             return ids.tobytes()
         return array("I", [g for g in ids if g not in drop and in_range(g)]).tobytes()
+
+
+def _format_of(full_name_format: str) -> str:
+    """A full_name_format (checked by the loader: %1$s %2$s %3$s %%) as str.format."""
+    text = full_name_format.replace("{", "{{").replace("}", "}}")
+    return (
+        text.replace("%%", "\0")
+        .replace("%1$s", "{0}")
+        .replace("%2$s", "{1}")
+        .replace("%3$s", "{2}")
+        .replace("\0", "%")
+    )

@@ -88,7 +88,7 @@ def test_a_file_that_loads_is_listed_line_by_line_and_exits_0(tmp_path: Path) ->
 def test_refusals_are_all_listed_with_file_and_line_and_exit_1(tmp_path: Path) -> None:
     path = _write(tmp_path / "sssd.conf", REALMD.replace(
         "default_shell = /bin/bash\n",
-        "default_shell = /bin/bash\nuse_fully_qualified_names = true\n"
+        "default_shell = /bin/bash\nauto_private_groups = true\n"
         "override_homedir = /home/%P\n"))  # fmt: skip
     snippet = tmp_path / "conf.d" / "10-gid.conf"
     _write(snippet, "[domain/example.com]\noverride_gid = 5\n")
@@ -96,7 +96,7 @@ def test_refusals_are_all_listed_with_file_and_line_and_exit_1(tmp_path: Path) -
     assert r.returncode == 1
     refused = [line for line in r.stdout.splitlines() if ": refused: " in line]
     assert [line.split(" = ")[0] for line in refused] == [
-        f"{path}:19: refused: [domain/example.com] use_fully_qualified_names",
+        f"{path}:19: refused: [domain/example.com] auto_private_groups",
         f"{path}:20: refused: [domain/example.com] override_homedir",
         f"{snippet}:2: refused: [domain/example.com] override_gid",
     ]

@@ -23,10 +23,6 @@ def with_domain_option(line: str) -> str:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("use_fully_qualified_names = true",
-         "use_fully_qualified_names = 'true' is not supported: cached answers with plain names "
-         "(alice, never alice@DOMAIN); set it to false or remove it (names in files, ACLs and "
-         "sudoers that carry @DOMAIN must change)"),
         ("re_expression = ((?P<domain>[^\\\\]+)\\\\(?P<name>.+$))",
          "re_expression = '((?P<domain>[^\\\\\\\\]+)\\\\\\\\(?P<name>.+$))' is not supported: "
          "cached looks names up exactly as given and splits no domain out of them; remove it"),
@@ -53,7 +49,7 @@ def test_semantics_changing_values_are_refused(line: str, message: str) -> None:
         "re_expression = (?P<name>[^@]+)@?(?P<domain>[^@]*$)",
         "filter_users_in_groups = true",
         "fallback_homedir =",
-        "full_name_format = %1$s@%2$s",  # formats qualified names only: there are none
+        "full_name_format = %1$s@%2$s",
     ],
 )
 def test_values_that_change_nothing_load_quietly(line: str) -> None:
@@ -77,9 +73,9 @@ def test_sections_other_than_the_domain_are_checked_too() -> None:
 
 def test_a_value_that_is_not_a_boolean_is_invalid() -> None:
     with pytest.raises(ConfigError) as e:
-        parse_config(with_domain_option("use_fully_qualified_names = maybe"))
+        parse_config(with_domain_option("ldap_rfc2307_fallback_to_local_users = maybe"))
     assert str(e.value) == (
-        "<string>: [domain/LDAP] use_fully_qualified_names = 'maybe' is invalid: "
+        "<string>: [domain/LDAP] ldap_rfc2307_fallback_to_local_users = 'maybe' is invalid: "
         "expected true or false"
     )
 
