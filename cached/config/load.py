@@ -204,6 +204,14 @@ def config_of(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[
         complete_domain(ini, sname, vals, warnings)
         domains.append(DomainConfig(name=dname, **vals))
 
+    suffix = daemon_vals["default_domain_suffix"]
+    if suffix and suffix.lower() not in {d.name.lower() for d in domains}:
+        raise ConfigError(
+            f"{ini.where(main_name, 'default_domain_suffix')}: [{main_name}] "
+            f"default_domain_suffix = {suffix!r} is not supported: it names no domain of "
+            f"[{main_name}] domains (cached serves no trusted subdomains); name one of "
+            + ", ".join(d.name for d in domains)
+        )
     return Config(
         path=path,
         daemon=DaemonConfig(**daemon_vals),

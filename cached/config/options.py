@@ -26,6 +26,7 @@ from cached.config.parsers import (
     integer,
     name_format,
     not_supported,
+    one_char,
     provider,
     search_base,
     search_filter,
@@ -166,6 +167,18 @@ class DaemonConfig:
         "%1$s@%2$s",
         "How a qualified name is written: %1$s the name, %2$s the domain, %3$s the "
         "domain's flat name (for an LDAP domain, its name).",
+    )
+    default_domain_suffix: str = option(
+        string,
+        "",
+        "As SSSD: an unqualified name is looked up in this domain (one of `domains`), and "
+        "every domain's names are answered qualified.",
+    )
+    override_space: str = option(
+        one_char,
+        "",
+        "As SSSD: answer names with this character for each space (a name already holding "
+        "it keeps its spaces), and read it back as a space in the names looked up.",
     )
 
 

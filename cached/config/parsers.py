@@ -263,3 +263,12 @@ def name_format(raw: str) -> str:
     if "%1$s" not in value.replace("%%", ""):
         raise ValueError("it must contain %1$s, the name")
     return value
+
+
+def one_char(raw: str) -> str:
+    """One character (override_space); SSSD takes the first of a longer value and logs
+    that it did, cached refuses it: nothing here is read otherwise than written."""
+    value = raw.strip()
+    if len(value) > 1:
+        raise ValueError("expected a single character")
+    return value

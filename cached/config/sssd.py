@@ -109,14 +109,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
         "named after the user (SSSD would answer gid = uid with such a group: primary "
         "groups and file group owners would change); set it to false or remove it",
     ),
-    "default_domain_suffix": Unsupported(
-        _is_unset,
-        "cached does not add a default domain to unqualified names (write name@DOMAIN, "
-        "or set use_fully_qualified_names = false in that domain); remove it",
-    ),
-    "override_space": Unsupported(
-        _is_unset, "cached serves names as the directory holds them, spaces included; remove it"
-    ),
     "re_expression": Unsupported(
         lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
         "cached looks names up exactly as given and splits no domain out of them; remove it",

@@ -51,12 +51,18 @@ class ServePolicy:
         self.domains = {d.name.lower(): d for d in config.domains}
         # full_name_format per domain, as str.format: {0} name, {1} domain, {2} flat
         # name (an LDAP domain's is its name, calc_flat_name). None: plain names.
+        # default_domain_suffix: unqualified names are that domain's, and every
+        # domain's names are answered qualified (sss_domain_info_get_output_fqnames).
+        suffix = config.daemon.default_domain_suffix.lower()
+        self._default = self.domains.get(suffix) if suffix else None
         self._qualify: dict[str, str | None] = {
             d.name: _format_of(d.full_name_format or config.daemon.full_name_format)
-            if d.use_fully_qualified_names
+            if d.use_fully_qualified_names or self._default is not None
             else None
             for d in config.domains
         }
+        # override_space: SSSD's sss_replace_space / sss_reverse_replace_space.
+        self._space = config.daemon.override_space.strip(" ")
         if etc_shells is None and HomeShell.needs_etc_shells(config.nss):
             etc_shells = read_etc_shells()
         self._homeshell = {
@@ -116,6 +122,8 @@ class ServePolicy:
         """A name as answered (NSS and D-Bus alike): qualified in a domain with
         ``use_fully_qualified_names`` (SSSD's sized_output_name)."""
         short = name.lower() if domain.case_sensitive == "false" else name
+        if self._space and " " in short and self._space not in short:
+            short = short.replace(" ", self._space)
         fmt = self._qualify[domain.name]
         return short if fmt is None else fmt.format(short, domain.name, domain.name)
 
@@ -126,12 +134,15 @@ class ServePolicy:
         """(the name to look up, the only domain to look in, or None for every domain
         that takes unqualified names): ``name@DOMAIN`` of a configured domain is
         ``name`` there, as SSSD's default re_expression parses it."""
+        sub = self._space
+        if sub and sub in name and " " not in name:
+            name = name.replace(sub, " ")
         short, sep, dom = name.rpartition("@")
         if sep and short:
             domain = self.domains.get(dom.lower())
             if domain is not None:
                 return short, domain
-        return name, None
+        return name, self._default
 
     def output_user(self, domain: DomainConfig, u: User) -> User:
         """A user as answered (NSS socket, memory cache and D-Bus alike): the output
@@ -206,17 +217,20 @@ class ServePolicy:
         needles = self._needles[domain.name]
         fmt = self._qualify[domain.name]
         dname = domain.name
+        space = self._space
 
         def split(g: GroupView) -> tuple[int, bytes]:
             names = [n for n in split_members(g.members) if (n.lower() if fold else n) not in drop]
             if lower:
                 names = [n.lower() for n in names]
+            if space:
+                names = [n.replace(" ", space) if space not in n else n for n in names]
             if fmt is not None:
                 names = [fmt.format(n, dname, dname) for n in names]
             blob = join_members(names)
             return blob.count(b"\0"), blob
 
-        if needles is None or lower or fmt is not None:
+        if needles is None or lower or fmt is not None or space:
             return split
         if not needles:
             return lambda g: (g.member_count, g.members)

@@ -45,6 +45,7 @@ LDIF = (
     f"\ndn: ou=groups,{BASE}\nobjectClass: organizationalUnit\nou: groups\n"
     + _user("alice", 10001) + _user("Bob", 10002)
     + _group("staff", 20000, ["alice", "Bob"]) + _group("dev", 20001, ["alice"])
+    + _group("domain users", 20002, ["Bob"])
 )  # fmt: skip
 
 
@@ -112,5 +113,31 @@ def test_unqualified_domain_answers_a_qualified_lookup_with_the_plain_name(
                 "uid=10001(alice) gid=20000(staff) groups=20000(staff),20001(dev)"
             )
             assert _run(d, ["getent", "passwd", "alice@elsewhere"], env) == "status 2"
+    finally:
+        d.stop()
+
+
+def test_default_domain_suffix_and_override_space_through_glibc(
+    tmp_path: Path, slapd: Slapd
+) -> None:
+    d = CachedDaemon(tmp_path / "c", [slapd.uri], BASE, domain=DOM,
+                     daemon={"default_domain_suffix": DOM, "override_space": "_"})  # fmt: skip
+    d.start()
+    try:
+        for env in (SOCKET_ONLY, None, None):
+            # Unqualified names are the suffix domain's, answered qualified.
+            assert _run(d, ["getent", "passwd", "alice"], env) == (
+                f"alice@{DOM}:*:10001:20000:alice::"
+            )
+            assert _run(d, ["getent", "group", "domain_users"], env) == (
+                f"domain_users@{DOM}:*:20002:Bob@{DOM}"
+            )
+            assert _run(d, ["getent", "group", f"domain_users@{DOM}"], env) == (
+                f"domain_users@{DOM}:*:20002:Bob@{DOM}"
+            )
+            assert _run(d, ["id", "Bob"], env) == (
+                f"uid=10002(Bob@{DOM}) gid=20000(staff@{DOM}) "
+                f"groups=20000(staff@{DOM}),20002(domain_users@{DOM})"
+            )
     finally:
         d.stop()

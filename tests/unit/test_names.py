@@ -78,3 +78,44 @@ def test_lookup_names() -> None:
     assert p.lookup_name("alice@elsewhere") == ("alice@elsewhere", None)
     assert p.lookup_name("@LDAP") == ("@LDAP", None)
     assert p.lookup_name("a@b@LDAP") == ("a@b", d)
+
+
+def test_default_domain_suffix_qualifies_every_domain_and_takes_unqualified_names() -> None:
+    p = _policy(sssd="default_domain_suffix = ldap\n")
+    d = p.domains["ldap"]
+    assert p.output_name(d, "alice") == "alice@LDAP"
+    assert p.lookup_name("alice") == ("alice", d)
+    assert p.lookup_name("alice@LDAP") == ("alice", d)
+
+
+def test_default_domain_suffix_must_name_a_served_domain() -> None:
+    text = MINIMAL.replace("domains = LDAP\n", "domains = LDAP\ndefault_domain_suffix = ad.x\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(text)
+    assert str(e.value) == (
+        "<string>: [sssd] default_domain_suffix = 'ad.x' is not supported: it names no "
+        "domain of [sssd] domains (cached serves no trusted subdomains); name one of LDAP"
+    )
+
+
+def test_override_space_both_ways() -> None:
+    p = _policy("use_fully_qualified_names = true\n", sssd="override_space = _\n")
+    d = p.domains["ldap"]
+    assert p.output_name(d, "domain users") == "domain_users@LDAP"
+    # A name already holding the character keeps its spaces (sss_replace_space).
+    assert p.output_name(d, "a_b c") == "a_b c@LDAP"
+    assert p.lookup_name("domain_users@LDAP") == ("domain users", d)
+    assert p.lookup_name("a_b c@LDAP") == ("a_b c", d)
+    g = GroupView(name="g", gid=1, dn="cn=g", members=join_members(["domain users"]),
+                  member_count=1)  # fmt: skip
+    assert p.members(d, g) == (1, join_members(["domain_users@LDAP"]))
+    # %u stays the name as SSSD expands it: spaces kept.
+    p = _policy("override_homedir = /home/%u\n", sssd="override_space = _\n")
+    out = p.output_user(p.domains["ldap"], User("a b", 10001, 20000))
+    assert (out.name, out.home) == ("a_b", "/home/a b")
+
+
+def test_override_space_is_one_character() -> None:
+    text = MINIMAL.replace("domains = LDAP\n", "domains = LDAP\noverride_space = __\n")
+    with pytest.raises(ConfigError, match="override_space = '__' is invalid: expected a single"):
+        parse_config(text)
