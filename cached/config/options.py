@@ -206,6 +206,12 @@ class NssConfig:
     memcache_size_initgroups: int = option(integer(0), 10, "Size of mc/initgroups in MiB; 0 = off.")
     filter_users: list[str] = option(str_list, ["root"], "Users never answered (NOTFOUND).")
     filter_groups: list[str] = option(str_list, ["root"], "Groups never answered (NOTFOUND).")
+    filter_users_in_groups: bool = option(
+        boolean,
+        True,
+        "Leave the users of filter_users out of group member lists; `false` lists them "
+        "(as SSSD).",
+    )
     pwfield: str = option(string, "*", "The passwd field returned in passwd entries.")
     enumerate: bool = option(
         boolean, False, "Answer getpwent/getgrent with the cached entries of every domain."
@@ -538,6 +544,14 @@ class DomainConfig:
     )
     override_shell: str = option(string, "", "Login shell of every user of the domain.")
     default_shell: str = option(string, "", "Login shell of the domain's users without one.")
+
+    # -- Ids (sssd.conf(5); nss_protocol_pwent.c sss_nss_get_gid).
+    override_gid: int = option(
+        integer(0, MAX_ID),
+        0,
+        "Primary gid answered for every user of the domain (passwd entries; the groups a "
+        "user is a member of are unchanged, as in SSSD); 0 = the directory's.",
+    )
 
     @property
     def case_insensitive(self) -> bool:

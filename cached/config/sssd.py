@@ -113,14 +113,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
         lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
         "cached looks names up exactly as given and splits no domain out of them; remove it",
     ),
-    "override_gid": Unsupported(
-        _is_unset, "cached serves the directory's primary gid unchanged; remove it"
-    ),
-    "filter_users_in_groups": Unsupported(
-        lambda raw: not _is_false(raw),
-        "cached always leaves the users of filter_users out of group member lists "
-        "(SSSD's default, true); remove it",
-    ),
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,
         "cached lists only the members that the directory's users resolve to; remove it",

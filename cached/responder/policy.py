@@ -15,7 +15,8 @@ an older version or under an older configuration (``min_id = 0``, a shorter
   applies to that domain only (SSSD parses the domain), and in a case-insensitive
   domain the comparison is case-folded, as the domain compares every other name.
   Filtered users are also left out of group member lists (SSSD's
-  filter_users_in_groups), filtered groups out of initgroups answers (reference §1.6);
+  filter_users_in_groups, unless false), filtered groups out of initgroups answers
+  (reference §1.6);
 * output names: ``case_sensitive = false`` answers lower-case names, ``preserving`` the
   stored case (sssd.conf(5)); a domain with ``use_fully_qualified_names`` answers them
   qualified (``full_name_format``), its group members too;
@@ -61,6 +62,7 @@ class ServePolicy:
             else None
             for d in config.domains
         }
+        self._in_groups = config.nss.filter_users_in_groups
         # override_space: SSSD's sss_replace_space / sss_reverse_replace_space.
         self._space = config.daemon.override_space.strip(" ")
         if etc_shells is None and HomeShell.needs_etc_shells(config.nss):
@@ -151,10 +153,11 @@ class ServePolicy:
         short = self.short_name(domain, u.name)
         name = self.output_name(domain, u.name)
         hs = self._homeshell[domain.name]
+        gid = domain.override_gid or u.gid
         if hs.changes_nothing and "%" not in u.home:
-            return u if name == u.name else replace(u, name=name)
+            return u if name == u.name and gid == u.gid else replace(u, name=name, gid=gid)
         return replace(
-            u, name=name, home=hs.home(short, u.uid, u.home), shell=hs.shell(u.shell)
+            u, name=name, gid=gid, home=hs.home(short, u.uid, u.home), shell=hs.shell(u.shell)
         )
 
     def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
@@ -194,8 +197,16 @@ class ServePolicy:
         return self.user_ok(domain, ig.user)
 
     def member_names(self, domain: DomainConfig, g: GroupView) -> list[str]:
-        """A group's member names without the filtered users, as stored."""
-        return [n for n in split_members(g.members) if not self.name_filtered(domain, Kind.USER, n)]
+        """A group's member names without the filtered users (unless
+        ``filter_users_in_groups = false``), as stored."""
+        drop = self._member_filter(domain)
+        fold = domain.case_insensitive
+        return [n for n in split_members(g.members) if (n.lower() if fold else n) not in drop]
+
+    def _member_filter(self, domain: DomainConfig) -> frozenset[str]:
+        """The users left out of member lists: filter_users, unless
+        filter_users_in_groups = false (SSSD's nss_protocol_grent.c)."""
+        return self.filter_names(domain, Kind.USER) if self._in_groups else frozenset()
 
     def members(self, domain: DomainConfig, g: GroupView) -> tuple[int, bytes]:
         """A group's (member count, NUL-joined member blob) as answered: without the
@@ -212,9 +223,9 @@ class ServePolicy:
         if domain.ignore_group_members:
             return lambda _g: (0, b"")
         lower = domain.case_sensitive == "false"
-        drop = self.filter_names(domain, Kind.USER)
+        drop = self._member_filter(domain)
         fold = domain.case_insensitive
-        needles = self._needles[domain.name]
+        needles = self._needles[domain.name] if drop else ()
         fmt = self._qualify[domain.name]
         dname = domain.name
         space = self._space

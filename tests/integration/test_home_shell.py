@@ -96,3 +96,19 @@ def test_override_templates_through_glibc(tmp_path: Path, slapd: Slapd) -> None:
             )
     finally:
         d.stop()
+
+
+def test_override_gid_and_filtered_users_in_groups_through_glibc(
+    tmp_path: Path, slapd: Slapd
+) -> None:
+    nss = {"filter_users": "root, ann", "filter_users_in_groups": "false"}
+    d = CachedDaemon(tmp_path / "c", [slapd.uri], BASE, override_gid=30000, nss=nss)
+    d.start()
+    try:
+        for env in (SOCKET_ONLY, None, None):
+            assert _getent(d, "bob", env) == "bob:*:10002:30000:bob::"
+            assert _getent(d, "ann", env) == "status 2"
+            r = d.run_nss(["getent", "group", "staff"], env=env)
+            assert r.stdout.strip() == "staff:*:20000:ann"
+    finally:
+        d.stop()

@@ -9,7 +9,7 @@ import pytest
 from cached.cache import GroupView
 from cached.cache.records import join_members
 from cached.config import ConfigError, parse_config
-from cached.model import User
+from cached.model import Kind, User
 from cached.responder.policy import ServePolicy
 from tests.unit.test_config import MINIMAL
 
@@ -119,3 +119,24 @@ def test_override_space_is_one_character() -> None:
     text = MINIMAL.replace("domains = LDAP\n", "domains = LDAP\noverride_space = __\n")
     with pytest.raises(ConfigError, match="override_space = '__' is invalid: expected a single"):
         parse_config(text)
+
+
+def test_override_gid_is_the_passwd_gid_only() -> None:
+    p = _policy("override_gid = 555\n")
+    d = p.domains["ldap"]
+    out = p.output_user(d, User("ann", 10003, 20000, home="/home/ann"))
+    assert (out.name, out.gid, out.home) == ("ann", 555, "/home/ann")
+
+
+@pytest.mark.parametrize(("in_groups", "want"), [("true", ["bob"]), ("false", ["ann", "bob"])])
+def test_filter_users_in_groups(in_groups: str, want: list[str]) -> None:
+    lines = f"filter_users = root, ann\nfilter_users_in_groups = {in_groups}\n"
+    text = MINIMAL.replace("filter_users = root\n", lines)
+    p = ServePolicy(parse_config(text), frozenset())
+    d = p.domains["ldap"]
+    g = GroupView(name="g", gid=1, dn="cn=g", members=join_members(["ann", "bob"]),
+                  member_count=2)  # fmt: skip
+    assert p.members(d, g) == (len(want), join_members(want))
+    assert p.member_names(d, g) == want
+    # The user stays filtered itself.
+    assert p.name_filtered(d, Kind.USER, "ann")

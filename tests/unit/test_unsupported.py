@@ -26,9 +26,6 @@ def with_domain_option(line: str) -> str:
         ("re_expression = ((?P<domain>[^\\\\]+)\\\\(?P<name>.+$))",
          "re_expression = '((?P<domain>[^\\\\\\\\]+)\\\\\\\\(?P<name>.+$))' is not supported: "
          "cached looks names up exactly as given and splits no domain out of them; remove it"),
-        ("override_gid = 100",
-         "override_gid = '100' is not supported: cached serves the directory's primary gid "
-         "unchanged; remove it"),
         ("ldap_rfc2307_fallback_to_local_users = true",
          "ldap_rfc2307_fallback_to_local_users = 'true' is not supported: cached lists only "
          "the members that the directory's users resolve to; remove it"),
@@ -47,7 +44,6 @@ def test_semantics_changing_values_are_refused(line: str, message: str) -> None:
         "use_fully_qualified_names = False",
         "ldap_id_mapping = false",
         "re_expression = (?P<name>[^@]+)@?(?P<domain>[^@]*$)",
-        "filter_users_in_groups = true",
         "fallback_homedir =",
         "full_name_format = %1$s@%2$s",
     ],
@@ -58,14 +54,10 @@ def test_values_that_change_nothing_load_quietly(line: str) -> None:
 
 def test_sections_other_than_the_domain_are_checked_too() -> None:
     text = MINIMAL.replace("filter_groups = root\n", "filter_groups = root\n"
-                           "filter_users_in_groups = false\n")  # fmt: skip
-    with pytest.raises(ConfigError) as e:
+                           "ldap_access_filter = (x=1)\n")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^<string>: \[nss\] ldap_access_filter = '\(x=1\)' "
+                       "is not supported: cached answers NSS only"):  # fmt: skip
         parse_config(text)
-    assert str(e.value) == (
-        "<string>: [nss] filter_users_in_groups = 'false' is not supported: cached always "
-        "leaves the users of filter_users out of group member lists (SSSD's default, true); "
-        "remove it"
-    )
     text = MINIMAL.replace("domains = LDAP\n", "domains = LDAP\ndefault_domain_suffix = x\n")
     with pytest.raises(ConfigError, match=r"\[sssd\] default_domain_suffix = 'x' is not supp"):
         parse_config(text)
