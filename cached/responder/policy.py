@@ -22,8 +22,9 @@ an older version or under an older configuration (``min_id = 0``, a shorter
   qualified (``full_name_format``), its group members too;
 * lookup names: ``name@DOMAIN`` of a configured domain (compared case-insensitively,
   SSSD's default ``re_expression``) is looked up as ``name`` in that domain only; an
-  unqualified name is not looked up in a domain with ``use_fully_qualified_names``
-  (SSSD's cache_req skips it); any other name is looked up as given;
+  unqualified name in ``default_domain_suffix``'s domain only, else not in a domain
+  with ``use_fully_qualified_names`` (SSSD's cache_req skips it); any other name is
+  looked up as given; ``override_space``'s character is read back as a space;
 * output users: the name as above, the home directory and the login shell as the home
   and shell options make them (homeshell.py): the one place the socket's answers, the
   memory cache's records and D-Bus's properties take them from, so they never differ.
