@@ -111,7 +111,8 @@ UNSUPPORTED: dict[str, Unsupported] = {
     ),
     "re_expression": Unsupported(
         lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
-        "cached looks names up exactly as given and splits no domain out of them; remove it",
+        "cached splits a domain out of a name only as SSSD's default does "
+        "(name@DOMAIN); remove it",
     ),
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,

@@ -25,7 +25,8 @@ def with_domain_option(line: str) -> str:
     [
         ("re_expression = ((?P<domain>[^\\\\]+)\\\\(?P<name>.+$))",
          "re_expression = '((?P<domain>[^\\\\\\\\]+)\\\\\\\\(?P<name>.+$))' is not supported: "
-         "cached looks names up exactly as given and splits no domain out of them; remove it"),
+         "cached splits a domain out of a name only as SSSD's default does (name@DOMAIN); "
+         "remove it"),
         ("ldap_rfc2307_fallback_to_local_users = true",
          "ldap_rfc2307_fallback_to_local_users = 'true' is not supported: cached lists only "
          "the members that the directory's users resolve to; remove it"),
