@@ -336,14 +336,6 @@ class Lookups:
                 return found
         return None
 
-    def first_admitting(self, plugin: Plugin[K, V], key: K) -> DomainConfig | None:
-        """The first domain whose filters and id range admit ``key``: the one whose
-        answer the flow gives for it whenever that domain has one it may serve."""
-        for domain, dkey in self._candidates(plugin, key):
-            if plugin.admits(self.policy, domain, dkey):
-                return domain
-        return None
-
     def owns(self, domain: DomainConfig, by_name: Plugin[str, V], name: str,
              by_id: Plugin[int, V], ident: int) -> bool:  # fmt: skip
         """Whether a record of ``domain``'s entry in the memory cache, which clients read
@@ -381,35 +373,51 @@ class Lookups:
                 held |= self.caches[earlier.name].holds(by_name.kind, names)
         return [o and n not in held for (n, _i), o in zip(entries, ok, strict=True)]
 
-    def _candidates(self, plugin: Plugin[K, V], key: K) -> Iterator[tuple[DomainConfig, K]]:
-        """The domains a key may name an entry of, with the key to look up there: a
-        name ``name@DOMAIN`` of a configured domain is ``name`` in that domain only;
-        any other name is looked up in the domains without qualified names, as given
-        (SSSD's cache_req: a domain with use_fully_qualified_names answers qualified
-        names only); an id in every domain."""
-        if isinstance(key, str):
-            name, only = self.policy.lookup_name(key)
-            if only is not None:
-                yield only, name
-                return
-            for domain in self.config.domains:
-                if not self.policy.qualified(domain):
-                    yield domain, key
+    def _candidates(self, key: str) -> Iterator[tuple[DomainConfig, str]]:
+        """The domains a name may name an entry of, with the name to look up there:
+        ``name@DOMAIN`` of a configured domain is ``name`` in that domain only; an
+        unqualified name is default_domain_suffix's domain's when it is set; any other
+        name is looked up as given in the domains without qualified names (SSSD's
+        cache_req: a domain with use_fully_qualified_names answers qualified names
+        only)."""
+        name, only = self.policy.lookup_name(key)
+        if only is not None:
+            yield only, name
             return
         for domain in self.config.domains:
-            yield domain, key
+            if not self.policy.qualified(domain):
+                yield domain, key
+
+    def first_admitting(self, plugin: Plugin[K, V], key: K) -> DomainConfig | None:
+        """The first domain whose filters and id range admit ``key``: the one whose
+        answer the flow gives for it whenever that domain has one it may serve."""
+        candidates = (
+            self._candidates(key)
+            if isinstance(key, str)
+            else ((d, key) for d in self.config.domains)
+        )
+        for domain, dkey in candidates:
+            if plugin.admits(self.policy, domain, dkey):
+                return domain
+        return None
 
     def _domains(
         self, plugin: Plugin[K, V], key: K
     ) -> Iterator[tuple[DomainConfig, K, NegKey]]:
-        """The domains to ask for ``key``, in order, with the key to look up there:
-        those whose filters and id ranges admit it and whose negative cache does not
-        hold it."""
-        for domain, dkey in self._candidates(plugin, key):
+        """The domains to ask for ``key``, in order, with the key to look up there
+        (``_candidates``): those whose filters and id ranges admit it and whose
+        negative cache does not hold it."""
+        admits, hit = plugin.admits, self.negative.hit
+        if not isinstance(key, str):
+            # An id: every domain, the warm path of getgrgid (no name to parse).
+            nkey = plugin.negative_key(key)
+            for domain in self.config.domains:
+                if admits(self.policy, domain, key) and not hit(domain.name, nkey):
+                    yield domain, key, nkey
+            return
+        for domain, dkey in self._candidates(key):
             nkey = plugin.negative_key(dkey)
-            if plugin.admits(self.policy, domain, dkey) and not self.negative.hit(
-                domain.name, nkey
-            ):
+            if admits(self.policy, domain, dkey) and not hit(domain.name, nkey):
                 yield domain, dkey, nkey
 
     def _cached(
