@@ -311,6 +311,15 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_check(args: argparse.Namespace) -> int:
+    from cached.config.check import check_config
+
+    report = check_config(args.config)
+    for line in report.lines():
+        print(printable.printable(line))
+    return 1 if report.refused else 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from cached.tools.status import format_status, status
 
@@ -456,6 +465,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="name in 'Total run time of NAME' (default: CMD's basename)")  # fmt: skip
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to measure")  # fmt: skip
+
+    p = add(
+        "config-check", cmd_config_check,
+        "check a configuration (an sssd.conf, say) before switching, as sssctl "
+        "config-check: print each option of the file and of its conf.d snippets as "
+        "FILE:LINE: loads, ignored or refused, with why; then the warnings and the "
+        "refusal that loading the whole file adds. Exit status 0 when cached would start "
+        "with it, 1 when something is refused, 3 when the file cannot be read or parsed",
+    )  # fmt: skip
 
     p = add("id", cmd_id, "print a user's uid, gid and groups as id(1), through the NSS socket")
     p.add_argument("name", help="user name or uid")

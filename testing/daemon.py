@@ -90,9 +90,11 @@ class CachedDaemon(Service):
         self.config_path = self.workdir / "cached.conf"
         self.config_path.write_text(config_text(uris, base, self.workdir, **opts))
         self.config_path.chmod(0o600)
-        self.pipes_dir = self.workdir / "pipes"
-        self.mc_dir = self.workdir / "mc"
-        self.db_dir = self.workdir / "db"
+        # Where the configuration puts them (``daemon=`` may move them).
+        placed = opts.get("daemon") or {}
+        self.pipes_dir = Path(placed.get("pipes_dir", self.workdir / "pipes"))
+        self.mc_dir = Path(placed.get("mc_dir", self.workdir / "mc"))
+        self.db_dir = Path(placed.get("db_dir", self.workdir / "db"))
         self.log_path = self.workdir / "cached.log"
         self.log_level = log_level
         self.proc: subprocess.Popen[bytes] | None = None

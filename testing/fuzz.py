@@ -66,7 +66,7 @@ class Generator:
         self.gids = [exp.group(g).gid for g in self.groups]
         self.unknown_names = [
             "root", "nobody", "User00001", "USERS", "nosuch", "a", "*", "ü", "名前",
-            "x" * 256, "user00001 ", " user00001", "user00001@LDAP", "grp0001,large01",
+            "x" * 256, "user00001 ", " user00001", "user00001@NODOMAIN", "grp0001,large01",
         ] + [f"fz{rng.randrange(10**6)}" for _ in range(20)]  # fmt: skip
         self.unknown_ids = [0, 1, 999, 9999, 65534, 65535, 99999, 2**31, 2**32 - 1]
 

@@ -8,12 +8,13 @@ validator and the source of the option tables in README.md and of cached.conf(5)
 value; unknown options warn and name the option; SSSD options that cached accepts but
 has no use for (``services``, ``auth_provider``, ...) are accepted quietly so a real
 sssd.conf loads; SSSD options that would change who is who
-(``use_fully_qualified_names = true``, ...) are refused unless set to a value that
+(``auto_private_groups = true``, ...) are refused unless set to a value that
 changes nothing (sssd.py).
 
 The modules, each importing only those before it: errors, parsers (text to values),
 ini (the file syntax), options (the sections' fields), sssd (SSSD's options),
-rules (across options), load (files to a Config).
+rules (across options), load (files to a Config), check (``cached config-check``:
+what loading does with each line, from load's own verdicts).
 """
 
 from cached.config.errors import ConfigError

@@ -8,6 +8,10 @@ import re
 
 from cached.config.errors import ConfigError
 
+# The option whose value is a secret: the files that set it are kept (their mode is
+# checked), and its value is never shown.
+SECRET_OPTION = "ldap_default_authtok"
+
 
 class Ini:
     """The sections of a file (and, later, its snippets) as SSSD's libini reads them
@@ -19,6 +23,8 @@ class Ini:
         self.sections: dict[str, dict[str, str]] = {}  # in order of first appearance
         self.origin: dict[tuple[str, str], str] = {}  # (section, option) -> file
         self.section_origin: dict[str, str] = {}  # section -> file it first appeared in
+        self.line: dict[tuple[str, str], int] = {}  # (section, option) -> its line there
+        self.section_line: dict[str, int] = {}  # section -> its header's line there
         # Every file that set the bind password, not only the last (its mode is checked).
         self.secret_files: dict[str, set[str]] = {}  # section -> files
         self._folded: dict[str, str] = {}  # a section name case-folded -> its name here
@@ -37,6 +43,11 @@ class Ini:
         if option is not None and (section, option) in self.origin:
             return self.origin[(section, option)]
         return self.section_origin.get(section, self.path)
+
+    def located(self, section: str, option: str | None = None) -> str:
+        """``file:line`` of what ``where`` names (``cached config-check``)."""
+        line = self.line.get((section, option)) if option else self.section_line.get(section)
+        return f"{self.where(section, option)}:{line}" if line else self.where(section, option)
 
     # `option = value`. Only `=`, as libini ("Equal sign is missing"): with `:` too, a
     # wrapped `ldaps://host` line would be an option `ldaps`.
@@ -87,7 +98,9 @@ class Ini:
                     )
                 header_line.setdefault(name, lineno)
                 self.sections.setdefault(name, {})
-                self.section_origin.setdefault(name, path)
+                if name not in self.section_origin:
+                    self.section_origin[name] = path
+                    self.section_line[name] = lineno
                 current = name
                 continue
             m = self._OPTION.fullmatch(line)
@@ -108,7 +121,8 @@ class Ini:
             option_line[(current, key)] = lineno
             self.sections[current][key] = m["value"]
             self.origin[(current, key)] = path
-            if key == "ldap_default_authtok" and m["value"]:
+            self.line[(current, key)] = lineno
+            if key == SECRET_OPTION and m["value"]:
                 self.secret_files.setdefault(current, set()).add(path)
         if comment_from:
             # SSSD refuses the file ("Incomplete comment at the end of the file").

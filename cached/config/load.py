@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import stat
+from dataclasses import dataclass
 from typing import Any
 
 from cached.config.errors import ConfigError
@@ -31,8 +32,8 @@ from cached.config.sssd import (
     ACCEPTED_UNUSED,
     IGNORED_SECTIONS,
     UNSUPPORTED,
-    check_unsupported,
     enabled_domains,
+    unsupported_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,59 @@ log = logging.getLogger(__name__)
 DEFAULT_CONFIG = "/etc/cached/cached.conf"
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What loading does with one ``option = value`` line: ``loads`` (``value`` is
+    the parsed value, for an option of the section's table), or not, with ``message``
+    saying why: ``refused`` stops the start, an ``ignored`` one is warned of when
+    ``warn``, else accepted quietly (an SSSD option that changes nothing here)."""
+
+    kind: str  # LOADS, IGNORED or REFUSED
+    message: str = ""
+    value: Any = None
+    warn: bool = False
+
+
+LOADS, IGNORED, REFUSED = "loads", "ignored", "refused"
+
+
+def judge(section: str, name: str, raw: str, table: dict[str, Option]) -> Verdict:
+    """The verdict on ``name = raw`` in ``section``, whose options are ``table``: the
+    one place that knows, for the loader and ``cached config-check`` alike."""
+    what = f"[{section}] {name} = {raw.strip()!r}"
+    opt = table.get(name)
+    if opt is not None:
+        try:
+            return Verdict(LOADS, value=opt.parse(raw))
+        except NotSupported as e:
+            return Verdict(REFUSED, f"{what} is not supported: {e}")
+        except ValueError as e:
+            return Verdict(REFUSED, f"{what} is invalid: {e}")
+    unsupported = UNSUPPORTED.get(name)
+    if unsupported is not None:
+        problem = unsupported_problem(section, name, raw, unsupported)
+        if problem is not None:
+            return Verdict(REFUSED, problem)
+        return Verdict(LOADS, "SSSD answers as cached at this value")
+    if name in NSS_OPTIONS and section != "nss":
+        # allowed_shells, vetoed_shells, shell_fallback, ...: SSSD reads them in [nss]
+        # only (responder_common.c), and ignores them elsewhere.
+        return Verdict(
+            IGNORED,
+            f"[{section}] {name} is an option of [nss], where SSSD reads it; ignored here",
+            warn=True,
+        )
+    if name in ACCEPTED_UNUSED:
+        return Verdict(IGNORED, "an SSSD option cached accepts and has no use for")
+    return Verdict(IGNORED, f"[{section}] unknown option {name!r} is ignored", warn=True)
+
+
 def read_section(
     ini: Ini, section: str, table: dict[str, Option], warnings: list[str]
 ) -> dict[str, Any]:
     """The values of ``section`` by option name: each option the file sets, parsed;
     the default of each it leaves unset, but for a computed one (rules.py sets it).
-    An option of no table is checked against SSSD's (sssd.py) or warned of."""
+    Each option set is judged (``judge``): a refused one stops the load."""
     values: dict[str, Any] = {
         name: list(opt.default) if isinstance(opt.default, list) else opt.default
         for name, opt in table.items()
@@ -53,24 +101,13 @@ def read_section(
     }
     for name, raw in ini.sections.get(section, {}).items():
         path = ini.where(section, name)
-        opt = table.get(name)
-        if opt is None:
-            unsupported = UNSUPPORTED.get(name)
-            if unsupported is not None:
-                check_unsupported(path, section, name, raw, unsupported)
-            elif name not in ACCEPTED_UNUSED:
-                warnings.append(f"{path}: [{section}] unknown option {name!r} is ignored")
-            continue
-        try:
-            values[name] = opt.parse(raw)
-        except NotSupported as e:
-            raise ConfigError(
-                f"{path}: [{section}] {name} = {raw.strip()!r} is not supported: {e}"
-            ) from None
-        except ValueError as e:
-            raise ConfigError(
-                f"{path}: [{section}] {name} = {raw.strip()!r} is invalid: {e}"
-            ) from None
+        v = judge(section, name, raw, table)
+        if v.kind == REFUSED:
+            raise ConfigError(f"{path}: {v.message}")
+        if v.kind == LOADS and name in table:
+            values[name] = v.value
+        elif v.warn:
+            warnings.append(f"{path}: {v.message}")
     return values
 
 
@@ -89,10 +126,10 @@ def parse_config(text: str, path: str = "<string>", st: os.stat_result | None = 
     warnings: list[str] = []
     ini = Ini(path)
     ini.read(text, path, warnings)
-    return _config(ini, {path: st}, warnings)
+    return config_of(ini, {path: st}, warnings)
 
 
-def _config(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[str]) -> Config:
+def config_of(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[str]) -> Config:
     """The configuration the sections of ``ini`` say; ``stats`` holds each file's stat
     for the permission check of a bind password."""
     path = ini.path
@@ -170,6 +207,14 @@ def _config(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[st
         complete_domain(ini, sname, vals, warnings)
         domains.append(DomainConfig(name=dname, **vals))
 
+    suffix = daemon_vals["default_domain_suffix"]
+    if suffix and suffix.lower() not in {d.name.lower() for d in domains}:
+        raise ConfigError(
+            f"{ini.where(main_name, 'default_domain_suffix')}: [{main_name}] "
+            f"default_domain_suffix = {suffix!r} is not supported: it names no domain of "
+            f"[{main_name}] domains (cached serves no trusted subdomains); name one of "
+            + ", ".join(d.name for d in domains)
+        )
     return Config(
         path=path,
         daemon=DaemonConfig(**daemon_vals),
@@ -280,15 +325,14 @@ def _snippets(
     return out
 
 
-def load_config(path: str = DEFAULT_CONFIG, *, tool: bool = False) -> Config:
-    """Read and validate ``path`` and the snippets of the ``conf.d`` directory beside
-    it, which override it (sssd.conf(5), "CONFIGURATION SNIPPETS FROM INCLUDE
-    DIRECTORY"). Raises ConfigError with a message for the administrator. ``tool``:
-    for a command other than the daemon's, which as a user skips the snippets only
-    root may read."""
+def read_files(
+    path: str, warnings: list[str], *, tool: bool = False, permissions: bool = True
+) -> tuple[Ini, dict[str, os.stat_result | None]]:
+    """``path`` and its ``conf.d`` snippets read into one Ini, with each file's stat;
+    ``permissions``: refuse a main file others may change (ConfigError)."""
     text, st = _read_file(path)
-    _check_file_permissions(path, st)
-    warnings: list[str] = []
+    if permissions:
+        _check_file_permissions(path, st)
     ini = Ini(path)
     ini.read(text, path, warnings)
     stats: dict[str, os.stat_result | None] = {path: st}
@@ -301,4 +345,26 @@ def load_config(path: str = DEFAULT_CONFIG, *, tool: bool = False) -> Config:
             continue
         ini.read(stext, spath, warnings)
         stats[spath] = sst
-    return _config(ini, stats, warnings)
+    return ini, stats
+
+
+def check_file_permissions(path: str, st: os.stat_result | None) -> str | None:
+    """Why the main file's owner or mode stops the start, or None."""
+    if st is None:
+        return None
+    try:
+        _check_file_permissions(path, st)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def load_config(path: str = DEFAULT_CONFIG, *, tool: bool = False) -> Config:
+    """Read and validate ``path`` and the snippets of the ``conf.d`` directory beside
+    it, which override it (sssd.conf(5), "CONFIGURATION SNIPPETS FROM INCLUDE
+    DIRECTORY"). Raises ConfigError with a message for the administrator. ``tool``:
+    for a command other than the daemon's, which as a user skips the snippets only
+    root may read."""
+    warnings: list[str] = []
+    ini, stats = read_files(path, warnings, tool=tool)
+    return config_of(ini, stats, warnings)

@@ -22,8 +22,11 @@ from cached.config.parsers import (
     boolean,
     closed,
     domain_sid,
+    homedir_template,
     integer,
+    name_format,
     not_supported,
+    one_char,
     provider,
     search_base,
     search_filter,
@@ -194,6 +197,26 @@ class DaemonConfig:
         "accepted and do nothing (the InfoPipe follows `dbus_address`).",
     )
 
+    # -- Names (sssd.conf(5); sss_names.c). The domain's own full_name_format wins.
+    full_name_format: str = option(
+        name_format,
+        "%1$s@%2$s",
+        "How a qualified name is written: %1$s the name, %2$s the domain, %3$s the "
+        "domain's flat name (for an LDAP domain, its name).",
+    )
+    default_domain_suffix: str = option(
+        string,
+        "",
+        "As SSSD: an unqualified name is looked up in this domain (one of `domains`), and "
+        "every domain's names are answered qualified.",
+    )
+    override_space: str = option(
+        one_char,
+        "",
+        "As SSSD: answer names with this character for each space (a name already holding "
+        "it keeps its spaces), and read it back as a space in the names looked up.",
+    )
+
 
 @dataclass(frozen=True, kw_only=True)
 class NssConfig:
@@ -219,6 +242,12 @@ class NssConfig:
     memcache_size_initgroups: int = option(integer(0), 10, "Size of mc/initgroups in MiB; 0 = off.")
     filter_users: list[str] = option(str_list, ["root"], "Users never answered (NOTFOUND).")
     filter_groups: list[str] = option(str_list, ["root"], "Groups never answered (NOTFOUND).")
+    filter_users_in_groups: bool = option(
+        boolean,
+        True,
+        "Leave the users of filter_users out of group member lists; `false` lists them "
+        "(as SSSD).",
+    )
     pwfield: str = option(string, "*", "The passwd field returned in passwd entries.")
     enumerate: bool = option(
         boolean, False, "Answer getpwent/getgrent with the cached entries of every domain."
@@ -246,6 +275,38 @@ class NssConfig:
     # connections took 2.9 GB without it; with it, 16 MiB per attacking uid.
     max_reply_buffer_per_uid: int = option(
         integer(1), 16, "cached: MiB of replies one uid may leave unread before it must wait."
+    )
+
+    # -- Home directory and shell (sssd.conf(5) "NSS configuration options"; read as
+    # nsssrv.c and responder_common.c read them). override_homedir, fallback_homedir,
+    # homedir_substring, override_shell and default_shell may also be set in a domain,
+    # whose value comes first (policy.py, UserShape).
+    override_homedir: str = option(
+        homedir_template,
+        "",
+        "Home directory of every user, a template: %u name, %U uid, %d domain, %f "
+        "name@domain, %l first letter of the name, %o the directory's home directory, "
+        "%h the same lower-cased, %H homedir_substring, %% a percent sign.",
+    )
+    fallback_homedir: str = option(
+        homedir_template, "", "Home directory of users the directory gives none, a template."
+    )
+    homedir_substring: str = option(
+        string, "/home", "What %H in a home directory template (or the directory's) expands to."
+    )
+    override_shell: str = option(string, "", "Login shell of every user.")
+    default_shell: str = option(string, "", "Login shell of users the directory gives none.")
+    allowed_shells: list[str] = option(
+        str_list,
+        [],
+        "Shells a user may have that /etc/shells lacks: answered as shell_fallback; any other "
+        "shell missing from /etc/shells is answered as /sbin/nologin. `*` allows every shell.",
+    )
+    vetoed_shells: list[str] = option(
+        str_list, [], "Shells answered as shell_fallback, even when in /etc/shells."
+    )
+    shell_fallback: str = option(
+        string, "/bin/sh", "The shell answered for an allowed shell /etc/shells lacks."
     )
 
     @property
@@ -588,6 +649,40 @@ class DomainConfig:
     )
     filter_groups: list[str] = option(
         str_list, [], "Groups of this domain never answered, in addition to [nss] filter_groups."
+    )
+
+    # -- Names: qualified names (sssd.conf(5) "DOMAIN SECTIONS"; cache_req, sss_names.c).
+    use_fully_qualified_names: bool = option(
+        boolean,
+        False,
+        "Answer this domain's names qualified (full_name_format, `alice@DOMAIN`), and "
+        "find its users and groups only by qualified names, as SSSD.",
+    )
+    full_name_format: str = option(
+        name_format, "", "full_name_format for this domain.", "[sssd] full_name_format"
+    )
+
+    # -- Home directory and shell: as the [nss] options of the same names, for this
+    # domain's users; set here, they take precedence (confdb.c
+    # confdb_init_domain_user_info, nss_protocol_pwent.c).
+    override_homedir: str = option(
+        homedir_template, "", "Home directory template of every user of the domain."
+    )
+    fallback_homedir: str = option(
+        homedir_template, "", "Home directory template of the domain's users without one."
+    )
+    homedir_substring: str = option(
+        string, "", "What %H expands to for this domain's users.", "[nss] homedir_substring"
+    )
+    override_shell: str = option(string, "", "Login shell of every user of the domain.")
+    default_shell: str = option(string, "", "Login shell of the domain's users without one.")
+
+    # -- Ids (sssd.conf(5); nss_protocol_pwent.c sss_nss_get_gid).
+    override_gid: int = option(
+        integer(0, MAX_ID),
+        0,
+        "Primary gid answered for every user of the domain (passwd entries; the groups a "
+        "user is a member of are unchanged, as in SSSD); 0 = the directory's.",
     )
 
     @property

@@ -202,3 +202,73 @@ def search_base(raw: str) -> str:
     checked here so that an error names the option."""
     parse_search_bases(raw)
     return raw.strip()
+
+
+# ---------------------------------------------------------------------------
+# Home directory templates (override_homedir, fallback_homedir): SSSD's
+# expand_homedir_template (src/util/sss_nss.c) expands these and fails on any other
+# `%` sequence, answering an empty home directory for every user; cached refuses such
+# a template when it loads instead.
+HOMEDIR_TEMPLATE_KEYS = "uUdflohH%"
+
+# Expansions SSSD has that need what cached does not keep: with them SSSD answers an
+# empty home directory for every user of an LDAP domain that lacks the value.
+_HOMEDIR_NOT_SUPPORTED = {
+    "P": "cached does not read users' principal names (%P, the UPN); write the home "
+    "directory without it, e.g. /home/%d/%u",
+    "F": "an LDAP domain has no flat (NetBIOS) name, so SSSD answers an empty home "
+    "directory for %F; write the home directory without it, e.g. /home/%d/%u",
+}
+
+
+def homedir_template(raw: str) -> str:
+    """A home directory template: ``%`` followed by one of u U d f l o h H %."""
+    value = raw.strip()
+    i = 0
+    while (i := value.find("%", i)) >= 0:
+        key = value[i + 1 : i + 2]
+        if not key:
+            raise ValueError("a single % at the end (write %% for a percent sign)")
+        if key in _HOMEDIR_NOT_SUPPORTED:
+            raise NotSupported(_HOMEDIR_NOT_SUPPORTED[key])
+        if key not in HOMEDIR_TEMPLATE_KEYS:
+            raise ValueError(
+                f"unknown template %{key} (known: "
+                + " ".join(f"%{k}" for k in HOMEDIR_TEMPLATE_KEYS)
+                + ")"
+            )
+        i += 2
+    return value
+
+
+# ---------------------------------------------------------------------------
+# full_name_format: SSSD formats a qualified name with printf(3) and three string
+# arguments (sss_names.c sss_fqname): %1$s the name, %2$s the domain, %3$s the flat
+# name (for an LDAP domain its name, calc_flat_name). Anything else printf would read
+# (another conversion, an argument that is not there) is refused.
+_NAME_FORMAT = ("%1$s", "%2$s", "%3$s", "%%")
+
+
+def name_format(raw: str) -> str:
+    """A full_name_format: text with ``%1$s``, ``%2$s``, ``%3$s`` and ``%%``; it
+    must name the user (``%1$s``)."""
+    value = raw.strip()
+    i = 0
+    while (i := value.find("%", i)) >= 0:
+        if not value.startswith(_NAME_FORMAT, i):
+            raise ValueError(
+                f"{value[i : i + 4]!r}: only %1$s (name), %2$s (domain), %3$s and %% may appear"
+            )
+        i += 2 if value.startswith("%%", i) else 4
+    if "%1$s" not in value.replace("%%", ""):
+        raise ValueError("it must contain %1$s, the name")
+    return value
+
+
+def one_char(raw: str) -> str:
+    """One character (override_space); SSSD takes the first of a longer value and logs
+    that it did, cached refuses it: nothing here is read otherwise than written."""
+    value = raw.strip()
+    if len(value) > 1:
+        raise ValueError("expected a single character")
+    return value

@@ -32,8 +32,6 @@ ACCEPTED_UNUSED = frozenset(
         "ldap_pwd_policy",
         "ldap_chpass_uri",
         "timeout",
-        "full_name_format",
-        "shell_fallback",
         "account_cache_expiration",
         "memcache_size_sid",
         "entry_cache_netgroup_timeout",
@@ -105,48 +103,10 @@ UNSUPPORTED: dict[str, Unsupported] = {
         "named after the user (SSSD would answer gid = uid with such a group: primary "
         "groups and file group owners would change); set it to false or remove it",
     ),
-    "use_fully_qualified_names": Unsupported(
-        _is_false,
-        "cached answers with plain names (alice, never alice@DOMAIN); set it to false or "
-        "remove it (names in files, ACLs and sudoers that carry @DOMAIN must change)",
-    ),
-    "default_domain_suffix": Unsupported(
-        _is_unset, "cached answers with plain names and does not qualify them; remove it"
-    ),
-    "override_space": Unsupported(
-        _is_unset, "cached serves names as the directory holds them, spaces included; remove it"
-    ),
     "re_expression": Unsupported(
         lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
-        "cached looks names up exactly as given and splits no domain out of them; remove it",
-    ),
-    "override_homedir": Unsupported(
-        _is_unset, "cached serves the directory's home directory unchanged; remove it"
-    ),
-    "fallback_homedir": Unsupported(
-        _is_unset,
-        "cached serves the directory's home directory, empty when it has none; remove it",
-    ),
-    "override_shell": Unsupported(
-        _is_unset, "cached serves the directory's login shell unchanged; remove it"
-    ),
-    "default_shell": Unsupported(
-        _is_unset,
-        "cached serves the directory's login shell, empty (so /bin/sh) when it has none; remove it",
-    ),
-    "allowed_shells": Unsupported(
-        _is_unset, "cached serves the directory's login shell unchanged; remove it"
-    ),
-    "vetoed_shells": Unsupported(
-        _is_unset, "cached serves the directory's login shell unchanged; remove it"
-    ),
-    "override_gid": Unsupported(
-        _is_unset, "cached serves the directory's primary gid unchanged; remove it"
-    ),
-    "filter_users_in_groups": Unsupported(
-        lambda raw: not _is_false(raw),
-        "cached always leaves the users of filter_users out of group member lists "
-        "(SSSD's default, true); remove it",
+        "cached splits a domain out of a name only as SSSD's default does "
+        "(name@DOMAIN); remove it",
     ),
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,
@@ -167,15 +127,15 @@ IGNORED_SECTIONS = (
 )
 
 
-def check_unsupported(path: str, section: str, name: str, raw: str, u: Unsupported) -> None:
-    """Refuse ``name = raw`` unless it is a value under which SSSD answers as cached."""
-    where = f"{path}: [{section}] {name} = {raw.strip()!r}"
+def unsupported_problem(section: str, name: str, raw: str, u: Unsupported) -> str | None:
+    """Why ``name = raw`` is refused, or None for a value under which SSSD answers as
+    cached (it loads quietly)."""
+    what = f"[{section}] {name} = {raw.strip()!r}"
     try:
         harmless = u.harmless(raw)
     except ValueError as e:
-        raise ConfigError(f"{where} is invalid: {e}") from None
-    if not harmless:
-        raise ConfigError(f"{where} is not supported: {u.instead}")
+        return f"{what} is invalid: {e}"
+    return None if harmless else f"{what} is not supported: {u.instead}"
 
 
 def enabled_domains(

@@ -312,13 +312,14 @@ class Dispatcher:
     async def _user_property(self, dom: DomainConfig, user: User, prop: str) -> Variant:
         if prop == "groups":
             return Variant("ao", await self._user_group_paths(dom, user))
+        out = self.policy.output_user(dom, user)
         values: dict[str, str | int] = {
-            "name": self.policy.output_name(dom, user.name),
-            "uidNumber": user.uid,
-            "gidNumber": user.gid,
-            "gecos": user.gecos,
-            "homeDirectory": user.home,
-            "loginShell": user.shell,
+            "name": out.name,
+            "uidNumber": out.uid,
+            "gidNumber": out.gid,
+            "gecos": out.gecos,
+            "homeDirectory": out.home,
+            "loginShell": out.shell,
             "domainname": dom.name,
         }
         return Variant(i.INTERFACES[i.IFACE_USER].properties[prop], values[prop])
@@ -365,9 +366,9 @@ class Dispatcher:
         name = check_name(user, "user")
         wanted = check_attrs(attrs)
         found = self._user_found(await self.lookups.lookup(GETPWNAM, name))
-        u = found.value
+        u = self.policy.output_user(found.domain, found.value)
         values = {
-            "name": self.policy.output_name(found.domain, u.name),
+            "name": u.name,
             "uidNumber": str(u.uid),
             "gidNumber": str(u.gid),
             "gecos": u.gecos,

@@ -256,11 +256,13 @@ class NssResponder:
     def _output_name(self, domain: DomainConfig, name: str) -> str:
         return self.lookups.policy.output_name(domain, name)
 
-    def _passwd_record(self, domain: DomainConfig, u: User) -> tuple[str, bytes]:
-        """(output name, passwd record) of a user."""
-        name = self._output_name(domain, u.name)
-        rec = p.encode_passwd_record(u.uid, u.gid, name, self.pwfield, u.gecos, u.home, u.shell)
-        return name, rec
+    def _passwd_record(self, domain: DomainConfig, u: User) -> tuple[User, bytes]:
+        """(the user as answered, passwd record) of a user."""
+        out = self.lookups.policy.output_user(domain, u)
+        rec = p.encode_passwd_record(
+            out.uid, out.gid, out.name, self.pwfield, out.gecos, out.home, out.shell
+        )
+        return out, rec
 
     def _group_record(self, domain: DomainConfig, g: GroupView) -> _Record:
         """The answer of a group: kept while the cache hands out an equal GroupView (for
@@ -301,12 +303,11 @@ class NssResponder:
         return st is None or st.stalled or st.offline(self.lookups.clock())
 
     def fill_passwd(self, cmd: int, _key: str | int, found: Found[User]) -> bytes:
-        name, rec = self._passwd_record(found.domain, found.value)
-        u = found.value
+        u, rec = self._passwd_record(found.domain, found.value)
         if self._feedable(found) and self.lookups.owns(
-            found.domain, GETPWNAM, name, GETPWUID, u.uid
+            found.domain, GETPWNAM, u.name, GETPWUID, u.uid
         ):
-            self.feed.user(name, u, self.pwfield)
+            self.feed.user(u.name, u, self.pwfield)
         return p.passwd_reply(cmd, [rec])
 
     def fill_group(self, cmd: int, key: str | int, found: Found[GroupView]) -> bytes:

@@ -318,8 +318,8 @@ class Lookups:
         range) answers nothing and the next domain is asked, as SSSD's cache_req does:
         a uid of a user filtered in the first domain is another domain's user's (as a
         differential of several domains against SSSD 2.8.2 shows)."""
-        for domain, nkey in self._domains(plugin, key):
-            found = await self._lookup_domain(plugin, domain, key, nkey)
+        for domain, dkey, nkey in self._domains(plugin, key):
+            found = await self._lookup_domain(plugin, domain, dkey, nkey)
             if found is not None and self.servable(plugin, domain, found.value):
                 return found
         return None
@@ -328,20 +328,12 @@ class Lookups:
         """:meth:`lookup` where it needs no backend answer (the warm path: valid,
         midpoint, offline or stalled); :data:`NOT_NOW` where it would wait, and then
         :meth:`lookup` does it all again (a cache read; nothing was started)."""
-        for domain, _nkey in self._domains(plugin, key):
-            found = self._cached(plugin, domain, self.caches[domain.name], key)
+        for domain, dkey, _nkey in self._domains(plugin, key):
+            found = self._cached(plugin, domain, self.caches[domain.name], dkey)
             if isinstance(found, Lookup):
                 return NOT_NOW
             if found is not None and self.servable(plugin, domain, found.value):
                 return found
-        return None
-
-    def first_admitting(self, plugin: Plugin[K, V], key: K) -> DomainConfig | None:
-        """The first domain whose filters and id range admit ``key``: the one whose
-        answer the flow gives for it whenever that domain has one it may serve."""
-        for domain in self.config.domains:
-            if plugin.admits(self.policy, domain, key):
-                return domain
         return None
 
     def owns(self, domain: DomainConfig, by_name: Plugin[str, V], name: str,
@@ -381,13 +373,52 @@ class Lookups:
                 held |= self.caches[earlier.name].holds(by_name.kind, names)
         return [o and n not in held for (n, _i), o in zip(entries, ok, strict=True)]
 
-    def _domains(self, plugin: Plugin[K, V], key: K) -> Iterator[tuple[DomainConfig, NegKey]]:
-        """The domains to ask for ``key``, in order: those whose filters and id
-        ranges admit it and whose negative cache does not hold it."""
-        nkey = plugin.negative_key(key)
+    def _candidates(self, key: str) -> Iterator[tuple[DomainConfig, str]]:
+        """The domains a name may name an entry of, with the name to look up there:
+        ``name@DOMAIN`` of a configured domain is ``name`` in that domain only; an
+        unqualified name is default_domain_suffix's domain's when it is set; any other
+        name is looked up as given in the domains without qualified names (SSSD's
+        cache_req: a domain with use_fully_qualified_names answers qualified names
+        only)."""
+        name, only = self.policy.lookup_name(key)
+        if only is not None:
+            yield only, name
+            return
         for domain in self.config.domains:
-            if plugin.admits(self.policy, domain, key) and not self.negative.hit(domain.name, nkey):
-                yield domain, nkey
+            if not self.policy.qualified(domain):
+                yield domain, key
+
+    def first_admitting(self, plugin: Plugin[K, V], key: K) -> DomainConfig | None:
+        """The first domain whose filters and id range admit ``key``: the one whose
+        answer the flow gives for it whenever that domain has one it may serve."""
+        candidates = (
+            self._candidates(key)
+            if isinstance(key, str)
+            else ((d, key) for d in self.config.domains)
+        )
+        for domain, dkey in candidates:
+            if plugin.admits(self.policy, domain, dkey):
+                return domain
+        return None
+
+    def _domains(
+        self, plugin: Plugin[K, V], key: K
+    ) -> Iterator[tuple[DomainConfig, K, NegKey]]:
+        """The domains to ask for ``key``, in order, with the key to look up there
+        (``_candidates``): those whose filters and id ranges admit it and whose
+        negative cache does not hold it."""
+        admits, hit = plugin.admits, self.negative.hit
+        if not isinstance(key, str):
+            # An id: every domain, the warm path of getgrgid (no name to parse).
+            nkey = plugin.negative_key(key)
+            for domain in self.config.domains:
+                if admits(self.policy, domain, key) and not hit(domain.name, nkey):
+                    yield domain, key, nkey
+            return
+        for domain, dkey in self._candidates(key):
+            nkey = plugin.negative_key(dkey)
+            if admits(self.policy, domain, dkey) and not hit(domain.name, nkey):
+                yield domain, dkey, nkey
 
     def _cached(
         self, plugin: Plugin[K, V], domain: DomainConfig, cache: DomainCache, key: K

@@ -15,28 +15,62 @@ an older version or under an older configuration (``min_id = 0``, a shorter
   applies to that domain only (SSSD parses the domain), and in a case-insensitive
   domain the comparison is case-folded, as the domain compares every other name.
   Filtered users are also left out of group member lists (SSSD's
-  filter_users_in_groups), filtered groups out of initgroups answers (reference §1.6);
+  filter_users_in_groups, unless false), filtered groups out of initgroups answers
+  (reference §1.6);
 * output names: ``case_sensitive = false`` answers lower-case names, ``preserving`` the
-  stored case (sssd.conf(5)).
+  stored case (sssd.conf(5)); a domain with ``use_fully_qualified_names`` answers them
+  qualified (``full_name_format``), its group members too;
+* lookup names: ``name@DOMAIN`` of a configured domain (compared case-insensitively,
+  SSSD's default ``re_expression``) is looked up as ``name`` in that domain only; an
+  unqualified name in ``default_domain_suffix``'s domain only, else not in a domain
+  with ``use_fully_qualified_names`` (SSSD's cache_req skips it); any other name is
+  looked up as given; ``override_space``'s character is read back as a space;
+* output users: the name as above, the home directory and the login shell as the home
+  and shell options make them (homeshell.py): the one place the socket's answers, the
+  memory cache's records and D-Bus's properties take them from, so they never differ.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from dataclasses import replace
 
 from cached.cache import DomainCache, GroupView, Initgroups
 from cached.cache.records import join_members, split_members
 from cached.config import Config, DomainConfig
 from cached.model import Kind, User
+from cached.responder.homeshell import HomeShell, read_etc_shells
 
 # A group's (member count, member blob) as answered (ServePolicy.members_of).
 MembersFn = Callable[[GroupView], tuple[int, bytes]]
 
 
 class ServePolicy:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, etc_shells: frozenset[str] | None = None) -> None:
+        """``etc_shells``: the shells of /etc/shells, read here (once, as SSSD reads
+        it at its start) when allowed_shells or vetoed_shells needs them."""
         self.domains = {d.name.lower(): d for d in config.domains}
+        # full_name_format per domain, as str.format: {0} name, {1} domain, {2} flat
+        # name (an LDAP domain's is its name, calc_flat_name). None: plain names.
+        # default_domain_suffix: unqualified names are that domain's, and every
+        # domain's names are answered qualified (sss_domain_info_get_output_fqnames).
+        suffix = config.daemon.default_domain_suffix.lower()
+        self._default = self.domains.get(suffix) if suffix else None
+        self._qualify: dict[str, str | None] = {
+            d.name: _format_of(d.full_name_format or config.daemon.full_name_format)
+            if d.use_fully_qualified_names or self._default is not None
+            else None
+            for d in config.domains
+        }
+        self._in_groups = config.nss.filter_users_in_groups
+        # override_space: SSSD's sss_replace_space / sss_reverse_replace_space.
+        self._space = config.daemon.override_space.strip(" ")
+        if etc_shells is None and HomeShell.needs_etc_shells(config.nss):
+            etc_shells = read_etc_shells()
+        self._homeshell = {
+            d.name: HomeShell.of(d, config.nss, etc_shells or ()) for d in config.domains
+        }
         self._filters: dict[tuple[str, Kind], frozenset[str]] = {}
         for d in config.domains:
             for kind, names, own in (
@@ -82,9 +116,50 @@ class ServePolicy:
     # -- names -------------------------------------------------------------------------
 
     @staticmethod
-    def output_name(domain: DomainConfig, name: str) -> str:
-        """A name as answered (NSS and D-Bus alike)."""
+    def short_name(domain: DomainConfig, name: str) -> str:
+        """A name as answered, unqualified (SSSD's sss_output_name): lower-case when
+        ``case_sensitive = false``."""
         return name.lower() if domain.case_sensitive == "false" else name
+
+    def output_name(self, domain: DomainConfig, name: str) -> str:
+        """A name as answered (NSS and D-Bus alike): qualified in a domain with
+        ``use_fully_qualified_names`` (SSSD's sized_output_name)."""
+        short = name.lower() if domain.case_sensitive == "false" else name
+        if self._space and " " in short and self._space not in short:
+            short = short.replace(" ", self._space)
+        fmt = self._qualify[domain.name]
+        return short if fmt is None else fmt.format(short, domain.name, domain.name)
+
+    def qualified(self, domain: DomainConfig) -> bool:
+        return self._qualify[domain.name] is not None
+
+    def lookup_name(self, name: str) -> tuple[str, DomainConfig | None]:
+        """(the name to look up, the only domain to look in, or None for every domain
+        that takes unqualified names): ``name@DOMAIN`` of a configured domain is
+        ``name`` there, as SSSD's default re_expression parses it."""
+        sub = self._space
+        if sub and sub in name and " " not in name:
+            name = name.replace(sub, " ")
+        short, sep, dom = name.rpartition("@")
+        if sep and short:
+            domain = self.domains.get(dom.lower())
+            if domain is not None:
+                return short, domain
+        return name, self._default
+
+    def output_user(self, domain: DomainConfig, u: User) -> User:
+        """A user as answered (NSS socket, memory cache and D-Bus alike): the output
+        name, and the home directory and shell the home and shell options make of the
+        directory's (homeshell.py; %u is the unqualified name)."""
+        short = self.short_name(domain, u.name)
+        name = self.output_name(domain, u.name)
+        hs = self._homeshell[domain.name]
+        gid = domain.override_gid or u.gid
+        if hs.changes_nothing and "%" not in u.home:
+            return u if name == u.name and gid == u.gid else replace(u, name=name, gid=gid)
+        return replace(
+            u, name=name, gid=gid, home=hs.home(short, u.uid, u.home), shell=hs.shell(u.shell)
+        )
 
     def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
         """The filtered names of ``kind`` in ``domain`` (INITGR: the users'), folded."""
@@ -123,8 +198,16 @@ class ServePolicy:
         return self.user_ok(domain, ig.user)
 
     def member_names(self, domain: DomainConfig, g: GroupView) -> list[str]:
-        """A group's member names without the filtered users, as stored."""
-        return [n for n in split_members(g.members) if not self.name_filtered(domain, Kind.USER, n)]
+        """A group's member names without the filtered users (unless
+        ``filter_users_in_groups = false``), as stored."""
+        drop = self._member_filter(domain)
+        fold = domain.case_insensitive
+        return [n for n in split_members(g.members) if (n.lower() if fold else n) not in drop]
+
+    def _member_filter(self, domain: DomainConfig) -> frozenset[str]:
+        """The users left out of member lists: filter_users, unless
+        filter_users_in_groups = false (SSSD's nss_protocol_grent.c)."""
+        return self.filter_names(domain, Kind.USER) if self._in_groups else frozenset()
 
     def members(self, domain: DomainConfig, g: GroupView) -> tuple[int, bytes]:
         """A group's (member count, NUL-joined member blob) as answered: without the
@@ -141,16 +224,25 @@ class ServePolicy:
         if domain.ignore_group_members:
             return lambda _g: (0, b"")
         lower = domain.case_sensitive == "false"
-        drop = self.filter_names(domain, Kind.USER)
+        drop = self._member_filter(domain)
         fold = domain.case_insensitive
-        needles = self._needles[domain.name]
+        needles = self._needles[domain.name] if drop else ()
+        fmt = self._qualify[domain.name]
+        dname = domain.name
+        space = self._space
 
         def split(g: GroupView) -> tuple[int, bytes]:
             names = [n for n in split_members(g.members) if (n.lower() if fold else n) not in drop]
-            blob = join_members([n.lower() for n in names] if lower else names)
+            if lower:
+                names = [n.lower() for n in names]
+            if space:
+                names = [n.replace(" ", space) if space not in n else n for n in names]
+            if fmt is not None:
+                names = [fmt.format(n, dname, dname) for n in names]
+            blob = join_members(names)
             return blob.count(b"\0"), blob
 
-        if needles is None or lower:
+        if needles is None or lower or fmt is not None or space:
             return split
         if not needles:
             return lambda g: (g.member_count, g.members)
@@ -216,3 +308,15 @@ class ServePolicy:
                     ids.remove(g)
             return ids.tobytes()
         return array("I", [g for g in ids if g not in drop and in_range(g)]).tobytes()
+
+
+def _format_of(full_name_format: str) -> str:
+    """A full_name_format (checked by the loader: %1$s %2$s %3$s %%) as str.format."""
+    text = full_name_format.replace("{", "{{").replace("}", "}}")
+    return (
+        text.replace("%%", "\0")
+        .replace("%1$s", "{0}")
+        .replace("%2$s", "{1}")
+        .replace("%3$s", "{2}")
+        .replace("\0", "%")
+    )

@@ -23,28 +23,10 @@ def with_domain_option(line: str) -> str:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("use_fully_qualified_names = true",
-         "use_fully_qualified_names = 'true' is not supported: cached answers with plain names "
-         "(alice, never alice@DOMAIN); set it to false or remove it (names in files, ACLs and "
-         "sudoers that carry @DOMAIN must change)"),
-        ("override_homedir = /home/%u",
-         "override_homedir = '/home/%u' is not supported: cached serves the directory's home "
-         "directory unchanged; remove it"),
-        ("fallback_homedir = /home/%u",
-         "fallback_homedir = '/home/%u' is not supported: cached serves the directory's home "
-         "directory, empty when it has none; remove it"),
-        ("default_shell = /bin/bash",
-         "default_shell = '/bin/bash' is not supported: cached serves the directory's login "
-         "shell, empty (so /bin/sh) when it has none; remove it"),
-        ("override_shell = /bin/zsh",
-         "override_shell = '/bin/zsh' is not supported: cached serves the directory's login "
-         "shell unchanged; remove it"),
         ("re_expression = ((?P<domain>[^\\\\]+)\\\\(?P<name>.+$))",
          "re_expression = '((?P<domain>[^\\\\\\\\]+)\\\\\\\\(?P<name>.+$))' is not supported: "
-         "cached looks names up exactly as given and splits no domain out of them; remove it"),
-        ("override_gid = 100",
-         "override_gid = '100' is not supported: cached serves the directory's primary gid "
-         "unchanged; remove it"),
+         "cached splits a domain out of a name only as SSSD's default does (name@DOMAIN); "
+         "remove it"),
         ("ldap_rfc2307_fallback_to_local_users = true",
          "ldap_rfc2307_fallback_to_local_users = 'true' is not supported: cached lists only "
          "the members that the directory's users resolve to; remove it"),
@@ -63,10 +45,8 @@ def test_semantics_changing_values_are_refused(line: str, message: str) -> None:
         "use_fully_qualified_names = False",
         "ldap_id_mapping = false",
         "re_expression = (?P<name>[^@]+)@?(?P<domain>[^@]*$)",
-        "filter_users_in_groups = true",
         "fallback_homedir =",
-        "full_name_format = %1$s@%2$s",  # formats qualified names only: there are none
-        "shell_fallback = /bin/sh",  # applies with allowed_shells only, which is refused
+        "full_name_format = %1$s@%2$s",
     ],
 )
 def test_values_that_change_nothing_load_quietly(line: str) -> None:
@@ -75,14 +55,10 @@ def test_values_that_change_nothing_load_quietly(line: str) -> None:
 
 def test_sections_other_than_the_domain_are_checked_too() -> None:
     text = MINIMAL.replace("filter_groups = root\n", "filter_groups = root\n"
-                           "filter_users_in_groups = false\n")  # fmt: skip
-    with pytest.raises(ConfigError) as e:
+                           "ldap_access_filter = (x=1)\n")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^<string>: \[nss\] ldap_access_filter = '\(x=1\)' "
+                       "is not supported: cached answers NSS only"):  # fmt: skip
         parse_config(text)
-    assert str(e.value) == (
-        "<string>: [nss] filter_users_in_groups = 'false' is not supported: cached always "
-        "leaves the users of filter_users out of group member lists (SSSD's default, true); "
-        "remove it"
-    )
     text = MINIMAL.replace("domains = LDAP\n", "domains = LDAP\ndefault_domain_suffix = x\n")
     with pytest.raises(ConfigError, match=r"\[sssd\] default_domain_suffix = 'x' is not supp"):
         parse_config(text)
@@ -90,9 +66,9 @@ def test_sections_other_than_the_domain_are_checked_too() -> None:
 
 def test_a_value_that_is_not_a_boolean_is_invalid() -> None:
     with pytest.raises(ConfigError) as e:
-        parse_config(with_domain_option("use_fully_qualified_names = maybe"))
+        parse_config(with_domain_option("ldap_rfc2307_fallback_to_local_users = maybe"))
     assert str(e.value) == (
-        "<string>: [domain/LDAP] use_fully_qualified_names = 'maybe' is invalid: "
+        "<string>: [domain/LDAP] ldap_rfc2307_fallback_to_local_users = 'maybe' is invalid: "
         "expected true or false"
     )
 
