@@ -483,7 +483,8 @@ class DomainConfig:
         closed(AuthProvider),
         AuthProvider.LDAP,
         "Who checks passwords (PAM): `ldap` binds as the user's DN, over TLS only "
-        "(`ldaps://` or `ldap_id_use_start_tls`); `none` refuses every password.",
+        "(`ldaps://`, or StartTLS, which a login runs on `ldap://` whatever "
+        "`ldap_id_use_start_tls` says); `none` refuses every password.",
     )
     cache_credentials: bool = option(
         boolean,

@@ -5,10 +5,14 @@ PAM reference §2.1), as one blocking function the backend runs off its event lo
 
 * the connection is new for each login and closed after it: the lookup connection's
   identity (the service bind DN, or anonymous) is never replaced by a user's;
-* a password is only sent over TLS: ``ldaps://``, or ``ldap://`` with
-  ``ldap_id_use_start_tls = true``. Otherwise the login fails with one log line naming
-  both, as SSSD does ("No encryption detected on LDAP connection");
-  ``ldap_auth_disable_tls_never_use_in_production = true`` lifts that (SSSD's own tests
+* a password is only sent over TLS: ``ldaps://``, or ``ldap://`` with StartTLS, which
+  the login's connection runs whatever ``ldap_id_use_start_tls`` says (SSSD's
+  ``auth_connect_send`` forces TLS on the authentication connection: the lookups may
+  go in the clear, the password never). A server refusing StartTLS fails like a
+  server that does not answer: the next one, then offline (cached credentials), as
+  SSSD. Another scheme (``ldapi://``) fails the login with one log line, as SSSD's
+  "No encryption detected on LDAP connection";
+  ``ldap_auth_disable_tls_never_use_in_production = true`` lifts both (SSSD's own tests
   set it);
 * the bind carries the password policy request control, whose answer becomes the PAM
   status and messages; AD's ``data 775`` (account locked) becomes PERM_DENIED;
@@ -58,10 +62,17 @@ class OnlineResult:
     reason: str = ""  # for the log: why it failed (never the password)
 
 
-def encrypted_uri(cfg: DomainConfig, uri: str) -> bool:
-    """Whether a password sent to ``uri`` travels over TLS."""
-    scheme = uri.split("://", 1)[0].lower()
-    return scheme == "ldaps" or (scheme == "ldap" and cfg.ldap_id_use_start_tls)
+def encrypted_uri(uri: str) -> bool:
+    """Whether a password sent to ``uri`` can travel over TLS: ``ldaps://``, or
+    ``ldap://`` with the StartTLS every login connection runs."""
+    return uri.split("://", 1)[0].lower() in ("ldaps", "ldap")
+
+
+def starts_tls(cfg: DomainConfig, uri: str) -> bool:
+    """Whether the login's connection to ``uri`` runs StartTLS before the bind."""
+    if uri.split("://", 1)[0].lower() != "ldap":
+        return False
+    return cfg.ldap_id_use_start_tls or not cfg.ldap_auth_disable_tls_never_use_in_production
 
 
 def _result(ok: bool, response_controls: dict[bytes, bytes | None], message: str) -> OnlineResult:
@@ -104,10 +115,10 @@ def bind_as_user(cfg: DomainConfig, dn: str, password: bytes) -> OnlineResult:
     uris = list(cfg.ldap_uri) + list(cfg.ldap_backup_uri)
     failures: list[str] = []
     for uri in uris:
-        if not encrypted_uri(cfg, uri) and not cfg.ldap_auth_disable_tls_never_use_in_production:
+        if not encrypted_uri(uri) and not cfg.ldap_auth_disable_tls_never_use_in_production:
             limited.log(("cleartext", cfg.name, uri), logging.ERROR,
                         "domain %s: refusing to send a password over the unencrypted "
-                        "connection to %s: use ldaps:// or ldap_id_use_start_tls = true",
+                        "connection to %s: use ldaps:// or ldap:// (StartTLS)",
                         cfg.name, uri)  # fmt: skip
             return OnlineResult(AUTH_ERR, reason="no encryption on the LDAP connection")
         try:
@@ -124,7 +135,7 @@ def bind_as_user(cfg: DomainConfig, dn: str, password: bytes) -> OnlineResult:
             continue
         try:
             with conn.deadline_in(cfg.ldap_opt_timeout):
-                if uri.split("://", 1)[0].lower() == "ldap" and cfg.ldap_id_use_start_tls:
+                if starts_tls(cfg, uri):
                     conn.start_tls()
                 try:
                     res = conn.bind(dn, password, controls=[ppolicy.request_control()])
