@@ -23,14 +23,19 @@ skipped with its reason (cached without a PAM responder: no ``pipes/pam`` after 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cached.auth.offline import Credentials
+from cached.cache import records as rec
+from cached.cache.integrity import ENTRY_TABLES, cache_paths
+from cached.cache.store import ENTRY_MAP_SIZE, Store
 from testing import pamenv, sssd
 from testing.daemon import CachedDaemon
 from testing.faultproxy import FaultProxy
@@ -443,9 +448,9 @@ class CachedPamDaemon(CachedDaemon):
     """cached with ``services = nss, pam`` and the same domain and ``[pam]`` options.
 
     Raises :class:`Unsupported` when cached refuses that configuration or starts without
-    the PAM sockets. Aging credentials asks the monitor's control socket for
-    ``age_credentials`` (user, attribute, seconds): cached needs that test hook (or an
-    equivalent ``cached cache`` option) for the expiry and delay cases.
+    the PAM sockets. Aging credentials rewrites the times of the user's record in the
+    entry store's ``creds`` table (:func:`rewrite_credentials`), as SSSD's are aged in
+    its ldb cache.
     """
 
     def __init__(self, workdir: Path, config: PamConfig) -> None:
@@ -468,10 +473,44 @@ class CachedPamDaemon(CachedDaemon):
             raise Unsupported("cached has no PAM responder: no pipes/pam socket after start")
 
     def age(self, user: str, attribute: str, seconds: int) -> None:
-        try:
-            self.control("age_credentials", user=user, attribute=attribute, seconds=seconds)
-        except Exception as e:
-            raise Unsupported(f"cached cannot age cached credentials ({e})") from e
+        field = CACHED_CREDENTIAL_TIMES.get(attribute)
+        if field is None:
+            raise Unsupported(f"cached keeps no time like SSSD's {attribute}")
+
+        def older(c: Credentials) -> Credentials:
+            return dataclasses.replace(c, **{field: getattr(c, field) - seconds})
+
+        rewrite_credentials(self.db_dir, DOMAIN, user, older)
+
+
+# SSSD's cached-credential time stamps (sysdb attributes) and the field of cached's
+# record that plays each part: the expiry of cached credentials counts from the last
+# online login in both (SSSD from lastCachedPasswordChange, set by that login).
+CACHED_CREDENTIAL_TIMES = {
+    "lastOnlineAuth": "last_online",
+    "lastCachedPasswordChange": "last_online",
+    "lastFailedLogin": "last_failed",
+}
+
+
+def rewrite_credentials(
+    db_dir: Path, domain: str, user: str, change: Callable[[Credentials], Credentials]
+) -> Credentials:
+    """Rewrite ``user``'s credentials record in a running daemon's entry store (LMDB
+    serialises this writer with the backend's), as ``change`` makes it; returns the
+    record as it was."""
+    entry_path, _ = cache_paths(str(db_dir), domain)
+    store = Store(entry_path, ENTRY_TABLES, writer=True, sync=True, map_size=ENTRY_MAP_SIZE)
+    try:
+        with store.read() as txn:
+            data = txn.get(user.encode(), db=store.tables["creds"])
+            if data is None:
+                raise RuntimeError(f"no credentials record for {user} in {entry_path}")
+            old = rec.decode_creds(bytes(data))
+        store.write([("creds", user.encode(), rec.encode_creds(change(old)))])
+        return old
+    finally:
+        store.close()
 
 
 class CachedPam:

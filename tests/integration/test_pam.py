@@ -25,10 +25,9 @@ from typing import Any
 import pytest
 
 from cached.auth.offline import DAY, Credentials
-from cached.cache import records as rec
-from cached.cache.integrity import ENTRY_TABLES, cache_paths
-from cached.cache.store import ENTRY_MAP_SIZE, Store
+from cached.cache.integrity import cache_paths
 from cached.pam import protocol as pp
+from testing import pammatrix
 from testing.asuser import as_nobody
 from testing.daemon import CachedDaemon
 from testing.faultproxy import FaultProxy
@@ -120,20 +119,11 @@ def infos(env: PamEnv, user: str, password: str) -> tuple[int, list[str]]:
 
 
 def rewrite_credentials(d: CachedDaemon, user: str, **changes: Any) -> Credentials:
-    """Change fields of ``user``'s credentials record in the running daemon's entry store
-    (LMDB serialises this writer with the backend's); returns the record as it was."""
-    entry_path, _ = cache_paths(str(d.db_dir), DOMAIN)
-    store = Store(entry_path, ENTRY_TABLES, writer=True, sync=True, map_size=ENTRY_MAP_SIZE)
-    try:
-        with store.read() as txn:
-            data = txn.get(user.encode(), db=store.tables["creds"])
-            assert data is not None, f"no credentials record for {user}"
-            old = rec.decode_creds(bytes(data))
-        new = dataclasses.replace(old, **changes)
-        store.write([("creds", user.encode(), rec.encode_creds(new))])
-        return old
-    finally:
-        store.close()
+    """Change fields of ``user``'s credentials record in the running daemon's entry
+    store; returns the record as it was."""
+    return pammatrix.rewrite_credentials(
+        d.db_dir, DOMAIN, user, lambda c: dataclasses.replace(c, **changes)
+    )
 
 
 # -- online ---------------------------------------------------------------------------
