@@ -1,9 +1,7 @@
-"""Real programs log in through ``pam_sss.so`` and SSSD 2.8.2: ``su - alice`` typed at a
-terminal (tmux) and an ``sshd`` password login in a network namespace
-(:mod:`testing.pamprograms`), against slapd over ldaps, online and with the server
-stopped (cached credentials).
-
-The same harness runs cached once it has a PAM responder: only the daemon differs.
+"""Real programs log in through ``pam_sss.so``, served by cached and by SSSD 2.8.2 alike:
+``su - alice`` typed at a terminal (tmux) and an ``sshd`` password login in a network
+namespace (:mod:`testing.pamprograms`), against slapd over ldaps, online and with the
+server stopped (cached credentials). Only the daemon differs between the two runs.
 Needs root, libpam-sss, SSSD, tmux, openssh-server, openssh-client and sshpass.
 """
 
@@ -24,9 +22,10 @@ PASSWORD = pammatrix.PASSWORDS[USER]
 SSH_FAILED = 255  # ssh's own status when the login fails
 
 
-@pytest.fixture(scope="module")
-def sssd_env(
-    tmp_path_factory: pytest.TempPathFactory,
+@pytest.fixture(scope="module", params=[pammatrix.CachedPam(), pammatrix.SssdPam()],
+                ids=["cached", "sssd"])  # fmt: skip
+def login_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[pamenv.PamEnv, pammatrix.MatrixDirectory]]:
     top = tmp_path_factory.mktemp("pamprog")
     with pammatrix.MatrixDirectory(top / "dir") as directory:
@@ -35,7 +34,8 @@ def sssd_env(
             {**pammatrix.base_domain_options(), **directory.options("ldaps")},
             {"pam_verbosity": 2},
         )
-        daemon = pammatrix.SssdPam().make(top / "sssd", config)
+        kind: pammatrix.PamDaemonKind = request.param
+        daemon = kind.make(top / kind.name, config)
         daemon.start()
         try:
             pamd = pamenv.make_pamd(top / "pam.d", pamprograms.pam_services())
@@ -45,9 +45,9 @@ def sssd_env(
 
 
 def test_su_typed_at_a_terminal(
-    sssd_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
+    login_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
 ) -> None:
-    env, directory = sssd_env
+    env, directory = login_env
     directory.reset()
     with pamprograms.su_session(env, tmp_path / "wrong", USER) as term:
         term.wait_for(r"^Password: ?$")
@@ -65,9 +65,9 @@ def test_su_typed_at_a_terminal(
 
 
 def test_su_offline_with_cached_credentials(
-    sssd_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
+    login_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
 ) -> None:
-    env, directory = sssd_env
+    env, directory = login_env
     directory.reset()
     assert env.drive("su", USER, ["authenticate"], answers=[PASSWORD]).codes == [0]
     directory.set_state("stopped")
@@ -85,9 +85,9 @@ def test_su_offline_with_cached_credentials(
 
 
 def test_sshd_password_login(
-    sssd_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
+    login_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
 ) -> None:
-    env, directory = sssd_env
+    env, directory = login_env
     directory.reset()
     wrong = pamprograms.ssh_login(env, tmp_path / "ssh", USER, "not-the-password")
     assert wrong.returncode == SSH_FAILED, (wrong, pamprograms.sshd_log(tmp_path / "ssh"))
