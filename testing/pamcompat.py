@@ -38,7 +38,15 @@ PACKAGES = (*sssd.PACKAGES, "ldb-tools")
 
 #: Differences from SSSD that cached makes on purpose, by case name: why (and where
 #: docs/compatibility.md says so). A difference not listed here is a bug to fix.
-DELIBERATE: dict[str, str] = {}
+DELIBERATE: dict[str, str] = {
+    "frozen": (
+        "Over ldaps a frozen server costs cached's login its `ldap_network_timeout` and "
+        "`ldap_opt_timeout` (the TLS handshake runs under the latter), then the cached "
+        "hash decides; SSSD 2.8.2's backend blocks in the handshake, which no LDAP "
+        "timeout bounds, until its watchdog restarts it, and answers 9 after about 90 s "
+        "(docs/compatibility.md §9.8, \"A hung or slow server\")."
+    ),
+}
 
 #: What SSSD 2.8.2's answers show, by case, where it is not what one would guess.
 #: Measured on the runs of this module (debug_level 6 logs of sssd_be).
