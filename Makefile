@@ -18,6 +18,9 @@ deps: $(STAMP)
 	@# and python3-dev; install-deps has installed both now, so it is built here if the
 	@# first install skipped it (tests/unit/test_ber_c.py fails without it).
 	$(PY) -c 'import cached.ldap._ber' 2>/dev/null || $(PY) -m pip install -q --no-deps -e .
+	@# SSSD 2.8.2 and ldb-tools, the oracle the PAM tests compare against: installed with
+	@# service starts forbidden and its units left disabled (testing/install.py).
+	$(PY) -m testing.install
 
 # lint and unit need only the venv (no root, no apt); everything that starts slapd, dbus
 # or libnss_sss also needs the Debian packages (contrib/install-deps, which runs apt when
@@ -44,9 +47,11 @@ soak: deps
 demo: deps
 	$(PY) -m perf.demo
 
-# The zoo (testing/zoo.py) through real SSSD 2.8.2 and cached; report in perf/results/.
+# The zoo (testing/zoo.py) and the PAM matrix (testing/pammatrix.py) through real
+# SSSD 2.8.2 and cached; reports in perf/results/.
 compat: deps
 	$(PY) -m testing.compat
+	$(PY) -m testing.pamcompat
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .benchmarks

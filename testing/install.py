@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -185,3 +186,26 @@ def ensure_packages(
             " stop them (by pid) and rerun"
         )
     return missing
+
+
+def main() -> int:
+    """``python -m testing.install``: the oracle's packages (SSSD 2.8.2 and ldb-tools),
+    installed as ``make compat`` installs them, for the tests that compare against it
+    (``make deps`` runs this, so ``make test`` runs them rather than skips them)."""
+    from testing import pamcompat  # its PACKAGES: SSSD's and ldb-tools
+
+    log: list[str] = []
+    try:
+        done = ensure_packages(pamcompat.PACKAGES, ("sssd",), log)
+    except InstallError as e:
+        print(f"testing.install: {e}", file=sys.stderr)
+        return 1
+    for line in log:
+        print(f"testing.install: {line}")
+    if done:
+        print(f"testing.install: installed {' '.join(done)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

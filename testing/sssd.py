@@ -82,9 +82,11 @@ def config_text(
     *,
     domain: str = "LDAP",
     nss: dict[str, Any] | None = None,
+    pam: dict[str, Any] | None = None,
     **domain_opts: Any,
 ) -> str:
-    """sssd.conf for one LDAP domain, NSS only; options given override the defaults."""
+    """sssd.conf for one LDAP domain, NSS only unless ``pam`` is given (then ``services =
+    nss, pam`` with those ``[pam]`` options); options given override the defaults."""
     dom: dict[str, Any] = {
         "id_provider": "ldap",
         "auth_provider": "none",
@@ -100,12 +102,13 @@ def config_text(
     lines = [
         "[sssd]",
         "config_file_version = 2",
-        "services = nss",
+        "services = nss" if pam is None else "services = nss, pam",
         f"domains = {domain}",
         "",
         "[nss]",
         *(f"{k} = {v}" for k, v in (nss or {}).items()),
         "",
+        *(["[pam]", *(f"{k} = {v}" for k, v in pam.items()), ""] if pam is not None else []),
         f"[domain/{domain}]",
         *(f"{k} = {v}" for k, v in dom.items()),
     ]
@@ -123,8 +126,11 @@ class SssdDaemon(Service):
         uri: str,
         base: str,
         nss: dict[str, Any] | None = None,
+        pam: dict[str, Any] | None = None,
         **domain_opts: Any,
     ) -> None:
+        """``pam``: also run the PAM responder (``services = nss, pam``) with these
+        ``[pam]`` options; start() then waits for its sockets as well."""
         self.workdir = Path(workdir)
         self.varlib = self.workdir / "varlib"
         self.etc = self.workdir / "etc"
@@ -135,7 +141,8 @@ class SssdDaemon(Service):
         self.pipes_dir = self.varlib / "pipes"
         self.mc_dir = self.varlib / "mc"
         self.db_dir = self.varlib / "db"
-        self.config = config_text(uri, base, nss=nss, **domain_opts)
+        self.config = config_text(uri, base, nss=nss, pam=pam, **domain_opts)
+        self.with_pam = pam is not None
         self.proc: subprocess.Popen[bytes] | None = None
         self._pids: dict[str, int] = {}
 
@@ -187,13 +194,18 @@ class SssdDaemon(Service):
         self._pids = {}
         deadline = time.monotonic() + START_TIMEOUT
         nss_socket = self.pipes_dir / "nss"
+        wanted = ["sssd_be", "sssd_nss"]
+        sockets = [nss_socket]
+        if self.with_pam:
+            wanted.append("sssd_pam")
+            sockets += [self.pipes_dir / "pam", self.pipes_dir / "private" / "pam"]
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(
                     f"sssd exited with {self.proc.returncode} while starting:\n{self.log_tail()}"
                 )
             kids = {i.comm: i.pid for i in procstat.children(self.proc.pid)}
-            if nss_socket.exists() and "sssd_be" in kids and "sssd_nss" in kids:
+            if all(s.exists() for s in sockets) and all(w in kids for w in wanted):
                 break
             if time.monotonic() > deadline:
                 self.stop()

@@ -179,7 +179,8 @@ class IdMapper:
         d, rid = matched
         if self.helper_table_size == 0:
             raise IdMapError(f"{sid}: RID {rid} is outside the domain's slice")
-        # add_dom_for_sid(): a helper computed at add time, else a new placement.
+        # add_dom_for_sid(): a slice of the helper table computed at add time, else a new
+        # placement.
         first_rid = (rid // self.size) * self.size
         sec = f"{d.sid}-{first_rid}"
         placed = d.helpers.get(sec) or self._place(sec, first_rid)

@@ -146,9 +146,9 @@ class BackendService:
         )
         if self.cache.ts_rebuilt_reason:
             log.warning("timestamp store rebuilt: %s", self.cache.ts_rebuilt_reason)
+        # Servers are tried again by the server check, never inside a lookup (the
+        # client's default, retry_in_lookups = False).
         self.client = LdapClient(domain)
-        # Servers are tried again by the server check, never inside a lookup.
-        self.client.retry_in_lookups = False
         # Set while the domain is offline or on a backup server (announce).
         self._check_due = asyncio.Event()
         self.probing_since = 0.0  # time.monotonic() the running probe began; 0: none

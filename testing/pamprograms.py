@@ -1,0 +1,182 @@
+"""Real programs logging in through ``pam_sss.so``: ``su - USER`` typed at a terminal
+(tmux) and an ``sshd`` password login, both in the private mount namespace of
+:mod:`testing.pamenv` (the test's ``/etc/pam.d`` and PAM sockets, NSS through
+libnss_sss after ``files``).
+
+``su``: a tmux server is started inside the namespace (it keeps the namespace alive; its
+socket lives in the test's work directory, outside the bind mounts, so ``send-keys`` and
+``capture-pane`` run from outside). Its one pane runs ``su - USER`` as uid 65534 (``su``
+is setuid root, so ``pam_sss`` sees a caller uid of 65534 and uses the public socket),
+then prints ``[su exit N]``; ``remain-on-exit`` keeps the pane's text after that.
+
+``sshd``: run in a network namespace of its own (``unshare --net``; only its loopback,
+brought up inside), with its own configuration, host key and pid file in the work
+directory and a tmpfs over ``/run`` for its privilege-separation directory. The client is
+``ssh`` under ``sshpass`` (the password from the environment, never the command line),
+keyboard-interactive only, so the password reaches PAM's conversation. sshd is started
+and ended by the script that started it, by its pid.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Final
+
+from testing.asuser import as_nobody
+from testing.nsenv import nss_env
+from testing.pamenv import PamEnv, service_file
+
+TMUX: Final = "tmux"
+SSHD: Final = "/usr/sbin/sshd"
+SSH: Final = "ssh"
+SSHPASS: Final = "sshpass"
+SSH_KEYGEN: Final = "ssh-keygen"
+SSH_PORT: Final = 2222  # in a network namespace of its own: always free
+#: PAM services of the programs: ``su`` uses ``su-l`` for ``su -``.
+SERVICES: Final = ("su", "su-l", "sshd")
+TIMEOUT: Final = 120.0
+
+
+def skip_reason() -> str | None:
+    for prog, package in ((TMUX, "tmux"), (SSHD, "openssh-server"), (SSH, "openssh-client"),
+                          (SSHPASS, "sshpass"), (SSH_KEYGEN, "openssh-client")):  # fmt: skip
+        if shutil.which(prog) is None:
+            return f"{prog} is missing: install Debian's {package}"
+    return None
+
+
+def pam_services(options: str = "") -> dict[str, str]:
+    """The programs' PAM services, each ``pam_sss.so`` alone (:func:`service_file`)."""
+    return {name: service_file(options) for name in SERVICES}
+
+
+class Tmux:
+    """One tmux server in the namespace, with one pane running ``argv``."""
+
+    def __init__(self, env: PamEnv, workdir: Path, argv: list[str]) -> None:
+        self.env = env
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.socket = workdir / "tmux.sock"
+        conf = workdir / "tmux.conf"
+        conf.write_text("set -g remain-on-exit on\nset -g history-limit 1000\n")
+        self.conf = conf
+        self.argv = argv
+
+    def start(self) -> None:
+        proc = self.env.run(
+            [TMUX, "-S", str(self.socket), "-f", str(self.conf), "new-session", "-d",
+             "-x", "160", "-y", "40", *self.argv],
+            timeout=TIMEOUT,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"tmux new-session failed ({proc.returncode}): {proc.stderr}")
+
+    def _tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [TMUX, "-S", str(self.socket), *args],
+            capture_output=True, text=True, check=False, timeout=TIMEOUT,
+        )  # fmt: skip
+
+    def type(self, text: str) -> None:
+        """Type ``text`` (literally) and Enter, as a user at the terminal would."""
+        self._tmux("send-keys", "-t", "0", "-l", text)
+        self._tmux("send-keys", "-t", "0", "Enter")
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "0", "-S", "-1000").stdout
+
+    def wait_for(self, pattern: str, timeout: float = TIMEOUT) -> str:
+        """The screen once ``pattern`` (a regex) appears on it; polls the pane."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if re.search(pattern, text, re.M):
+                return text
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{pattern!r} not on the screen in {timeout} s:\n{text}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._tmux("kill-server")
+
+    def __enter__(self) -> Tmux:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def su_session(env: PamEnv, workdir: Path, user: str) -> Tmux:
+    """A tmux pane where uid 65534 runs ``su - user``, then ``[su exit N]``."""
+    script = f'{" ".join(as_nobody())} su - {user}; echo "[su exit $?]"'
+    return Tmux(env, workdir, ["/bin/sh", "-c", script])
+
+
+_SSH_SCRIPT = r"""
+set -u
+workdir=$1 user=$2 port=$3; shift 3
+ip link set lo up || exit 125
+mount -t tmpfs -o mode=0755 tmpfs /run && mkdir -m 0755 /run/sshd || exit 125
+/usr/sbin/sshd -D -e -f "$workdir/sshd_config" 2>>"$workdir/sshd.log" &
+sshd=$!
+n=0
+until ss -Htln "sport = :$port" | grep -q LISTEN; do
+    n=$((n + 1))
+    if [ "$n" -gt 1200 ] || ! kill -0 "$sshd" 2>/dev/null; then
+        echo "pamprograms: sshd did not listen" >&2; kill "$sshd" 2>/dev/null; exit 125
+    fi
+    sleep 0.05
+done
+sshpass -e ssh -F /dev/null -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+    -o PubkeyAuthentication=no -o PreferredAuthentications=keyboard-interactive \
+    -o NumberOfPasswordPrompts=1 -o ConnectTimeout=60 -p "$port" "$user@127.0.0.1" "$@"
+rc=$?
+kill "$sshd"
+wait "$sshd"
+exit $rc
+"""
+
+
+def sshd_config(workdir: Path, port: int = SSH_PORT) -> Path:
+    """sshd_config, host key and pid file in ``workdir``: PAM does every password."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    key = workdir / "ssh_host_ed25519_key"
+    if not key.exists():
+        subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                       check=True, capture_output=True, timeout=TIMEOUT)  # fmt: skip
+    conf = workdir / "sshd_config"
+    conf.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {key}\nPidFile {workdir}/sshd.pid\n"
+        "UsePAM yes\nKbdInteractiveAuthentication yes\nPasswordAuthentication no\n"
+        "PubkeyAuthentication no\nAuthorizedKeysFile none\nPermitRootLogin no\n"
+        "StrictModes no\nLogLevel VERBOSE\n"
+    )
+    return conf
+
+
+def ssh_login(
+    env: PamEnv, workdir: Path, user: str, password: str, command: tuple[str, ...] = ("id", "-un")
+) -> subprocess.CompletedProcess[str]:
+    """Log ``user`` in over ssh with ``password`` and run ``command``; sshpass's exit
+    status (255: the login failed; otherwise ``command``'s)."""
+    sshd_config(workdir)
+    inner = ["/bin/sh", "-c", _SSH_SCRIPT, "ssh-login", str(workdir), user, str(SSH_PORT),
+             *command]  # fmt: skip
+    environ = {k: v for k, v in nss_env().items() if k != "_SSS_LOOPS"}
+    environ["SSHPASS"] = password
+    return subprocess.run(
+        ["unshare", "--net", "--", *env.command(inner)],
+        env=environ, capture_output=True, text=True, check=False, timeout=TIMEOUT * 2,
+    )  # fmt: skip
+
+
+def sshd_log(workdir: Path) -> str:
+    try:
+        return (workdir / "sshd.log").read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no sshd log)"
