@@ -3,6 +3,7 @@
     python -m perf.ab --a 149361d --b HEAD [--rounds 7] [--out FILE]
     python -m perf.ab --a . --b . --b-opt ldap_deref_threshold=0 --scenarios cold-id
     python -m perf.ab --a . --b floor --scenarios cold-id,cold-group
+    python -m perf.ab --a . --b sssd --scenarios login-cold,login-warm,login20-cold
 
 A machine shared with other people's work changes speed by half or more from one hour
 to the next, so two checkouts measured one after the other compare the hours, not the
@@ -19,7 +20,11 @@ A side (``--a``, ``--b``) is
   archive`` of it into a temporary directory;
 * ``floor``: not a daemon but the floor under a cold lookup (testing/replay.py): this
   checkout's requests of that lookup, recorded once, sent again to the same slapd with
-  no client work; cold scenarios only.
+  no client work; cold scenarios only;
+* ``sssd``: SSSD 2.8.2 from Debian's packages (testing/sssd.py), with the same domain
+  options plus the ones perf.run gives it (perf.targets: no sudo and other providers,
+  the watchdog's ``timeout`` raised so that it survives bigroupuser); login scenarios
+  only.
 
 A checkout's own ``cached`` runs its daemons (first on their path and their working
 directory, testing.daemon's ``checkout``); its C entry reader (cached/ldap/_ber.c) is
@@ -35,6 +40,26 @@ unless ``--memcache`` (the client then reads it, as in production):
 * ``warm-id``: ``id bigroupuser`` again on the daemon of ``cold-id``, answered from the
   cache through the socket (the median of ``--warm-reps``);
 * ``cold-group``: ``getent group large01`` (5,000 members) on a daemon of its own.
+
+Login scenarios: a whole login, the PAM transaction ``authenticate acct_mgmt
+open_session close_session`` through the real ``pam_sss.so`` (testing.pamdriver in a
+private mount namespace with its own ``/etc/pam.d``, as root: the private socket), with
+``auth_provider = ldap`` and ``cache_credentials = true`` over ldaps (slapd's ldaps
+listener behind a fault proxy, testing.faultproxy). ``login-*`` logs in ``bigroupuser``,
+``login20-*`` the first user of the directory in 20 groups (nesting level 2); the
+directory has no passwords, so both are given one (``userPassword``) at the start. Per
+user and round, one daemon started with an empty cache:
+
+* ``login-cold``: the first login (the user resolved, initgroups, then the bind);
+* ``login-warm``: a login again, the entries valid (the median of ``--warm-reps``);
+* ``login-offline``: slapd stopped: a login against the cached credentials;
+* ``login-frozen``: the daemon restarted with its cache (online again), then the proxy
+  forwards nothing (a hung server): a login, whatever it answers (its return codes are
+  printed: this one is timed, not required to succeed).
+
+A login's time is measured inside the driver, from ``pam_start`` to the return of
+``pam_end``; ``process`` is the driver's process from spawn to exit, interpreter start-up
+included (the namespace set-up is not).
 
 Per sample: the command's own wall time (perf.timecmd: the namespace set-up is not
 counted), the CPU seconds of cached's processes and slapd (``/proc``; the load of
@@ -56,19 +81,37 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from perf.targets import TIMECMD
+from perf.targets import (
+    DOMAIN_OPTIONS,
+    SSSD_ONLY_OPTIONS,
+    SSSD_SURVIVAL_DOMAIN,
+    SSSD_SURVIVAL_NSS,
+    TIMECMD,
+)
 from perf.timecmd import parse
-from testing import gendir, nsenv, procstat
+from testing import gendir, nsenv, pamenv, pammatrix, procstat, sssd
 from testing.daemon import REPO, CachedDaemon
+from testing.faultproxy import FaultProxy
 from testing.replay import floor_once, gated_sends, record_lookup
-from testing.slapd import Slapd
+from testing.slapd import Slapd, make_tls_material
 
-SCENARIOS = ("cold-id", "warm-id", "cold-group")
+NSS_SCENARIOS = ("cold-id", "warm-id", "cold-group")
+LOGIN_STEPS = ("cold", "warm", "offline", "frozen")
+#: Login scenarios by prefix: ``login`` is the big user, ``login20`` a user in 20 groups.
+LOGIN_PREFIXES = ("login", "login20")
+LOGIN_SCENARIOS = tuple(f"{p}-{step}" for p in LOGIN_PREFIXES for step in LOGIN_STEPS)
+SCENARIOS = NSS_SCENARIOS + LOGIN_SCENARIOS
+LOGIN_PASSWORD = "Perf-login-1"
+#: The bound on a login's driver process: SSSD's cold login of bigroupuser pays its
+#: whole initgroups (12 s on an idle machine) and its frozen ldaps login waits for its
+#: watchdog (90 s); pam_sss itself gives up after 300 s.
+LOGIN_TIMEOUT = 600.0
 DATA_DIR = REPO / ".benchmarks" / "perf-data"  # shared with perf.run
 SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}
 GROUP = "large01"
@@ -90,20 +133,23 @@ class Sample:
     cpu: float
     searches: int
     exact: bool
+    process: float | None = None  # a login's driver process, spawn to exit
+    codes: str = ""  # a login's PAM return codes, in call order
 
 
 @dataclass
 class Side:
     label: str  # "A" or "B"
     spec: str  # as given
-    checkout: Path | None  # None: the floor
+    checkout: Path | None  # None: the floor or SSSD
     describe: str  # the revision, for the report
     options: dict[str, str] = field(default_factory=dict)
     samples: dict[str, list[Sample]] = field(default_factory=dict)
+    sssd: bool = False
 
     @property
     def floor(self) -> bool:
-        return self.checkout is None
+        return self.checkout is None and not self.sssd
 
 
 def _git(*args: str, cwd: Path = REPO) -> str:
@@ -119,6 +165,11 @@ def prepare(label: str, spec: str, options: list[str], tmp: Path) -> Side:
         if opts:
             raise SystemExit("perf.ab: the floor takes no options")
         return Side(label, spec, None, "floor (recorded requests, no client)")
+    if spec == "sssd":
+        reason = sssd.skip_reason()
+        if reason:
+            raise SystemExit(f"perf.ab: cannot run SSSD: {reason}")
+        return Side(label, spec, None, sssd.SssdDaemon.version(), opts, sssd=True)
     path = Path(spec)
     if path.is_dir() and (path / "cached").is_dir():
         checkout = path.resolve()
@@ -207,10 +258,36 @@ class Measure:
         self.server, self.exp, self.tmp, self.env = server, expected, tmp, env
         self.warm_reps, self.log_level = warm_reps, log_level
         self.floors: dict[str, tuple[list[tuple[int, bytes]], int]] = {}
+        self.proxy: FaultProxy | None = None  # in front of ldaps, when logins are measured
+        self.login_users: dict[str, str] = {}
+        self.pamd = tmp / "pam.d"
+
+    def prepare_logins(self, scenarios: list[str]) -> None:
+        """Passwords for the login users, the fault proxy and the PAM service."""
+        if not set(scenarios) & set(LOGIN_SCENARIOS):
+            return
+        exp = self.exp
+        twenty = next(u for u in exp.user_names() if len(exp.initgroups(u, 2)) == 20)
+        self.login_users = {"login": exp.big_user, "login20": twenty}
+        for user in self.login_users.values():
+            self.server.ldap_modify(
+                f"dn: {exp.user(user).dn}\nchangetype: modify\nreplace: userPassword\n"
+                f"userPassword: {LOGIN_PASSWORD}\n"
+            )
+        port = int(self.server.ldaps_uri.rsplit(":", 1)[1])
+        self.proxy = FaultProxy("127.0.0.1", port).start()
+        pamenv.make_pamd(self.pamd, {pammatrix.SERVICE: pamenv.service_file()})
+
+    def close(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
 
     def round(self, side: Side, r: int, scenarios: list[str]) -> Iterator[tuple[str, Sample]]:
         if side.floor:
             yield from self._floor(scenarios)
+            return
+        yield from self._logins(side, r, scenarios)
+        if side.sssd:
             return
         if "cold-id" in scenarios or "warm-id" in scenarios:
             with self._daemon(side, f"{side.label}{r}-id") as d:
@@ -257,6 +334,108 @@ class Measure:
             timing.wall, cpu() - cpu0, _searches(self.server, offset), self._exact(cmd, r.stdout)
         )
 
+    def _login_domain(self) -> dict[str, object]:
+        """perf's domain options, LDAP authentication with cached credentials (the PAM
+        matrix's, its short search timeout left out: SSSD's searches for bigroupuser's
+        groups take longer) and ldaps through the proxy."""
+        assert self.server.tls is not None and self.proxy is not None
+        base = pammatrix.base_domain_options()
+        del base["ldap_search_timeout"]
+        return {
+            **DOMAIN_OPTIONS,
+            **base,
+            "ldap_uri": f"ldaps://127.0.0.1:{self.proxy.port}",
+            "ldap_tls_cacert": self.server.tls.ca_cert,
+            "ldap_tls_reqcert": "demand",
+            "ldap_id_use_start_tls": "false",
+        }
+
+    def _pam_daemon(self, side: Side, workdir: Path) -> pammatrix.PamDaemon:
+        domain = {**self._login_domain(), **side.options}
+        if side.sssd:
+            uri = str(domain.pop("ldap_uri"))
+            return pammatrix.SssdPamDaemon(
+                workdir, uri, self.server.base_dn, nss=SSSD_SURVIVAL_NSS, pam={},
+                **{**domain, **SSSD_ONLY_OPTIONS, **SSSD_SURVIVAL_DOMAIN},
+            )  # fmt: skip
+        d = pammatrix.CachedPamDaemon(workdir, pammatrix.PamConfig(self.server.base_dn, domain, {}))
+        d.log_level = self.log_level
+        if side.checkout is not None:
+            d.checkout = side.checkout
+        return d
+
+    def _logins(self, side: Side, r: int, scenarios: list[str]) -> Iterator[tuple[str, Sample]]:
+        for prefix, user in self.login_users.items():
+            steps = [step for step in LOGIN_STEPS if f"{prefix}-{step}" in scenarios]
+            if not steps:
+                continue
+            d = self._pam_daemon(side, self.tmp / f"{side.label}{r}-{prefix}")
+            d.start()
+            try:
+                env = pamenv.PamEnv(d.pipes_dir, self.pamd, d.mc_dir)
+                cold = self._login(d, env, user)  # always: it fills the cache
+                if "cold" in steps:
+                    yield f"{prefix}-cold", cold
+                if "warm" in steps:
+                    warm = [self._login(d, env, user) for _ in range(self.warm_reps)]
+                    yield f"{prefix}-warm", sorted(warm, key=lambda s: s.wall)[len(warm) // 2]
+                if "offline" in steps:
+                    yield f"{prefix}-offline", self._offline(d, env, user)
+                if "frozen" in steps:
+                    yield f"{prefix}-frozen", self._frozen(d, env, user)
+            finally:
+                d.stop()
+
+    def _offline(self, d: pammatrix.PamDaemon, env: pamenv.PamEnv, user: str) -> Sample:
+        assert self.proxy is not None
+        self.proxy.drop_all()
+        self.server.stop()
+        try:
+            return self._login(d, env, user)
+        finally:
+            self.server.start()
+
+    def _frozen(self, d: pammatrix.PamDaemon, env: pamenv.PamEnv, user: str) -> Sample:
+        assert self.proxy is not None
+        # A daemon that has seen the server down may not try it again for a while
+        # (SSSD: offline_timeout); restarted, it is online again with its cache.
+        d.stop()
+        d.start()
+        self.proxy.set(stall=True)
+        try:
+            return self._login(d, env, user)
+        finally:
+            self.proxy.heal()
+
+    def _login(self, d: pammatrix.PamDaemon, env: pamenv.PamEnv, user: str) -> Sample:
+        if isinstance(d, CachedDaemon):
+            root = d.pid
+            pids = [root, *(x.pid for x in procstat.children(root))]
+        else:
+            assert isinstance(d, sssd.SssdDaemon)
+            pids = list(d.pids().values())
+        online = self.server.running
+        slapd = {"slapd": self.server.pid or 0} if online else {}
+
+        def cpu() -> float:
+            return sum(map(_schedstat, pids)) + sum(procstat.cpu_seconds(slapd).values())
+
+        offset, cpu0 = (self.server.log_offset() if online else 0), cpu()
+        start = time.perf_counter()
+        got = env.drive(
+            pammatrix.SERVICE, user, pammatrix.LOGIN, answers=[LOGIN_PASSWORD],
+            timeout=LOGIN_TIMEOUT,
+        )  # fmt: skip
+        process = time.perf_counter() - start
+        return Sample(
+            got.seconds,
+            cpu() - cpu0,
+            _searches(self.server, offset) if online else 0,
+            got.start == 0 and got.codes == [0] * len(pammatrix.LOGIN),
+            process,
+            ",".join(map(str, got.codes)),
+        )
+
     def _exact(self, cmd: list[str], out: str) -> bool:
         if cmd[0] == "id":
             return _gids(out) == self.exp.initgroups(self.exp.big_user, 2)
@@ -293,15 +472,22 @@ def summary(a: Side, b: Side, scenarios: list[str]) -> list[str]:
         sa, sb = a.samples.get(sc, []), b.samples.get(sc, [])
         if not sa or not sb:
             continue
-        pairs = [(x, y) for x, y in zip(sa, sb, strict=False) if x.exact and y.exact]
+
+        # A frozen server's login is timed whatever it answers (its codes are printed).
+        def ok(s: Sample, sc: str = sc) -> bool:
+            return s.exact or sc.endswith("-frozen")
+
+        pairs = [(x, y) for x, y in zip(sa, sb, strict=False) if ok(x) and ok(y)]
         figures: list[tuple[str, Callable[[Sample], float], str]] = [
             ("wall", lambda s: s.wall, "s"),
             ("CPU", lambda s: s.cpu, "s"),
             ("searches", lambda s: s.searches, ""),
         ]
+        if sc in LOGIN_SCENARIOS:
+            figures.insert(1, ("process", lambda s: s.process or 0.0, "s"))
         for fig, get, unit in figures:
-            ma = _median([get(s) for s in sa if s.exact])
-            mb = _median([get(s) for s in sb if s.exact])
+            ma = _median([get(s) for s in sa if ok(s)])
+            mb = _median([get(s) for s in sb if ok(s)])
             if fig == "CPU" and (a.floor or b.floor):
                 continue
             ratios = [get(y) / get(x) for x, y in pairs if get(x)]
@@ -341,7 +527,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(scenarios) - set(SCENARIOS)
     if unknown:
         ap.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
-    reason = nsenv.skip_reason()
+    if "sssd" in (args.a, args.b) and set(scenarios) & set(NSS_SCENARIOS):
+        ap.error("the sssd side runs login scenarios only (perf.run compares its NSS steps)")
+    if "floor" in (args.a, args.b) and set(scenarios) & set(LOGIN_SCENARIOS):
+        ap.error("the floor has no login scenarios")
+    logins = bool(set(scenarios) & set(LOGIN_SCENARIOS))
+    reason = pamenv.skip_reason() if logins else nsenv.skip_reason()
     if reason:
         print(f"perf.ab: {reason}", file=sys.stderr)
         return 2
@@ -382,28 +573,50 @@ def _run(
         say(
             f"* directory: {sc.name}, slapd deref overlay {args.deref}; client memory cache "
             f"{'on' if args.memcache else 'off (SSS_NSS_USE_MEMCACHE=NO)'}; "
-            f"{args.rounds} rounds, order A,B then B,A; CPU: cached's processes and slapd"
+            f"{args.rounds} rounds, order A,B then B,A; CPU: the daemon's processes and slapd"
         )
-        say()
-        say("```")
-        with Slapd(tmp / "slapd", gen.ldif, sc.base_dn, deref=args.deref == "yes") as server:
+        logins = bool(set(scenarios) & set(LOGIN_SCENARIOS))
+        tls = make_tls_material(tmp / "tls", "localhost") if logins else None
+        with Slapd(
+            tmp / "slapd", gen.ldif, sc.base_dn, deref=args.deref == "yes", tls=tls
+        ) as server:
             m = Measure(server, gen.expected(), tmp, env, args.warm_reps, args.log_level)
-            for r in range(args.rounds):
-                for side in (a, b) if r % 2 == 0 else (b, a):
-                    for name, s in m.round(side, r, scenarios):
-                        side.samples.setdefault(name, []).append(s)
-                        say(
-                            f"round={r} {side.label} {name:<10} wall={s.wall * 1e3:8.1f} ms "
-                            f"cpu={s.cpu * 1e3:8.1f} ms searches={s.searches:<5} "
-                            f"exact={s.exact}"
-                        )
+            try:
+                m.prepare_logins(scenarios)
+                if logins:
+                    users = ", ".join(f"{p}-*: {u}" for p, u in m.login_users.items())
+                    say(f"* logins: {users}; `{' '.join(pammatrix.LOGIN)}` through pam_sss.so")
+                say()
+                say("```")
+                for r in range(args.rounds):
+                    for side in (a, b) if r % 2 == 0 else (b, a):
+                        for name, s in m.round(side, r, scenarios):
+                            side.samples.setdefault(name, []).append(s)
+                            extra = (
+                                f" process={s.process * 1e3:8.1f} ms codes={s.codes}"
+                                if s.process is not None
+                                else ""
+                            )
+                            say(
+                                f"round={r} {side.label} {name:<14} wall={s.wall * 1e3:8.1f} ms "
+                                f"cpu={s.cpu * 1e3:8.1f} ms searches={s.searches:<5} "
+                                f"exact={s.exact}{extra}"
+                            )
+            finally:
+                m.close()
         say("```")
         say()
         say(f"load average at end {_loadavg()}")
         say()
         for line in summary(a, b, scenarios):
             say(line)
-    wrong = sum(not s.exact for side in (a, b) for ss in side.samples.values() for s in ss)
+    wrong = sum(
+        not s.exact
+        for side in (a, b)
+        for sc, ss in side.samples.items()
+        if not sc.endswith("-frozen")
+        for s in ss
+    )
     return 1 if wrong else 0
 
 

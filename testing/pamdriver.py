@@ -18,7 +18,9 @@ namespace (:mod:`testing.pamenv`) as ``python -I pamdriver.py SPEC``. ``SPEC`` i
      "uid": 65534}                     # optional: drop to this uid/gid before pam_start
 
 and it prints one JSON object: ``{"start": rc, "results": [{"op", "rc", "error",
-"messages": [[style, text], ...]}, ...], "unanswered": n}``. Like pamtester it stops after
+"messages": [[style, text], ...]}, ...], "unanswered": n, "seconds": s}``, where ``seconds``
+is the wall time from ``pam_start`` to the return of ``pam_end`` (the transaction alone,
+without the interpreter's start-up or the namespace set-up). Like pamtester it stops after
 the first call that fails. Styles are PAM's: 1 PROMPT_ECHO_OFF, 2 PROMPT_ECHO_ON,
 3 ERROR_MSG, 4 TEXT_INFO. Prompts are recorded, answers are not.
 """
@@ -30,6 +32,7 @@ import ctypes.util
 import json
 import os
 import sys
+import time
 from typing import Any, Final
 
 PAM_SUCCESS: Final = 0
@@ -123,12 +126,14 @@ class Driver:
     def run(self, spec: dict[str, Any]) -> dict[str, Any]:
         conv = PamConv(self.conv_func, None)
         pamh = ctypes.c_void_p()
+        start = time.perf_counter()
         rc = self.libpam.pam_start(
             spec["service"].encode(), spec["user"].encode(), ctypes.byref(conv),
             ctypes.byref(pamh),
         )  # fmt: skip
         out: dict[str, Any] = {"start": rc, "results": []}
         if rc != PAM_SUCCESS:
+            out["seconds"] = time.perf_counter() - start
             return out
         last = PAM_SUCCESS
         try:
@@ -148,6 +153,7 @@ class Driver:
                     break
         finally:
             self.libpam.pam_end(pamh, last)
+            out["seconds"] = time.perf_counter() - start
         out["unanswered"] = len(self.answers)
         return out
 

@@ -157,6 +157,7 @@ class PamEnv:
         answers: Sequence[str] = (),
         items: Mapping[str, str] | None = None,
         as_user: bool = False,
+        timeout: float = 120.0,
     ) -> DriverResult:
         """Run :mod:`testing.pamdriver` in the namespace; see :class:`DriverResult`."""
         spec: dict[str, Any] = {
@@ -168,7 +169,9 @@ class PamEnv:
         }
         if as_user:
             spec["uid"] = NOBODY
-        proc = self.run([sys.executable, "-I", os.fspath(DRIVER), json.dumps(spec)])
+        proc = self.run(
+            [sys.executable, "-I", os.fspath(DRIVER), json.dumps(spec)], timeout=timeout
+        )
         if proc.returncode != 0 or not proc.stdout.strip():
             raise RuntimeError(f"pamdriver failed ({proc.returncode}): {proc.stderr.strip()}")
         return DriverResult(json.loads(proc.stdout))
@@ -196,7 +199,8 @@ class Call:
 
 class DriverResult:
     """What :mod:`testing.pamdriver` reported: ``start`` (pam_start's code), ``calls``
-    (stops after the first failure, like pamtester) and ``unanswered`` answers."""
+    (stops after the first failure, like pamtester), ``unanswered`` answers and
+    ``seconds``, the transaction's wall time from pam_start to pam_end."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         self.start: int = raw["start"]
@@ -205,6 +209,7 @@ class DriverResult:
             for r in raw["results"]
         ]
         self.unanswered: int = raw.get("unanswered", 0)
+        self.seconds: float = raw.get("seconds", 0.0)
 
     def __getitem__(self, op: str) -> Call:
         for call in self.calls:
