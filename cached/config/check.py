@@ -19,7 +19,13 @@ from cached.config.load import (
     judge,
     read_files,
 )
-from cached.config.options import DAEMON_OPTIONS, DOMAIN_OPTIONS, NSS_OPTIONS, Option
+from cached.config.options import (
+    DAEMON_OPTIONS,
+    DOMAIN_OPTIONS,
+    NSS_OPTIONS,
+    PAM_OPTIONS,
+    Option,
+)
 from cached.config.parsers import str_list
 from cached.config.sssd import IGNORED_SECTIONS, enabled_domains
 
@@ -108,6 +114,8 @@ def _sections(ini: Ini) -> list[Finding]:
             out += _options(ini, s, DAEMON_OPTIONS)
         elif s == "nss":
             out += _options(ini, s, NSS_OPTIONS)
+        elif s == "pam":
+            out += _options(ini, s, PAM_OPTIONS)
         elif s.startswith("domain/") and s[len("domain/") :].lower() in served:
             out += _options(ini, s, DOMAIN_OPTIONS)
         elif s.startswith("domain/"):

@@ -60,12 +60,11 @@ def test_a_file_that_loads_is_listed_line_by_line_and_exits_0(tmp_path: Path) ->
     assert lines[:4] == [
         f"{path}:2: ignored: [sssd] config_file_version = '2': an SSSD option cached "
         "accepts and has no use for",
-        f"{path}:3: ignored: [sssd] services = 'nss, pam': an SSSD option cached accepts "
-        "and has no use for",
+        f"{path}:3: loads: [sssd] services = 'nss, pam'",
         f"{path}:4: loads: [sssd] domains = 'example.com'",
         f"{path}:7: loads: [nss] allowed_shells = '/bin/tcsh'",
     ]
-    assert f"{path}:9: ignored: [pam]: configures an SSSD responder cached does not have" in lines
+    assert f"{path}:10: loads: [pam] offline_credentials_expiration = '2'" in lines
     assert f"{path}:16: loads: [domain/example.com] ldap_default_authtok = '********'" in lines
     assert f"{path}:17: loads: [domain/example.com] fallback_homedir = '/home/%u@%d'" in lines
     assert (
@@ -78,7 +77,7 @@ def test_a_file_that_loads_is_listed_line_by_line_and_exits_0(tmp_path: Path) ->
     assert (
         f"{path}:22: ignored: [domain/other] is not listed in [sssd] domains; ignored"
     ) in lines
-    assert lines[-1] == "8 load, 6 ignored, 0 refused: cached would start with this configuration"
+    assert lines[-1] == "10 load, 4 ignored, 0 refused: cached would start with this configuration"
     assert "hunter2" not in r.stdout
     # Every warning loading gives is said once, on its line: none is left over.
     assert not [line for line in lines if line.startswith("warning:")]
