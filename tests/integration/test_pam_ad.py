@@ -1,17 +1,17 @@
 """AD logins through cached: Debian's ``pam_sss.so`` against ``cached serve`` with
 ``ldap_schema = ad`` and ``services = nss, pam``, whose backend binds as the user's DN to
-a real Samba AD DC over ldaps (port 636).
+a real Samba AD DC over ldaps (port 636) or ldap:// with StartTLS (port 389).
 
 The DC (testing/addc.py) runs in a network namespace of its own, where its compiled-in
-ports cannot clash with the host's; the tests reach its 636 through a forwarder on a
-host port whose outgoing sockets are made inside that namespace (``setns(2)`` on the
+ports cannot clash with the host's; the tests reach its 636 and 389 through forwarders
+on host ports whose outgoing sockets are made inside that namespace (``setns(2)`` on the
 forwarding thread). Samba serves TLS with a certificate for ``localhost`` and
 127.0.0.1 signed by a throwaway CA (``tls certfile``/``keyfile``/``cafile``), which
 cached verifies (``ldap_tls_cacert``, ``ldap_tls_reqcert = demand``): the login's
 password travels over verified TLS, as in production.
 
 The DC is private to this module (provisioning takes 6-11 s): the tests create users
-with passwords and disable one, which the shared ``ad`` fixture must not see.
+with passwords, disable one and lock one, which the shared ``ad`` fixture must not see.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -39,10 +38,18 @@ SERVICE = "cached-login"
 AUTH_OK, PERM_DENIED, AUTH_ERR = 0, 6, 7
 USERS_GID = 10000  # gidNumber given to Domain Users, the users' primary group
 # Samba's default password policy wants complexity and 7+ characters.
-PASSWORDS = {"adalice": "Ad-Al1ce-Secret7", "addora": "Ad-D0ra-Secret7"}
+PASSWORDS = {
+    "adalice": "Ad-Al1ce-Secret7",
+    "addora": "Ad-D0ra-Secret7",
+    "adlena": "Ad-L3na-Secret7",
+}
 DISABLED = "addora"
+# Locked by its test's wrong passwords. The other users' wrong passwords stay under the
+# threshold: each test's right password, accepted, resets AD's badPwdCount.
+LOCKED = "adlena"
+LOCKOUT_THRESHOLD = 3
 CLONE_NEWNET = 0x40000000  # <sched.h>
-LDAPS_PORT = 636  # compiled into Samba
+PORTS = {"ldaps": 636, "starttls": 389}  # compiled into Samba
 
 
 class NetnsForwarder:
@@ -116,9 +123,12 @@ def _samba_tool(dc: addc.SambaDC, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def ad_dc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[addc.SambaDC, Path, int]]:
-    """A private DC serving ldaps with a CA of the test's own, holding the users of
-    PASSWORDS (DISABLED disabled); yields it, the CA certificate and the host port."""
+def ad_dc(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[addc.SambaDC, Path, dict[str, int]]]:
+    """A private DC serving TLS with a CA of the test's own, holding the users of
+    PASSWORDS (DISABLED disabled), locking an account after LOCKOUT_THRESHOLD wrong
+    passwords; yields it, the CA certificate and the host port of each transport."""
     missing = addc.available()
     assert missing is None, missing
     work = Path(tmp_path_factory.mktemp("adpam", numbered=True))
@@ -140,26 +150,33 @@ def ad_dc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[addc.Samba
                     f"--gid-number={USERS_GID}", "--login-shell=/bin/sh",
                     f"--unix-home=/home/{login}")  # fmt: skip
     _samba_tool(dc, "user", "disable", DISABLED)
+    _samba_tool(dc, "domain", "passwordsettings", "set",
+                f"--account-lockout-threshold={LOCKOUT_THRESHOLD}")  # fmt: skip
     with dc:
         assert dc.pid is not None
-        fwd = NetnsForwarder(dc.pid, LDAPS_PORT)
+        fwds = {t: NetnsForwarder(dc.pid, port) for t, port in PORTS.items()}
         try:
-            yield dc, tls.ca_cert, fwd.port
+            yield dc, tls.ca_cert, {t: f.port for t, f in fwds.items()}
         finally:
-            fwd.close()
+            for f in fwds.values():
+                f.close()
 
 
 @pytest.fixture
 def ad_login(
-    tmp_path: Path, ad_dc: tuple[addc.SambaDC, Path, int]
+    tmp_path: Path, ad_dc: tuple[addc.SambaDC, Path, dict[str, int]]
 ) -> Iterator[Callable[..., tuple[CachedDaemon, PamEnv]]]:
-    dc, ca, port = ad_dc
+    """``make(transport="ldaps"|"starttls")``: a daemon with ``ldap_schema = ad`` on
+    the DC over ``ldaps://``, or ``ldap://`` (the login runs StartTLS), and its PAM
+    clients."""
+    dc, ca, ports = ad_dc
     started: list[CachedDaemon] = []
 
-    def make(**opts: Any) -> tuple[CachedDaemon, PamEnv]:
+    def make(transport: str = "ldaps") -> tuple[CachedDaemon, PamEnv]:
+        scheme = "ldaps" if transport == "ldaps" else "ldap"
         d = CachedDaemon(
             tmp_path / f"cached{len(started)}",
-            [f"ldaps://localhost:{port}"],
+            [f"{scheme}://localhost:{ports[transport]}"],
             dc.base_dn,
             daemon={"services": "nss, pam"},
             ldap_schema="ad",
@@ -167,7 +184,6 @@ def ad_login(
             ldap_default_authtok=dc.admin_pw,
             ldap_tls_cacert=ca,
             ldap_tls_reqcert="demand",
-            **opts,
         )
         started.append(d)
         d.start()
@@ -183,10 +199,11 @@ def login(env: PamEnv, user: str, password: str) -> list[int]:
     return env.drive(SERVICE, user, ["authenticate", "acct_mgmt"], answers=[password]).codes
 
 
-def test_an_ad_user_logs_in_over_ldaps_and_a_wrong_password_is_auth_err(
-    ad_login: Callable[..., tuple[CachedDaemon, PamEnv]],
+@pytest.mark.parametrize("transport", ["ldaps", "starttls"])
+def test_an_ad_user_logs_in_and_a_wrong_password_is_auth_err(
+    ad_login: Callable[..., tuple[CachedDaemon, PamEnv]], transport: str
 ) -> None:
-    d, env = ad_login()
+    d, env = ad_login(transport)
     assert login(env, "adalice", PASSWORDS["adalice"]) == [AUTH_OK, AUTH_OK], d.log_tail()
     assert login(env, "adalice", "Not-The-Password1") == [AUTH_ERR], d.log_tail()
     assert "(AD: wrong password, data 52e)" in d.log_text(), d.log_tail()
@@ -207,3 +224,15 @@ def test_a_disabled_ad_account_is_auth_err_as_sssd(
     assert "(AD: account disabled, data 533)" in d.log_text(), d.log_tail()
     assert "Traceback" not in d.log_text(), d.log_tail()
 
+
+
+def test_a_locked_ad_account_is_perm_denied(
+    ad_login: Callable[..., tuple[CachedDaemon, PamEnv]],
+) -> None:
+    """After LOCKOUT_THRESHOLD wrong passwords the DC locks the account and refuses
+    even the right one with ``data 775``: PAM_PERM_DENIED, as SSSD's ERR_ACCOUNT_LOCKED."""
+    d, env = ad_login()
+    for _ in range(LOCKOUT_THRESHOLD):
+        assert login(env, LOCKED, "Not-The-Password1") == [AUTH_ERR], d.log_tail()
+    assert login(env, LOCKED, PASSWORDS[LOCKED]) == [PERM_DENIED], d.log_tail()
+    assert "account locked" in d.log_text(), d.log_tail()
