@@ -15,7 +15,9 @@ PAM reference §2.1), as one blocking function the backend runs off its event lo
   ``ldap_auth_disable_tls_never_use_in_production = true`` lifts both (SSSD's own tests
   set it);
 * the bind carries the password policy request control, whose answer becomes the PAM
-  status and messages; AD's ``data 775`` (account locked) becomes PERM_DENIED;
+  status and messages; AD's ``data 775`` (account locked) becomes PERM_DENIED, its other
+  diagnostics (``data 533`` account disabled, ``532`` password expired, ...) stay
+  AUTH_ERR as in SSSD and are named in the log;
 * every step runs against ``ldap_network_timeout`` (connect) and one
   ``ldap_opt_timeout`` deadline (StartTLS and the bind): a server that hangs or trickles
   costs a login at most those, then the next server, then offline (cached credentials).
@@ -46,6 +48,20 @@ INVALID_CREDENTIALS = 49  # RFC 4511 §4.1.9
 # AD's diagnostic of a bind refused for a locked account ([MS-ADTS] 3.1.1.3.1.8.1,
 # ERROR_ACCOUNT_LOCKED_OUT = 0x775), matched as SSSD matches it.
 AD_LOCKED = "data 775,"
+# The other Win32 errors AD puts in a refused bind's diagnostic ("...AcceptSecurityContext
+# error, data 533, v4563"; [MS-ERREF] 2.2): only for the log. SSSD's simple bind
+# (sdap_async_connection.c) maps none of them, so neither does cached: each is
+# PAM_AUTH_ERR like any invalidCredentials (an access provider, not the bind, says more).
+AD_DIAGNOSTICS = {
+    "525": "no such user",
+    "52e": "wrong password",
+    "530": "not permitted to log on at this time",
+    "531": "not permitted to log on at this workstation",
+    "532": "password expired",
+    "533": "account disabled",
+    "701": "account expired",
+    "773": "password must be reset",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +114,16 @@ def _result(ok: bool, response_controls: dict[bytes, bytes | None], message: str
         return OnlineResult(NEW_AUTHTOK_REQD, reason="password expired")
     if AD_LOCKED in message:
         return OnlineResult(PERM_DENIED, locked=True, reason="account locked")
-    return OnlineResult(AUTH_ERR, reason="invalid credentials")
+    return OnlineResult(AUTH_ERR, reason="invalid credentials" + _ad_diagnostic(message))
+
+
+def _ad_diagnostic(message: str) -> str:
+    """What AD said of a refused bind (`` (AD: account disabled)``), or ""."""
+    _, sep, rest = message.partition(", data ")
+    code = rest.split(",", 1)[0].strip().lower()
+    if not sep or code not in AD_DIAGNOSTICS:
+        return ""
+    return f" (AD: {AD_DIAGNOSTICS[code]}, data {code})"
 
 
 def bind_as_user(cfg: DomainConfig, dn: str, password: bytes) -> OnlineResult:

@@ -57,6 +57,25 @@ def test_bind_answers_become_pam_statuses() -> None:
     assert expiring.expires_in == 86400
 
 
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [("533", "account disabled"), ("532", "password expired"), ("701", "account expired"),
+     ("773", "password must be reset"), ("52e", "wrong password")],
+)  # fmt: skip
+def test_other_ad_diagnostics_are_auth_err_as_in_sssd_and_named(data: str, named: str) -> None:
+    """SSSD's simple bind maps only AD's ``data 775``; the others are PAM_AUTH_ERR."""
+    res = auth._result(False, {}, "80090308: LdapErr: DSID-0C09042A, comment: "
+                       f"AcceptSecurityContext error, data {data}, v4563")  # fmt: skip
+    assert (res.status, res.locked) == (auth.AUTH_ERR, False)
+    assert res.reason == f"invalid credentials (AD: {named}, data {data})"
+
+
+def test_an_unknown_or_absent_ad_diagnostic_is_plain_auth_err() -> None:
+    for message in ("", "invalid credentials", "AcceptSecurityContext error, data 999, v1"):
+        res = auth._result(False, {}, message)
+        assert (res.status, res.reason) == (auth.AUTH_ERR, "invalid credentials")
+
+
 def test_no_bind_without_a_password_or_a_dn() -> None:
     from cached.config import parse_config
 

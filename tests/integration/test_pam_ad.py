@@ -1,0 +1,238 @@
+"""AD logins through cached: Debian's ``pam_sss.so`` against ``cached serve`` with
+``ldap_schema = ad`` and ``services = nss, pam``, whose backend binds as the user's DN to
+a real Samba AD DC over ldaps (port 636) or ldap:// with StartTLS (port 389).
+
+The DC (testing/addc.py) runs in a network namespace of its own, where its compiled-in
+ports cannot clash with the host's; the tests reach its 636 and 389 through forwarders
+on host ports whose outgoing sockets are made inside that namespace (``setns(2)`` on the
+forwarding thread). Samba serves TLS with a certificate for ``localhost`` and
+127.0.0.1 signed by a throwaway CA (``tls certfile``/``keyfile``/``cafile``), which
+cached verifies (``ldap_tls_cacert``, ``ldap_tls_reqcert = demand``): the login's
+password travels over verified TLS, as in production.
+
+The DC is private to this module (provisioning takes 6-11 s): the tests create users
+with passwords, disable one and lock one, which the shared ``ad`` fixture must not see.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from testing import addc
+from testing.daemon import CachedDaemon
+from testing.pamenv import PamEnv, service_file, skip_reason
+from testing.slapd import make_tls_material
+
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
+
+SERVICE = "cached-login"
+AUTH_OK, PERM_DENIED, AUTH_ERR = 0, 6, 7
+USERS_GID = 10000  # gidNumber given to Domain Users, the users' primary group
+# Samba's default password policy wants complexity and 7+ characters.
+PASSWORDS = {
+    "adalice": "Ad-Al1ce-Secret7",
+    "addora": "Ad-D0ra-Secret7",
+    "adlena": "Ad-L3na-Secret7",
+}
+DISABLED = "addora"
+# Locked by its test's wrong passwords. The other users' wrong passwords stay under the
+# threshold: each test's right password, accepted, resets AD's badPwdCount.
+LOCKED = "adlena"
+LOCKOUT_THRESHOLD = 3
+CLONE_NEWNET = 0x40000000  # <sched.h>
+PORTS = {"ldaps": 636, "starttls": 389}  # compiled into Samba
+
+
+class NetnsForwarder:
+    """127.0.0.1:<port> on the host, forwarded to ``port`` on 127.0.0.1 in the network
+    namespace of process ``pid`` (each connection on a thread of its own)."""
+
+    def __init__(self, pid: int, port: int) -> None:
+        self._ns = f"/proc/{pid}/ns/net"
+        self._port = port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+
+    def _forward(self, client: socket.socket) -> None:
+        # setns(2) changes the namespace of this thread only; the socket made after it
+        # belongs to the DC's namespace for its whole life.
+        fd = os.open(self._ns, os.O_RDONLY)
+        try:
+            if self._libc.setns(fd, CLONE_NEWNET) != 0:
+                client.close()
+                return
+        finally:
+            os.close(fd)
+        try:
+            server = socket.create_connection(("127.0.0.1", self._port), timeout=30)
+        except OSError:
+            client.close()
+            return
+        server.settimeout(None)
+        sel = selectors.DefaultSelector()
+        sel.register(client, selectors.EVENT_READ, server)
+        sel.register(server, selectors.EVENT_READ, client)
+        try:
+            while True:
+                for key, _ in sel.select():
+                    src: socket.socket = key.fileobj  # type: ignore[assignment]
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    key.data.sendall(data)
+        except OSError:
+            return
+        finally:
+            sel.close()
+            client.close()
+            server.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def _samba_tool(dc: addc.SambaDC, *args: str) -> None:
+    """samba-tool on the stopped DC's sam.ldb."""
+    sam = dc.workdir / "private" / "sam.ldb"
+    subprocess.run(
+        [addc.SAMBA_TOOL, *args, "-H", str(sam), "-s", str(dc.conf)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ad_dc(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[addc.SambaDC, Path, dict[str, int]]]:
+    """A private DC serving TLS with a CA of the test's own, holding the users of
+    PASSWORDS (DISABLED disabled), locking an account after LOCKOUT_THRESHOLD wrong
+    passwords; yields it, the CA certificate and the host port of each transport."""
+    missing = addc.available()
+    assert missing is None, missing
+    work = Path(tmp_path_factory.mktemp("adpam", numbered=True))
+    dc = addc.SambaDC(work / "dc")
+    dc.provision()
+    tls = make_tls_material(work / "tls")
+    tls.key.chmod(0o600)  # Samba refuses a key file others can read
+    text = dc.conf.read_text().replace(
+        "[global]\n",
+        f"[global]\n\ttls enabled = yes\n\ttls keyfile = {tls.key}\n"
+        f"\ttls certfile = {tls.cert}\n\ttls cafile = {tls.ca_cert}\n",
+        1,
+    )
+    dc.conf.write_text(text)
+    dc.load([], modify=[addc.ADEntry(f"CN=Domain Users,CN=Users,{dc.base_dn}",
+                                     {"gidNumber": str(USERS_GID)})])  # fmt: skip
+    for n, (login, password) in enumerate(sorted(PASSWORDS.items())):
+        _samba_tool(dc, "user", "create", login, password, f"--uid-number={20001 + n}",
+                    f"--gid-number={USERS_GID}", "--login-shell=/bin/sh",
+                    f"--unix-home=/home/{login}")  # fmt: skip
+    _samba_tool(dc, "user", "disable", DISABLED)
+    _samba_tool(dc, "domain", "passwordsettings", "set",
+                f"--account-lockout-threshold={LOCKOUT_THRESHOLD}")  # fmt: skip
+    with dc:
+        assert dc.pid is not None
+        fwds = {t: NetnsForwarder(dc.pid, port) for t, port in PORTS.items()}
+        try:
+            yield dc, tls.ca_cert, {t: f.port for t, f in fwds.items()}
+        finally:
+            for f in fwds.values():
+                f.close()
+
+
+@pytest.fixture
+def ad_login(
+    tmp_path: Path, ad_dc: tuple[addc.SambaDC, Path, dict[str, int]]
+) -> Iterator[Callable[..., tuple[CachedDaemon, PamEnv]]]:
+    """``make(transport="ldaps"|"starttls")``: a daemon with ``ldap_schema = ad`` on
+    the DC over ``ldaps://``, or ``ldap://`` (the login runs StartTLS), and its PAM
+    clients."""
+    dc, ca, ports = ad_dc
+    started: list[CachedDaemon] = []
+
+    def make(transport: str = "ldaps") -> tuple[CachedDaemon, PamEnv]:
+        scheme = "ldaps" if transport == "ldaps" else "ldap"
+        d = CachedDaemon(
+            tmp_path / f"cached{len(started)}",
+            [f"{scheme}://localhost:{ports[transport]}"],
+            dc.base_dn,
+            daemon={"services": "nss, pam"},
+            ldap_schema="ad",
+            ldap_default_bind_dn=dc.admin_dn,
+            ldap_default_authtok=dc.admin_pw,
+            ldap_tls_cacert=ca,
+            ldap_tls_reqcert="demand",
+        )
+        started.append(d)
+        d.start()
+        return d, d.pam_env({SERVICE: service_file()})
+
+    yield make
+    for d in started:
+        d.stop()
+
+
+def login(env: PamEnv, user: str, password: str) -> list[int]:
+    """authenticate + acct_mgmt (the driver stops at the first failure)."""
+    return env.drive(SERVICE, user, ["authenticate", "acct_mgmt"], answers=[password]).codes
+
+
+@pytest.mark.parametrize("transport", ["ldaps", "starttls"])
+def test_an_ad_user_logs_in_and_a_wrong_password_is_auth_err(
+    ad_login: Callable[..., tuple[CachedDaemon, PamEnv]], transport: str
+) -> None:
+    d, env = ad_login(transport)
+    assert login(env, "adalice", PASSWORDS["adalice"]) == [AUTH_OK, AUTH_OK], d.log_tail()
+    assert login(env, "adalice", "Not-The-Password1") == [AUTH_ERR], d.log_tail()
+    assert "(AD: wrong password, data 52e)" in d.log_text(), d.log_tail()
+    # A wrong password leaves the right one working.
+    assert login(env, "adalice", PASSWORDS["adalice"]) == [AUTH_OK, AUTH_OK], d.log_tail()
+    assert "Traceback" not in d.log_text(), d.log_tail()
+
+
+def test_a_disabled_ad_account_is_auth_err_as_sssd(
+    ad_login: Callable[..., tuple[CachedDaemon, PamEnv]],
+) -> None:
+    """AD refuses the bind of a disabled account with invalidCredentials, diagnostic
+    ``data 533`` ([MS-ERREF] ERROR_ACCOUNT_DISABLED); SSSD's LDAP auth has no case for
+    it, so it is PAM_AUTH_ERR (an access provider, not the bind, would say more)."""
+    d, env = ad_login()
+    assert login(env, DISABLED, PASSWORDS[DISABLED]) == [AUTH_ERR], d.log_tail()
+    # Refused by the DC for being disabled, not for want of a user or a server.
+    assert "(AD: account disabled, data 533)" in d.log_text(), d.log_tail()
+    assert "Traceback" not in d.log_text(), d.log_tail()
+
+
+
+def test_a_locked_ad_account_is_perm_denied(
+    ad_login: Callable[..., tuple[CachedDaemon, PamEnv]],
+) -> None:
+    """After LOCKOUT_THRESHOLD wrong passwords the DC locks the account and refuses
+    even the right one with ``data 775``: PAM_PERM_DENIED, as SSSD's ERR_ACCOUNT_LOCKED."""
+    d, env = ad_login()
+    for _ in range(LOCKOUT_THRESHOLD):
+        assert login(env, LOCKED, "Not-The-Password1") == [AUTH_ERR], d.log_tail()
+    assert login(env, LOCKED, PASSWORDS[LOCKED]) == [PERM_DENIED], d.log_tail()
+    assert "account locked" in d.log_text(), d.log_tail()
