@@ -86,3 +86,44 @@ def test_no_bind_without_a_password_or_a_dn() -> None:
     # Neither reaches a server (none answers at that address): refused before.
     assert auth.bind_as_user(cfg, "uid=a,dc=x", b"").status == auth.AUTH_ERR
     assert auth.bind_as_user(cfg, "", b"secret").status == auth.AUTH_ERR
+
+
+# -- which connections a password may travel over (auth.bind_as_user) ------------------
+
+
+def test_a_password_is_never_sent_over_ldapi_without_the_override(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from cached.ldap import connection
+    from testing.backend import make_domain
+
+    opened: list[str] = []
+
+    def refuse_to_open(uri: str, **_: object) -> None:
+        opened.append(uri)
+        raise connection.TransportError("not in a unit test")
+
+    monkeypatch.setattr(connection.Connection, "open", staticmethod(refuse_to_open))
+    cfg = make_domain(["ldapi://%2Frun%2Fslapd%2Fldapi"], "dc=example,dc=test")
+    with caplog.at_level("ERROR", logger=auth.__name__):
+        got = auth.bind_as_user(cfg, "uid=alice,dc=example,dc=test", b"secret")
+    assert got.status == auth.AUTH_ERR and opened == []  # no connection at all
+    assert "unencrypted" in caplog.text and "ldaps://" in caplog.text
+    assert "secret" not in caplog.text
+
+
+@pytest.mark.parametrize(("uri", "start_tls", "override", "expect"), [
+    ("ldap://h", False, False, True),   # StartTLS whatever ldap_id_use_start_tls says
+    ("ldap://h", True, False, True),
+    ("ldap://h", False, True, False),   # the override, and no StartTLS asked for
+    ("ldap://h", True, True, True),
+    ("ldaps://h", False, False, False),  # TLS from the first byte
+])  # fmt: skip
+def test_a_login_runs_starttls_on_ldap_uris(
+    uri: str, start_tls: bool, override: bool, expect: bool
+) -> None:
+    from testing.backend import make_domain
+
+    cfg = make_domain([uri], "dc=example,dc=test", ldap_id_use_start_tls=start_tls,
+                      ldap_auth_disable_tls_never_use_in_production=override)  # fmt: skip
+    assert auth.starts_tls(cfg, uri) is expect
