@@ -8,6 +8,7 @@ drive ldap3 and the cache writer on purpose.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -21,21 +22,29 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """Modules ``path`` imports; ``from a import b`` counts as ``a`` and ``a.b``."""
+def _import_statements(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """Each import statement of ``path`` (function-local ones included) as (module,
+    names): ``import a`` is ("a", []); ``from a import b, c`` is ("a", ["b", "c"]), a
+    relative ``from .x import y`` resolved against the module's own package."""
     package = _module(path).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
-    out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield alias.name, []
         elif isinstance(node, ast.ImportFrom):
-            # `from .x import y` (level 1) is relative to the module's own package.
             base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join([*base, *([node.module] if node.module else [])])
-            out.add(module)
-            out.update(f"{module}.{alias.name}" for alias in node.names)
+            yield module, [alias.name for alias in node.names]
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules ``path`` imports; ``from a import b`` counts as ``a`` and ``a.b``."""
+    out: set[str] = set()
+    for module, names in _import_statements(path):
+        out.add(module)
+        out.update(f"{module}.{name}" for name in names)
     return out
 
 
@@ -108,19 +117,13 @@ def _module_edges(path: Path) -> set[str]:
     edge to ``a.b`` when that is a module (Python imports package ``a`` first for any
     submodule, an edge every submodule has, so not one of the code's making), else to
     ``a``."""
-    package = _module(path).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join([*base, *([node.module] if node.module else [])])
-            for alias in node.names:
-                sub = f"{module}.{alias.name}"
-                out.add(sub if sub in GRAPH else module)
+    for module, names in _import_statements(path):
+        if not names:  # `import a`
+            out.add(module)
+        for name in names:
+            sub = f"{module}.{name}"
+            out.add(sub if sub in GRAPH else module)
     return {m for m in out if m in GRAPH}
 
 
