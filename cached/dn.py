@@ -206,3 +206,27 @@ def in_scope(dn_key: str, base_key: str, scope: str) -> bool:
             return dn_key != "" and "," not in dn_key
         return dn_key.endswith("," + base_key) and "," not in dn_key[: -len(base_key) - 1]
     return is_under(dn_key, base_key)
+
+
+def split_rdns(dn: str) -> list[str]:
+    """A DN's RDNs as written (escapes and quoting kept), first the leftmost: the
+    parents of ``dn`` are ``",".join(rdns[i:])``. Commas inside RFC 4514 escapes and
+    RFC 2253 quoted values do not split."""
+    rdns: list[str] = []
+    start = 0
+    quoted = False
+    i, n = 0, len(dn)
+    while i < n:
+        c = dn[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == '"':
+            quoted = not quoted
+        elif c in ",;" and not quoted:
+            rdns.append(dn[start:i].strip())
+            start = i + 1
+        i += 1
+    if dn[start:].strip():
+        rdns.append(dn[start:].strip())
+    return rdns

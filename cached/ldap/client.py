@@ -423,14 +423,16 @@ class LdapClient:
         deref_seen: set[bytes] | None = None,
         asq: str = "",
         max_entries: int = 0,
+        sd_flags: int = 0,
     ) -> list[Entry]:
         """One logical search (all pages), counted once (reference §5.1), within one
         ``ldap_search_timeout`` on each server it is tried on. ``deref_seen``: DNs
         (raw derefVal bytes) already dereferenced, whose copies give no result.
         ``asq``: an attribute for the ASQ control (base searches; the caller checks
         that the root DSE lists it). ``max_entries``: raise :class:`LdapTooMany` once
-        a page takes the answer past it (no further page is asked for)."""
-        spec = Search(base, filt, attrs, scope, deref_specs, asq, max_entries)
+        a page takes the answer past it (no further page is asked for). ``sd_flags``:
+        the SD flags control's value (0: not sent)."""
+        spec = Search(base, filt, attrs, scope, deref_specs, asq, max_entries, sd_flags=sd_flags)
         (got,) = self.search_many([spec], deref_seen)
         if isinstance(got, LdapError):
             raise got

@@ -17,6 +17,13 @@ PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
 # Attribute Scoped Query ([MS-ADTS] 3.1.1.3.4.1.4): a base search returns the entries
 # the DN values of one attribute of the base entry name (AD's, Samba's deref).
 ASQ_OID = "1.2.840.113556.1.4.1504"
+# LDAP_SERVER_SD_FLAGS_OID ([MS-ADTS] 3.1.1.3.4.1.11): which parts of
+# nTSecurityDescriptor a search returns; without it AD returns the owner, group and
+# DACL only to a requester allowed to read them all (a GPO's DACL is read as SSSD's
+# sdap_sd_search_send reads it, with SECINFO_DACL).
+SD_FLAGS_OID = "1.2.840.113556.1.4.801"
+# SECURITY_INFORMATION ([MS-DTYP] 2.4.7): DACL_SECURITY_INFORMATION.
+SECINFO_DACL = 0x4
 # OpenLDAP's dereference control (draft-masarati-ldap-deref): deref.py.
 DEREF_OID = "1.3.6.1.4.1.4203.666.5.16"
 # LDAP_CAP_ACTIVE_DIRECTORY_OID in the root DSE's supportedCapabilities: the server is an
@@ -54,6 +61,11 @@ def encode_asq(attr: str) -> bytes:
     if len(a) > 120:
         raise ValueError(f"attribute name too long for ASQ: {attr!r}")
     return bytes([0x30, len(a) + 2, 0x04, len(a)]) + a
+
+
+def encode_sd_flags(flags: int) -> bytes:
+    """SDFlagsRequestValue ::= SEQUENCE { Flags INTEGER }."""
+    return tlv(SEQUENCE, integer(INTEGER, flags))
 
 
 def decode_controls(buf: bytes, pos: int, end: int) -> list[tuple[bytes, bool, bytes | None]]:

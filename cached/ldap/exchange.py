@@ -26,8 +26,10 @@ from cached.ldap.controls import (
     ASQ_OID,
     DEREF_OID,
     PAGED_RESULTS_OID,
+    SD_FLAGS_OID,
     Control,
     encode_asq,
+    encode_sd_flags,
     paged_control,
     paged_cookie,
 )
@@ -123,6 +125,9 @@ class Search:
     # in its order), with no Entry built; the search's list of entries stays empty
     # (LdapClient.search_rows).
     rows: list[Row] | None = field(default=None, compare=False)
+    # The SD flags control's SECURITY_INFORMATION (controls.SD_FLAGS_OID; 0: not sent):
+    # which parts of nTSecurityDescriptor AD returns.
+    sd_flags: int = 0
 
 
 class LdapTooMany(LdapError):
@@ -366,6 +371,9 @@ class Exchange:
             # returned 5,000 members in one answer, 2.7 s).
             controls.append((ASQ_OID, True, encode_asq(spec.asq)))
             paged = False
+        if spec.sd_flags:
+            # Critical, as SSSD's sdap_sd_search_send sends it.
+            controls.append((SD_FLAGS_OID, True, encode_sd_flags(spec.sd_flags)))
         try:
             filt = wire.encode_filter(spec.filt)
         except wire.FilterError as e:
