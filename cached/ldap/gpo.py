@@ -218,8 +218,9 @@ def resultant(policies: Iterable[Mapping[str, tuple[str, ...]]]) -> PrivilegeRig
     return out
 
 
-def check(rights: Mapping[str, tuple[str, ...]], right: Right, sids: frozenset[str], implicit_deny: bool
-          ) -> tuple[bool, str]:  # fmt: skip
+def check(
+    rights: Mapping[str, tuple[str, ...]], right: Right, sids: frozenset[str], implicit_deny: bool
+) -> tuple[bool, str]:
     """SSSD's ``ad_gpo_access_check``: allowed when the allow key is absent (and not
     ``implicit_deny``) or lists one of ``sids``, and the deny key lists none of them."""
     allow_key, deny_key = RIGHT_KEYS[right]

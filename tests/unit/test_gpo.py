@@ -29,6 +29,7 @@ from cached.ldap.gpo import (
     service_table,
     som_dns,
 )
+from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles
 from cached.ldap.gpo_parse import (
     ACCESS_ALLOWED,
     ACCESS_ALLOWED_OBJECT,
@@ -491,3 +492,105 @@ def test_decide_offline_uses_the_last_rights(tmp_path):
     # Never evaluated online: no stored rights, allowed unless implicit deny.
     assert run(d, Files({}), tmp_path / "fresh").allowed
     assert not run(d, Files({}), tmp_path / "fresh", implicit_deny=True).allowed
+
+
+# -- The GPO file cache (cached/ldap/gpo_fetch.py) -------------------------------------
+
+GUID = "{31B2F340-016D-11D2-945F-00C04FB984F9}"
+GPO_PATH = f"cached.test/Policies/{GUID}"
+INF_PATH = f"{GPO_PATH}/Machine/Microsoft/Windows NT/SecEdit/GptTmpl.inf"
+EVERYONE = "[Privilege Rights]\nSeDenyInteractiveLogonRight = *S-1-1-0\n"
+
+
+class Share:
+    """SYSVOL as a dict of paths; ``down``: every read fails."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.down = False
+
+    def set(self, version: int, inf_text: str | None, machine: str = "Machine") -> None:
+        self.files = {f"{GPO_PATH}/GPT.INI": f"[General]\r\nVersion={version}\r\n".encode()}
+        if inf_text is not None:
+            self.files[INF_PATH.replace("/Machine/", f"/{machine}/")] = inf(inf_text)
+
+    def read(self, share: str, path: str) -> bytes | None:
+        if self.down:
+            raise OSError("connection refused")
+        assert share == "SysVol"
+        return self.files.get(path)
+
+
+def cache(tmp_path: Path, share: Share, now: list[float]) -> GpoFiles:
+    return GpoFiles(tmp_path / "files", 5, lambda: share, clock=lambda: now[0])
+
+
+def test_file_cache_by_version_and_timeout(tmp_path):
+    share, now = Share(), [1000.0]
+    share.set(1, TMPL.format(user=USER, group=GROUP))
+    files = cache(tmp_path, share, now)
+    first = files.rights(GUID, "SysVol", GPO_PATH)
+    assert first["SeDenyInteractiveLogonRight"] == (GROUP,)
+    assert files.fetched == [f"{GPO_PATH}/GPT.INI", INF_PATH]
+    # Within ad_gpo_cache_timeout SYSVOL is not asked, even when it is down.
+    share.down = True
+    now[0] += 4
+    assert files.rights(GUID, "SysVol", GPO_PATH) == first
+    assert len(files.fetched) == 2
+    # After it: GPT.INI only, while the version is the same.
+    share.down = False
+    share.set(1, EVERYONE)
+    now[0] += 2
+    assert files.rights(GUID, "SysVol", GPO_PATH) == first
+    assert files.fetched[2:] == [f"{GPO_PATH}/GPT.INI"]
+    # A higher version: the file again.
+    share.set(2, EVERYONE)
+    now[0] += 6
+    assert files.rights(GUID, "SysVol", GPO_PATH) == {"SeDenyInteractiveLogonRight": ("S-1-1-0",)}
+    # A new instance (a restarted backend) reads what the last one stored, while fresh.
+    share.down = True
+    again = cache(tmp_path, share, now)
+    assert again.rights(GUID, "SysVol", GPO_PATH) == {"SeDenyInteractiveLogonRight": ("S-1-1-0",)}
+    now[0] += 6
+    with pytest.raises(OSError):
+        again.rights(GUID, "SysVol", GPO_PATH)
+
+
+def test_file_cache_missing_file_upper_case_folder_and_bad_input(tmp_path):
+    share, now = Share(), [0.0]
+    share.set(1, TMPL.format(user=USER, group=GROUP), machine="MACHINE")
+    files = cache(tmp_path, share, now)
+    assert files.rights(GUID, "SysVol", GPO_PATH)["SeDenyInteractiveLogonRight"] == (GROUP,)
+    # The file removed on the DC: no settings, the stored copy gone.
+    share.set(2, None)
+    now[0] += 10
+    assert files.rights(GUID, "SysVol", GPO_PATH) == {}
+    # A file that does not parse is refused, and the last good one stays.
+    share.set(3, TMPL.format(user=USER, group=GROUP))
+    now[0] += 10
+    files.rights(GUID, "SysVol", GPO_PATH)
+    share.files[f"{GPO_PATH}/GPT.INI"] = b"[General]\r\nVersion=4\r\n"
+    share.files[INF_PATH] = b"\xff\xfe\x00\xd8"
+    now[0] += 10
+    with pytest.raises(GpoFormatError):
+        files.rights(GUID, "SysVol", GPO_PATH)
+    stored = tmp_path / "files" / GUID / "GptTmpl.inf"
+    assert stored.read_bytes() == inf(TMPL.format(user=USER, group=GROUP))
+    with pytest.raises(GpoFormatError):
+        files.rights("../../etc", "SysVol", GPO_PATH)
+    del share.files[f"{GPO_PATH}/GPT.INI"]
+    now[0] += 10
+    with pytest.raises(OSError):
+        files.rights(GUID, "SysVol", GPO_PATH)
+
+
+def test_directory_sysvol_stays_in_its_share(tmp_path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "GPT.INI").write_bytes(b"x")
+    reader = DirectorySysvol({"sysvol": tmp_path})
+    assert reader.read("SysVol", "p/GPT.INI") == b"x"
+    assert reader.read("sysvol", "p/none") is None
+    with pytest.raises(GpoFormatError):
+        reader.read("sysvol", "p/../../etc/passwd")
+    with pytest.raises(OSError):
+        reader.read("netlogon", "p/GPT.INI")
