@@ -18,6 +18,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeVar, cast
 
 from cached.config.errors import ConfigError
+from cached.config.gpomap import DEFAULT_MAPS, GpoMode, GpoRight, map_items
 from cached.config.parsers import (
     boolean,
     closed,
@@ -245,8 +246,7 @@ class NssConfig:
     filter_users_in_groups: bool = option(
         boolean,
         True,
-        "Leave the users of filter_users out of group member lists; `false` lists them "
-        "(as SSSD).",
+        "Leave the users of filter_users out of group member lists; `false` lists them (as SSSD).",
     )
     pwfield: str = option(string, "*", "The passwd field returned in passwd entries.")
     enumerate: bool = option(
@@ -335,8 +335,7 @@ class PamConfig:
     offline_credentials_expiration: int = option(
         integer(0),
         0,
-        "Days after the last online login that cached credentials stop working offline; "
-        "0 = never.",
+        "Days after the last online login that cached credentials stop working offline; 0 = never.",
     )
     offline_failed_login_attempts: int = option(
         integer(0),
@@ -650,6 +649,83 @@ class DomainConfig:
     )
     filter_groups: list[str] = option(
         str_list, [], "Groups of this domain never answered, in addition to [nss] filter_groups."
+    )
+
+    # -- GPO-based access control (sssd-ad(5); ad_gpo.c). Read for `access_provider = ad`,
+    # which cached refuses until its access check runs them (cached/ldap/gpo.py).
+    ad_gpo_access_control: GpoMode = option(
+        closed(GpoMode),
+        GpoMode.ENFORCING,
+        "GPO-based login rights of `access_provider = ad` (not supported yet: cached "
+        "refuses that access provider): `enforcing` denies what the GPOs deny, "
+        "`permissive` logs it and allows, `disabled` does not evaluate GPOs.",
+    )
+    ad_gpo_implicit_deny: bool = option(
+        boolean,
+        False,
+        "With GPO access control, deny a user when no applicable GPO sets the allow "
+        "right of the login's service.",
+    )
+    ad_gpo_ignore_unreadable: bool = option(
+        boolean,
+        False,
+        "With GPO access control, skip a GPO whose attributes the host cannot read "
+        "instead of denying every login.",
+    )
+    ad_gpo_cache_timeout: int = option(
+        integer(0),
+        5,
+        "Seconds a GPO's files fetched from SYSVOL are used without asking the DC again.",
+    )
+    ad_gpo_map_interactive: list[str] = option(
+        map_items,
+        [],
+        "PAM services (`+name` added, `-name` removed) checked against "
+        "SeInteractiveLogonRight and SeDenyInteractiveLogonRight, besides SSSD's: "
+        + ", ".join(DEFAULT_MAPS[GpoRight.INTERACTIVE])
+        + ".",
+    )
+    ad_gpo_map_remote_interactive: list[str] = option(
+        map_items,
+        [],
+        "PAM services (`+name`, `-name`) checked against the remote interactive logon "
+        "rights, besides SSSD's: " + ", ".join(DEFAULT_MAPS[GpoRight.REMOTE_INTERACTIVE]) + ".",
+    )
+    ad_gpo_map_network: list[str] = option(
+        map_items,
+        [],
+        "PAM services (`+name`, `-name`) checked against the network logon rights, "
+        "besides SSSD's: " + ", ".join(DEFAULT_MAPS[GpoRight.NETWORK]) + ".",
+    )
+    ad_gpo_map_batch: list[str] = option(
+        map_items,
+        [],
+        "PAM services (`+name`, `-name`) checked against the batch logon rights, "
+        "besides SSSD's: " + ", ".join(DEFAULT_MAPS[GpoRight.BATCH]) + ".",
+    )
+    ad_gpo_map_service: list[str] = option(
+        map_items,
+        [],
+        "PAM services (`+name`, `-name`) checked against the service logon rights "
+        "(none by default).",
+    )
+    ad_gpo_map_permit: list[str] = option(
+        map_items,
+        [],
+        "PAM services (`+name`, `-name`) always allowed by GPO access control, besides "
+        "SSSD's: " + ", ".join(DEFAULT_MAPS[GpoRight.PERMIT]) + ".",
+    )
+    ad_gpo_map_deny: list[str] = option(
+        map_items,
+        [],
+        "PAM services (`+name`, `-name`) always denied by GPO access control (none by default).",
+    )
+    ad_gpo_default_right: GpoRight = option(
+        closed(GpoRight),
+        GpoRight.DENY,
+        "What GPO access control applies to a PAM service no ad_gpo_map_* option names: "
+        "one of the map names (`interactive`, `remote_interactive`, `network`, `batch`, "
+        "`service`, `permit`, `deny`).",
     )
 
     # -- Names: qualified names (sssd.conf(5) "DOMAIN SECTIONS"; cache_req, sss_names.c).

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from cached.config.errors import ConfigError
+from cached.config.gpomap import GpoRight, service_table
 from cached.config.ini import Ini
 from cached.config.options import DOMAIN_OPTIONS, Schema
 
@@ -78,6 +79,10 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
             "users and groups cached so far (those looked up), not the whole directory "
             "as SSSD does"
         )
+    try:
+        service_table({r: vals[f"ad_gpo_map_{r.value}"] for r in GpoRight})
+    except ValueError as e:
+        raise ConfigError(f"{ini.where(sname)}: [{sname}] ad_gpo_map_*: {e}") from None
     if vals["max_id"] and vals["max_id"] < vals["min_id"]:
         raise ConfigError(
             f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "

@@ -31,7 +31,6 @@ under ``permissive``, as SSSD's ``ad_gpo_access_done``.
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import os
@@ -41,6 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from cached.config import DomainConfig
+from cached.config.gpomap import GpoMode as Mode
+from cached.config.gpomap import GpoRight as Right
+from cached.config.gpomap import service_table
 from cached.dn import split_rdns
 from cached.ldap.client import LdapOffline
 from cached.ldap.controls import SECINFO_DACL
@@ -51,7 +54,6 @@ from cached.ldap.gpo_parse import (
     GpLink,
     GpoFormatError,
     PrivilegeRights,
-    Right,
     applies,
     parse_gplink,
     parse_gpoptions,
@@ -70,60 +72,6 @@ _TRUST_ACCOUNT = 0x1000 | 0x2000
 # The file, in the state directory, of the last resultant rights (offline decisions).
 RESULT_FILE = "result.json"
 
-# SSSD's default PAM service lists (ad_gpo.c gpo_map_*_defaults; "crond" is Debian's
-# and Fedora's cron service name, "cron" only where SSSD is built with it).
-DEFAULT_MAPS: dict[Right, tuple[str, ...]] = {
-    Right.INTERACTIVE: (
-        "login", "su", "su-l", "gdm-fingerprint", "gdm-password", "gdm-smartcard", "kdm",
-        "lightdm", "lxdm", "sddm", "unity", "xdm",
-    ),
-    Right.REMOTE_INTERACTIVE: ("sshd", "cockpit"),
-    Right.NETWORK: ("ftp", "samba"),
-    Right.BATCH: ("crond",),
-    Right.SERVICE: (),
-    Right.PERMIT: ("polkit-1", "sudo", "sudo-i", "systemd-user"),
-    Right.DENY: (),
-}  # fmt: skip
-
-
-class Mode(enum.StrEnum):
-    """``ad_gpo_access_control``."""
-
-    DISABLED = "disabled"
-    ENFORCING = "enforcing"
-    PERMISSIVE = "permissive"
-
-
-def map_items(raw: str) -> list[str]:
-    """An ``ad_gpo_map_*`` value: a comma list of ``+service`` and ``-service``
-    (SSSD refuses any other item)."""
-    items = [i.strip() for i in raw.split(",") if i.strip()]
-    for item in items:
-        if item[0] not in "+-" or not item[1:].strip():
-            raise ValueError(f"{item!r}: each item must be +service (added) or -service (removed)")
-    return items
-
-
-def service_table(maps: Mapping[Right, list[str]]) -> dict[str, Right]:
-    """PAM service (lower-cased) -> right, from each right's option items over SSSD's
-    defaults (``ad_gpo_parse_map_option``): a ``-service`` removes it from that right's
-    list, defaults included; a service in two rights' lists is a ValueError."""
-    table: dict[str, Right] = {}
-    for right in Right:
-        items = maps.get(right, [])
-        removed = {i[1:].strip().lower() for i in items if i.startswith("-")}
-        added = [i[1:].strip().lower() for i in items if i.startswith("+")]
-        for service in [*added, *(s.lower() for s in DEFAULT_MAPS[right])]:
-            if service in removed:
-                continue
-            other = table.setdefault(service, right)
-            if other != right:
-                raise ValueError(
-                    f"PAM service {service!r} is mapped to both {other.value} and "
-                    f"{right.value}: remove it from one with -{service} (sssd-ad(5))"
-                )
-    return table
-
 
 @dataclass(frozen=True)
 class GpoSettings:
@@ -136,6 +84,19 @@ class GpoSettings:
     table: dict[str, Right] = field(default_factory=lambda: service_table({}))
     default_right: Right = Right.DENY
     site: str = ""  # ad_site: overrides the netlogon answer
+
+    @classmethod
+    def of(cls, cfg: DomainConfig, site: str = "") -> GpoSettings:
+        """The domain's ad_gpo_* options (the map checked when the file was loaded)."""
+        return cls(
+            mode=cfg.ad_gpo_access_control,
+            implicit_deny=cfg.ad_gpo_implicit_deny,
+            ignore_unreadable=cfg.ad_gpo_ignore_unreadable,
+            cache_timeout=cfg.ad_gpo_cache_timeout,
+            table=service_table({r: getattr(cfg, f"ad_gpo_map_{r.value}") for r in Right}),
+            default_right=cfg.ad_gpo_default_right,
+            site=site,
+        )
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ format says raises :class:`GpoFormatError`, never another exception.
 from __future__ import annotations
 
 import codecs
-import enum
 import struct
 from dataclasses import dataclass
 
+from cached.config.gpomap import GpoRight as Right
 from cached.ldap.sid import sid_to_str
 
 # A GptTmpl.inf or GPT.INI larger than this is refused. SSSD's gpo_child reads at most
@@ -65,20 +65,6 @@ _ACE_HEADER = struct.Struct("<BBH")  # AceType, AceFlags, AceSize
 
 class GpoFormatError(ValueError):
     """A value read from the directory or SYSVOL that is not what its format says."""
-
-
-class Right(enum.StrEnum):
-    """The logon rights of ``[Privilege Rights]`` SSSD evaluates, by the ``ad_gpo_map_*``
-    option that maps PAM services to each; ``permit`` and ``deny`` are no right (the
-    service is always allowed, or always denied)."""
-
-    INTERACTIVE = "interactive"
-    REMOTE_INTERACTIVE = "remote_interactive"
-    NETWORK = "network"
-    BATCH = "batch"
-    SERVICE = "service"
-    PERMIT = "permit"
-    DENY = "deny"
 
 
 #: Each right's allow and deny keys in GptTmpl.inf (ad_gpo.c gpo_map_option_entries).

@@ -134,7 +134,7 @@ def _calls_option(node: ast.AST) -> bool:
 
 
 # The modules of cached/config/, each importing only those before it.
-LAYERS: Final = ("errors", "parsers", "ini", "options", "sssd", "rules", "load", "check")
+LAYERS: Final = ("errors", "parsers", "gpomap", "ini", "options", "sssd", "rules", "load", "check")
 
 
 def test_the_modules_import_downwards() -> None:

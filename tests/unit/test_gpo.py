@@ -15,18 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from cached.config.gpomap import GpoMode as Mode
+from cached.config.gpomap import GpoRight as Right
+from cached.config.gpomap import map_items, service_table
 from cached.ldap import gpo
 from cached.ldap.client import LdapOffline
 from cached.ldap.exchange import Entry, LdapError
 from cached.ldap.gpo import (
     AUTHENTICATED_USERS,
     GpoSettings,
-    Mode,
     Som,
     candidates,
     check,
     resultant,
-    service_table,
     som_dns,
 )
 from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles
@@ -42,7 +43,6 @@ from cached.ldap.gpo_parse import (
     SECURITY_CSE,
     GpLink,
     GpoFormatError,
-    Right,
     applies,
     gpt_version,
     parse_gplink,
@@ -294,8 +294,8 @@ def test_service_in_two_maps_is_refused():
     with pytest.raises(ValueError, match="sshd"):
         service_table({Right.INTERACTIVE: ["+sshd"]})
     with pytest.raises(ValueError, match="must be"):
-        gpo.map_items("sshd")
-    assert gpo.map_items("+a, -b") == ["+a", "-b"]
+        map_items("sshd")
+    assert map_items("+a, -b") == ["+a", "-b"]
 
 
 def test_soms_are_the_ous_and_the_domain():
@@ -594,3 +594,29 @@ def test_directory_sysvol_stays_in_its_share(tmp_path):
         reader.read("sysvol", "p/../../etc/passwd")
     with pytest.raises(OSError):
         reader.read("netlogon", "p/GPT.INI")
+
+
+# -- The options ----------------------------------------------------------------------
+
+
+def test_options_give_the_settings():
+    from cached.config import ConfigError
+    from testing.backend import make_domain
+
+    cfg = make_domain(
+        ["ldap://127.0.0.1"], BASE, ad_gpo_access_control="permissive",
+        ad_gpo_map_interactive="+myapp, -su", ad_gpo_default_right="permit",
+        ad_gpo_cache_timeout="30",
+    )  # fmt: skip
+    settings = GpoSettings.of(cfg)
+    assert settings.mode == Mode.PERMISSIVE and settings.cache_timeout == 30
+    assert settings.table["myapp"] == Right.INTERACTIVE and "su" not in settings.table
+    assert settings.default_right == Right.PERMIT
+    defaults = GpoSettings.of(make_domain(["ldap://127.0.0.1"], BASE))
+    assert defaults == GpoSettings()
+    with pytest.raises(ConfigError, match=r"ad_gpo_map_.*sshd"):
+        make_domain(["ldap://127.0.0.1"], BASE, ad_gpo_map_interactive="+sshd")
+    with pytest.raises(ConfigError, match="ad_gpo_map_deny"):
+        make_domain(["ldap://127.0.0.1"], BASE, ad_gpo_map_deny="sshd")
+    with pytest.raises(ConfigError, match="ad_gpo_access_control"):
+        make_domain(["ldap://127.0.0.1"], BASE, ad_gpo_access_control="on")
