@@ -1,0 +1,175 @@
+"""Group Policy on the test Samba DC (testing/addc.py), made as the Group Policy
+Management tools make it, for the GPO access-control tests.
+
+A GPO is a ``groupPolicyContainer`` under ``CN=Policies,CN=System`` (its ``cn`` a
+GUID, ``gPCFileSysPath`` its folder in SYSVOL, ``versionNumber``, ``flags``,
+``gPCFunctionalityVersion = 2``) with the security descriptor the schema gives the
+class (Authenticated Users may read it and Apply Group Policy), plus that folder in
+the DC's SYSVOL (``<workdir>/state/sysvol/<realm>/Policies/{GUID}``) holding
+``GPT.INI``. Setting logon rights writes
+``Machine/Microsoft/Windows NT/SecEdit/GptTmpl.inf`` in UTF-16LE with a byte-order
+mark, adds the Security extension to ``gPCMachineExtensionNames`` and raises the
+machine version in both GPT.INI and ``versionNumber``, as the Group Policy editor
+does. Links are ``gPLink`` values of the site, the domain or an OU.
+
+``samba-tool gpo create`` is not used: it copies the folder to the DC over SMB, and
+the DC's SMB server in its network namespace (``server services = s3fs, winbindd``)
+fails every session setup after a successful authentication with
+STATUS_INTERNAL_ERROR (Samba 4.17.12, smb2_sesssetup.c:147); the objects and files
+made here are the ones samba-tool makes. Everything goes over the DC's ldapi socket,
+as Administrator, while it runs.
+"""
+
+from __future__ import annotations
+
+import codecs
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import ldap3
+
+from cached.ldap.sid import sid_to_str
+from testing import addc
+
+# The Security extension and the Security editor's tool GUID ([MS-GPSB] 2.2.1).
+SECURITY_CSE = "{827D319E-6EAC-11D2-A4EA-00C04F79F83A}"
+SECURITY_TOOL = "{803E14A0-B4FB-11D0-A0D0-00A0C90F574B}"
+SECURITY_INF = ("Machine", "Microsoft", "Windows NT", "SecEdit", "GptTmpl.inf")
+UF_WORKSTATION_TRUST_ACCOUNT = 0x1000
+
+
+@dataclass
+class Gpo:
+    guid: str  # "{…}", upper case, as samba-tool names them
+    dn: str
+    folder: Path
+    version: int = 0
+
+
+def sysvol(dc: addc.SambaDC) -> Path:
+    """The DC's SYSVOL share's directory."""
+    return dc.workdir / "state" / "sysvol"
+
+
+def _modify(dc: addc.SambaDC, dn: str, changes: dict[str, list[tuple[str, list[str]]]]) -> None:
+    conn = dc.connect()
+    try:
+        conn.modify(dn, changes)
+    finally:
+        conn.unbind()
+
+
+def _add(dc: addc.SambaDC, dn: str, classes: list[str], attrs: dict[str, object]) -> None:
+    conn = dc.connect()
+    try:
+        conn.add(dn, classes, attrs)
+    finally:
+        conn.unbind()
+
+
+def add_ou(dc: addc.SambaDC, name: str, parent: str = addc.BASE_DN) -> str:
+    dn = f"OU={name},{parent}"
+    _add(dc, dn, ["organizationalUnit"], {})
+    return dn
+
+
+def add_computer(dc: addc.SambaDC, name: str, parent: str) -> str:
+    """A computer account ``NAME$`` (a workstation trust account, as a join makes)."""
+    dn = f"CN={name},{parent}"
+    _add(dc, dn, ["computer"], {
+        "sAMAccountName": f"{name.upper()}$",
+        "userAccountControl": str(UF_WORKSTATION_TRUST_ACCOUNT),
+    })  # fmt: skip
+    return dn
+
+
+def add_user(dc: addc.SambaDC, name: str) -> str:
+    dn = f"CN={name},CN=Users,{addc.BASE_DN}"
+    _add(dc, dn, ["user"], {"sAMAccountName": name})
+    return dn
+
+
+def add_group(dc: addc.SambaDC, name: str, members: list[str]) -> str:
+    dn = f"CN={name},CN=Users,{addc.BASE_DN}"
+    attrs: dict[str, object] = {"sAMAccountName": name}
+    if members:
+        attrs["member"] = members
+    _add(dc, dn, ["group"], attrs)
+    return dn
+
+
+def sids_of(dc: addc.SambaDC, dn: str) -> tuple[str, list[str]]:
+    """An account's SID and its token groups' (every group it is in, through nesting,
+    as the DC computes them)."""
+    conn = dc.connect()
+    try:
+        conn.search(dn, "(objectClass=*)", ldap3.BASE, attributes=["objectSid", "tokenGroups"])
+        raw = conn.response[0]["raw_attributes"]
+    finally:
+        conn.unbind()
+    return sid_to_str(raw["objectSid"][0]), [sid_to_str(s) for s in raw["tokenGroups"]]
+
+
+def create_gpo(dc: addc.SambaDC, name: str) -> Gpo:
+    """A new, empty GPO (``samba-tool gpo create``'s objects and folder)."""
+    guid = "{" + str(uuid.uuid4()).upper() + "}"
+    realm = addc.REALM.lower()
+    dn = f"CN={guid},CN=Policies,CN=System,{addc.BASE_DN}"
+    _add(dc, dn, ["groupPolicyContainer"], {
+        "displayName": name,
+        "gPCFileSysPath": f"\\\\{realm}\\SysVol\\{realm}\\Policies\\{guid}",
+        "gPCFunctionalityVersion": "2",
+        "flags": "0",
+        "versionNumber": "0",
+    })  # fmt: skip
+    for part in ("User", "Machine"):
+        _add(dc, f"CN={part},{dn}", ["container"], {})
+    folder = sysvol(dc) / realm / "Policies" / guid
+    (folder / "Machine").mkdir(parents=True)
+    (folder / "User").mkdir()
+    gpo = Gpo(guid, dn, folder)
+    _write_gpt_ini(gpo, name)
+    return gpo
+
+
+def _write_gpt_ini(gpo: Gpo, name: str = "") -> None:
+    text = f"[General]\r\nVersion={gpo.version}\r\n"
+    if name:
+        text += f"displayName={name}\r\n"
+    (gpo.folder / "GPT.INI").write_bytes(text.encode())
+
+
+def set_logon_rights(dc: addc.SambaDC, gpo: Gpo, rights: dict[str, list[str]]) -> None:
+    """Write the GPO's ``[Privilege Rights]`` (each key to its SIDs, written ``*SID``)
+    as the Group Policy editor saves them."""
+    lines = ["[Unicode]", "Unicode=yes", "[Version]", 'signature="$CHICAGO$"', "Revision=1",
+             "[Privilege Rights]"]  # fmt: skip
+    lines += [f"{key} = " + ",".join(f"*{sid}" for sid in sids) for key, sids in rights.items()]
+    path = gpo.folder.joinpath(*SECURITY_INF)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(codecs.BOM_UTF16_LE + ("\r\n".join(lines) + "\r\n").encode("utf-16-le"))
+    gpo.version += 1  # the machine part's version: the low 16 bits
+    _write_gpt_ini(gpo)
+    _modify(dc, gpo.dn, {
+        "versionNumber": [(ldap3.MODIFY_REPLACE, [str(gpo.version)])],
+        "gPCMachineExtensionNames": [
+            (ldap3.MODIFY_REPLACE, [f"[{SECURITY_CSE}{SECURITY_TOOL}]"])
+        ],
+    })  # fmt: skip
+
+
+def set_flags(dc: addc.SambaDC, gpo: Gpo, flags: int) -> None:
+    """``flags``: 1 the user part disabled, 2 the computer part, 3 both."""
+    _modify(dc, gpo.dn, {"flags": [(ldap3.MODIFY_REPLACE, [str(flags)])]})
+
+
+def set_links(dc: addc.SambaDC, som_dn: str, links: list[tuple[Gpo, int]]) -> None:
+    """The SOM's ``gPLink``: each GPO with its link options (0 linked, 1 disabled,
+    2 enforced), in link order; none removes the attribute."""
+    value = "".join(f"[LDAP://{gpo.dn};{opts}]" for gpo, opts in links)
+    _modify(dc, som_dn, {"gPLink": [(ldap3.MODIFY_REPLACE, [value] if value else [])]})
+
+
+def block_inheritance(dc: addc.SambaDC, som_dn: str, block: bool = True) -> None:
+    _modify(dc, som_dn, {"gPOptions": [(ldap3.MODIFY_REPLACE, ["1" if block else "0"])]})
