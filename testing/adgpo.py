@@ -23,6 +23,9 @@ as Administrator, while it runs.
 from __future__ import annotations
 
 import codecs
+import socket
+import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +33,8 @@ from pathlib import Path
 import ldap3
 
 from cached.ldap.sid import sid_to_str
-from testing import addc
+from testing import addc, procstat
+from testing.service import Service
 
 # The Security extension and the Security editor's tool GUID ([MS-GPSB] 2.2.1).
 SECURITY_CSE = "{827D319E-6EAC-11D2-A4EA-00C04F79F83A}"
@@ -173,3 +177,85 @@ def set_links(dc: addc.SambaDC, som_dn: str, links: list[tuple[Gpo, int]]) -> No
 
 def block_inheritance(dc: addc.SambaDC, som_dn: str, block: bool = True) -> None:
     _modify(dc, som_dn, {"gPOptions": [(ldap3.MODIFY_REPLACE, ["1" if block else "0"])]})
+
+
+SMBD = "/usr/sbin/smbd"
+SMBPASSWD = "/usr/bin/smbpasswd"
+SMB_START_TIMEOUT = 60.0
+SMB_STOP_TIMEOUT = 15.0
+
+
+class SysvolServer(Service):
+    """A standalone Samba file server (``smbd``, not the DC) sharing a directory as
+    ``SysVol`` on 127.0.0.1:<port>, with one account (``root``, NTLM, the password
+    below) to read it: the SMB client's reads (cached/ldap/gpo_fetch.py SmbSysvol)
+    against a real server, since the DC's own SMB server fails session setup in its
+    network namespace (module doc). Signing is required, as SYSVOL's UNC hardening
+    asks of a DC."""
+
+    user = "root"
+    password = "Sysvol-Test-Passw0rd"
+
+    def __init__(self, workdir: Path, share: Path) -> None:
+        self.workdir = workdir.resolve()
+        self.share = share
+        self.conf = self.workdir / "smb.conf"
+        self.port = _free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        w = self.workdir
+        for d in ("private", "lock", "state", "cache", "run"):
+            (w / d).mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(
+            "[global]\n"
+            "\tserver role = standalone server\n\tworkgroup = SYSVOLTEST\n"
+            f"\tpassdb backend = tdbsam:{w}/private/passdb.tdb\n"
+            f"\tprivate dir = {w}/private\n\tlock directory = {w}/lock\n"
+            f"\tstate directory = {w}/state\n\tcache directory = {w}/cache\n"
+            f"\tpid directory = {w}/run\n\tncalrpc dir = {w}/run/ncalrpc\n"
+            f"\tlog file = {w}/log.%m\n\tsmb ports = {self.port}\n"
+            "\tinterfaces = 127.0.0.1\n\tbind interfaces only = yes\n"
+            "\tload printers = no\n\tdisable spoolss = yes\n\tmap to guest = never\n"
+            "\tserver signing = mandatory\n\tserver min protocol = SMB2_10\n"
+            f"[SysVol]\n\tpath = {self.share}\n\tread only = yes\n"
+        )
+        subprocess.run(
+            [SMBPASSWD, "-c", str(self.conf), "-s", "-a", self.user],
+            input=f"{self.password}\n{self.password}\n".encode(),
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        log = (w / "smbd.out").open("ab")
+        self._proc = subprocess.Popen(
+            [SMBD, "--foreground", "--no-process-group", "-s", str(self.conf)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            # Its own process group: smbd signals its whole group when it exits, which
+            # would otherwise be the test run's.
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        self._started()
+        deadline = time.monotonic() + SMB_START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"smbd exited with status {self._proc.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                # Polling the port: smbd has no readiness notification to wait on.
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"smbd did not listen within {SMB_START_TIMEOUT:.0f} s")
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            procstat.terminate(self._proc, SMB_STOP_TIMEOUT)
+            self._proc = None
+            self._stopped()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

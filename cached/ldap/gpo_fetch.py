@@ -20,6 +20,7 @@ the host's Kerberos credentials, as SSSD's gpo_child does with libsmbclient.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -165,3 +166,65 @@ class DirectorySysvol:
         if size > MAX_FILE_BYTES:
             raise GpoFormatError(f"{path}: {size} bytes, more than {MAX_FILE_BYTES}")
         return target.read_bytes()
+
+
+class SmbSysvol:
+    """SYSVOL over SMB 2/3 from ``server`` (the DC the backend's LDAP connection is
+    on, as SSSD's gpo_child asks it), signed, with the host's Kerberos credentials:
+    ``auth_protocol = "kerberos"`` takes them from the credential cache ``KRB5CCNAME``
+    names (the host's ticket, from its keytab), as libsmbclient does for gpo_child.
+    ``"ntlm"`` with a ``username`` and ``password`` exists for a test server only: a
+    machine account's password is never given to it.
+
+    One connection per instance, opened at the first read, closed by :meth:`close`."""
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        port: int = 445,
+        auth_protocol: str = "kerberos",
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.server, self.port, self.timeout = server, port, timeout
+        self.auth_protocol, self.username, self.password = auth_protocol, username, password
+        self._cache: dict[str, object] = {}
+
+    def read(self, share: str, path: str) -> bytes | None:
+        # smbprotocol is imported here: only a backend that reads GPOs loads it.
+        import smbclient  # type: ignore[import-untyped]
+        from smbprotocol.exceptions import SMBException  # type: ignore[import-untyped]
+
+        parts = [p for p in path.split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            raise GpoFormatError(f"SYSVOL path {path[:120]!r} leaves the share")
+        unc = "\\\\" + "\\".join([self.server, share, *parts])
+        opts = {
+            "port": self.port,
+            "username": self.username,
+            "password": self.password,
+            "auth_protocol": self.auth_protocol,
+            "connection_timeout": self.timeout,
+            "connection_cache": self._cache,
+        }
+        try:
+            with smbclient.open_file(unc, mode="rb", **opts) as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as e:  # smbprotocol's SMBOSError: the server's answer, by errno
+            if e.errno == errno.ENOENT:
+                return None
+            raise OSError(f"{unc}: {e}") from None
+        except (SMBException, ValueError) as e:
+            # No session (authentication, signing) or no connection: smbprotocol raises
+            # ValueError for a server it cannot connect to.
+            raise OSError(f"{unc}: {e}") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise GpoFormatError(f"{path}: more than {MAX_FILE_BYTES} bytes")
+        return bytes(data)
+
+    def close(self) -> None:
+        import smbclient
+
+        smbclient.reset_connection_cache(connection_cache=self._cache)

@@ -4,8 +4,9 @@ cached's own LDAP client (the SD flags control for their DACL, the netlogon answ
 the site) and the GptTmpl.inf files from the DC's SYSVOL directory, decided for users
 whose SIDs are the DC's tokenGroups (nesting resolved by the DC).
 
-SYSVOL is read from the DC's directory (gpo_fetch.DirectorySysvol), not over SMB: see
-testing/adgpo.py for why the DC's SMB server cannot serve the test.
+SYSVOL is read from the DC's directory (gpo_fetch.DirectorySysvol), and over SMB
+(gpo_fetch.SmbSysvol) from a standalone smbd sharing that directory: the DC's own SMB
+server fails session setup in its network namespace (testing/adgpo.py).
 
 The DC is private to this module (provisioning takes 6-11 s): the tests add OUs,
 users, groups, a computer and GPOs.
@@ -22,7 +23,7 @@ import pytest
 from cached.config.gpomap import GpoMode
 from cached.ldap import gpo
 from cached.ldap.client import LdapClient
-from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles
+from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles, SmbSysvol
 from testing import addc, adgpo
 from testing.backend import make_domain
 
@@ -88,10 +89,9 @@ def share(site: Site) -> DirectorySysvol:
 
 
 def decide(site: Site, tmp_path: Path, who: tuple[str, list[str]], service: str = "login",
-           ldap: LdapClient | None = None, **settings) -> gpo.GpoDecision:  # fmt: skip
-    files = GpoFiles(
-        tmp_path / "files", 5, lambda: DirectorySysvol({"sysvol": adgpo.sysvol(site.dc)})
-    )
+           ldap: LdapClient | None = None, files: GpoFiles | None = None,
+           **settings) -> gpo.GpoDecision:  # fmt: skip
+    files = files or GpoFiles(tmp_path / "files", 5, lambda: share(site))
     c = ldap or client(site.dc)
     try:
         return gpo.decide(
@@ -204,3 +204,38 @@ def test_sysvol_is_read_again_only_when_the_version_rises(site, links, tmp_path)
         assert files.fetched[2:] == [f"{files.fetched[0]}", files.fetched[1]]
     finally:
         adgpo.set_logon_rights(site.dc, site.gpo, {INTERACTIVE_DENY: [site.denied_group]})
+
+
+@pytest.fixture(scope="module")
+def smb(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[adgpo.SysvolServer]:
+    work = Path(tmp_path_factory.mktemp("smb", numbered=True))
+    with adgpo.SysvolServer(work, adgpo.sysvol(site.dc)) as server:
+        yield server
+
+
+def test_sysvol_over_smb(site, links, smb, tmp_path):
+    adgpo.set_links(site.dc, site.ou, [(site.gpo, 0)])
+    readers: list[SmbSysvol] = []
+
+    def connect(password: str = smb.password) -> SmbSysvol:
+        # NTLM: the standalone test server has no KDC (production reads with Kerberos).
+        r = SmbSysvol("127.0.0.1", port=smb.port, auth_protocol="ntlm", username=smb.user,
+                      password=password)  # fmt: skip
+        readers.append(r)
+        return r
+
+    files = GpoFiles(tmp_path / "files", 5, connect)
+    try:
+        got = decide(site, tmp_path, site.member, files=files)
+        assert not got.allowed and not got.error, got
+        assert decide(site, tmp_path, site.outsider, files=files).allowed
+        assert len(files.fetched) == 2  # GPT.INI, GptTmpl.inf; the second decision: cached
+        folder = files.fetched[0].rsplit("/", 1)[0]
+        assert readers[0].read("SysVol", f"{folder}/none.inf") is None
+        # A server that refuses the host: the evaluation fails, enforcing denies.
+        refused = GpoFiles(tmp_path / "refused", 5, lambda: connect("wrong-password"))
+        got = decide(site, tmp_path, site.outsider, files=refused)
+        assert not got.allowed and got.error and "LOGON_FAILURE" in got.reason
+    finally:
+        for r in readers:
+            r.close()
