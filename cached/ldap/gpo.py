@@ -387,10 +387,13 @@ def decide(
     settings: GpoSettings,
     state_dir: Path,
 ) -> GpoDecision:
-    """Whether the user with ``user_sid`` and ``group_sids`` (its token groups) may log
-    in to this host (``host``: its short or DNS name) through PAM ``service``.
-    When ``ldap`` raises LdapOffline (no server reachable), the last stored rights
-    decide."""
+    """Whether the user with ``user_sid`` may log in to this host through PAM
+    ``service``. ``group_sids``: the SIDs of the groups the cache holds for the user
+    (its initgroups: nested groups and the primary group), as SSSD passes those of its
+    sysdb; BUILTIN groups (S-1-5-32-*), which neither stores, left out. ``host``: the
+    host's short or DNS name (its computer account is ``SHORTNAME$``, SSSD's
+    ``ldap_sasl_authid``). ``ldap``: the domain's client, bound as the host; when it
+    raises LdapOffline (no server reachable), the last stored rights decide."""
     if settings.mode == Mode.DISABLED:
         return GpoDecision(True, "ad_gpo_access_control = disabled")
     right = settings.table.get(service.lower(), settings.default_right)

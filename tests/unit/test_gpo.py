@@ -620,3 +620,10 @@ def test_options_give_the_settings():
         make_domain(["ldap://127.0.0.1"], BASE, ad_gpo_map_deny="sshd")
     with pytest.raises(ConfigError, match="ad_gpo_access_control"):
         make_domain(["ldap://127.0.0.1"], BASE, ad_gpo_access_control="on")
+
+
+def test_sd_flags_control_value():
+    from cached.ldap.controls import SECINFO_DACL, encode_sd_flags
+
+    # SDFlagsRequestValue ::= SEQUENCE { Flags INTEGER }, DACL_SECURITY_INFORMATION.
+    assert encode_sd_flags(SECINFO_DACL) == bytes.fromhex("3003020104")
