@@ -18,9 +18,10 @@ PAGED_RESULTS_OID = "1.2.840.113556.1.4.319"
 # the DN values of one attribute of the base entry name (AD's, Samba's deref).
 ASQ_OID = "1.2.840.113556.1.4.1504"
 # LDAP_SERVER_SD_FLAGS_OID ([MS-ADTS] 3.1.1.3.4.1.11): which parts of
-# nTSecurityDescriptor a search returns; without it AD returns the owner, group and
-# DACL only to a requester allowed to read them all (a GPO's DACL is read as SSSD's
-# sdap_sd_search_send reads it, with SECINFO_DACL).
+# nTSecurityDescriptor a search returns; without it the server acts as if all four
+# (owner, group, DACL, SACL) were asked for, and reading the SACL takes a right a
+# computer account does not have. A GPO's DACL is asked for alone, as SSSD's
+# sdap_sd_search_send asks for it (SECINFO_DACL, critical).
 SD_FLAGS_OID = "1.2.840.113556.1.4.801"
 # SECURITY_INFORMATION ([MS-DTYP] 2.4.7): DACL_SECURITY_INFORMATION.
 SECINFO_DACL = 0x4
