@@ -327,20 +327,19 @@ def _gpo(ldap: Searcher, dn: str, sids: frozenset[str], settings: GpoSettings) -
     if not found:
         raise LdapError(f"GPO {dn} is linked but cannot be read")
     e = found[0]
+    # SSSD's order (ad_gpo_sd_process_attrs): cn and gPCFileSysPath must be readable,
+    # then a GPO without gPCFunctionalityVersion is skipped, then flags and the
+    # security descriptor must be readable.
     guid, path, flags = _one_text(e, "cn"), _one_text(e, "gPCFileSysPath"), _int(e, "flags")
     sd = e.get("nTSecurityDescriptor")
-    if guid is None or path is None or flags is None or not sd:
-        missing = "cn, gPCFileSysPath, flags or nTSecurityDescriptor"
-        if settings.ignore_unreadable:
-            log.info("GPO %s skipped: %s missing or unreadable (ad_gpo_ignore_unreadable)",
-                     dn, missing)  # fmt: skip
-            return None
-        raise LdapError(
-            f"GPO {dn}: {missing} missing or unreadable; grant the host read access or "
-            "set ad_gpo_ignore_unreadable = true"
-        )
+    if guid is None or path is None:
+        _unreadable(dn, "cn or gPCFileSysPath", settings)
+        return None
     if _int(e, "gPCFunctionalityVersion") != 2:
         log.debug("GPO %s skipped: gPCFunctionalityVersion is not 2", dn)
+        return None
+    if flags is None or not sd:
+        _unreadable(dn, "flags or nTSecurityDescriptor", settings)
         return None
     if flags == 2:
         log.debug("GPO %s skipped: its computer part is disabled", dn)
@@ -353,6 +352,18 @@ def _gpo(ldap: Searcher, dn: str, sids: frozenset[str], settings: GpoSettings) -
         return None
     share, spath = split_sysvol_path(path)
     return Gpo(dn, guid, share, spath, _int(e, "versionNumber") or 0)
+
+
+def _unreadable(dn: str, what: str, settings: GpoSettings) -> None:
+    """A GPO whose ``what`` is missing or unreadable: skipped (logged) with
+    ad_gpo_ignore_unreadable, else the evaluation fails (ad_gpo_missing_or_unreadable_attr)."""
+    if settings.ignore_unreadable:
+        log.info("GPO %s skipped: %s missing or unreadable (ad_gpo_ignore_unreadable)", dn, what)
+        return
+    raise LdapError(
+        f"GPO {dn}: {what} missing or unreadable; grant the host read access to it or "
+        "set ad_gpo_ignore_unreadable = true"
+    )
 
 
 def evaluate(

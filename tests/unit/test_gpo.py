@@ -627,3 +627,16 @@ def test_sd_flags_control_value():
 
     # SDFlagsRequestValue ::= SEQUENCE { Flags INTEGER }, DACL_SECURITY_INFORMATION.
     assert encode_sd_flags(SECINFO_DACL) == bytes.fromhex("3003020104")
+
+
+def test_unreadable_gpo_fails_unless_ignored(tmp_path):
+    d, f = Directory(), Files(DENY_GROUP)
+    del d.entries[GPO_DN].attrs["ntsecuritydescriptor"]  # the host may not read it
+    got = run(d, f, tmp_path)
+    assert not got.allowed and got.error and "ad_gpo_ignore_unreadable" in got.reason
+    assert run(d, f, tmp_path, ignore_unreadable=True).allowed  # skipped
+    # Without gPCFunctionalityVersion a GPO is skipped before its flags are read.
+    del d.entries[GPO_DN].attrs["gpcfunctionalityversion"]
+    del d.entries[GPO_DN].attrs["flags"]
+    assert run(d, f, tmp_path).allowed
+    assert f.asked == []
