@@ -31,6 +31,7 @@ then "denies access").
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from dataclasses import dataclass
 
@@ -49,6 +50,9 @@ SHADOW_ATTRS = (
     "shadowExpire",
 )  # fmt: skip
 KERBEROS_ATTRS = ("krbLastPwdChange", "krbPasswordExpiration")
+
+
+_DAYS = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+").fullmatch
 
 
 class PolicyDataError(ValueError):
@@ -71,10 +75,10 @@ def days(value: str | None) -> int:
     """A shadow day count as SSSD reads it: unset or empty is -1."""
     if value is None or value == "":
         return -1
-    try:
-        n = int(value, 10)
-    except ValueError:
-        raise PolicyDataError(f"{value!r} is not a number of days") from None
+    # strtol's syntax: leading white space and a sign, then digits to the end.
+    if not _DAYS(value):
+        raise PolicyDataError(f"{value!r} is not a number of days")
+    n = int(value)
     if n < -1:
         raise PolicyDataError(f"{value!r} is a negative number of days")
     return n
