@@ -8,7 +8,7 @@ import random
 
 import pytest
 from ldap3.protocol.rfc3062 import PasswdModifyRequestValue
-from pyasn1.codec.ber import encoder
+from pyasn1.codec.ber import encoder  # type: ignore[import-untyped]
 
 from cached.ipc.ops import BadMessage, ChpassReply, ChpassRequest
 from cached.ldap import chpass, ppolicy, pwmodify, wire
