@@ -316,3 +316,73 @@ def test_lockout_after_failures_and_its_end(
     while login(env, USER, PASSWORD).codes != [SUCCESS, SUCCESS]:
         assert time.monotonic() < deadline, "the lockout did not end"
         time.sleep(0.5)
+
+
+# -- ldap_pwd_policy = shadow (a server without the password policy overlay) ------------
+
+
+@pytest.fixture
+def plain_server(
+    tmp_path_factory: pytest.TempPathFactory, small_2307bis: Dataset, tls_files: TLSFiles
+) -> Iterator[LiveDirectory]:
+    """A private TLS slapd without the password policy overlay (so no control decides
+    instead of ldap_pwd_policy), with Debian's access rules; USER has PASSWORD and a
+    shadowAccount."""
+    with Slapd(
+        tmp_path_factory.mktemp("slapd_shadow"),
+        small_2307bis.ldif,
+        small_2307bis.expected.base_dn,
+        tls=tls_files,
+        self_write=True,
+    ) as s:
+        set_password(s, USER, PASSWORD)
+        s.ldap_modify(f"dn: {user_dn(s, USER)}\nchangetype: modify\n"
+                      "add: objectClass\nobjectClass: shadowAccount\n")  # fmt: skip
+        yield LiveDirectory(slapd=s, expected=small_2307bis.expected)
+
+
+def set_shadow(server: Slapd, **values: int) -> None:
+    server.ldap_modify(
+        f"dn: {user_dn(server, USER)}\nchangetype: modify\n"
+        + "-\n".join(f"replace: {k}\n{k}: {v}\n" for k, v in values.items())
+    )
+
+
+def test_the_shadow_policy_warns_forces_a_change_and_expires_the_account(
+    daemon_factory: Callable[..., CachedDaemon], plain_server: LiveDirectory,
+    tls_files: TLSFiles,
+) -> None:  # fmt: skip
+    s = plain_server.slapd
+    today = int(time.time()) // 86400
+    d = daemon_factory(
+        plain_server, uris=[s.ldaps_uri], daemon={"services": "nss, pam"}, pam={},
+        ldap_tls_cacert=tls_files.ca_cert, ldap_pwd_policy="shadow",
+        ldap_chpass_update_last_change="true",
+    )  # fmt: skip
+    env = d.pam_env({SERVICE: service_file()})
+    # No shadowLastChange: SSSD refuses the login (SYSTEM_ERR).
+    assert login(env, USER, PASSWORD).codes == [SYSTEM_ERR]
+    set_shadow(s, shadowLastChange=today - 5, shadowMax=7, shadowWarning=3)
+    r = login(env, USER, PASSWORD)
+    assert r.codes == [SUCCESS, SUCCESS], r
+    assert r["authenticate"].infos == ["Your password will expire in 2 day(s)."], r
+    assert login(env, USER, "not-" + PASSWORD).codes == [AUTH_ERR]
+    # Older than shadowMax: the login passes, the account check asks for a change,
+    # which sets shadowLastChange to today (ldap_chpass_update_last_change).
+    set_shadow(s, shadowLastChange=today - 10)
+    r = login(env, USER, PASSWORD, ("chauthtok", CHANGE_EXPIRED_AUTHTOK),
+              answers=(PASSWORD, NEW_PASSWORD, NEW_PASSWORD))  # fmt: skip
+    assert [c.rc for c in r.calls] == [SUCCESS, NEW_AUTHTOK_REQD], r
+    r = env.drive(SERVICE, USER, ["authenticate", ("chauthtok", CHANGE_EXPIRED_AUTHTOK)],
+                  answers=[PASSWORD, PASSWORD, NEW_PASSWORD, NEW_PASSWORD])  # fmt: skip
+    assert r.codes == [SUCCESS, SUCCESS], r
+    with s.connect(bind=True) as conn:
+        conn.search(user_dn(s, USER), "(objectClass=*)", search_scope="BASE",
+                    attributes=["shadowLastChange"])  # fmt: skip
+        [last] = conn.response[0]["attributes"]["shadowLastChange"]
+        assert int(last) in (today, today + 1)
+    r = login(env, USER, NEW_PASSWORD)
+    assert r.codes == [SUCCESS, SUCCESS] and r["authenticate"].infos == [], r
+    # shadowExpire reached: the account has expired.
+    set_shadow(s, shadowExpire=today)
+    assert login(env, USER, NEW_PASSWORD).codes == [13]
