@@ -386,3 +386,26 @@ def test_the_shadow_policy_warns_forces_a_change_and_expires_the_account(
     # shadowExpire reached: the account has expired.
     set_shadow(s, shadowExpire=today)
     assert login(env, USER, NEW_PASSWORD).codes == [13]
+
+
+def test_the_change_goes_to_ldap_chpass_uri_then_its_backup(
+    daemon_factory: Callable[..., CachedDaemon], server: LiveDirectory, tls_files: TLSFiles
+) -> None:
+    s = server.slapd
+    dead = "ldaps://127.0.0.1:1"  # nothing listens on port 1
+    opts = dict(daemon={"services": "nss, pam"}, pam={}, ldap_tls_cacert=tls_files.ca_cert,
+                ldap_network_timeout=2, ldap_opt_timeout=3)  # fmt: skip
+    # Logins use ldap_uri; the change only ldap_chpass_uri: no server, so "offline".
+    d = daemon_factory(server, uris=[s.ldaps_uri], ldap_chpass_uri=dead, **opts)
+    env = d.pam_env({SERVICE: service_file()})
+    assert login(env, USER, PASSWORD).codes == [SUCCESS, SUCCESS]
+    r = passwd(env, USER, PASSWORD, NEW_PASSWORD)
+    assert r.codes == [AUTHTOK_ERR], r
+    assert r["chauthtok"].infos == ["System is offline, password change not possible"]
+    assert binds(s, USER, PASSWORD)
+    # With the server as ldap_chpass_backup_uri, the change reaches it.
+    d = daemon_factory(server, uris=[s.ldaps_uri], ldap_chpass_uri=dead,
+                       ldap_chpass_backup_uri=s.ldaps_uri, **opts)  # fmt: skip
+    env = d.pam_env({SERVICE: service_file()})
+    assert passwd(env, USER, PASSWORD, NEW_PASSWORD).codes == [SUCCESS]
+    assert binds(s, USER, NEW_PASSWORD)
