@@ -79,6 +79,11 @@ _SUCCESS_COMMANDS = frozenset(
 _CHPASS_COMMANDS = frozenset({Command.CHAUTHTOK, Command.CHAUTHTOK_PRELIM})
 
 
+def _password(tok: p.AuthTok | None) -> bytes:
+    """The bytes of a PASSWORD token (to send to the backend), else b""."""
+    return tok.secret.reveal() if tok is not None and tok.type is AuthTokType.PASSWORD else b""
+
+
 def public_socket(config: Config) -> str:
     return os.path.join(config.daemon.pipes_dir, "pam")
 
@@ -203,14 +208,10 @@ class PamResponder:
         timeout = QUEUE_ALLOWANCE + (domain.ldap_network_timeout + domain.ldap_opt_timeout) * (
             max(uris, 1) + 1
         )
-        ask = ChpassRequest(
-            found.value.user.name, found.value.user.dn,
-            old.secret.reveal() if old is not None and old.type is AuthTokType.PASSWORD
-            else b"",
-            new.secret.reveal() if not prelim and new is not None
-            and new.type is AuthTokType.PASSWORD else b"",
-            prelim, uid, uid == 0,
-        )  # fmt: skip
+        user = found.value.user
+        # A token that is not a PASSWORD (EMPTY: nothing typed) travels as b"".
+        ask = ChpassRequest(user.name, user.dn, _password(old),
+                            b"" if prelim else _password(new), prelim, uid, uid == 0)  # fmt: skip
         try:
             raw = await self.backends[domain.name].call(
                 Op.CHANGE_PASSWORD, timeout=timeout, **ask.args()
