@@ -39,6 +39,14 @@ PACKAGES = (*sssd.PACKAGES, "ldb-tools")
 #: Differences from SSSD that cached makes on purpose, by case name: why (and where
 #: docs/compatibility.md says so). A difference not listed here is a bug to fix.
 DELIBERATE: dict[str, str] = {
+    "passwd-server-gone": (
+        "The server stopped after the last login, and the password change is the first "
+        "request since: cached finds no server for the old password's bind and answers "
+        "as offline (20, `System is offline, password change not possible`), as both "
+        "daemons answer once they know they are offline (`passwd-offline`); SSSD 2.8.2 "
+        "answers 4 (PAM_SYSTEM_ERR) without a message (docs/compatibility.md §9.8, "
+        "\"Password changes\")."
+    ),
     "frozen": (
         "Over ldaps a frozen server costs cached's login its `ldap_network_timeout` and "
         "`ldap_opt_timeout` (the TLS handshake runs under the latter), then the cached "

@@ -39,7 +39,7 @@ from cached.cache.store import ENTRY_MAP_SIZE, Store
 from testing import pamenv, sssd
 from testing.daemon import CachedDaemon
 from testing.faultproxy import FaultProxy
-from testing.slapd import Slapd, TLSFiles, make_tls_material
+from testing.slapd import PasswordPolicy, Slapd, TLSFiles, make_tls_material
 
 BASE = "dc=pam,dc=test"
 DOMAIN = "LDAP"
@@ -79,16 +79,26 @@ class Unsupported(Exception):
 
 @dataclass(frozen=True)
 class Login:
-    """One PAM transaction of ``ops`` for ``user``; ``password`` answers the prompt.
-    ``bound``: the seconds the login may take at most (a frozen server's bounded wait);
-    the result says whether it kept to it."""
+    """One PAM transaction of ``ops`` (a name, or ``(name, flags)``) for ``user``;
+    ``password`` answers the first prompt, ``answers`` the next ones (a password
+    change's new password, twice). ``bound``: the seconds the login may take at most
+    (a frozen server's bounded wait); the result says whether it kept to it."""
 
     user: str
     password: str
-    ops: tuple[str, ...] = ("authenticate",)
+    ops: tuple[str | tuple[str, int], ...] = ("authenticate",)
     as_user: bool = False
     note: str = ""
     bound: float | None = None
+    answers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The directory's password policy from now on (slapo-ppolicy's default policy
+    entry), or none."""
+
+    policy: PasswordPolicy | None
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,7 @@ class Age:
     seconds: int
 
 
-Step = Login | Directory | AdminSetsPassword | Age
+Step = Login | Directory | AdminSetsPassword | Age | Policy
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,21 @@ def _online_then(user: str, *steps: Step, password: str | None = None) -> tuple[
 
 
 ALICE = PASSWORDS["alice"]
+#: pam_chauthtok's flag to change only an expired password (security/_pam_types.h).
+CHANGE_EXPIRED_AUTHTOK = 0x20
+
+
+def _passwd(old: str, new: str, *, again: str | None = None, as_user: bool = True,
+            note: str = "") -> Login:  # fmt: skip
+    """alice's ``passwd`` (uid 65534 is asked the old password; root is not)."""
+    answers = (new, new if again is None else again)
+    if as_user:
+        return Login("alice", old, ("chauthtok",), as_user=True, answers=answers, note=note)
+    return Login("alice", new, ("chauthtok",), answers=answers[1:], note=note)
+
+
+def _binds(*passwords: str) -> tuple[Login, ...]:
+    return tuple(Login("alice", pw, note="after the change") for pw in passwords)
 
 CASES: tuple[Case, ...] = (
     Case("right", "right password, whole login, root (private socket)",
@@ -197,6 +222,47 @@ CASES: tuple[Case, ...] = (
     Case("plain", "ldap:// to a server without TLS: the password is never sent",
          (Login("alice", ALICE, note="unencrypted connection"),),
          transports=("plain",)),
+    # -- password changes (chpass_provider = ldap) and the server's password policy
+    Case("passwd", "alice changes her password (exop): the new one works, the old not",
+         (_passwd(ALICE, NEW_PASSWORD), *_binds(NEW_PASSWORD, ALICE)),
+         transports=("ldaps",)),
+    Case("passwd-ldap-modify", "the same with ldap_pwmodify_mode = ldap_modify",
+         (_passwd(ALICE, NEW_PASSWORD), *_binds(NEW_PASSWORD, ALICE)),
+         transports=("ldaps",), domain={"ldap_pwmodify_mode": "ldap_modify"}),
+    Case("passwd-wrong-old", "passwd with a wrong old password",
+         (_passwd(WRONG, NEW_PASSWORD), *_binds(ALICE)), transports=("ldaps",)),
+    Case("passwd-empty-new", "passwd with an empty new password",
+         (_passwd(ALICE, ""), *_binds(ALICE)), transports=("ldaps",)),
+    Case("passwd-root", "root's passwd for alice: no old password asked",
+         (_passwd("", NEW_PASSWORD, as_user=False), *_binds(ALICE)), transports=("ldaps",)),
+    Case("passwd-offline", "server stopped, the daemon offline: passwd",
+         _online_then("alice", Login("alice", ALICE, note="offline, cached credentials"),
+                      _passwd(ALICE, NEW_PASSWORD, note="offline")),
+         transports=("ldaps",)),
+    Case("passwd-server-gone", "server stopped, the daemon not yet offline: passwd",
+         _online_then("alice", _passwd(ALICE, NEW_PASSWORD, note="first request since")),
+         transports=("ldaps",)),
+    Case("passwd-quality", "slapd's quality check refuses a short password",
+         (Policy(PasswordPolicy(max_age=0, must_change=False)), _passwd(ALICE, "Sh0rt"),
+          *_binds(ALICE)), transports=("ldaps",)),
+    Case("passwd-reset", "the admin resets the password: a change at the next login",
+         (Policy(PasswordPolicy(must_change=True)),
+          AdminSetsPassword("alice", ALICE),
+          Login("alice", ALICE, ("authenticate", "acct_mgmt"), note="must change"),
+          Login("alice", ALICE, ("authenticate", ("chauthtok", CHANGE_EXPIRED_AUTHTOK)),
+                answers=(ALICE, NEW_PASSWORD, NEW_PASSWORD), note="changes it"),
+          Login("alice", NEW_PASSWORD, ("authenticate", "acct_mgmt"), note="the new one")),
+         transports=("ldaps",)),
+    Case("expiry-warning", "the password expires in 30.5 days: warned at the login",
+         (Policy(PasswordPolicy(max_age=30 * 86400 + 43200, must_change=False)),
+          AdminSetsPassword("alice", ALICE),
+          Login("alice", ALICE, ("authenticate", "acct_mgmt"))),
+         transports=("ldaps",)),
+    Case("lockout", "three wrong passwords lock the account (slapd's lockout)",
+         (Policy(PasswordPolicy(must_change=False, lockout_duration=600)),
+          Login("alice", WRONG), Login("alice", WRONG), Login("alice", WRONG),
+          Login("alice", ALICE, note="locked")),
+         transports=("ldaps",)),
 )  # fmt: skip
 
 
@@ -250,8 +316,12 @@ class MatrixDirectory:
         self.tls: TLSFiles = make_tls_material(self.workdir / "tls", "localhost")
         ldif_path = self.workdir / "pam.ldif"
         ldif_path.write_text(ldif())
-        self.slapd = Slapd(self.workdir / "slapd", ldif_path, BASE, tls=self.tls)
+        # The password policy overlay (a policy entry only while a case puts one in
+        # force) and Debian's access rules, under which users change their passwords.
+        self.slapd = Slapd(self.workdir / "slapd", ldif_path, BASE, tls=self.tls,
+                           ppolicy=True, self_write=True)  # fmt: skip
         self.plain_slapd = Slapd(self.workdir / "slapd-plain", ldif_path, BASE)
+        self.policy: PasswordPolicy | None = None
         self.servers: list[Slapd] = []
         self.proxies: dict[str, FaultProxy] = {}
         self.state = "online"
@@ -334,11 +404,33 @@ class MatrixDirectory:
                 f"replace: userPassword\nuserPassword: {password}\n"
             )
 
+    def set_policy(self, policy: PasswordPolicy | None) -> None:
+        """Put ``policy`` in force on the TLS server, or (None) remove the one there."""
+        if policy is None:
+            if self.policy is not None:
+                self.slapd.ldap_modify(
+                    f"dn: cn=default,ou=policies,{BASE}\nchangetype: delete\n\n"
+                    f"dn: ou=policies,{BASE}\nchangetype: delete\n"
+                )
+        else:
+            self.slapd.set_policy(policy, replace=self.policy is not None)
+        self.policy = policy
+
     def reset(self) -> None:
-        """Online, every password as :data:`PASSWORDS` has it."""
+        """Online, no password policy, every password as :data:`PASSWORDS` has it
+        (set by the administrator: the policy's failure counts, lock and reset flag
+        go with the old password)."""
         self.set_state("online")
+        # The passwords first, while the policy is in force: the policy overlay then
+        # clears its failure times and lock with the old password.
         for user, pw in PASSWORDS.items():
             self.set_password(user, pw)
+        self.set_policy(None)
+        for server in self.servers:
+            for user in PASSWORDS:
+                with contextlib.suppress(Exception):
+                    server.ldap_modify(f"dn: uid={user},ou=people,{BASE}\nchangetype: modify\n"
+                                       "delete: pwdReset\n")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------
@@ -577,7 +669,8 @@ def describe(step: Step) -> str:
             who = "uid 65534" if step.as_user else "root"
             pw = ("right" if step.password in (ALICE, NEW_PASSWORD, *PASSWORDS.values())
                   else "empty" if step.password == "" else "wrong")  # fmt: skip
-            ops = " ".join(step.ops)
+            ops = " ".join(op if isinstance(op, str) else f"{op[0]}({op[1]:#x})"
+                           for op in step.ops)  # fmt: skip
             return f"{step.user} ({who}, {pw} password): {ops}" + (
                 f" — {step.note}" if step.note else ""
             )
@@ -587,6 +680,8 @@ def describe(step: Step) -> str:
             return f"admin sets {step.user}'s password"
         case Age():
             return f"{step.user}'s {step.attribute} moved {step.seconds} s back"
+        case Policy():
+            return "no password policy" if step.policy is None else f"password policy {step.policy}"
     raise TypeError(step)
 
 
@@ -623,7 +718,8 @@ def run_case(
                 match step:
                     case Login():
                         start = time.monotonic()
-                        got = env.drive(SERVICE, step.user, step.ops, answers=[step.password],
+                        got = env.drive(SERVICE, step.user, step.ops,
+                                        answers=[step.password, *step.answers],
                                         as_user=step.as_user)  # fmt: skip
                         result.steps.append(StepResult(
                             describe(step),
@@ -637,6 +733,8 @@ def run_case(
                         directory.set_password(step.user, step.password)
                     case Age():
                         daemon.age(step.user, step.attribute, step.seconds)
+                    case Policy():
+                        directory.set_policy(step.policy)
     except Unsupported as e:
         result.skipped = str(e)
     except Exception as e:  # reported per case; the matrix goes on

@@ -1,7 +1,7 @@
 """Real programs logging in through ``pam_sss.so``: ``su - USER`` typed at a terminal
-(tmux) and an ``sshd`` password login, both in the private mount namespace of
-:mod:`testing.pamenv` (the test's ``/etc/pam.d`` and PAM sockets, NSS through
-libnss_sss after ``files``).
+(tmux), ``passwd`` typed there by the user, and an ``sshd`` password login, all in the
+private mount namespace of :mod:`testing.pamenv` (the test's ``/etc/pam.d`` and PAM
+sockets, NSS through libnss_sss after ``files``).
 
 ``su``: a tmux server is started inside the namespace (it keeps the namespace alive; its
 socket lives in the test's work directory, outside the bind mounts, so ``send-keys`` and
@@ -37,7 +37,7 @@ SSHPASS: Final = "sshpass"
 SSH_KEYGEN: Final = "ssh-keygen"
 SSH_PORT: Final = 2222  # in a network namespace of its own: always free
 #: PAM services of the programs: ``su`` uses ``su-l`` for ``su -``.
-SERVICES: Final = ("su", "su-l", "sshd")
+SERVICES: Final = ("su", "su-l", "sshd", "passwd")
 TIMEOUT: Final = 120.0
 
 
@@ -114,6 +114,15 @@ class Tmux:
 def su_session(env: PamEnv, workdir: Path, user: str) -> Tmux:
     """A tmux pane where uid 65534 runs ``su - user``, then ``[su exit N]``."""
     script = f'{" ".join(as_nobody())} su - {user}; echo "[su exit $?]"'
+    return Tmux(env, workdir, ["/bin/sh", "-c", script])
+
+
+def passwd_session(env: PamEnv, workdir: Path, uid: int, gid: int) -> Tmux:
+    """A tmux pane where the user ``uid`` runs ``passwd`` (setuid root: pam_sss sees
+    the user's uid, asks for the current password and uses the public socket), then
+    ``[passwd exit N]``."""
+    drop = f"setpriv --reuid={uid} --regid={gid} --clear-groups"
+    script = f'{drop} passwd; echo "[passwd exit $?]"'
     return Tmux(env, workdir, ["/bin/sh", "-c", script])
 
 

@@ -102,6 +102,58 @@ _ATTRS = re.compile(r"conn=(\d+) op=(\d+) SRCH attr=(.*)$")
 _STARTING = "slapd starting"
 
 
+@dataclass(frozen=True)
+class PasswordPolicy:
+    """A slapo-ppolicy(5) policy entry (pwdPolicy, ``cn=default,ou=policies,<base>``,
+    the overlay's default): every attribute a test of logins and password changes
+    needs, in seconds where it is a time. The defaults give a warning of expiry at
+    every login (the password expires in 30 days, the warning starts 60 days
+    before), two grace logins, a lockout after 3 failures for 5 s, a change forced
+    after an administrator's reset (pwdMustChange + the user's pwdReset), and a
+    quality check of at least 8 characters (pwdCheckQuality 2: a password the
+    server cannot check is refused too)."""
+
+    max_age: int = 30 * 86400
+    expire_warning: int = 60 * 86400
+    grace_logins: int = 2
+    lockout: bool = True
+    max_failure: int = 3
+    lockout_duration: int = 5
+    must_change: bool = True
+    check_quality: int = 2
+    min_length: int = 8
+
+    def ldif(self, base: str, *, changetype: str = "add") -> str:
+        """The policy entry as an LDIF record (``add``, or ``modify``: replace every
+        attribute), with its parent ``ou=policies`` when added."""
+
+        def b(flag: bool) -> str:
+            return "TRUE" if flag else "FALSE"
+
+        attrs = {
+            "pwdAttribute": "userPassword",
+            "pwdMaxAge": str(self.max_age),
+            "pwdExpireWarning": str(self.expire_warning),
+            "pwdGraceAuthnLimit": str(self.grace_logins),
+            "pwdLockout": b(self.lockout),
+            "pwdMaxFailure": str(self.max_failure),
+            "pwdLockoutDuration": str(self.lockout_duration),
+            "pwdMustChange": b(self.must_change),
+            "pwdAllowUserChange": "TRUE",
+            "pwdCheckQuality": str(self.check_quality),
+            "pwdMinLength": str(self.min_length),
+        }
+        dn = f"cn=default,ou=policies,{base}"
+        if changetype == "modify":
+            body = "-\n".join(f"replace: {k}\n{k}: {v}\n" for k, v in attrs.items())
+            return f"dn: {dn}\nchangetype: modify\n{body}"
+        values = "".join(f"{k}: {v}\n" for k, v in attrs.items())
+        return (
+            f"dn: ou=policies,{base}\nobjectClass: organizationalUnit\nou: policies\n\n"
+            f"dn: {dn}\nobjectClass: device\nobjectClass: pwdPolicy\ncn: default\n{values}"
+        )
+
+
 class SlapdError(RuntimeError):
     """slapd, slapadd or ldapmodify failed; the message carries their output."""
 
@@ -188,6 +240,7 @@ class Slapd(Service):
         deref: bool = True,
         dynlist: bool = False,
         ppolicy: bool = False,
+        self_write: bool = False,
     ) -> None:
         """``sizelimit``: a server-wide size limit as Debian's default slapd.conf sets
         it (``sizelimit 500``), applied to every client but the rootdn, paged
@@ -196,14 +249,22 @@ class Slapd(Service):
         default configuration does.  ``dynlist=True`` loads the dyngroup schema and
         the dynlist overlay (:data:`DYNLIST_ATTRSET`): groups whose members the server
         computes.  ``ppolicy=True`` loads the password policy overlay
-        (slapo-ppolicy(5)) with ``cn=default,ou=policies,<base>`` as the default policy:
-        add that entry (:meth:`ldap_modify`) to put a policy in force."""
+        (slapo-ppolicy(5)) with ``cn=default,ou=policies,<base>`` as the default policy
+        (add it with :meth:`set_policy`, or :meth:`ldap_modify`, to put a policy in
+        force), ``ppolicy_hash_cleartext`` (a userPassword a user replaces in clear,
+        ldap_pwmodify_mode = ldap_modify, is stored hashed) and
+        ``ppolicy_use_lockout`` (a bind to a locked account says accountLocked).
+        ``self_write=True``: Debian's default access rules (a user may write their own
+        userPassword and shadowLastChange; nobody but the user reads userPassword)
+        instead of slapd's built-in ``access to * by * read``, under which no user can
+        change a password."""
         if sizelimit is not None and sizelimit < 1:
             raise SlapdError(f"sizelimit {sizelimit} must be a positive number of entries")
         self.sizelimit = sizelimit
         self.deref = deref
         self.dynlist = dynlist
         self.ppolicy = ppolicy
+        self.self_write = self_write
         self.workdir = Path(workdir).resolve()
         self.ldif = Path(ldif)
         self._base_dn = base_dn
@@ -386,6 +447,13 @@ class Slapd(Service):
             )
         return proc.stdout
 
+    def set_policy(self, policy: PasswordPolicy, *, replace: bool = False) -> None:
+        """Put ``policy`` in force (``ppolicy=True``): add its entry, or (``replace``)
+        change the one added before."""
+        if not self.ppolicy:
+            raise SlapdError("this slapd has no ppolicy overlay: Slapd(..., ppolicy=True)")
+        self.ldap_modify(policy.ldif(self._base_dn, changetype="modify" if replace else "add"))
+
     # -- stats log -----------------------------------------------------------------
 
     def log_offset(self) -> int:
@@ -552,11 +620,23 @@ class Slapd(Service):
             # or after it (measured on slapd 2.5.13): those are looked up by search.
             *(["overlay dynlist", DYNLIST_ATTRSET] if self.dynlist else []),
             *(
-                ["overlay ppolicy", f'ppolicy_default "cn=default,ou=policies,{self._base_dn}"']
+                [
+                    "overlay ppolicy",
+                    f'ppolicy_default "cn=default,ou=policies,{self._base_dn}"',
+                    "ppolicy_hash_cleartext",
+                    "ppolicy_use_lockout",
+                ]
                 if self.ppolicy
                 else []
             ),
         ]
+        if self.self_write:
+            # Debian's slapd.postinst (olcAccess of the mdb database), as slapd.conf.
+            lines += [
+                "access to attrs=userPassword by self write by anonymous auth by * none",
+                "access to attrs=shadowLastChange by self write by * read",
+                "access to * by * read",
+            ]
         if self.sizelimit is None:
             lines += [
                 # Unlimited for everyone, paged searches included (size.pr and

@@ -118,3 +118,17 @@ def after_online_login(
         failed=0,
         last_failed=0.0,
     )
+
+
+def after_password_change(creds: Credentials | None, new: bytes, now: float) -> Credentials:
+    """The record after the server accepted ``new`` as the user's password (with
+    ``cache_credentials``): its hash replaces the old one, so the old password stops
+    working offline at once (SSSD's LDAP provider keeps the old hash until the next
+    online login); the change counts as an online login, failures are forgotten."""
+    return Credentials(
+        hash=shacrypt.new_hash(new),
+        last_online=now,
+        last_login=creds.last_login if creds is not None else 0.0,
+        failed=0,
+        last_failed=0.0,
+    )

@@ -71,10 +71,26 @@ class TlsReqcert(enum.StrEnum):
 
 
 class AuthProvider(enum.StrEnum):
-    """``auth_provider``: who checks passwords (SSSD's default is the id provider)."""
+    """``auth_provider``: who checks passwords (SSSD's default is the id provider);
+    also ``chpass_provider``: who changes them (SSSD's default is the auth provider)."""
 
     LDAP = "ldap"
     NONE = "none"
+
+
+class PwmodifyMode(enum.StrEnum):
+    """``ldap_pwmodify_mode``: how a password is changed (sssd-ldap(5))."""
+
+    EXOP = "exop"  # RFC 3062 Password Modify extended operation
+    LDAP_MODIFY = "ldap_modify"  # replace userPassword
+
+
+class PwdPolicy(enum.StrEnum):
+    """``ldap_pwd_policy``: the password expiry checked after an online login."""
+
+    NONE = "none"
+    SHADOW = "shadow"
+    MIT_KERBEROS = "mit_kerberos"
 
 
 # SSSD's responders (sssd.conf(5) ``services``): cached runs ``nss`` always, ``pam``
@@ -359,6 +375,14 @@ class PamConfig:
         "",
         "Text shown after `Permission denied.` when the server says the account is locked.",
     )
+    pam_pwd_expiration_warning: int = option(
+        integer(-1),
+        -1,
+        "Days before its expiry that the server's password expiry warning is shown (the "
+        "domains' `pwd_expiration_warning` when they leave theirs at -1); 0 = always; "
+        "-1: each policy's own (the password policy control: always; mit_kerberos: "
+        "7 days; shadow: shadowWarning).",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -490,6 +514,49 @@ class DomainConfig:
         False,
         "Keep a SHA-512-crypt hash of each password an online login accepted, for "
         "logins while the servers are unreachable.",
+    )
+    chpass_provider: AuthProvider = computed(
+        closed(AuthProvider),
+        "Who changes passwords (PAM `passwd`): `ldap` binds as the user (over TLS, on "
+        "`ldap_chpass_uri`) and changes the password as the user; `none` refuses every "
+        "change (PAM_MODULE_UNKNOWN).",
+        "auth_provider",
+    )
+    ldap_chpass_uri: list[str] = option(
+        uri_list, [], "Servers for password changes, tried in order.", "ldap_uri"
+    )
+    ldap_chpass_backup_uri: list[str] = option(
+        uri_list,
+        [],
+        "Servers for password changes tried after every ldap_chpass_uri failed.",
+        "ldap_backup_uri (when ldap_chpass_uri is unset)",
+    )
+    ldap_pwmodify_mode: PwmodifyMode = option(
+        closed(PwmodifyMode),
+        PwmodifyMode.EXOP,
+        "`exop`: the RFC 3062 Password Modify extended operation with the old and new "
+        "password; `ldap_modify`: replace `userPassword` (the user needs write access to "
+        "it; the server hashes it, e.g. slapd's ppolicy_hash_cleartext).",
+    )
+    ldap_chpass_update_last_change: bool = option(
+        boolean,
+        False,
+        "After a password change, set the user's shadowLastChange to today (days since "
+        "1970) as the user.",
+    )
+    ldap_pwd_policy: PwdPolicy = option(
+        closed(PwdPolicy),
+        PwdPolicy.NONE,
+        "Password expiry checked after an online login, from the user's entry read as the "
+        "user: `shadow` (shadowLastChange, shadowMax, shadowWarning, shadowInactive, "
+        "shadowExpire), `mit_kerberos` (krbPasswordExpiration); a password policy "
+        "control in the bind's answer overrides both, as in SSSD.",
+    )
+    pwd_expiration_warning: int = option(
+        integer(-1),
+        -1,
+        "Days before its expiry that the server's password expiry warning is shown; "
+        "0 = always; -1: `[pam] pam_pwd_expiration_warning`.",
     )
     ldap_auth_disable_tls_never_use_in_production: bool = option(
         boolean,

@@ -44,6 +44,14 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
         )
     for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
         vals.setdefault(timeout, vals["entry_cache_timeout"])
+    # SSSD's chpass_provider defaults to the auth provider (dp_targets.c), and the
+    # chpass servers to the lookup ones (ldap_init.c: no chpass service of its own).
+    vals.setdefault("chpass_provider", vals["auth_provider"])
+    # ldap_chpass_backup_uri counts only beside ldap_chpass_uri (ldap_common.c
+    # sdap_service_init for the chpass service).
+    if not vals["ldap_chpass_uri"]:
+        vals["ldap_chpass_uri"] = list(vals["ldap_uri"])
+        vals["ldap_chpass_backup_uri"] = list(vals["ldap_backup_uri"])
     _refresh_ahead_defaults(vals)
     _schema_defaults(ini.where(sname), sname, vals, given, warnings)
     if "ldap_member_rdn_shortcut" in given:

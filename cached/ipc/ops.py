@@ -13,6 +13,9 @@ socket             op                          request -> reply
                                                (the PAM responder; carries a password:
                                                these sockets are root's, both ends
                                                check SO_PEERCRED)
+``be_<domain>``    change_password             :class:`ChpassRequest` ->
+                                               :class:`ChpassReply` (CHAUTHTOK_PRELIM
+                                               and CHAUTHTOK; carries both passwords)
 ``be_<domain>``    counters                    -> :class:`CountersReply`
 ``be_<domain>``    status                      -> ``{"status": {...}}``
 ``responder``      counters                    -> :class:`CountersReply`
@@ -52,6 +55,8 @@ class Op(enum.StrEnum):
     INITGROUPS = "initgroups"
     # Backend: check a password (online bind, else cached credentials).
     AUTHENTICATE = "authenticate"
+    # Backend: check the old password (prelim), or change it, as the user.
+    CHANGE_PASSWORD = "change_password"
     # Backend (and the control socket, which forwards it): forget a user's cached
     # credentials.
     DROP_CREDENTIALS = "drop_credentials"
@@ -320,6 +325,67 @@ class AuthReply:
             bool(reply.get("online", True)),
             float(reply.get("retry_in") or 0.0),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ChpassRequest:
+    """Check ``old`` for the cached user ``name`` (entry ``dn``), and unless
+    ``prelim`` change it to ``new`` (b"": the user typed none). ``uid``: the PAM
+    client's, for the login queue; ``priv``: the client is root (SO_PEERCRED), who
+    is refused a change without the old password, as in SSSD. ``repr`` shows
+    neither password."""
+
+    name: str
+    dn: str
+    old: bytes = field(repr=False)
+    new: bytes = field(repr=False)
+    prelim: bool
+    uid: int | None = None
+    priv: bool = False
+
+    def args(self) -> dict[str, Any]:
+        return {"name": self.name, "dn": self.dn, "old": self.old, "new": self.new,
+                "prelim": self.prelim, "uid": self.uid, "priv": self.priv}  # fmt: skip
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> ChpassRequest:
+        name, dn, old, new = args.get("name"), args.get("dn"), args.get("old"), args.get("new")
+        prelim, uid = args.get("prelim"), args.get("uid")
+        if not isinstance(name, str) or not name or not isinstance(dn, str):
+            raise BadMessage("change_password: bad name or dn")
+        if not isinstance(old, bytes) or not isinstance(new, bytes):
+            raise BadMessage("change_password: a password is not bytes")
+        if not isinstance(prelim, bool):
+            raise BadMessage("change_password: prelim is not a bool")
+        return cls(name, dn, old, new, prelim, uid if _is_int(uid) else None,
+                   args.get("priv") is True)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ChpassReply:
+    """How a password check or change went: ``status`` a PAM status (0 done, 7 old
+    password wrong, 9 no server: offline, 12 the new password refused by the
+    server's policy, 20 refused otherwise, 28 no chpass provider); ``message``: the
+    text of a CHPASS_ERROR user-info (None: none)."""
+
+    status: int
+    message: str | None = None
+    online: bool = True
+    retry_in: float = 0.0
+
+    def fields(self) -> dict[str, Any]:
+        return {"status": self.status, "message": self.message, "online": self.online,
+                "retry_in": self.retry_in}  # fmt: skip
+
+    @classmethod
+    def parse(cls, reply: dict[str, Any]) -> ChpassReply:
+        status, message = reply.get("status"), reply.get("message")
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise BadMessage(f"change_password: bad status {status!r}")
+        if message is not None and not isinstance(message, str):
+            raise BadMessage("change_password: the message is not text")
+        return cls(status, message, bool(reply.get("online", True)),
+                   float(reply.get("retry_in") or 0.0))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,10 +261,33 @@ class Connection:
                     )
                 raise TransportError("invalid messageId received")
 
-    def extended(self, oid: str) -> wire.Response:
-        """An extended operation without a value (RFC 4511 §4.12), and its response."""
+    def extended(
+        self, oid: str, value: bytes | None = None, controls: list[Control] | None = None
+    ) -> wire.Response:
+        """An extended operation (RFC 4511 §4.12), and its response, whatever its
+        result code. The value (it may hold passwords) is never part of an error."""
         msgid = self.next_id()
-        return self._ask(wire.encode_extended(msgid, oid), msgid)
+        req = wire.encode_extended(msgid, oid, value, controls)
+        res = self._ask(req, msgid)
+        del req
+        if res.op != wire.EXTENDED_RESPONSE:
+            self.close()
+            raise TransportError(f"extended operation answered by protocolOp {res.op:#x}")
+        return res
+
+    def modify_replace(
+        self, dn: str, attribute: str, values: list[bytes], controls: list[Control] | None = None
+    ) -> wire.Response:
+        """Replace ``attribute`` of ``dn`` (RFC 4511 §4.6), and the response whatever
+        its result code. The values (a password) are never part of an error."""
+        msgid = self.next_id()
+        req = wire.encode_modify_replace(msgid, dn, attribute, values, controls)
+        res = self._ask(req, msgid)
+        del req
+        if res.op != wire.MODIFY_RESPONSE:
+            self.close()
+            raise TransportError(f"modify answered by protocolOp {res.op:#x}")
+        return res
 
     def start_tls(self) -> None:
         """StartTLS (RFC 4511 §4.14): the extended operation, then the TLS handshake

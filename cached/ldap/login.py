@@ -25,13 +25,19 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from cached.auth.offline import Credentials, OfflinePolicy, after_online_login, offline_auth
+from cached.auth.offline import (
+    Credentials,
+    OfflinePolicy,
+    after_online_login,
+    after_password_change,
+    offline_auth,
+)
 from cached.cache import StoreWriteError
 from cached.config import Config, DomainConfig
-from cached.ipc.ops import AuthReply, AuthRequest
-from cached.ldap import auth
+from cached.ipc.ops import AuthReply, AuthRequest, ChpassReply, ChpassRequest
+from cached.ldap import auth, chpass
 from cached.ldap.client import LdapClient
 from cached.ratelimit import RateLimitedLog
 
@@ -42,6 +48,7 @@ log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
 MODULE_UNKNOWN = 28  # PAM_MODULE_UNKNOWN: SSSD's answer when no provider is configured
+T = TypeVar("T")
 
 
 class Logins:
@@ -63,18 +70,27 @@ class Logins:
             pam.offline_failed_login_attempts,
             pam.offline_failed_login_delay,
         )
+        self.pam_warning = pam.pam_pwd_expiration_warning
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"auth-{domain.name}")
         self.turns = RoundRobin()
         self.online_logins = 0
         self.offline_logins = 0
         self.failed = 0
+        self.password_changes = 0
 
     async def authenticate(self, req: AuthRequest) -> AuthReply:
         """Queue ``req`` behind its uid's earlier logins, one uid in turn; run it."""
-        await self.turns.acquire(req.uid)
+        return await self._in_turn(req.uid, functools.partial(self.check, req))
+
+    async def change_password(self, req: ChpassRequest) -> ChpassReply:
+        """A password check or change, queued with the logins."""
+        return await self._in_turn(req.uid, functools.partial(self.chpass, req))
+
+    async def _in_turn(self, uid: int | None, work: Callable[[], T]) -> T:
+        await self.turns.acquire(uid)
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor, functools.partial(self.check, req))
+            return await loop.run_in_executor(self.executor, work)
         finally:
             self.turns.release()
 
@@ -90,7 +106,7 @@ class Logins:
         if not req.password:
             return AuthReply(auth.AUTH_ERR)
         if client.online:
-            res = auth.bind_as_user(domain, req.dn, req.password)
+            res = auth.bind_as_user(domain, req.dn, req.password, self.pam_warning)
             if res.reachable:
                 return self._online(req, res)
             limited.log(("unreachable", domain.name), logging.WARNING,
@@ -138,6 +154,39 @@ class Logins:
             delayed_until=verdict.delayed_until, online=False, retry_in=client.retry_in,
         )  # fmt: skip
 
+    def chpass(self, req: ChpassRequest) -> ChpassReply:
+        domain, client = self.domain, self.client
+        if domain.chpass_provider == "none":
+            return ChpassReply(MODULE_UNKNOWN)
+        if not client.online:
+            # SSSD's chpass handler: be_is_offline, no server is tried.
+            return ChpassReply(auth.AUTHINFO_UNAVAIL, online=False, retry_in=client.retry_in)
+        if req.priv and req.prelim and not req.old:
+            # Root's passwd for another user: pam_sss asks root for no old password,
+            # and LDAP has no reset by an administrator through PAM (SSSD: "Password
+            # reset by root is not supported").
+            return ChpassReply(auth.PERM_DENIED)
+        res = chpass.change_password(domain, req.dn, req.old, req.new, prelim=req.prelim)
+        what = "old password check" if req.prelim else "password change"
+        if not res.reachable:
+            limited.log(("chpass unreachable", domain.name), logging.WARNING,
+                        "domain %s: no server answered the %s of %r (%s)", domain.name,
+                        what, req.name, res.reason)  # fmt: skip
+            return ChpassReply(auth.AUTHINFO_UNAVAIL, online=client.online,
+                               retry_in=client.retry_in)  # fmt: skip
+        log.debug("domain %s: %s of %r: PAM status %d %s", domain.name, what, req.name,
+                  res.status, res.reason)  # fmt: skip
+        if res.status == chpass.SUCCESS and not req.prelim:
+            self.password_changes += 1
+            log.info("domain %s: %r changed their password", domain.name, req.name)
+            if domain.cache_credentials:
+                record = after_password_change(
+                    self.cache.credentials(req.name), req.new, self.clock()
+                )
+                self._store(req.name, record)
+        return ChpassReply(res.status, res.message, online=client.online,
+                           retry_in=client.retry_in)  # fmt: skip
+
     def _store(self, name: str, record: Credentials) -> None:
         try:
             self.cache.put_credentials(name, record)
@@ -151,6 +200,7 @@ class Logins:
             "online_logins": self.online_logins,
             "offline_logins": self.offline_logins,
             "failed_logins": self.failed,
+            "password_changes": self.password_changes,
             "queued_logins": self.turns.queued,
         }
 

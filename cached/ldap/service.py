@@ -38,6 +38,7 @@ from cached.ipc import aio, framing
 from cached.ipc.ops import (
     LOOKUPS,
     AuthRequest,
+    ChpassRequest,
     CountersReply,
     DomainStateNote,
     DropCredentials,
@@ -325,6 +326,9 @@ class BackendService:
             answer = await self.logins.authenticate(AuthRequest.parse(args))
             self.announce()
             return answer.fields()
+        if op is Op.CHANGE_PASSWORD:
+            changed = await self.logins.change_password(ChpassRequest.parse(args))
+            return changed.fields()
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
         if op is Op.STATUS:

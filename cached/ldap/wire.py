@@ -40,6 +40,8 @@ SEARCH_REQUEST = 0x63
 SEARCH_RESULT_ENTRY = 0x64
 SEARCH_RESULT_DONE = 0x65
 SEARCH_RESULT_REFERENCE = 0x73
+MODIFY_REQUEST = 0x66
+MODIFY_RESPONSE = 0x67
 EXTENDED_REQUEST = 0x77
 EXTENDED_RESPONSE = 0x78
 INTERMEDIATE_RESPONSE = 0x79
@@ -384,13 +386,43 @@ def encode_bind(
     return tlv(_SEQUENCE, msg)
 
 
-def encode_extended(message_id: int, oid: str) -> bytes:
-    """One LDAPMessage with an ExtendedRequest without a value (StartTLS,
-    RFC 4511 §4.14.1; Who am I?, RFC 4532): ``[APPLICATION 23] SEQUENCE {
-    requestName [0] LDAPOID }``."""
-    return tlv(
-        _SEQUENCE, integer(_INTEGER, message_id) + tlv(EXTENDED_REQUEST, tlv(0x80, oid.encode()))
-    )
+def encode_extended(
+    message_id: int,
+    oid: str,
+    value: bytes | None = None,
+    controls: list[Control] | None = None,
+) -> bytes:
+    """One LDAPMessage with an ExtendedRequest (RFC 4511 §4.12): ``[APPLICATION 23]
+    SEQUENCE { requestName [0] LDAPOID, requestValue [1] OCTET STRING OPTIONAL }``;
+    without a value for StartTLS (RFC 4511 §4.14.1) and Who am I? (RFC 4532)."""
+    body = tlv(0x80, oid.encode())
+    if value is not None:
+        body += tlv(0x81, value)
+    msg = integer(_INTEGER, message_id) + tlv(EXTENDED_REQUEST, body)
+    if controls:
+        msg += _encode_controls(controls)
+    return tlv(_SEQUENCE, msg)
+
+
+def encode_modify_replace(
+    message_id: int,
+    dn: str,
+    attribute: str,
+    values: list[bytes],
+    controls: list[Control] | None = None,
+) -> bytes:
+    """One LDAPMessage with a ModifyRequest replacing ``attribute`` with ``values``
+    (RFC 4511 §4.6: ``[APPLICATION 6] SEQUENCE { object LDAPDN, changes SEQUENCE OF
+    change SEQUENCE { operation ENUMERATED { add (0), delete (1), replace (2) },
+    modification PartialAttribute } }``)."""
+    vals = b"".join(tlv(_OCTET_STRING, v) for v in values)
+    partial = tlv(_SEQUENCE, tlv(_OCTET_STRING, attribute.encode()) + tlv(0x31, vals))
+    change = tlv(_SEQUENCE, integer(_ENUMERATED, 2) + partial)
+    body = tlv(_OCTET_STRING, dn.encode("utf-8")) + tlv(_SEQUENCE, change)
+    msg = integer(_INTEGER, message_id) + tlv(MODIFY_REQUEST, body)
+    if controls:
+        msg += _encode_controls(controls)
+    return tlv(_SEQUENCE, msg)
 
 
 def describe(res: Response) -> str:
@@ -431,7 +463,7 @@ def decode_response(buf: bytes) -> Response:
     if pos >= end:
         raise BerError("LDAPMessage without a protocolOp")
     tag, opos, oend = _header(buf, pos, end)
-    if tag in (SEARCH_RESULT_DONE, EXTENDED_RESPONSE, BIND_RESPONSE):
+    if tag in (SEARCH_RESULT_DONE, EXTENDED_RESPONSE, BIND_RESPONSE, MODIFY_RESPONSE):
         tag, a, b = _header(buf, opos, oend)
         if tag != _ENUMERATED:
             raise BerError("resultCode is not an ENUMERATED")

@@ -22,8 +22,11 @@ ACCT_MGMT                         SUCCESS (``access_provider = permit``, SSSD's 
                                   the other access options are refused at load)
 OPEN_SESSION, CLOSE_SESSION,      SUCCESS (no session provider)
 SETCRED, PREAUTH
-CHAUTHTOK, CHAUTHTOK_PRELIM       PAM_MODULE_UNKNOWN: no password change provider (SSSD
-                                  with ``chpass_provider = none``)
+CHAUTHTOK_PRELIM, CHAUTHTOK       the domain's backend (``Op.CHANGE_PASSWORD``): the old
+                                  password checked by a bind, then the change as the
+                                  user (``chpass_provider = ldap``); offline: AUTHTOK_ERR
+                                  and "System is offline, password change not possible";
+                                  ``chpass_provider = none``: PAM_MODULE_UNKNOWN
 ================================  =====================================================
 
 Every reply carries the domain's name, as SSSD's. The socket is open to every local
@@ -33,8 +36,9 @@ user, so connections are counted per uid as the NSS socket's (``max_clients``,
 logins themselves queue per uid in the backend (``ldap/login.py``), so one user's flood
 waits behind itself, not in front of root's login.
 
-The password is read from its :class:`~cached.pam.protocol.Secret` only to be sent to
-the backend, never logged, and wiped when the request is answered (``with request:``).
+The passwords (old and new) are read from their :class:`~cached.pam.protocol.Secret`
+only to be sent to the backend, never logged, and wiped when the request is answered
+(``with request:``).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from typing import Any
 from cached.cache import Initgroups
 from cached.config import Config
 from cached.ipc import aio, framing
-from cached.ipc.ops import AuthReply, AuthRequest, Op
+from cached.ipc.ops import AuthReply, AuthRequest, ChpassReply, ChpassRequest, Op
 from cached.pam import protocol as p
 from cached.pam.protocol import AuthTokType, Command, PamStatus
 from cached.ratelimit import RateLimitedLog
@@ -73,6 +77,11 @@ _SUCCESS_COMMANDS = frozenset(
      Command.PREAUTH}
 )  # fmt: skip
 _CHPASS_COMMANDS = frozenset({Command.CHAUTHTOK, Command.CHAUTHTOK_PRELIM})
+
+
+def _password(tok: p.AuthTok | None) -> bytes:
+    """The bytes of a PASSWORD token (to send to the backend), else b""."""
+    return tok.secret.reveal() if tok is not None and tok.type is AuthTokType.PASSWORD else b""
 
 
 def public_socket(config: Config) -> str:
@@ -149,7 +158,7 @@ class PamResponder:
         if req.cmd in _SUCCESS_COMMANDS:
             return PamStatus.SUCCESS, []
         if req.cmd in _CHPASS_COMMANDS:
-            return PamStatus.MODULE_UNKNOWN, []
+            return await self._change_password(req, found, uid)
         return PamStatus.SYSTEM_ERR, []  # pragma: no cover - the codec serves no other
 
     async def _authenticate(
@@ -181,6 +190,42 @@ class PamResponder:
                         "pam: backend %s unavailable for a login: %s", domain.name, e)  # fmt: skip
             return PamStatus.AUTHINFO_UNAVAIL, []
         return reply.status, list(self._items(reply))
+
+    async def _change_password(
+        self, req: p.PamRequest, found: Found[Initgroups], uid: int | None
+    ) -> tuple[int, list[p.ReplyItem]]:
+        """CHAUTHTOK_PRELIM (the old password) and CHAUTHTOK (old and new): the
+        backend's change_password op, whose offline answer becomes AUTHTOK_ERR with
+        "System is offline, password change not possible" (SSSD's pam_reply)."""
+        domain = found.domain
+        if domain.chpass_provider == "none":
+            return PamStatus.MODULE_UNKNOWN, []
+        old, new = req.authtok, req.new_authtok
+        if old is not None and old.type not in (AuthTokType.PASSWORD, AuthTokType.EMPTY):
+            return PamStatus.SYSTEM_ERR, []  # SSSD's LDAP chpass takes passwords only
+        prelim = req.cmd is Command.CHAUTHTOK_PRELIM
+        uris = len(domain.ldap_chpass_uri) + len(domain.ldap_chpass_backup_uri)
+        timeout = QUEUE_ALLOWANCE + (domain.ldap_network_timeout + domain.ldap_opt_timeout) * (
+            max(uris, 1) + 1
+        )
+        user = found.value.user
+        # A token that is not a PASSWORD (EMPTY: nothing typed) travels as b"".
+        ask = ChpassRequest(user.name, user.dn, _password(old),
+                            b"" if prelim else _password(new), prelim, uid, uid == 0)  # fmt: skip
+        try:
+            raw = await self.backends[domain.name].call(
+                Op.CHANGE_PASSWORD, timeout=timeout, **ask.args()
+            )
+            reply = ChpassReply.parse(raw)
+        except (framing.RpcError, ValueError) as e:
+            limited.log(("chpass unavailable", domain.name), logging.WARNING,
+                        "pam: backend %s unavailable for a password change: %s",
+                        domain.name, e)  # fmt: skip
+            reply = ChpassReply(PamStatus.AUTHINFO_UNAVAIL)
+        if reply.status == PamStatus.AUTHINFO_UNAVAIL:
+            return PamStatus.AUTHTOK_ERR, [p.offline_chpass_item()]
+        items = [p.chpass_error_item(reply.message)] if reply.message is not None else []
+        return reply.status, items
 
     def _items(self, reply: AuthReply) -> Iterable[p.ReplyItem]:
         """The user-info an answer carries (PAM reference §1.6, §1.8)."""
