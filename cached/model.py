@@ -30,6 +30,9 @@ class User:
     home: str = ""
     shell: str = ""
     dn: str = ""
+    # The values of ldap_user_ssh_public_key in the server's order (SSSD answers
+    # them in that order): a textual key line or an RFC 4253 blob each.
+    ssh_keys: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,9 @@ Data = bytes | memoryview
 # cache), whichever version finds it. 2: a group record may carry an 8th field (the
 # users reached only through non-POSIX groups, by depth); a version reading format 1
 # would take such a record for damage and could neither serve nor rewrite it (after a
-# downgrade).
-FORMAT = 2
+# downgrade). 3: a user record may carry a 9th field (its SSH public keys); a version
+# reading format 2 would take such a record for damage.
+FORMAT = 3
 
 
 class RecordError(ValueError):
@@ -83,17 +84,28 @@ def decode_creds(data: Data) -> Credentials:
 
 
 def encode_user(u: User) -> bytes:
-    return msgpack.packb([FORMAT, u.name, u.uid, u.gid, u.gecos, u.home, u.shell, u.dn])
+    """The user's record; its SSH keys only when it has some (a 9th field), so a user
+    without keys costs what it did before keys were stored."""
+    fields = [FORMAT, u.name, u.uid, u.gid, u.gecos, u.home, u.shell, u.dn]
+    if u.ssh_keys:
+        fields.append(list(u.ssh_keys))
+    return msgpack.packb(fields)
 
 
 def decode_user(data: Data) -> User:
     try:
-        v, name, uid, gid, gecos, home, shell, dn = msgpack.unpackb(data)
+        v, name, uid, gid, gecos, home, shell, dn, *keys = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise RecordError(f"user record does not decode: {e}") from None
     if v != FORMAT:
         raise RecordError(f"user record has format {v}, expected {FORMAT}")
-    return User(name, uid, gid, gecos, home, shell, dn)
+    if not keys:
+        return User(name, uid, gid, gecos, home, shell, dn)
+    if len(keys) > 1 or not isinstance(keys[0], list) or not all(
+        isinstance(k, bytes) for k in keys[0]
+    ):
+        raise RecordError("user record: damaged SSH keys field")
+    return User(name, uid, gid, gecos, home, shell, dn, tuple(keys[0]))
 
 
 # -- groups --------------------------------------------------------------------

@@ -42,6 +42,9 @@ ACCEPTED_UNUSED = frozenset(
         "entry_cache_resolver_timeout",
         "ldap_enumeration_refresh_timeout",
         "ldap_purge_cache_timeout",
+        # [ssh]: certificates are not read (SshConfig.ssh_use_certificate_keys).
+        "ca_db",
+        "ssh_use_certificate_matching_rules",
     }
 )
 
@@ -118,7 +121,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
 IGNORED_SECTIONS = (
     "sudo",
     "autofs",
-    "ssh",
     "pac",
     "ifp",
     "secrets",

@@ -85,6 +85,7 @@ class SchemaMap:
     user_gecos: str
     user_home: str
     user_shell: str
+    user_ssh_key: str  # "": keys are not fetched
     user_modstamp: str
     user_usn: str
     group_oc: str
@@ -123,6 +124,7 @@ class SchemaMap:
             user_gecos=d.ldap_user_gecos,
             user_home=d.ldap_user_home_directory,
             user_shell=d.ldap_user_shell,
+            user_ssh_key=d.ldap_user_ssh_public_key,
             user_modstamp=d.ldap_user_modify_timestamp,
             user_usn=d.ldap_user_entry_usn,
             group_oc=d.ldap_group_object_class,
@@ -188,6 +190,9 @@ class SchemaMap:
             self.user_shell,
             self.user_modstamp,
         ]
+        if self.user_ssh_key:
+            # With the user, as SSSD: keys cost no search of their own.
+            attrs.append(self.user_ssh_key)
         if self.user_usn:
             attrs.append(self.user_usn)
         if self.ad:

@@ -23,6 +23,7 @@ from cached.config import (
     DOMAIN_OPTIONS,
     NSS_OPTIONS,
     PAM_OPTIONS,
+    SSH_OPTIONS,
     CaseSensitive,
     ConfigError,
     DaemonConfig,
@@ -174,7 +175,9 @@ def test_the_docs_are_generated_from_the_fields() -> None:
     assert all(
         t is o
         for t, o in zip(
-            tables, (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, DOMAIN_OPTIONS), strict=True
+            tables,
+            (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, SSH_OPTIONS, DOMAIN_OPTIONS),
+            strict=True,
         )
     )
     assert "| `ldap_user_name` | uid | User name attribute. |" in docgen.readme_tables()
