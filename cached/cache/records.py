@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import msgpack
 
 from cached.auth.offline import Credentials
-from cached.model import User
+from cached.model import Netgroup, User
 
 # What LMDB hands back: bytes, or a memoryview with buffers=True.
 Data = bytes | memoryview
@@ -208,6 +208,31 @@ def decode_group_ident(data: Data) -> tuple[int, str, list[str]]:
     if not isinstance(member_groups, list):
         raise RecordError("group record: member groups are not a list")
     return gid, dn, member_groups
+
+
+# -- netgroups -----------------------------------------------------------------
+
+
+def encode_netgroup(ng: Netgroup) -> bytes:
+    """A netgroup: its triples and member netgroups in the server's order (the order
+    SETNETGRENT answers them, as SSSD)."""
+    triples = [list(t) for t in ng.triples]
+    return msgpack.packb([FORMAT, ng.name, ng.dn, triples, list(ng.members)])
+
+
+def decode_netgroup(data: Data) -> Netgroup:
+    try:
+        v, name, dn, triples, members = msgpack.unpackb(data)
+        if v != FORMAT:
+            raise RecordError(f"netgroup record has format {v}, expected {FORMAT}")
+        return Netgroup(
+            str(name), str(dn), tuple((str(h), str(u), str(d)) for h, u, d in triples),
+            tuple(str(m) for m in members),
+        )  # fmt: skip
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        if isinstance(e, RecordError):
+            raise
+        raise RecordError(f"netgroup record does not decode: {e}") from None
 
 
 # -- initgroups ----------------------------------------------------------------

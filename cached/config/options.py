@@ -421,6 +421,9 @@ class DomainConfig:
     ldap_group_search_base: str = option(
         search_base, "", "Base(s) of group searches, same syntax (default: search base)."
     )
+    ldap_netgroup_search_base: str = option(
+        search_base, "", "Base(s) of netgroup searches, same syntax (default: search base)."
+    )
     ldap_user_search_filter: str = option(
         search_filter,
         "",
@@ -571,6 +574,19 @@ class DomainConfig:
     ldap_group_entry_usn: str = option(
         string, "", "USN attribute, unset by default.", ad="uSNChanged"
     )
+    ldap_netgroup_object_class: str = option(string, "nisNetgroup", "Netgroup object class.")
+    ldap_netgroup_name: str = option(string, "cn", "Netgroup name attribute.")
+    ldap_netgroup_member: str = option(
+        string,
+        "memberNisNetgroup",
+        "Member netgroups attribute: names, or DNs of netgroups (named from their entries).",
+    )
+    ldap_netgroup_triple: str = option(
+        string, "nisNetgroupTriple", "Netgroup triple attribute, `(host,user,domain)`."
+    )
+    ldap_netgroup_modify_timestamp: str = option(
+        string, "modifyTimestamp", "Change-time attribute of netgroups."
+    )
     ldap_group_nesting_level: int = option(
         integer(0, 100), 2, "Nested levels followed (rfc2307bis); 0 = direct groups only."
     )
@@ -594,6 +610,9 @@ class DomainConfig:
     )
     entry_cache_group_timeout: int = computed(
         integer(0), "Lifetime of cached groups, seconds.", "entry_cache_timeout"
+    )
+    entry_cache_netgroup_timeout: int = computed(
+        integer(0), "Lifetime of cached netgroups, seconds.", "entry_cache_timeout"
     )
     refresh_full_interval: int = computed(
         integer(0),

@@ -34,7 +34,6 @@ ACCEPTED_UNUSED = frozenset(
         "timeout",
         "account_cache_expiration",
         "memcache_size_sid",
-        "entry_cache_netgroup_timeout",
         "entry_cache_service_timeout",
         "entry_cache_sudo_timeout",
         "entry_cache_autofs_timeout",

@@ -111,6 +111,13 @@ class SchemaMap:
     # the root DSE (with_default_base), as SSSD's sdap_set_search_base applies it.
     user_search_filter: str = ""
     group_search_filter: str = ""
+    # Netgroups (ldap_netgroup_*; cached/ldap/netgroups.py).
+    netgroup_oc: str = "nisNetgroup"
+    netgroup_name: str = "cn"
+    netgroup_member: str = "memberNisNetgroup"
+    netgroup_triple: str = "nisNetgroupTriple"
+    netgroup_modstamp: str = "modifyTimestamp"
+    netgroup_bases: tuple[SearchBase, ...] = ()
 
     @classmethod
     def from_config(cls, d: DomainConfig) -> SchemaMap:
@@ -147,6 +154,12 @@ class SchemaMap:
             user_sid=d.ldap_user_objectsid,
             user_primary_group=d.ldap_user_primary_group,
             group_sid=d.ldap_group_objectsid,
+            netgroup_oc=d.ldap_netgroup_object_class,
+            netgroup_name=d.ldap_netgroup_name,
+            netgroup_member=d.ldap_netgroup_member,
+            netgroup_triple=d.ldap_netgroup_triple,
+            netgroup_modstamp=d.ldap_netgroup_modify_timestamp,
+            netgroup_bases=parse_search_bases(d.ldap_netgroup_search_base),
         )
 
     def with_default_base(self, base: str) -> SchemaMap:
@@ -157,6 +170,7 @@ class SchemaMap:
             self,
             user_bases=self.user_bases or (SearchBase(base, "sub", self.user_search_filter),),
             group_bases=self.group_bases or (SearchBase(base, "sub", self.group_search_filter),),
+            netgroup_bases=self.netgroup_bases or (SearchBase(base, "sub", ""),),
         )
 
     @property

@@ -9,6 +9,7 @@ expired by ``cached cache -u``). Needs root, sssd-common, openssh-server/-client
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,8 @@ def test_key_login_through_sshd(slapd: Slapd, keys: Keys, tmp_path: Path) -> Non
         assert login("carol", keys.carol) == 0, sshkeys.sshd_log(work)
         assert login("alice", keys.stranger) == SSH_FAILED
         assert login("bob", keys.alice) == SSH_FAILED
+        report = cached.cli("status").stdout
+        assert re.search(r"SSH responder: \d+ connections, \d+ requests, [1-9]\d* keys", report)
 
         # A key removed in the directory works until alice's entry expires, then not.
         slapd.ldap_modify(
