@@ -824,6 +824,23 @@ class DomainCache:
                     initgr.append(key.decode())
         return users, groups, initgr
 
+    def expiring_netgroups(self, before: float) -> list[str]:
+        """The names (keys) of the netgroups whose expiry is at or before ``before``,
+        the soonest first: the background refresh's (SSSD's refreshes netgroups too)."""
+        with self._reader() as txn:
+            keys = [bytes(k) for k in txn.cursor(db=self.entries.tables["netgroups"])
+                    .iternext(values=False)]  # fmt: skip
+        due: list[tuple[float, str]] = []
+        if self.ts is None:
+            return [k.decode() for k in keys]
+        with self.ts.read() as tstxn:
+            table = self.ts.tables["netgroups"]
+            for key in keys:
+                expire = rec.data_expire(tstxn.get(key, db=table))
+                if expire <= before:
+                    due.append((expire, key.decode()))
+        return [name for _, name in sorted(due)]
+
     def times(self, kind: str, names: Iterable[str]) -> dict[str, Times]:
         """Stored timestamp records (modifyTimestamp shortcut, status)."""
         out: dict[str, Times] = {}

@@ -105,9 +105,13 @@ def test_authorizedkeys_output_is_sssds(slapd: Slapd, tmp_path: Path) -> None:
                 assert sshkeys.raw_request(cached.pipes_dir, cmd, body) == (
                     sshkeys.raw_request(sssd.pipes_dir, cmd, body)
                 ), (name, cmd)
-        with_domain = sshkeys.authorized_keys(cached.pipes_dir, cached.mc_dir, "alice",
-                                              "-d", "LDAP")  # fmt: skip
-        assert with_domain.returncode == 0 and len(with_domain.stdout.splitlines()) == 2
+        for domain in ("LDAP", "NOSUCHDOMAIN"):
+            ours = sshkeys.authorized_keys(cached.pipes_dir, cached.mc_dir, "alice", "-d", domain)
+            theirs = sshkeys.authorized_keys(sssd.pipes_dir, sssd.mc_dir, "alice", "-d", domain)
+            assert (ours.returncode, ours.stdout, ours.stderr) == (
+                theirs.returncode, theirs.stdout, theirs.stderr
+            ), domain  # fmt: skip
+            assert len(ours.stdout.splitlines()) == (2 if domain == "LDAP" else 0)
     finally:
         sssd.stop()
         cached.stop()

@@ -82,3 +82,14 @@ def test_stored_expired_invalidated(tmp_path: Path) -> None:
         assert cache.netgroup_by_name("web").state is State.MISSING
     finally:
         cache.close()
+
+
+def test_expiring_netgroups_soonest_first(tmp_path: Path) -> None:
+    cache = BackendCache(str(tmp_path), "LDAP")
+    try:
+        for name, at in (("late", 2000.0), ("soon", 1000.0), ("never", 10**10)):
+            cache.store_netgroup(name, Netgroup(name), now=at - cache.timeouts.netgroup)
+        assert cache.expiring_netgroups(5000.0) == ["soon", "late"]
+        assert cache.expiring_netgroups(1500.0) == ["soon"]
+    finally:
+        cache.close()
