@@ -41,7 +41,7 @@ import errno as _errno
 import struct
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
-from typing import Final, NoReturn, TypeAlias
+from typing import Final, TypeAlias
 
 from cached.responder import wire
 from cached.responder.wire import (
@@ -166,46 +166,10 @@ def parse_request(cmd: Command, body: bytes) -> Request:
     return KeysRequest(cmd, name, alias, domain)
 
 
-class ServerConnection:
-    """One client connection as the SSH responder sees it: :meth:`receive_data`, then
-    :meth:`next_request` until :data:`NEED_DATA`. :class:`ProtocolError`: close (the
-    object is then dead)."""
-
-    __slots__ = ("_buf", "_error")
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-        self._error: ProtocolError | None = None
-
-    @property
-    def buffered_bytes(self) -> int:
-        return len(self._buf)
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        self._buf += data
-
-    def next_request(self) -> Request | NeedData:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        buf = self._buf
-        try:
-            framed = wire.request_frame(buf, _SERVED_BY_VALUE, command_name)
-        except ProtocolError as e:
-            self._fail(str(e), e.cmd)
-        if isinstance(framed, NeedData):
-            return NEED_DATA
-        cmd, length = framed
-        body = bytes(buf[HEADER_SIZE:length])
-        del buf[:length]
-        return parse_request(cmd, body)
-
-    def _fail(self, message: str, cmd: int | None = None) -> NoReturn:
-        error = ProtocolError(message, cmd)
-        self._error = error
-        self._buf = bytearray()
-        raise error
+def server_connection() -> wire.ServerConnection[Command, Request]:
+    """One client connection as the SSH responder sees it (the shared framing's
+    :class:`~cached.responder.wire.ServerConnection` with this codec's commands)."""
+    return wire.ServerConnection(_SERVED_BY_VALUE, parse_request, command_name)
 
 
 # ------------------------------------------------------------------------ replies

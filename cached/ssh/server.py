@@ -24,7 +24,6 @@ connections are counted per uid as on the NSS socket.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import os
@@ -32,17 +31,18 @@ import time
 from typing import Any, Final
 
 from cached.config import Config
-from cached.ipc import aio, framing
+from cached.ipc import framing
 from cached.ratelimit import RateLimitedLog
-from cached.responder import admission
-from cached.responder.flow import CLIENT_UID, GETPWNAM, Lookups
+from cached.responder.flow import GETPWNAM, Lookups
+from cached.responder.streams import StreamClients
+from cached.responder.wire import ServerConnection
 from cached.ssh import protocol as p
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
-# A request must arrive whole within this many seconds of its first byte.
-REQUEST_TIMEOUT: Final = 10.0
+SshConnection = ServerConnection[p.Command, p.Request]
+
 BACKLOG: Final = 128
 PASSWD_FILE: Final = "/etc/passwd"
 
@@ -67,10 +67,7 @@ class SshResponder:
         self.lookups = lookups
         self.passwd_file = passwd_file
         self.started = time.time()
-        self.active = 0
-        self.nonroot = 0
-        self.per_uid: dict[int | None, int] = {}
-        self.refused_connections = 0
+        self.clients = StreamClients(config.nss, "SSH")
         self.requests = 0
         self.keys_served = 0
         self.users_unknown = 0
@@ -106,55 +103,14 @@ class SshResponder:
     async def serve_client(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        try:
-            uid: int | None = aio.peer_uid(writer)
-        except OSError:
-            uid = None
-        why = admission.refusal(
-            self.config.nss, self.active, self.nonroot, uid, self.per_uid.get(uid, 0)
-        )
-        if why:
-            self.refused_connections += 1
-            limited.log(("refused", uid), logging.WARNING, "refusing an SSH client: %s", why)
-            writer.close()
-            return
-        self.active += 1
-        self.nonroot += uid != 0
-        self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
-        CLIENT_UID.set(uid)
-        conn = p.ServerConnection()
-        idle = float(self.config.nss.client_idle_timeout)
-        loop = asyncio.get_running_loop()
-        first_byte = 0.0
-        try:
-            while True:
-                begun = conn.buffered_bytes > 0
-                wait = first_byte + REQUEST_TIMEOUT - loop.time() if begun else idle
-                try:
-                    read = reader.read(p.MAX_REQUEST_SIZE)
-                    data = await asyncio.wait_for(read, max(wait, 0))
-                except TimeoutError:
-                    break
-                if not data:
-                    break
-                if not conn.buffered_bytes:
-                    first_byte = loop.time()
-                conn.receive_data(data)
-                if not await self._process(conn, writer):
-                    break
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            self.active -= 1
-            self.nonroot -= uid != 0
-            self.per_uid[uid] -= 1
-            if not self.per_uid[uid]:
-                del self.per_uid[uid]
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        conn = p.server_connection()
 
-    async def _process(self, conn: p.ServerConnection, writer: asyncio.StreamWriter) -> bool:
+        async def process(_uid: int | None) -> bool:
+            return await self._process(conn, writer)
+
+        await self.clients.serve(reader, writer, conn, process)
+
+    async def _process(self, conn: SshConnection, writer: asyncio.StreamWriter) -> bool:
         """Answer the complete requests buffered; False: close the connection."""
         while True:
             try:
@@ -182,8 +138,8 @@ class SshResponder:
     def status(self) -> dict[str, Any]:
         return {
             "started": self.started,
-            "connections": self.active,
-            "refused_connections": self.refused_connections,
+            "connections": self.clients.active,
+            "refused_connections": self.clients.refused,
             "requests": self.requests,
             "keys_served": self.keys_served,
             "users_unknown": self.users_unknown,

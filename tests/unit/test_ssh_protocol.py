@@ -16,7 +16,7 @@ U32 = struct.Struct("=I")
 
 
 def parse(cmd: int, body: bytes) -> p.Request:
-    conn = p.ServerConnection()
+    conn = p.server_connection()
     conn.receive_data(encode_request(cmd, body))
     req = conn.next_request()
     assert not isinstance(req, p.NeedData)
@@ -53,7 +53,7 @@ def test_version() -> None:
     ],
 )
 def test_bad_bodies_get_einval_and_the_connection_goes_on(body: bytes) -> None:
-    conn = p.ServerConnection()
+    conn = p.server_connection()
     conn.receive_data(encode_request(p.Command.GET_USER_PUBKEYS, body))
     conn.receive_data(encode_request(p.Command.GET_VERSION, U32.pack(0)))
     assert isinstance(conn.next_request(), p.BadRequest)
@@ -64,7 +64,7 @@ def test_bad_bodies_get_einval_and_the_connection_goes_on(body: bytes) -> None:
 
 def test_unknown_commands_and_bad_lengths_close() -> None:
     for data in (encode_request(0x11, b""), U32.pack(2000) + U32.pack(0xE1)):
-        conn = p.ServerConnection()
+        conn = p.server_connection()
         conn.receive_data(data)
         with pytest.raises(p.ProtocolError):
             conn.next_request()
