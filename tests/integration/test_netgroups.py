@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,6 +119,20 @@ def setnetgrent_raw(pipes_dir: Path, name: str) -> tuple[int, bytes]:
     return replies[1].status, replies[1].body
 
 
+def closes_on(pipes_dir: Path, cmd: int, body: bytes) -> bool:
+    """Whether the server closes the connection on ``cmd`` (after GET_VERSION)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(120)
+        s.connect(str(pipes_dir / "nss"))
+        s.sendall(nssp.encode_request(nssp.Command.GET_VERSION, nssp.version_body()))
+        assert len(s.recv(65536)) == 20
+        s.sendall(nssp.encode_request(cmd, body))
+        try:
+            return s.recv(65536) == b""
+        except ConnectionResetError:
+            return True
+
+
 def start_cached(workdir: Path, slapd: Slapd, **opts: Any) -> CachedDaemon:
     daemon = CachedDaemon(workdir, [slapd.uri], BASE, **opts)
     daemon.start()
@@ -138,6 +153,11 @@ def test_netgroups_are_sssds(slapd: Slapd, tmp_path: Path) -> None:
                 sssd.pipes_dir, name
             ), name
         assert innetgr(cached) == innetgr(sssd)
+        # GETNETGRENT and ENDNETGRENT: not served by either (libnss_sss never sends them).
+        for cmd, body in ((nssp.Command.GETNETGRENT, struct.pack("=I", 10)),
+                          (nssp.Command.ENDNETGRENT, b"")):  # fmt: skip
+            assert closes_on(cached.pipes_dir, cmd, body)
+            assert closes_on(sssd.pipes_dir, cmd, body)
         # What the answers are (the same for both, as compared above).
         assert innetgr(cached) == [1, 0, 1, 1, 1, 0, 1, 0, 0]
         rc, out = getent(cached, "web")
