@@ -94,18 +94,23 @@ def encode_user(u: User) -> bytes:
 
 def decode_user(data: Data) -> User:
     try:
-        v, name, uid, gid, gecos, home, shell, dn, *keys = msgpack.unpackb(data)
+        fields = msgpack.unpackb(data)
+        # By length, not by a starred target: a user without keys (most) builds no
+        # list for them.
+        if len(fields) == 8:
+            v, name, uid, gid, gecos, home, shell, dn = fields
+            keys = None
+        else:
+            v, name, uid, gid, gecos, home, shell, dn, keys = fields
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise RecordError(f"user record does not decode: {e}") from None
     if v != FORMAT:
         raise RecordError(f"user record has format {v}, expected {FORMAT}")
-    if not keys:
+    if keys is None:
         return User(name, uid, gid, gecos, home, shell, dn)
-    if len(keys) > 1 or not isinstance(keys[0], list) or not all(
-        isinstance(k, bytes) for k in keys[0]
-    ):
+    if not isinstance(keys, list) or not all(isinstance(k, bytes) for k in keys):
         raise RecordError("user record: damaged SSH keys field")
-    return User(name, uid, gid, gecos, home, shell, dn, tuple(keys[0]))
+    return User(name, uid, gid, gecos, home, shell, dn, tuple(keys))
 
 
 # -- groups --------------------------------------------------------------------
