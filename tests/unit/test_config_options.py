@@ -30,6 +30,7 @@ from cached.config import (
     DomainConfig,
     NssConfig,
     Schema,
+    SshConfig,
     TlsReqcert,
     parse_config,
 )
@@ -39,7 +40,7 @@ from tests.unit.test_config import MINIMAL
 REPO: Final = Path(__file__).resolve().parents[2]
 PACKAGE: Final = REPO / "cached" / "config"
 SECTIONS: Final = ((DaemonConfig, DAEMON_OPTIONS), (NssConfig, NSS_OPTIONS),
-                   (DomainConfig, DOMAIN_OPTIONS))  # fmt: skip
+                   (SshConfig, SSH_OPTIONS), (DomainConfig, DOMAIN_OPTIONS))  # fmt: skip
 # The one field of a section that the file does not set: the NAME of [domain/NAME].
 NOT_OPTIONS: Final = {(DomainConfig, "name")}
 ALL_NAMES: Final = {name for _, table in SECTIONS for name in table}
