@@ -287,9 +287,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
     what = Invalidation(
         everything=args.everything, users=args.users, groups=args.groups,
         user_names=args.user, group_names=args.group, domain=args.domain or "",
+        netgroups=args.netgroups, netgroup_names=args.netgroup,
     )  # fmt: skip
     if what.empty():
-        print("cached cache: select at least one object to invalidate (-E, -u, -U, -g, -G);"
+        print("cached cache: select at least one object to invalidate (-E, -u, -U, -g, -G, "
+              "-n, -N);"
               " see cached cache --help", file=sys.stderr)  # fmt: skip
         return 1
     if os.geteuid() != 0:
@@ -435,13 +437,17 @@ def build_parser() -> argparse.ArgumentParser:
         "expire cached entries, as sss_cache(8): the next lookup refreshes them from the "
         "server (only timestamps are written; nothing is deleted)",
     )  # fmt: skip
-    p.add_argument("-E", "--everything", action="store_true", help="all users and groups")
+    p.add_argument("-E", "--everything", action="store_true",
+                   help="all users, groups and netgroups")  # fmt: skip
     p.add_argument("-u", "--user", action="append", default=[], metavar="NAME",
                    help="one user (repeatable; NAME@DOMAIN limits it to DOMAIN)")  # fmt: skip
     p.add_argument("-U", "--users", action="store_true", help="all users")
     p.add_argument("-g", "--group", action="append", default=[], metavar="NAME",
                    help="one group (repeatable)")  # fmt: skip
     p.add_argument("-G", "--groups", action="store_true", help="all groups")
+    p.add_argument("-n", "--netgroup", action="append", default=[], metavar="NAME",
+                   help="one netgroup (repeatable)")  # fmt: skip
+    p.add_argument("-N", "--netgroups", action="store_true", help="all netgroups")
     p.add_argument("-d", "--domain", metavar="DOMAIN", help="only this domain")
     p.add_argument("--drop-credentials", action="append", default=[], metavar="NAME",
                    help="forget the cached password of user NAME (repeatable; the daemon "

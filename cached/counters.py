@@ -48,6 +48,7 @@ LDAP_BYTES = "ldap.bytes"  # amount: bytes received from LDAP servers
 REQ_USER = "be.req.user"  # backend account requests by type (§5.2 item 7)
 REQ_GROUP = "be.req.group"
 REQ_INITGR = "be.req.initgr"
+REQ_NETGROUP = "be.req.netgroup"
 NESTED_LEVELS = "be.nested.levels"  # amount: nesting levels walked
 NESTED_RESOLVE = "be.nested.resolve"  # member DN -> name resolution
 NESTED_COMPARE = "be.nested.compare"  # comparing fetched content with the cache

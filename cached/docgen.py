@@ -31,6 +31,7 @@ from cached.config import (
     IGNORED_SECTIONS,
     NSS_OPTIONS,
     PAM_OPTIONS,
+    SSH_OPTIONS,
     UNSUPPORTED,
     Option,
 )
@@ -47,6 +48,7 @@ SECTIONS: Final = (
     ("[cached] (alias [sssd])", "cached", DAEMON_OPTIONS),
     ("[nss]", "nss", NSS_OPTIONS),
     ("[pam]", "pam", PAM_OPTIONS),
+    ("[ssh]", "ssh", SSH_OPTIONS),
     ("[domain/NAME]", "domain/NAME", DOMAIN_OPTIONS),
 )
 
@@ -121,8 +123,8 @@ def conf_page() -> str:
     out += _paragraphs(
         "sssd.conf syntax: an existing `/etc/sssd/sssd.conf` with an LDAP domain loads "
         "unchanged. Sections: `[cached]` (or `[sssd]`), `[nss]`, `[pam]` (with `services = "
-        "nss, pam`), and `[domain/NAME]` for each name in `domains`. Lists are separated by "
-        "commas; booleans are `true` or `false`.",
+        "nss, pam`), `[ssh]` (with `ssh` in `services`), and `[domain/NAME]` for each name "
+        "in `domains`. Lists are separated by commas; booleans are `true` or `false`.",
         "Lines are read as SSSD reads them: each is `option = value`, a `[section]` header "
         "or a comment (`#` or `;`) on its own, or, from the first column as libini reads "
         "them, `//` to the end of the line or `/*` to a line ending in `*/` (a line of just "

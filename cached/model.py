@@ -17,6 +17,11 @@ class Kind(enum.Enum):
     USER = "passwd"
     GROUP = "group"
     INITGR = "initgroups"
+    NETGROUP = "netgroup"  # no memory-cache file (SSSD has none either)
+
+
+#: The kinds with a memory-cache file, named by the kind's value.
+MEMCACHE_KINDS = (Kind.USER, Kind.GROUP, Kind.INITGR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,9 @@ class User:
     home: str = ""
     shell: str = ""
     dn: str = ""
+    # The values of ldap_user_ssh_public_key in the server's order (SSSD answers
+    # them in that order): a textual key line or an RFC 4253 blob each.
+    ssh_keys: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +55,19 @@ class Group:
     dn: str = ""
     members: tuple[str, ...] = ()
     member_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Netgroup:
+    """A netgroup as SETNETGRENT answers it: its triples (``(host, user, domain)``,
+    "" for an empty field: any), then the names of its member netgroups, each in the
+    server's order. Nested netgroups are not expanded: the client (glibc) asks for
+    each member netgroup in turn and stops at cycles, as with SSSD."""
+
+    name: str
+    dn: str = ""
+    triples: tuple[tuple[str, str, str], ...] = ()
+    members: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,6 +269,8 @@ class Oracle:
             return self._user(body, self.users.get(req.name))
         if req.cmd == p.Command.GETGRNAM:
             return self._group(body, self.groups.get(req.name))
+        if req.cmd == p.Command.SETNETGRENT:
+            return body == NOT_FOUND_BODY  # the generated directories hold no netgroups
         if req.name not in self.users:
             return body == NOT_FOUND_BODY
         # Not the primary gid of a group that does not list the user (docs/compatibility.md §9.5).

@@ -83,10 +83,12 @@ def config_text(
     domain: str = "LDAP",
     nss: dict[str, Any] | None = None,
     pam: dict[str, Any] | None = None,
+    responders: dict[str, dict[str, Any]] | None = None,
     **domain_opts: Any,
 ) -> str:
     """sssd.conf for one LDAP domain, NSS only unless ``pam`` is given (then ``services =
-    nss, pam`` with those ``[pam]`` options); options given override the defaults."""
+    nss, pam`` with those ``[pam]`` options); ``responders``: more services (``ssh``, ...)
+    with their sections' options; options given override the defaults."""
     dom: dict[str, Any] = {
         "id_provider": "ldap",
         "auth_provider": "none",
@@ -102,13 +104,20 @@ def config_text(
     lines = [
         "[sssd]",
         "config_file_version = 2",
-        "services = nss" if pam is None else "services = nss, pam",
+        "services = " + ", ".join(
+            ["nss", *(["pam"] if pam is not None else []), *(responders or {})]
+        ),
         f"domains = {domain}",
         "",
         "[nss]",
         *(f"{k} = {v}" for k, v in (nss or {}).items()),
         "",
         *(["[pam]", *(f"{k} = {v}" for k, v in pam.items()), ""] if pam is not None else []),
+        *(
+            line
+            for name, opts in (responders or {}).items()
+            for line in (f"[{name}]", *(f"{k} = {v}" for k, v in opts.items()), "")
+        ),
         f"[domain/{domain}]",
         *(f"{k} = {v}" for k, v in dom.items()),
     ]
@@ -127,10 +136,12 @@ class SssdDaemon(Service):
         base: str,
         nss: dict[str, Any] | None = None,
         pam: dict[str, Any] | None = None,
+        responders: dict[str, dict[str, Any]] | None = None,
         **domain_opts: Any,
     ) -> None:
         """``pam``: also run the PAM responder (``services = nss, pam``) with these
-        ``[pam]`` options; start() then waits for its sockets as well."""
+        ``[pam]`` options; ``responders``: more responders (``{"ssh": {}}``) with their
+        sections' options. start() then waits for their sockets as well."""
         self.workdir = Path(workdir)
         self.varlib = self.workdir / "varlib"
         self.etc = self.workdir / "etc"
@@ -141,8 +152,11 @@ class SssdDaemon(Service):
         self.pipes_dir = self.varlib / "pipes"
         self.mc_dir = self.varlib / "mc"
         self.db_dir = self.varlib / "db"
-        self.config = config_text(uri, base, nss=nss, pam=pam, **domain_opts)
+        self.config = config_text(
+            uri, base, nss=nss, pam=pam, responders=responders, **domain_opts
+        )
         self.with_pam = pam is not None
+        self.responders = tuple(responders or ())
         self.proc: subprocess.Popen[bytes] | None = None
         self._pids: dict[str, int] = {}
 
@@ -199,6 +213,9 @@ class SssdDaemon(Service):
         if self.with_pam:
             wanted.append("sssd_pam")
             sockets += [self.pipes_dir / "pam", self.pipes_dir / "private" / "pam"]
+        for name in self.responders:
+            wanted.append(f"sssd_{name}")
+            sockets.append(self.pipes_dir / name)
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(

@@ -56,7 +56,7 @@ from cached.counters import (
     Counters,
 )
 from cached.dn import normalize_dn
-from cached.model import Kind, User
+from cached.model import Kind, Netgroup, User
 from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,11 @@ INITGR_MEMO_BYTES = 4 << 20
 # In the timestamp store's meta table: how many invalidating transactions each table has
 # had. A backend write compares it with the count when its request began (writer.py,
 # docs/ARCHITECTURE.md §5 "Invalidation and the backend's writes").
-INVALIDATIONS = {"users": b"invalidations_users", "groups": b"invalidations_groups"}
+INVALIDATIONS = {
+    "users": b"invalidations_users",
+    "groups": b"invalidations_groups",
+    "netgroups": b"invalidations_netgroups",
+}
 _COUNT = struct.Struct(">Q")
 # In the timestamp store's read_whole table, under a group's key: when (unix time, the
 # commit's) the backend last stored the group read whole, its members named from their
@@ -168,6 +172,7 @@ class Initgroups:
 class Timeouts:
     user: int = 5400
     group: int = 5400
+    netgroup: int = 5400
 
 
 DEFAULT_TIMEOUTS = Timeouts()
@@ -388,6 +393,17 @@ class DomainCache:
         user = rec.decode_user(data)
         times = self._times("users", key)
         return Lookup(self._classify(times, times.data_expire), user, times)
+
+    def netgroup_by_name(self, name: str) -> Lookup[Netgroup]:
+        with self.counters.timer(CACHE_READ):
+            key = self.key(name)
+            with self._reader() as txn:
+                data = txn.get(key, db=self.entries.tables["netgroups"])
+            if data is None:
+                return Lookup(State.MISSING)
+            ng = rec.decode_netgroup(data)
+            times = self._times("netgroups", key)
+            return Lookup(self._classify(times, times.data_expire), ng, times)
 
     def group_by_name(self, name: str) -> Lookup[GroupView]:
         start = time.perf_counter()
@@ -808,6 +824,23 @@ class DomainCache:
                     initgr.append(key.decode())
         return users, groups, initgr
 
+    def expiring_netgroups(self, before: float) -> list[str]:
+        """The names (keys) of the netgroups whose expiry is at or before ``before``,
+        the soonest first: the background refresh's (SSSD's refreshes netgroups too)."""
+        with self._reader() as txn:
+            keys = [bytes(k) for k in txn.cursor(db=self.entries.tables["netgroups"])
+                    .iternext(values=False)]  # fmt: skip
+        due: list[tuple[float, str]] = []
+        if self.ts is None:
+            return [k.decode() for k in keys]
+        with self.ts.read() as tstxn:
+            table = self.ts.tables["netgroups"]
+            for key in keys:
+                expire = rec.data_expire(tstxn.get(key, db=table))
+                if expire <= before:
+                    due.append((expire, key.decode()))
+        return [name for _, name in sorted(due)]
+
     def times(self, kind: str, names: Iterable[str]) -> dict[str, Times]:
         """Stored timestamp records (modifyTimestamp shortcut, status)."""
         out: dict[str, Times] = {}
@@ -893,7 +926,7 @@ class DomainCache:
         with self._reader() as txn:
             return {
                 t: txn.stat(self.entries.tables[t])["entries"]
-                for t in ("users", "groups", "initgr")
+                for t in ("users", "groups", "initgr", "netgroups")
             }
 
     def iter_users(self) -> Iterator[User]:
@@ -998,6 +1031,17 @@ class DomainCache:
         self._invalidate(table, None)
         return count
 
+    def invalidate_netgroup(self, name: str) -> bool:
+        key = self.key(name)
+        with self._reader() as txn:
+            if txn.get(key, db=self.entries.tables["netgroups"]) is None:
+                return False
+        self._invalidate("netgroups", [key])
+        return True
+
+    def invalidate_netgroups(self) -> int:
+        return self._invalidate_table("netgroups")
+
     def invalidate_users(self) -> int:
         return self._invalidate_table("users")
 
@@ -1005,7 +1049,7 @@ class DomainCache:
         return self._invalidate_table("groups")
 
     def invalidate_all(self) -> int:
-        return self.invalidate_users() + self.invalidate_groups()
+        return self.invalidate_users() + self.invalidate_groups() + self.invalidate_netgroups()
 
 
 _ID_NATIVE = struct.Struct("=I")
@@ -1075,7 +1119,11 @@ def cache_options(domain: DomainConfig) -> dict[str, Any]:
         "case_sensitive": not domain.case_insensitive,
         # rfc2307 cannot nest (reference §6.1): its groups have no member groups.
         "nesting_level": domain.ldap_group_nesting_level if domain.ldap_schema != "rfc2307" else 0,
-        "timeouts": Timeouts(domain.entry_cache_user_timeout, domain.entry_cache_group_timeout),
+        "timeouts": Timeouts(
+            domain.entry_cache_user_timeout,
+            domain.entry_cache_group_timeout,
+            domain.entry_cache_netgroup_timeout,
+        ),
     }
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import msgpack
 
 from cached.auth.offline import Credentials
-from cached.model import User
+from cached.model import Netgroup, User
 
 # What LMDB hands back: bytes, or a memoryview with buffers=True.
 Data = bytes | memoryview
@@ -33,8 +33,9 @@ Data = bytes | memoryview
 # cache), whichever version finds it. 2: a group record may carry an 8th field (the
 # users reached only through non-POSIX groups, by depth); a version reading format 1
 # would take such a record for damage and could neither serve nor rewrite it (after a
-# downgrade).
-FORMAT = 2
+# downgrade). 3: a user record may carry a 9th field (its SSH public keys); a version
+# reading format 2 would take such a record for damage.
+FORMAT = 3
 
 
 class RecordError(ValueError):
@@ -83,17 +84,33 @@ def decode_creds(data: Data) -> Credentials:
 
 
 def encode_user(u: User) -> bytes:
-    return msgpack.packb([FORMAT, u.name, u.uid, u.gid, u.gecos, u.home, u.shell, u.dn])
+    """The user's record; its SSH keys only when it has some (a 9th field), so a user
+    without keys costs what it did before keys were stored."""
+    fields = [FORMAT, u.name, u.uid, u.gid, u.gecos, u.home, u.shell, u.dn]
+    if u.ssh_keys:
+        fields.append(list(u.ssh_keys))
+    return msgpack.packb(fields)
 
 
 def decode_user(data: Data) -> User:
     try:
-        v, name, uid, gid, gecos, home, shell, dn = msgpack.unpackb(data)
+        fields = msgpack.unpackb(data)
+        # By length, not by a starred target: a user without keys (most) builds no
+        # list for them.
+        if len(fields) == 8:
+            v, name, uid, gid, gecos, home, shell, dn = fields
+            keys = None
+        else:
+            v, name, uid, gid, gecos, home, shell, dn, keys = fields
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise RecordError(f"user record does not decode: {e}") from None
     if v != FORMAT:
         raise RecordError(f"user record has format {v}, expected {FORMAT}")
-    return User(name, uid, gid, gecos, home, shell, dn)
+    if keys is None:
+        return User(name, uid, gid, gecos, home, shell, dn)
+    if not isinstance(keys, list) or not all(isinstance(k, bytes) for k in keys):
+        raise RecordError("user record: damaged SSH keys field")
+    return User(name, uid, gid, gecos, home, shell, dn, tuple(keys))
 
 
 # -- groups --------------------------------------------------------------------
@@ -196,6 +213,31 @@ def decode_group_ident(data: Data) -> tuple[int, str, list[str]]:
     if not isinstance(member_groups, list):
         raise RecordError("group record: member groups are not a list")
     return gid, dn, member_groups
+
+
+# -- netgroups -----------------------------------------------------------------
+
+
+def encode_netgroup(ng: Netgroup) -> bytes:
+    """A netgroup: its triples and member netgroups in the server's order (the order
+    SETNETGRENT answers them, as SSSD)."""
+    triples = [list(t) for t in ng.triples]
+    return msgpack.packb([FORMAT, ng.name, ng.dn, triples, list(ng.members)])
+
+
+def decode_netgroup(data: Data) -> Netgroup:
+    try:
+        v, name, dn, triples, members = msgpack.unpackb(data)
+        if v != FORMAT:
+            raise RecordError(f"netgroup record has format {v}, expected {FORMAT}")
+        return Netgroup(
+            str(name), str(dn), tuple((str(h), str(u), str(d)) for h, u, d in triples),
+            tuple(str(m) for m in members),
+        )  # fmt: skip
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        if isinstance(e, RecordError):
+            raise
+        raise RecordError(f"netgroup record does not decode: {e}") from None
 
 
 # -- initgroups ----------------------------------------------------------------

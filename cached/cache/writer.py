@@ -46,7 +46,7 @@ from cached.counters import (
     Counters,
 )
 from cached.dn import normalize_dn
-from cached.model import Group, User
+from cached.model import Group, Netgroup, User
 from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -353,6 +353,46 @@ class BackendCache(DomainCache):
     ) -> None:
         ok = [g for g in gids if 0 <= g < 0xFFFFFFFF]  # as unstorable(): 32-bit ids only
         batch.initgr[self.key(user)] = (tuple(ok), tuple(groups))
+
+    def store_netgroup(
+        self, name: str, ng: Netgroup | None, modstamp: str = "", now: float | None = None
+    ) -> None:
+        """Store netgroup ``ng`` under ``name`` (None: delete it), in its own commits:
+        the entry store only when the record changed (invariant 2), then its timestamps.
+        A netgroup is one record with no index, so it needs no batch. As the batch's
+        commit, a record written after an invalidation of netgroups that committed
+        since the request began is written invalidated."""
+        key = self.key(name)
+        since = self._since if self._since is not None else self.invalidations()
+        now = time.time() if now is None else now
+        with self.entries.read() as txn:
+            old = txn.get(key, db=self.entries.tables["netgroups"])
+            old = None if old is None else bytes(old)
+        new = None if ng is None else rec.encode_netgroup(ng)
+        if new is not None and len(key) > MAX_KEY:
+            self._refused("netgroup", name, 0, ng.dn if ng else "", key)
+            return
+        if new != old:
+            with self.counters.transaction(ENTRY_TXN):
+                written, commit_s = self.entries.write([("netgroups", key, new)])
+            self.counters.add(ENTRY_COMMIT, 1, commit_s)
+            self.counters.add(ENTRY_BYTES, 0, 0.0, written)
+            self.counters.add(ENTRY_RECORDS, 0, 0.0, 1)
+        ts = self.ts
+        if ts is None:
+            return
+        times = None if new is None else rec.pack_times(
+            now, now + self.timeouts.netgroup, 0.0, modstamp, ""
+        )  # fmt: skip
+
+        def build(tstxn: lmdb.Transaction) -> list[Op]:
+            if times is None:
+                gone = tstxn.get(key, db=ts.tables["netgroups"]) is None
+                return [] if gone else [("netgroups", key, None)]
+            moved = invalidation_counts(tstxn, ts)["netgroups"] != since.get("netgroups", 0)
+            return [("netgroups", key, rec.invalidated_times(times) if moved else times)]
+
+        self._write_ts_built(build)
 
     def drop_credentials(self, name: str) -> bool:
         """Forget user ``name``'s credentials record; whether there was one."""

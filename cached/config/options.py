@@ -210,7 +210,8 @@ class DaemonConfig:
         services_list,
         ["nss"],
         "Responders to run: `nss` always runs; `pam` adds the PAM sockets `pam` and "
-        "`private/pam` in `pipes_dir` for `pam_sss.so` (logins); SSSD's other names are "
+        "`private/pam` in `pipes_dir` for `pam_sss.so` (logins); `ssh` the socket `ssh` "
+        "for `sss_ssh_authorizedkeys` (users' keys); SSSD's other names are "
         "accepted and do nothing (the InfoPipe follows `dbus_address`).",
     )
 
@@ -386,6 +387,32 @@ class PamConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SshConfig:
+    """``[ssh]``: the SSH responder (``services = nss, ssh``), for
+    ``sss_ssh_authorizedkeys``. cached serves users' keys only: no host keys, so no
+    known_hosts file (docs/compatibility.md, "SSH keys")."""
+
+    ssh_hash_known_hosts: bool = option(
+        boolean,
+        False,
+        "Accepted, no effect: SSSD hashes the names in the known_hosts file it writes from "
+        "host keys; cached serves no host keys and writes no such file.",
+    )
+    ssh_known_hosts_timeout: int = option(
+        integer(0),
+        180,
+        "Accepted, no effect: how long SSSD keeps a host in its known_hosts file; cached "
+        "writes none.",
+    )
+    ssh_use_certificate_keys: bool = option(
+        boolean,
+        True,
+        "Accepted, no effect: SSSD derives keys from certificates that verify against "
+        "`ca_db`; cached reads no certificates, so only the key attribute's keys are served.",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class DomainConfig:
     """``[domain/NAME]``: ``name`` is NAME, every other field an option."""
 
@@ -416,6 +443,9 @@ class DomainConfig:
     )
     ldap_group_search_base: str = option(
         search_base, "", "Base(s) of group searches, same syntax (default: search base)."
+    )
+    ldap_netgroup_search_base: str = option(
+        search_base, "", "Base(s) of netgroup searches, same syntax (default: search base)."
     )
     ldap_user_search_filter: str = option(
         search_filter,
@@ -581,6 +611,13 @@ class DomainConfig:
         string, "homeDirectory", "Home directory attribute.", ad="unixHomeDirectory"
     )
     ldap_user_shell: str = option(string, "loginShell", "Login shell attribute.")
+    ldap_user_ssh_public_key: str = option(
+        string,
+        "sshPublicKey",
+        "SSH public keys attribute (openssh-lpk), fetched with the user; empty: none. "
+        "SSSD's AD map has none by default.",
+        ad="",
+    )
     ldap_user_modify_timestamp: str = option(
         string, "modifyTimestamp", "Change-time attribute.", ad="whenChanged"
     )
@@ -602,6 +639,19 @@ class DomainConfig:
     )
     ldap_group_entry_usn: str = option(
         string, "", "USN attribute, unset by default.", ad="uSNChanged"
+    )
+    ldap_netgroup_object_class: str = option(string, "nisNetgroup", "Netgroup object class.")
+    ldap_netgroup_name: str = option(string, "cn", "Netgroup name attribute.")
+    ldap_netgroup_member: str = option(
+        string,
+        "memberNisNetgroup",
+        "Member netgroups attribute: names, or DNs of netgroups (named from their entries).",
+    )
+    ldap_netgroup_triple: str = option(
+        string, "nisNetgroupTriple", "Netgroup triple attribute, `(host,user,domain)`."
+    )
+    ldap_netgroup_modify_timestamp: str = option(
+        string, "modifyTimestamp", "Change-time attribute of netgroups."
     )
     ldap_group_nesting_level: int = option(
         integer(0, 100), 2, "Nested levels followed (rfc2307bis); 0 = direct groups only."
@@ -626,6 +676,9 @@ class DomainConfig:
     )
     entry_cache_group_timeout: int = computed(
         integer(0), "Lifetime of cached groups, seconds.", "entry_cache_timeout"
+    )
+    entry_cache_netgroup_timeout: int = computed(
+        integer(0), "Lifetime of cached netgroups, seconds.", "entry_cache_timeout"
     )
     refresh_full_interval: int = computed(
         integer(0),
@@ -852,6 +905,7 @@ class Config:
     nss: NssConfig
     domains: list[DomainConfig]
     pam: PamConfig = field(default_factory=PamConfig)
+    ssh: SshConfig = field(default_factory=SshConfig)
     warnings: list[str] = field(default_factory=list)
 
     def domain(self, name: str) -> DomainConfig:
@@ -866,4 +920,5 @@ class Config:
 DAEMON_OPTIONS: dict[str, Option] = options_of(DaemonConfig)
 NSS_OPTIONS: dict[str, Option] = options_of(NssConfig)
 PAM_OPTIONS: dict[str, Option] = options_of(PamConfig)
+SSH_OPTIONS: dict[str, Option] = options_of(SshConfig)
 DOMAIN_OPTIONS: dict[str, Option] = options_of(DomainConfig)

@@ -42,7 +42,11 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
             f"{ini.where(sname, 'ldap_default_authtok')}: [{sname}] ldap_default_authtok "
             "is set but ldap_default_bind_dn is not"
         )
-    for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
+    for timeout in (
+        "entry_cache_user_timeout",
+        "entry_cache_group_timeout",
+        "entry_cache_netgroup_timeout",
+    ):
         vals.setdefault(timeout, vals["entry_cache_timeout"])
     # SSSD's chpass_provider defaults to the auth provider (dp_targets.c), and the
     # chpass servers to the lookup ones (ldap_init.c: no chpass service of its own).
@@ -60,7 +64,7 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
             "ldap_member_rdn_shortcut is deprecated and ignored: member names come from "
             "the member entries"
         )
-    for base in ("ldap_user_search_base", "ldap_group_search_base"):
+    for base in ("ldap_user_search_base", "ldap_group_search_base", "ldap_netgroup_search_base"):
         if not vals[base]:
             vals[base] = vals["ldap_search_base"]
     for kind in ("user", "group"):

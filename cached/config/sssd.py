@@ -31,7 +31,6 @@ ACCEPTED_UNUSED = frozenset(
         "timeout",
         "account_cache_expiration",
         "memcache_size_sid",
-        "entry_cache_netgroup_timeout",
         "entry_cache_service_timeout",
         "entry_cache_sudo_timeout",
         "entry_cache_autofs_timeout",
@@ -39,6 +38,9 @@ ACCEPTED_UNUSED = frozenset(
         "entry_cache_resolver_timeout",
         "ldap_enumeration_refresh_timeout",
         "ldap_purge_cache_timeout",
+        # [ssh]: certificates are not read (SshConfig.ssh_use_certificate_keys).
+        "ca_db",
+        "ssh_use_certificate_matching_rules",
     }
 )
 
@@ -115,7 +117,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
 IGNORED_SECTIONS = (
     "sudo",
     "autofs",
-    "ssh",
     "pac",
     "ifp",
     "secrets",

@@ -53,6 +53,7 @@ class Op(enum.StrEnum):
     GROUP_BY_NAME = "group_by_name"
     GROUP_BY_GID = "group_by_gid"
     INITGROUPS = "initgroups"
+    NETGROUP_BY_NAME = "netgroup_by_name"
     # Backend: check a password (online bind, else cached credentials).
     AUTHENTICATE = "authenticate"
     # Backend: check the old password (prelim), or change it, as the user.
@@ -83,6 +84,7 @@ LOOKUPS: dict[Op, LookupOp] = {
     Op.GROUP_BY_NAME: LookupOp(str, Kind.GROUP),
     Op.GROUP_BY_GID: LookupOp(int, Kind.GROUP),
     Op.INITGROUPS: LookupOp(str, Kind.INITGR),
+    Op.NETGROUP_BY_NAME: LookupOp(str, Kind.NETGROUP),
 }
 
 

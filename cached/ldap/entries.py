@@ -283,9 +283,11 @@ class Decoder:
         name, uid, gid = named
         s = self.ctx.schema
         gecos = c_string(e.get(s.user_gecos)) or c_string(e.get("cn"))
+        # Empty values are skipped, as SSSD's responder skips them.
+        keys = tuple(k for k in e.get(s.user_ssh_key) or () if k) if s.user_ssh_key else ()
         return User(
             name, uid, gid, gecos, c_string(e.get(s.user_home)), c_string(e.get(s.user_shell)),
-            e.dn,
+            e.dn, keys,
         )  # fmt: skip
 
     def user_name_ids(self, e: Entry) -> tuple[str, int, int] | None:

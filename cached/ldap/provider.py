@@ -34,12 +34,13 @@ from cached.counters import (
     NESTED_RESOLVE,
     REQ_GROUP,
     REQ_INITGR,
+    REQ_NETGROUP,
     REQ_USER,
     Counters,
 )
 from cached.dn import normalize_dn
 from cached.ipc.ops import Outcome as Outcome  # re-exported: the provider returns it
-from cached.ldap import refresh, save, stamps
+from cached.ldap import netgroups, refresh, save, stamps
 from cached.ldap.batch import Job, Searcher
 from cached.ldap.client import LdapClient, LdapOffline
 from cached.ldap.context import Context
@@ -236,6 +237,18 @@ class LdapProvider:
             return Result(Outcome.FOUND)
 
         return self._run(REQ_USER, "user", str(uid), run)
+
+    # -- netgroups -----------------------------------------------------------------
+
+    def netgroup_by_name(self, name: str) -> Result:
+        def run(_w: Walk) -> Result:
+            s = self._prepare()
+            with self.counters.timer(LDAP_DECODE):
+                ng, modstamp = netgroups.fetch(self.searcher, s, name)
+            self.cache.store_netgroup(name, ng, modstamp)
+            return Result(Outcome.NOT_FOUND if ng is None else Outcome.FOUND)
+
+        return self._run(REQ_NETGROUP, "netgroup", name, run)
 
     # -- groups --------------------------------------------------------------------
 

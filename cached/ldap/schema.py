@@ -85,6 +85,7 @@ class SchemaMap:
     user_gecos: str
     user_home: str
     user_shell: str
+    user_ssh_key: str  # "": keys are not fetched
     user_modstamp: str
     user_usn: str
     group_oc: str
@@ -110,6 +111,13 @@ class SchemaMap:
     # the root DSE (with_default_base), as SSSD's sdap_set_search_base applies it.
     user_search_filter: str = ""
     group_search_filter: str = ""
+    # Netgroups (ldap_netgroup_*; cached/ldap/netgroups.py).
+    netgroup_oc: str = "nisNetgroup"
+    netgroup_name: str = "cn"
+    netgroup_member: str = "memberNisNetgroup"
+    netgroup_triple: str = "nisNetgroupTriple"
+    netgroup_modstamp: str = "modifyTimestamp"
+    netgroup_bases: tuple[SearchBase, ...] = ()
 
     @classmethod
     def from_config(cls, d: DomainConfig) -> SchemaMap:
@@ -123,6 +131,7 @@ class SchemaMap:
             user_gecos=d.ldap_user_gecos,
             user_home=d.ldap_user_home_directory,
             user_shell=d.ldap_user_shell,
+            user_ssh_key=d.ldap_user_ssh_public_key,
             user_modstamp=d.ldap_user_modify_timestamp,
             user_usn=d.ldap_user_entry_usn,
             group_oc=d.ldap_group_object_class,
@@ -145,6 +154,12 @@ class SchemaMap:
             user_sid=d.ldap_user_objectsid,
             user_primary_group=d.ldap_user_primary_group,
             group_sid=d.ldap_group_objectsid,
+            netgroup_oc=d.ldap_netgroup_object_class,
+            netgroup_name=d.ldap_netgroup_name,
+            netgroup_member=d.ldap_netgroup_member,
+            netgroup_triple=d.ldap_netgroup_triple,
+            netgroup_modstamp=d.ldap_netgroup_modify_timestamp,
+            netgroup_bases=parse_search_bases(d.ldap_netgroup_search_base),
         )
 
     def with_default_base(self, base: str) -> SchemaMap:
@@ -155,6 +170,7 @@ class SchemaMap:
             self,
             user_bases=self.user_bases or (SearchBase(base, "sub", self.user_search_filter),),
             group_bases=self.group_bases or (SearchBase(base, "sub", self.group_search_filter),),
+            netgroup_bases=self.netgroup_bases or (SearchBase(base, "sub", ""),),
         )
 
     @property
@@ -188,6 +204,9 @@ class SchemaMap:
             self.user_shell,
             self.user_modstamp,
         ]
+        if self.user_ssh_key:
+            # With the user, as SSSD: keys cost no search of their own.
+            attrs.append(self.user_ssh_key)
         if self.user_usn:
             attrs.append(self.user_usn)
         if self.ad:

@@ -533,13 +533,19 @@ class BackendService:
                 t = due.get(name)
                 if (t is None or t.data_expire <= horizon) and not await refresh(op, name):
                     break
+        netgroups = cache.expiring_netgroups(horizon)
+        for name in netgroups:
+            if not await refresh(Op.NETGROUP_BY_NAME, name):
+                break
         # Nothing due is the steady state between expiries: no line at the default level.
         log.log(
-            logging.INFO if initgr or users or groups else logging.DEBUG,
-            "background refresh: %d initgroups, %d users, %d groups due; %d refreshed%s",
+            logging.INFO if initgr or users or groups or netgroups else logging.DEBUG,
+            "background refresh: %d initgroups, %d users, %d groups, %d netgroups due; "
+            "%d refreshed%s",
             len(initgr),
             len(users),
             len(groups),
+            len(netgroups),
             done,
             "" if self.client.online else " (went offline)",
         )

@@ -196,6 +196,9 @@ class Command(IntEnum):
     GETGRENT = 0x0024
     ENDGRENT = 0x0025
     INITGR = 0x0026
+    SETNETGRENT = 0x0061
+    GETNETGRENT = 0x0062  # not served: SSSD 2.8.2 answers all at SETNETGRENT
+    ENDNETGRENT = 0x0063  # not served, as SSSD 2.8.2
     GETGRNAM_EX = 0x0029
     GETGRGID_EX = 0x002A
     INITGR_EX = 0x002E
@@ -213,12 +216,16 @@ class Command(IntEnum):
     GET_SUBID_RANGES = 0x0130
 
 
-BY_NAME_COMMANDS: Final = frozenset({Command.GETPWNAM, Command.GETGRNAM, Command.INITGR})
+BY_NAME_COMMANDS: Final = frozenset(
+    {Command.GETPWNAM, Command.GETGRNAM, Command.INITGR, Command.SETNETGRENT}
+)
 BY_ID_COMMANDS: Final = frozenset({Command.GETPWUID, Command.GETGRGID})
 SETENT_COMMANDS: Final = frozenset({Command.SETPWENT, Command.SETGRENT})
 GETENT_COMMANDS: Final = frozenset({Command.GETPWENT, Command.GETGRENT})
 ENDENT_COMMANDS: Final = frozenset({Command.ENDPWENT, Command.ENDGRENT})
-#: What libnss_sss sends for passwd and group (§1.4: 0x01, 0x11-0x15, 0x21-0x26).
+#: What libnss_sss sends for passwd and group (§1.4: 0x01, 0x11-0x15, 0x21-0x26), and
+#: SETNETGRENT (0x61): libnss_sss 2.8.2 sends no GETNETGRENT or ENDNETGRENT, and
+#: SSSD's responder serves neither (closes, as on any command it does not serve).
 SERVED_COMMANDS: Final = frozenset(
     {Command.GET_VERSION}
     | BY_NAME_COMMANDS
@@ -596,6 +603,61 @@ def encode_group_record(
 def encode_group(gid: int, name: str, passwd: str, members: Sequence[str]) -> bytes:
     """Convenience: :func:`encode_group_record` from a list of member names."""
     return encode_group_record(gid, name, passwd, len(members), members_blob(members))
+
+
+#: The kinds of SETNETGRENT entries (``SSS_NETGR_REP_TRIPLE``, ``SSS_NETGR_REP_GROUP``).
+NETGR_TRIPLE: Final = 1
+NETGR_GROUP: Final = 2
+
+
+def netgroup_reply(triples: Sequence[tuple[str, str, str]], members: Sequence[str]) -> bytes:
+    """SETNETGRENT's answer for a netgroup found (``sss_nss_protocol_fill_netgrent``):
+    ``num_results`` is 1 (the netgroup) plus one per entry, then each triple as ``u32
+    1, host\0, user\0, domain\0`` ("" for an empty field) and each member netgroup as
+    ``u32 2, name\0``. ValueError for a NUL inside a string or an empty member name."""
+    parts = []
+    for triple in triples:
+        if "\0" in "".join(triple):
+            raise ValueError("NUL inside a netgroup triple")
+        parts.append(_U32.pack(NETGR_TRIPLE) + "\0".join(triple).encode("utf-8") + b"\0")
+    for name in members:
+        if not name or "\0" in name:
+            raise ValueError(f"netgroup member {name!r} is empty or holds a NUL")
+        parts.append(_U32.pack(NETGR_GROUP) + name.encode("utf-8") + b"\0")
+    body = b"".join(parts)
+    count = 1 + len(triples) + len(members)
+    return (
+        _HEADER_PREFIX.pack(
+            HEADER_SIZE + _PREFIX_SIZE + len(body), Command.SETNETGRENT, 0, 0, count, 0
+        )
+        + body
+    )
+
+
+def decode_netgroup(body: bytes) -> list[tuple[str, str, str] | str]:
+    """The entries of a SETNETGRENT answer (triples, and member names as ``str``);
+    [] for "not found". ProtocolError where libnss_sss would fail it."""
+    n = _prefix(body, "netgroup")
+    if n == 0:
+        return []
+    out: list[tuple[str, str, str] | str] = []
+    pos = _PREFIX_SIZE
+    for _ in range(n - 1):
+        if len(body) - pos < 4:
+            raise ProtocolError("netgroup entry truncated")
+        kind = _U32.unpack_from(body, pos)[0]
+        pos += 4
+        if kind == NETGR_TRIPLE:
+            host, pos = _cstr(body, pos, "host")
+            user, pos = _cstr(body, pos, "user")
+            domain, pos = _cstr(body, pos, "domain")
+            out.append((host, user, domain))
+        elif kind == NETGR_GROUP:
+            name, pos = _cstr(body, pos, "netgroup")
+            out.append(name)
+        else:
+            raise ProtocolError(f"netgroup entry of type {kind}")
+    return out
 
 
 def initgr_reply(gids: Sequence[int] | bytes | bytearray | memoryview | array[int]) -> bytes:

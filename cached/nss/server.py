@@ -46,7 +46,7 @@ from cached.config import Config, ConfigError, DomainConfig
 from cached.counters import COUNTERS, NSS_EARLY, NSS_REQUEST, NSS_SPARED
 from cached.ipc import aio, framing
 from cached.ipc.ops import GroupsStoredNote, Op
-from cached.model import User
+from cached.model import Netgroup, User
 from cached.nss import protocol as p
 from cached.nss.mcfeed import MemcacheFeed
 from cached.ratelimit import RateLimitedLog
@@ -59,6 +59,7 @@ from cached.responder.flow import (
     GETPWUID,
     INITGR,
     NOT_NOW,
+    SETNETGRENT,
     Found,
     K,
     Lookups,
@@ -242,6 +243,7 @@ class NssResponder:
         self.active = 0
         self.refused = 0
         self.served = 0
+        self.netgroups_served = 0  # SETNETGRENT answers of a netgroup found
         self.started = time.time()
         self.shares: dict[int | None, _Share] = {}
         self.nonroot = 0  # connections of uids other than 0
@@ -361,6 +363,13 @@ class NssResponder:
                 self.feed.initgroups(raw_name, self._output_name(found.domain, ig.user.name), gids)
             self._prefill_groups(found, gids)
         return p.initgr_reply(gids)
+
+    def fill_netgroup(self, _cmd: int, _key: str, found: Found[Netgroup]) -> bytes:
+        """Every entry at once, as SSSD 2.8.2: libnss_sss keeps the answer and glibc
+        reads it entry by entry, asking for each member netgroup in turn."""
+        ng = found.value
+        self.netgroups_served += 1
+        return p.netgroup_reply(ng.triples, ng.members)
 
     def _prefill_groups(self, found: Found[Initgroups], gids: bytes) -> None:
         """Store every group of the user in the memory cache before the INITGR reply
@@ -582,6 +591,7 @@ class NssResponder:
             "connections": self.active,
             "refused": self.refused,
             "served": self.served,
+            "netgroups_served": self.netgroups_served,
             "uids": len(self.shares),
             "unread_bytes": sum(sh.unread for sh in self.shares.values()),
             **self.lookups.counts(),
@@ -872,6 +882,8 @@ COMMANDS: dict[int, NssCommand[Any, Any]] = {
     C.GETGRNAM: NssCommand(GETGRNAM, NssResponder.fill_group, MemcacheFeed.forget_group_name),
     C.GETGRGID: NssCommand(GETGRGID, NssResponder.fill_group, MemcacheFeed.forget_gid),
     C.INITGR: NssCommand(INITGR, NssResponder.fill_initgr, MemcacheFeed.forget_user_name),
+    # No memory cache of netgroups (SSSD has none either): nothing to forget.
+    C.SETNETGRENT: NssCommand(SETNETGRENT, NssResponder.fill_netgroup, lambda _f, _k: None),
 }
 
 

@@ -27,7 +27,7 @@ from cached.config import Config, DomainConfig
 from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE
 from cached.ipc import framing
 from cached.ipc.ops import BadMessage, DomainStateNote, LookupReply, LookupRequest, Op, Outcome
-from cached.model import Kind, User
+from cached.model import Kind, Netgroup, User
 from cached.ratelimit import RateLimitedLog
 from cached.responder.policy import ServePolicy
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
 K = TypeVar("K", str, int)
-V = TypeVar("V", User, GroupView, Initgroups)
+V = TypeVar("V", User, GroupView, Initgroups, Netgroup)
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,13 @@ INITGR: Plugin[str, Initgroups] = Plugin(
     "initgroups", Kind.INITGR, str, lambda c, k: c.initgroups(k), Op.INITGROUPS,
     _name_admitted(Kind.INITGR), ServePolicy.initgroups_ok,
     stale_ok=lambda ig: ig.fetched,
+)  # fmt: skip
+
+
+# SSSD's filter_users and filter_groups do not apply to netgroups, nor id ranges.
+SETNETGRENT: Plugin[str, Netgroup] = Plugin(
+    "setnetgrent", Kind.NETGROUP, str, lambda c, k: c.netgroup_by_name(k), Op.NETGROUP_BY_NAME,
+    lambda _p, _d, _k: True, lambda _p, _d, _v: True,
 )  # fmt: skip
 
 

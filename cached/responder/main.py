@@ -3,9 +3,9 @@
 It opens the caches read-only, connects to each domain's backend, builds the one
 lookup flow (``flow.Lookups``) and the admin facade (``admin.Admin``), and hands them to
 the interfaces: the NSS socket (``cached.nss``), with ``services = nss, pam`` the PAM
-sockets (``cached.pam``), and, when ``dbus_address`` is not ``none``, the InfoPipe
-(``cached.ifp``). Only this module knows the interfaces; they know the responder
-core, never each other. The private socket
+sockets (``cached.pam``), with ``ssh`` the SSH socket (``cached.ssh``), and, when
+``dbus_address`` is not ``none``, the InfoPipe (``cached.ifp``). Only this module knows
+the interfaces; they know the responder core, never each other. The private socket
 (``<pipes_dir>/private/responder``) answers the monitor and the backends
 (``ipc/ops.py``).
 """
@@ -71,10 +71,19 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
         pam = PamResponder(config, lookups, backends)
         pam_servers = await serve_pam(config, pam)
 
+    ssh_server = ssh = None
+    if "ssh" in config.daemon.services:
+        from cached.ssh.server import SshResponder, serve_ssh
+
+        ssh = SshResponder(config, lookups)
+        ssh_server = await serve_ssh(config, ssh)
+
     def status() -> dict[str, Any]:
         out = responder.status()
         if pam is not None:
             out["pam"] = pam.status()
+        if ssh is not None:
+            out["ssh"] = ssh.status()
         return out
 
     admin = Admin(lookups, status, on_invalidate=responder.reset_memcache)
@@ -117,6 +126,8 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     server.close()
     for pam_server in pam_servers:
         pam_server.close()
+    if ssh_server is not None:
+        ssh_server.close()
     control.close()
     for client in clients.values():
         await client.close()

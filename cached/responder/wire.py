@@ -12,7 +12,7 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, NoReturn, TypeVar
+from typing import Final, Generic, NoReturn, TypeVar
 
 #: Every message starts with ``len, cmd, status, reserved``, four uint32 (§1.2).
 HEADER_SIZE: Final = 16
@@ -32,6 +32,7 @@ U32: Final = struct.Struct("=I")
 HEADER: Final = struct.Struct("=4I")
 
 C = TypeVar("C")
+R = TypeVar("R")
 
 
 class ProtocolError(Exception):
@@ -91,6 +92,52 @@ def request_frame(
         return NEED_DATA
     # status and reserved (offsets 8, 12) are 0 from the client and never read (§1.2)
     return cmd, length
+
+
+class ServerConnection(Generic[C, R]):
+    """One client connection of a responder whose requests need nothing but the frame
+    and a body parser (the SSH socket's): feed :meth:`receive_data`, then call
+    :meth:`next_request` until :data:`NEED_DATA`. ``served`` maps a command code to its
+    command, ``parse(cmd, body)`` makes the request. :class:`ProtocolError` (a length
+    outside 16..1024, a command not served) means close: the object is then dead."""
+
+    __slots__ = ("_buf", "_error", "_name", "_parse", "_served")
+
+    def __init__(
+        self,
+        served: Mapping[int, C],
+        parse: Callable[[C, bytes], R],
+        name: Callable[[int], str] = hex_name,
+    ) -> None:
+        self._buf = bytearray()
+        self._error: ProtocolError | None = None
+        self._served, self._parse, self._name = served, parse, name
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf)
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        if self._error is not None:
+            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
+        self._buf += data
+
+    def next_request(self) -> R | NeedData:
+        if self._error is not None:
+            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
+        buf = self._buf
+        try:
+            framed = request_frame(buf, self._served, self._name)
+        except ProtocolError as e:
+            self._error = e
+            self._buf = bytearray()  # a dead connection holds on to nothing
+            raise
+        if isinstance(framed, NeedData):
+            return NEED_DATA
+        cmd, length = framed
+        body = bytes(buf[HEADER_SIZE:length])
+        del buf[:length]
+        return self._parse(cmd, body)
 
 
 # ------------------------------------------------------------------ client side

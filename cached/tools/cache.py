@@ -25,11 +25,14 @@ class Invalidation:
     user_names: list[str] = field(default_factory=list)
     group_names: list[str] = field(default_factory=list)
     domain: str = ""
+    netgroups: bool = False
+    netgroup_names: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (
             self.everything or self.users or self.groups or self.user_names or self.group_names
-        )
+            or self.netgroups or self.netgroup_names
+        )  # fmt: skip
 
 
 def _split_fq(name: str, domains: set[str]) -> tuple[str, str]:
@@ -74,7 +77,9 @@ def invalidate(config: Config, what: Invalidation) -> int:
             for every, all_fn, one_fn, wanted in (
                 (what.users, cache.invalidate_users, cache.invalidate_user, what.user_names),
                 (what.groups, cache.invalidate_groups, cache.invalidate_group, what.group_names),
-            ):
+                (what.netgroups, cache.invalidate_netgroups, cache.invalidate_netgroup,
+                 what.netgroup_names),
+            ):  # fmt: skip
                 if what.everything or every:
                     matched += all_fn()
                     continue
@@ -104,11 +109,11 @@ def _recycle_memcache(mc_dir: str) -> bool:
     # Only on this path (no daemon answered): the memory-cache package costs more to
     # import than the whole invalidation.
     from cached.memcache.layout import H_STATUS, Status
-    from cached.model import Kind
+    from cached.model import MEMCACHE_KINDS
 
     recycled = struct.pack("=I", Status.RECYCLED)
     status_offset = H_STATUS * 4  # the header is u32 words (layout.HEADER)
-    for kind in Kind:
+    for kind in MEMCACHE_KINDS:
         path = os.path.join(mc_dir, kind.value)
         try:
             # Never through a symlink, nor into anything but a regular file (a link

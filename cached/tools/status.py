@@ -44,10 +44,10 @@ def _size(n: float) -> str:
 
 def memcache_stats(mc_dir: str) -> dict[str, Any]:
     from cached.memcache import McFormatError, McReader
-    from cached.model import Kind
+    from cached.model import MEMCACHE_KINDS
 
     out: dict[str, Any] = {}
-    for kind in Kind:
+    for kind in MEMCACHE_KINDS:
         name = kind.value
         path = os.path.join(mc_dir, name)
         if not os.path.exists(path):
@@ -128,7 +128,8 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             if c["name"] == "responder" and s:
                 extra = (
                     f", {s.get('connections', 0)} connections, {s.get('served', 0)} requests"
-                    f" served, {s.get('negative_entries', 0)} negative entries"
+                    f" served ({s.get('netgroups_served', 0)} netgroups), "
+                    f"{s.get('negative_entries', 0)} negative entries"
                 )
             lines.append(
                 f"  {c['name']:<16} pid {c['pid']}, {state}, up {_duration(c['uptime'])}, "
@@ -140,6 +141,14 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                     f"  PAM responder: {pam.get('connections', 0)} connections, "
                     f"{pam.get('logins_ok', 0)} logins served, "
                     f"{pam.get('logins_refused', 0)} refused"
+                )
+            ssh = s.get("ssh") if c["name"] == "responder" else None
+            if ssh:
+                lines.append(
+                    f"  SSH responder: {ssh.get('connections', 0)} connections, "
+                    f"{ssh.get('requests', 0)} requests, {ssh.get('keys_served', 0)} keys "
+                    f"served, {ssh.get('users_unknown', 0)} unknown users, "
+                    f"{ssh.get('host_requests', 0)} host key requests (none served)"
                 )
         for c in st["children"]:
             s = c.get("status") or {}
@@ -167,7 +176,8 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
             e = s["entries"]
             lines.append(
                 f"  cached: {e['users']} users, {e['groups']} groups, "
-                f"{e['initgr']} initgroups lists; {s['requests']} backend requests"
+                f"{e['initgr']} initgroups lists, {e.get('netgroups', 0)} netgroups; "
+                f"{s['requests']} backend requests"
             )
             if "credentials" in s:
                 lines.append(

@@ -726,7 +726,7 @@ def test_hostile_names_match_nothing_and_raise_nothing(tmp_path, slapd_small, na
     p, cache, _ = make_backend(tmp_path, make_domain([s.uri], s.base_dn))
     for call in (p.user_by_name, p.group_by_name, p.initgroups):
         assert call(name).outcome is Outcome.NOT_FOUND
-    assert cache.counts() == {"users": 0, "groups": 0, "initgr": 0}
+    assert cache.counts() == {"users": 0, "groups": 0, "initgr": 0, "netgroups": 0}
 
 
 # -- failover and offline --------------------------------------------------------

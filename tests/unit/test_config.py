@@ -195,3 +195,32 @@ def test_readme_documents_every_option():
     for table in (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, DOMAIN_OPTIONS):
         for name in table:
             assert f"| `{name}` |" in readme, f"docs/configuration.md does not document {name}"
+
+
+def test_the_ssh_section_and_the_netgroup_options() -> None:
+    """[ssh] is read (its known_hosts and certificate options load with no effect,
+    SSSD's own certificate options quietly); the netgroup options take SSSD's
+    defaults, the search base and entry_cache_timeout where they are unset."""
+    text = MINIMAL.replace("services = nss, pam", "services = nss, pam, ssh") + (
+        "entry_cache_timeout = 600\n"
+        "\n[ssh]\nssh_hash_known_hosts = true\nssh_known_hosts_timeout = 30\n"
+        "ssh_use_certificate_keys = false\nca_db = /etc/sssd/pki/ca.pem\n"
+    )
+    cfg = parse_config(text)
+    assert cfg.daemon.services == ["nss", "pam", "ssh"]
+    assert (cfg.ssh.ssh_hash_known_hosts, cfg.ssh.ssh_known_hosts_timeout,
+            cfg.ssh.ssh_use_certificate_keys) == (True, 30, False)  # fmt: skip
+    assert cfg.warnings == []
+    d = cfg.domain("LDAP")
+    assert d.ldap_user_ssh_public_key == "sshPublicKey"
+    assert (d.ldap_netgroup_object_class, d.ldap_netgroup_name, d.ldap_netgroup_triple,
+            d.ldap_netgroup_member) == ("nisNetgroup", "cn", "nisNetgroupTriple",
+                                        "memberNisNetgroup")  # fmt: skip
+    assert d.ldap_netgroup_search_base == "dc=example,dc=test"
+    assert d.entry_cache_netgroup_timeout == 600
+    ad = parse_config(MINIMAL.replace("rfc2307bis", "ad")).domain("LDAP")
+    assert ad.ldap_user_ssh_public_key == ""  # SSSD's AD map has none
+    with pytest.raises(ConfigError, match=r"\[ssh\] ssh_known_hosts_timeout = 'x' is invalid"):
+        parse_config(text.replace("ssh_known_hosts_timeout = 30", "ssh_known_hosts_timeout = x"))
+    unknown = parse_config(text + "ssh_no_such_option = 1\n")
+    assert any("unknown option 'ssh_no_such_option'" in w for w in unknown.warnings)

@@ -23,12 +23,14 @@ from cached.config import (
     DOMAIN_OPTIONS,
     NSS_OPTIONS,
     PAM_OPTIONS,
+    SSH_OPTIONS,
     CaseSensitive,
     ConfigError,
     DaemonConfig,
     DomainConfig,
     NssConfig,
     Schema,
+    SshConfig,
     TlsReqcert,
     parse_config,
 )
@@ -38,7 +40,7 @@ from tests.unit.test_config import MINIMAL
 REPO: Final = Path(__file__).resolve().parents[2]
 PACKAGE: Final = REPO / "cached" / "config"
 SECTIONS: Final = ((DaemonConfig, DAEMON_OPTIONS), (NssConfig, NSS_OPTIONS),
-                   (DomainConfig, DOMAIN_OPTIONS))  # fmt: skip
+                   (SshConfig, SSH_OPTIONS), (DomainConfig, DOMAIN_OPTIONS))  # fmt: skip
 # The one field of a section that the file does not set: the NAME of [domain/NAME].
 NOT_OPTIONS: Final = {(DomainConfig, "name")}
 ALL_NAMES: Final = {name for _, table in SECTIONS for name in table}
@@ -174,7 +176,9 @@ def test_the_docs_are_generated_from_the_fields() -> None:
     assert all(
         t is o
         for t, o in zip(
-            tables, (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, DOMAIN_OPTIONS), strict=True
+            tables,
+            (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, SSH_OPTIONS, DOMAIN_OPTIONS),
+            strict=True,
         )
     )
     assert "| `ldap_user_name` | uid | User name attribute. |" in docgen.readme_tables()

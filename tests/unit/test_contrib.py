@@ -23,6 +23,7 @@ from cached.config import (
     IGNORED_SECTIONS,
     NSS_OPTIONS,
     PAM_OPTIONS,
+    SSH_OPTIONS,
     UNSUPPORTED,
     ConfigError,
     Option,
@@ -37,6 +38,7 @@ TABLES: Final[dict[str, dict[str, Option]]] = {
     "cached": DAEMON_OPTIONS,
     "nss": NSS_OPTIONS,
     "pam": PAM_OPTIONS,
+    "ssh": SSH_OPTIONS,
     "domain/LDAP": DOMAIN_OPTIONS,
 }
 # `option = value` or `#option = value` at the start of a line. Examples in the prose

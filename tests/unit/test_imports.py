@@ -73,24 +73,24 @@ def test_the_graph_sees_the_imports_the_rules_are_about() -> None:
     assert edges("cached.nss", "cached.nss.protocol")
 
 
-RESPONDERS: Final = ("cached.nss", "cached.ifp", "cached.pam")
+RESPONDERS: Final = ("cached.nss", "cached.ifp", "cached.pam", "cached.ssh")
 
 
 def test_the_responders_do_not_import_each_other() -> None:
     # What they share (the lookup flow, the socket framing) is in cached.responder.
-    crossing = [
-        e for a in RESPONDERS for b in RESPONDERS if a != b for e in edges(a, b)
-    ]
+    crossing = [e for a in RESPONDERS for b in RESPONDERS if a != b for e in edges(a, b)]
     assert crossing == []
     assert edges("cached.pam", "cached.responder.wire")
     assert edges("cached.nss", "cached.responder.wire")
+    assert edges("cached.ssh", "cached.responder.wire")
 
 
-def test_the_pam_codec_is_sans_io() -> None:
+def test_the_pam_and_ssh_codecs_are_sans_io() -> None:
     # Bytes in, values out: no sockets, event loop, cache or backend.
-    found = GRAPH["cached.pam.protocol"]
-    assert not {m for m in found if m.split(".")[0] in ("asyncio", "socket", "lmdb")}
-    assert not [m for m in found if _within(m, "cached.ipc") or _within(m, "cached.cache")]
+    for codec in ("cached.pam.protocol", "cached.ssh.protocol"):
+        found = GRAPH[codec]
+        assert not {m for m in found if m.split(".")[0] in ("asyncio", "socket", "lmdb")}
+        assert not [m for m in found if _within(m, "cached.ipc") or _within(m, "cached.cache")]
 
 
 def test_only_the_ldap_connection_imports_ldap3() -> None:

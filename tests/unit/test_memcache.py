@@ -23,7 +23,6 @@ from cached.memcache import (
     Geometry,
     GroupWriter,
     InitgroupsWriter,
-    Kind,
     McBusyError,
     McError,
     McPasswdEntry,
@@ -42,7 +41,7 @@ from cached.memcache.layout import (
     encode_passwd,
     valid_barrier,
 )
-from cached.model import Group, User
+from cached.model import MEMCACHE_KINDS, Group, User
 
 NOW = 1_700_000_000
 
@@ -960,8 +959,8 @@ def test_random_operations_with_eviction(
 
 
 def test_kind_names() -> None:
-    assert [k.value for k in Kind] == ["passwd", "group", "initgroups"]
-    assert [default_mb(k) for k in Kind] == [8, 6, 10]
+    assert [k.value for k in MEMCACHE_KINDS] == ["passwd", "group", "initgroups"]
+    assert [default_mb(k) for k in MEMCACHE_KINDS] == [8, 6, 10]
 
 
 def test_initgroups_payload_from_packed_gids_is_the_payload_from_ints():
