@@ -8,7 +8,7 @@ validator and the source of the option tables in README.md and of cached.conf(5)
 value; unknown options warn and name the option; SSSD options that cached accepts but
 has no use for (``services``, ``auth_provider``, ...) are accepted quietly so a real
 sssd.conf loads; SSSD options that would change who is who
-(``auto_private_groups = true``, ...) are refused unless set to a value that
+(a non-default ``re_expression``, ...) are refused unless set to a value that
 changes nothing (sssd.py).
 
 The modules, each importing only those before it: errors, parsers (text to values),
@@ -33,6 +33,7 @@ from cached.config.options import (
     NssConfig,
     Option,
     PamConfig,
+    PrivateGroups,
     Schema,
     TlsReqcert,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "NssConfig",
     "Option",
     "PamConfig",
+    "PrivateGroups",
     "Schema",
     "SearchBase",
     "TlsReqcert",

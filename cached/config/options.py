@@ -59,6 +59,16 @@ class CaseSensitive(enum.StrEnum):
     PRESERVING = "preserving"
 
 
+class PrivateGroups(enum.StrEnum):
+    """``auto_private_groups`` (SSSD's mpg_mode): ``true`` answers every user with a
+    group of its own (gid = uid, named as the user), ``hybrid`` only for a user whose
+    gidNumber equals its uid and names no real group."""
+
+    TRUE = "true"
+    FALSE = "false"
+    HYBRID = "hybrid"
+
+
 class TlsReqcert(enum.StrEnum):
     """``ldap_tls_reqcert``, in OpenLDAP's order from the least checking."""
 
@@ -679,6 +689,17 @@ class DomainConfig:
     default_shell: str = option(string, "", "Login shell of the domain's users without one.")
 
     # -- Ids (sssd.conf(5); nss_protocol_pwent.c sss_nss_get_gid).
+    auto_private_groups: PrivateGroups = option(
+        closed(PrivateGroups, expected="true, false or hybrid"),
+        PrivateGroups.FALSE,
+        "`true`: each user's primary group is a group of its own, gid = uid, named as "
+        "the user, with no members (answered by getgrgid and getgrnam when no real "
+        "group has that gid or name); gidNumber is ignored (none needed) and its group "
+        "is added to the user's groups. `hybrid`: that group only for users whose "
+        "gidNumber equals their uid and names no real group. SSSD's default for a "
+        "configured domain is `false` (its `true` for ID-mapped domains is for trusted "
+        "subdomains, which cached does not serve).",
+    )
     override_gid: int = option(
         integer(0, MAX_ID),
         0,

@@ -97,12 +97,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
         lambda raw: raw.strip().lower() in ("", "permit"), _NO_ACCESS_CONTROL
     ),
     **{name: Unsupported(_is_unset, _NO_ACCESS_CONTROL) for name in _ACCESS_OPTIONS},
-    "auto_private_groups": Unsupported(
-        lambda raw: raw.strip().lower() == "false",
-        "cached serves each user's primary gid as the directory holds it and makes no group "
-        "named after the user (SSSD would answer gid = uid with such a group: primary "
-        "groups and file group owners would change); set it to false or remove it",
-    ),
     "re_expression": Unsupported(
         lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
         "cached splits a domain out of a name only as SSSD's default does "

@@ -25,6 +25,9 @@ an older version or under an older configuration (``min_id = 0``, a shorter
   unqualified name in ``default_domain_suffix``'s domain only, else not in a domain
   with ``use_fully_qualified_names`` (SSSD's cache_req skips it); any other name is
   looked up as given; ``override_space``'s character is read back as a space;
+* private groups (``auto_private_groups``): with ``true`` a user is answered with gid
+  = uid (``primary_gid``), its private group (``private_group``) is looked up by the
+  flow, and its directory gidNumber is one of its groups (``initgroups_gids``);
 * output users: the name as above, the home directory and the login shell as the home
   and shell options make them (homeshell.py): the one place the socket's answers, the
   memory cache's records and D-Bus's properties take them from, so they never differ.
@@ -38,7 +41,7 @@ from dataclasses import replace
 
 from cached.cache import DomainCache, GroupView, Initgroups
 from cached.cache.records import join_members, split_members
-from cached.config import Config, DomainConfig
+from cached.config import Config, DomainConfig, PrivateGroups
 from cached.model import Kind, User
 from cached.responder.homeshell import HomeShell, read_etc_shells
 
@@ -154,12 +157,23 @@ class ServePolicy:
         short = self.short_name(domain, u.name)
         name = self.output_name(domain, u.name)
         hs = self._homeshell[domain.name]
-        gid = domain.override_gid or u.gid
+        gid = self.primary_gid(domain, u)
         if hs.changes_nothing and "%" not in u.home:
             return u if name == u.name and gid == u.gid else replace(u, name=name, gid=gid)
         return replace(
             u, name=name, gid=gid, home=hs.home(short, u.uid, u.home), shell=hs.shell(u.shell)
         )
+
+    @staticmethod
+    def primary_gid(domain: DomainConfig, u: User) -> int:
+        """The primary gid a user is answered with (SSSD's sss_nss_get_gid):
+        override_gid, else with ``auto_private_groups = true`` the uid (its private
+        group), else the directory's."""
+        if domain.override_gid:
+            return domain.override_gid
+        if domain.auto_private_groups == PrivateGroups.TRUE:
+            return u.uid
+        return u.gid
 
     def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
         """The filtered names of ``kind`` in ``domain`` (INITGR: the users'), folded."""
@@ -171,14 +185,22 @@ class ServePolicy:
     # -- entries -----------------------------------------------------------------------
 
     def user_ok(self, domain: DomainConfig, u: User) -> bool:
+        # auto_private_groups = true: the primary gid is the uid, and the directory's
+        # (kept as an extra group, 0 for none) was range-checked when stored.
         return (
             domain.id_in_range(u.uid)
-            and domain.id_in_range(u.gid)
+            and (domain.id_in_range(u.gid) or domain.auto_private_groups == PrivateGroups.TRUE)
             and not self.name_filtered(domain, Kind.USER, u.name)
         )
 
     def group_ok(self, domain: DomainConfig, name: str, gid: int) -> bool:
         return domain.id_in_range(gid) and not self.name_filtered(domain, Kind.GROUP, name)
+
+    @staticmethod
+    def private_group(u: User) -> GroupView:
+        """A user's private group (auto_private_groups): gid = uid, the user's name, no
+        members (SSSD converts the user's own entry, which has none: mpg_convert)."""
+        return GroupView(u.name, u.uid, u.dn, b"", 0)
 
     def group_view_ok(self, domain: DomainConfig, g: GroupView) -> bool:
         return self.group_ok(domain, g.name, g.gid)
@@ -292,9 +314,16 @@ class ServePolicy:
         # SSSD lists the groups the user is a member of: the primary gid only when the
         # user is also an explicit member of that group (glibc adds it for `id`;
         # docs/compatibility.md §9.5). The cache keeps it in the list for offline answers.
-        primary = cache.group_by_gid(ig.user.gid).value
-        if primary is None or not self._member_of(cache, primary.name, ig.groups):
-            drop.add(ig.user.gid)
+        # With auto_private_groups = true the directory's gidNumber is not the primary
+        # gid, and SSSD adds it to the list (nss_protocol_initgr.c, orig_gid) unless it
+        # is the uid.
+        gid = ig.user.gid
+        if domain.auto_private_groups == PrivateGroups.TRUE and gid != ig.user.uid:
+            pass
+        elif (primary := cache.group_by_gid(gid).value) is None or not self._member_of(
+            cache, primary.name, ig.groups
+        ):
+            drop.add(gid)
         ids = array("I", ig.gids)
         # The range is an interval: its ends decide for every gid between them. Then
         # the few dropped gids are taken out in C: a test per gid in Python was a
