@@ -8,8 +8,8 @@ validator and the source of the option tables in README.md and of cached.conf(5)
 value; unknown options warn and name the option; SSSD options that cached accepts but
 has no use for (``services``, ``auth_provider``, ...) are accepted quietly so a real
 sssd.conf loads; SSSD options that would change who is who
-(a non-default ``re_expression``, ...) are refused unless set to a value that
-changes nothing (sssd.py).
+(``ldap_rfc2307_fallback_to_local_users = true``, ...) are refused unless set to a
+value that changes nothing (sssd.py).
 
 The modules, each importing only those before it: errors, parsers (text to values),
 ini (the file syntax), options (the sections' fields), sssd (SSSD's options),

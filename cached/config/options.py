@@ -25,6 +25,7 @@ from cached.config.parsers import (
     homedir_template,
     integer,
     name_format,
+    name_regex,
     not_supported,
     one_char,
     provider,
@@ -213,6 +214,14 @@ class DaemonConfig:
         "%1$s@%2$s",
         "How a qualified name is written: %1$s the name, %2$s the domain, %3$s the "
         "domain's flat name (for an LDAP domain, its name).",
+    )
+    re_expression: str = option(
+        name_regex,
+        "",
+        "How a looked-up name splits into name and domain, for the domains that set "
+        "none: a regular expression (Python `re`, verbose as SSSD's PCRE) with a "
+        "(?P<name>...) group and, optionally, a (?P<domain>...) group.",
+        "SSSD's default for the domain's id_provider",
     )
     default_domain_suffix: str = option(
         string,
@@ -671,6 +680,13 @@ class DomainConfig:
     )
     full_name_format: str = option(
         name_format, "", "full_name_format for this domain.", "[sssd] full_name_format"
+    )
+    re_expression: str = option(
+        name_regex,
+        "",
+        "re_expression for this domain: how a looked-up name splits into name and "
+        "domain, as SSSD (each domain's expression is tried in `domains` order).",
+        "[sssd] re_expression, else `(?P<name>[^@]+)@?(?P<domain>[^@]*$)`",
     )
 
     # -- Home directory and shell: as the [nss] options of the same names, for this

@@ -65,10 +65,6 @@ def _is_unset(raw: str) -> bool:
     return not raw.strip()
 
 
-# SSSD's default re_expression for LDAP domains (sssd.conf(5)): setting it to that is
-# no change.
-_SSSD_RE_EXPRESSION = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
-
 # Access control (who may log in) is a PAM account check: cached's PAM responder answers
 # ACCT_MGMT with success for every user (access_provider = permit) until access control
 # is implemented, and without `services = pam` pam_sss finds no socket and returns
@@ -97,11 +93,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
         lambda raw: raw.strip().lower() in ("", "permit"), _NO_ACCESS_CONTROL
     ),
     **{name: Unsupported(_is_unset, _NO_ACCESS_CONTROL) for name in _ACCESS_OPTIONS},
-    "re_expression": Unsupported(
-        lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
-        "cached splits a domain out of a name only as SSSD's default does "
-        "(name@DOMAIN); remove it",
-    ),
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,
         "cached lists only the members that the directory's users resolve to; remove it",

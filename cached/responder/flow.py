@@ -539,12 +539,20 @@ class Lookups:
 
     def _candidates(self, key: str) -> Iterator[tuple[DomainConfig, str]]:
         """The domains a name may name an entry of, with the name to look up there:
-        ``name@DOMAIN`` of a configured domain is ``name`` in that domain only; an
+        ``name@DOMAIN`` of a configured domain is ``name`` in that domain only (with a
+        non-default re_expression: as ``ServePolicy.parse_name`` splits it); an
         unqualified name is default_domain_suffix's domain's when it is set; any other
         name is looked up as given in the domains without qualified names (SSSD's
         cache_req: a domain with use_fully_qualified_names answers qualified names
         only)."""
-        name, only = self.policy.lookup_name(key)
+        if self.policy.parses_names:
+            parsed = self.policy.parse_name(key)
+            if parsed is None:
+                return
+            name, only = parsed
+            key = name  # looked up as the expression's name group gives it
+        else:
+            name, only = self.policy.lookup_name(key)
         if only is not None:
             yield only, name
             return

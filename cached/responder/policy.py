@@ -20,11 +20,12 @@ an older version or under an older configuration (``min_id = 0``, a shorter
 * output names: ``case_sensitive = false`` answers lower-case names, ``preserving`` the
   stored case (sssd.conf(5)); a domain with ``use_fully_qualified_names`` answers them
   qualified (``full_name_format``), its group members too;
-* lookup names: ``name@DOMAIN`` of a configured domain (compared case-insensitively,
-  SSSD's default ``re_expression``) is looked up as ``name`` in that domain only; an
-  unqualified name in ``default_domain_suffix``'s domain only, else not in a domain
-  with ``use_fully_qualified_names`` (SSSD's cache_req skips it); any other name is
-  looked up as given; ``override_space``'s character is read back as a space;
+* lookup names: with a non-default ``re_expression`` split as SSSD splits them
+  (``parse_name``); else ``name@DOMAIN`` of a configured domain (compared
+  case-insensitively, SSSD's default ``re_expression``) is looked up as ``name`` in
+  that domain only; an unqualified name in ``default_domain_suffix``'s domain only,
+  else not in a domain with ``use_fully_qualified_names`` (SSSD's cache_req skips
+  it); any other name is looked up as given; ``override_space``'s character is read back as a space;
 * private groups (``auto_private_groups``): with ``true`` a user is answered with gid
   = uid (``primary_gid``), its private group (``private_group``) is looked up by the
   flow, and its directory gidNumber is one of its groups (``initgroups_gids``);
@@ -35,6 +36,7 @@ an older version or under an older configuration (``min_id = 0``, a shorter
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Callable
 from dataclasses import replace
@@ -42,6 +44,12 @@ from dataclasses import replace
 from cached.cache import DomainCache, GroupView, Initgroups
 from cached.cache.records import join_members, split_members
 from cached.config import Config, DomainConfig, PrivateGroups
+from cached.config.parsers import (
+    SSSD_AD_DEFAULT_RE,
+    SSSD_DEFAULT_RE,
+    compile_name_regex,
+    name_groups,
+)
 from cached.model import Kind, User
 from cached.responder.homeshell import HomeShell, read_etc_shells
 
@@ -60,6 +68,18 @@ class ServePolicy:
         # domain's names are answered qualified (sss_domain_info_get_output_fqnames).
         suffix = config.daemon.default_domain_suffix.lower()
         self._default = self.domains.get(suffix) if suffix else None
+        # re_expression per domain, in `domains` order: the domain's, [sssd]'s, or
+        # SSSD's default for its id_provider (usertools.c sss_names_init). None when
+        # every domain has SSSD's LDAP default: lookup_name's own split.
+        regexes = [
+            (d, d.re_expression or config.daemon.re_expression or default_re_expression(d))
+            for d in config.domains
+        ]
+        self._regexes: list[tuple[DomainConfig, re.Pattern[str]]] | None = (
+            None
+            if all(r == SSSD_DEFAULT_RE for _d, r in regexes)
+            else [(d, compile_name_regex(r)) for d, r in regexes]
+        )
         self._qualify: dict[str, str | None] = {
             d.name: _format_of(d.full_name_format or config.daemon.full_name_format)
             if d.use_fully_qualified_names or self._default is not None
@@ -135,6 +155,44 @@ class ServePolicy:
 
     def qualified(self, domain: DomainConfig) -> bool:
         return self._qualify[domain.name] is not None
+
+    @property
+    def parses_names(self) -> bool:
+        """A domain has an re_expression other than SSSD's LDAP default: names are
+        split by :meth:`parse_name`."""
+        return self._regexes is not None
+
+    def parse_name(self, name: str) -> tuple[str, DomainConfig | None] | None:
+        """(the name to look up, the only domain to look in, or None for every domain
+        that takes unqualified names) as SSSD's sss_parse_name_for_domains splits
+        ``name`` with each domain's re_expression, in order; None: no domain can hold
+        it (an expression does not match, a domain part names no domain, or two
+        expressions disagree on the name)."""
+        sub = self._space
+        if sub and sub in name and " " not in name:
+            name = name.replace(sub, " ")
+        assert self._regexes is not None
+        candidate: str | None = None
+        mismatch = False
+        for domain, rx in self._regexes:
+            # PCRE2_NOTEMPTY: an empty match is no match.
+            m = next((m for m in rx.finditer(name) if m.end() > m.start()), None)
+            if m is None:
+                return None  # ERR_REGEX_NOMATCH ends SSSD's parse
+            short = name_groups(m, "name")
+            if short is None:
+                continue  # EINVAL: this domain's expression found no name
+            dom = name_groups(m, "domain") or ""
+            if not dom:
+                if candidate is None:
+                    candidate = short
+                elif candidate.lower() != short.lower():
+                    mismatch = True
+            elif dom.lower() == domain.name.lower():
+                return short, domain
+        if candidate is not None and not mismatch:
+            return candidate, self._default
+        return None  # a domain no expression's domain is: SSSD looks for a subdomain
 
     def lookup_name(self, name: str) -> tuple[str, DomainConfig | None]:
         """(the name to look up, the only domain to look in, or None for every domain
@@ -337,6 +395,13 @@ class ServePolicy:
                     ids.remove(g)
             return ids.tobytes()
         return array("I", [g for g in ids if g not in drop and in_range(g)]).tobytes()
+
+
+def default_re_expression(domain: DomainConfig) -> str:
+    """SSSD's re_expression for a domain that sets none (usertools.c
+    get_id_provider_default_re): the AD one, which also reads ``DOMAIN\\name``, for
+    id_provider = ad or ipa; the LDAP one otherwise."""
+    return SSSD_AD_DEFAULT_RE if domain.id_provider in ("ad", "ipa") else SSSD_DEFAULT_RE
 
 
 def _format_of(full_name_format: str) -> str:
