@@ -410,8 +410,21 @@ class Lookups:
                 if plugin.admits(self.policy, domain, key):
                     yield domain, key
 
-    def _hybrid_plugin(self, plugin: Plugin[K, V]) -> Plugin[Any, GroupView]:
-        return HYBRID_BY_GID if plugin.key is int else HYBRID_BY_NAME
+    def _hybrid_steps(
+        self, plugin: Plugin[K, V], key: K
+    ) -> Iterator[tuple[Plugin[Any, GroupView], DomainConfig, K, NegKey]]:
+        """SSSD's second pass (nss_get_object.c sss_nss_get_hybrid_object_step), once
+        no domain has a real group: the hybrid domains, to be asked for a user, with
+        the lookup, the key there and its negative-cache key (not a negative one)."""
+        if not self._hybrid_domains:
+            return
+        step: Plugin[Any, GroupView] = HYBRID_BY_GID if plugin.key is int else HYBRID_BY_NAME
+        for domain, dkey in self._group_keys(plugin, key):
+            nkey = step.negative_key(dkey)
+            if domain.auto_private_groups == PrivateGroups.HYBRID and not self.negative.hit(
+                domain.name, nkey
+            ):
+                yield step, domain, dkey, nkey
 
     async def _lookup_groups(self, plugin: Plugin[K, V], key: K, hybrid: bool) -> Found[V] | None:
         for domain, dkey in self._group_keys(plugin, key):
@@ -437,17 +450,9 @@ class Lookups:
                     if self.servable(step, domain, found.value):
                         return cast(Found[V], found)
                     break
-        if not (hybrid and self._hybrid_domains):
+        if not hybrid:
             return None
-        # SSSD's second pass (nss_get_object.c sss_nss_get_hybrid_object_step): no
-        # domain has a real group, so the hybrid domains are asked for a user.
-        step = self._hybrid_plugin(plugin)
-        for domain, dkey in self._group_keys(plugin, key):
-            if domain.auto_private_groups != PrivateGroups.HYBRID:
-                continue
-            nkey = step.negative_key(dkey)
-            if self.negative.hit(domain.name, nkey):
-                continue
+        for step, domain, dkey, nkey in self._hybrid_steps(plugin, key):
             found = await self._lookup_domain(step, domain, dkey, nkey)
             if found is not None and self.servable(step, domain, found.value):
                 if isinstance(key, str):
@@ -479,14 +484,9 @@ class Lookups:
             else:
                 if waits:
                     return NOT_NOW
-        if not (hybrid and self._hybrid_domains):
+        if not hybrid:
             return None
-        step = self._hybrid_plugin(plugin)
-        for domain, dkey in self._group_keys(plugin, key):
-            if domain.auto_private_groups != PrivateGroups.HYBRID:
-                continue
-            if self.negative.hit(domain.name, step.negative_key(dkey)):
-                continue
+        for step, domain, dkey, _nkey in self._hybrid_steps(plugin, key):
             got = self._cached(step, domain, self.caches[domain.name], dkey)
             if isinstance(got, Lookup):
                 return NOT_NOW
