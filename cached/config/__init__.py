@@ -12,7 +12,9 @@ sssd.conf loads; SSSD options that would change who is who
 value that changes nothing (sssd.py).
 
 The modules, each importing only those before it: errors, parsers (text to values),
-ini (the file syntax), options (the sections' fields), sssd (SSSD's options),
+ini (the file syntax), options (the sections' fields), sssd_documented (the options
+SSSD 2.8.2 documents, generated), noeffect (why the SSSD options cached accepts
+without using change no answer), sssd (SSSD's options),
 rules (across options), load (files to a Config), check (``cached config-check``:
 what loading does with each line, from load's own verdicts).
 """
