@@ -390,11 +390,13 @@ class Lookups:
     def _group_steps(
         self, plugin: Plugin[K, V], domain: DomainConfig
     ) -> tuple[Plugin[Any, Any], ...]:
-        """The lookups that may answer a group of ``domain``, in order: the real group,
-        then (auto_private_groups = true) a user's private group. SSSD's cache holds
-        one or the other under a name or gid (sysdb_add_user and sysdb_add_group
-        refuse the second); the real group comes first here, as SSSD's provider
-        searches groups first (docs/compatibility.md)."""
+        """The lookups that may answer a group of ``domain``, each in turn (its cache,
+        then its backend) until one answers: the real group, then (auto_private_groups
+        = true) a user's private group. SSSD's cache holds one or the other under a
+        name or gid (sysdb_add_user and sysdb_add_group refuse the second), so its
+        answer depends on which it stored first; here the real group always comes
+        first, as SSSD's provider searches groups first (docs/compatibility.md,
+        "Private groups")."""
         if domain.auto_private_groups != PrivateGroups.TRUE:
             return (plugin,)
         return (plugin, PRIVATE_BY_GID if plugin.key is int else PRIVATE_BY_NAME)
@@ -428,28 +430,15 @@ class Lookups:
 
     async def _lookup_groups(self, plugin: Plugin[K, V], key: K, hybrid: bool) -> Found[V] | None:
         for domain, dkey in self._group_keys(plugin, key):
-            cache = self.caches[domain.name]
-            waits = []
-            done = False
             for step in self._group_steps(plugin, domain):
-                if self.negative.hit(domain.name, step.negative_key(dkey)):
+                nkey = step.negative_key(dkey)
+                if self.negative.hit(domain.name, nkey):
                     continue
-                got = self._cached(step, domain, cache, dkey)
-                if isinstance(got, Lookup):
-                    waits.append(step)
-                elif got is not None:
-                    if self.servable(step, domain, got.value):
-                        return cast(Found[V], got)
-                    done = True  # found, and filtered: no answer from this domain
-                    break
-            if done:
-                continue
-            for step in waits:
-                found = await self._lookup_domain(step, domain, dkey, step.negative_key(dkey))
+                found = await self._lookup_domain(step, domain, dkey, nkey)
                 if found is not None:
                     if self.servable(step, domain, found.value):
                         return cast(Found[V], found)
-                    break
+                    break  # found, and filtered: no answer from this domain
         if not hybrid:
             return None
         for step, domain, dkey, nkey in self._hybrid_steps(plugin, key):
@@ -470,20 +459,16 @@ class Lookups:
         """:meth:`_lookup_groups` without waiting for a backend."""
         for domain, dkey in self._group_keys(plugin, key):
             cache = self.caches[domain.name]
-            waits = False
             for step in self._group_steps(plugin, domain):
                 if self.negative.hit(domain.name, step.negative_key(dkey)):
                     continue
                 got = self._cached(step, domain, cache, dkey)
                 if isinstance(got, Lookup):
-                    waits = True
-                elif got is not None:
+                    return NOT_NOW
+                if got is not None:
                     if self.servable(step, domain, got.value):
                         return cast(Found[V], got)
                     break
-            else:
-                if waits:
-                    return NOT_NOW
         if not hybrid:
             return None
         for step, domain, dkey, _nkey in self._hybrid_steps(plugin, key):

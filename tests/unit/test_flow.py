@@ -446,23 +446,30 @@ def mpg_flow(mode: str) -> tuple[Lookups, FakeCache, FakeBackend]:
 
 
 def test_private_group_true_from_the_cache_then_the_backend() -> None:
-    """auto_private_groups = true: a cached user is its own group by uid and name with
-    no backend request; a real group comes first; a gid neither names asks the backend
-    for the group, then for the user (SSSD's groups_get_mpg_done)."""
+    """auto_private_groups = true: a real group comes first, asked of the backend
+    when not cached (SSSD's provider searches groups first), then a cached user is
+    its own group by uid and name; a gid neither names asks the backend for the
+    group, then for the user (SSSD's groups_get_mpg_done)."""
     lookups, cache, backend = mpg_flow("true")
     bob = User("bob", 1002, 20000, dn="uid=bob")
     cache.users[1002] = cache.users["bob"] = (State.VALID, bob)
+    assert lookups.lookup_now(GETGRGID, 1002) is NOT_NOW
+    assert run(lookups.lookup(GETGRGID, 1002)) is not None
+    assert run(lookups.lookup(GETGRNAM, "bob")) is not None
+    assert backend.calls == [(Op.GROUP_BY_GID, 1002), (Op.GROUP_BY_NAME, "bob")]
+    # Now the misses of the real groups are remembered: the cache answers.
     for now in (lookups.lookup_now(GETGRGID, 1002), lookups.lookup_now(GETGRNAM, "bob")):
         assert isinstance(now, Found) and now.value == GroupView("bob", 1002, "uid=bob", b"", 0)
-    assert backend.calls == []
+    assert len(backend.calls) == 2
+    lookups.clear_negative()
     real = GroupView("bobs", 1002, "cn=bobs", b"bob\0", 1)
     cache.groups[1002] = (State.VALID, real)
     assert run(lookups.lookup(GETGRGID, 1002)).value == real
     assert lookups.lookup_now(GETGRGID, 7) is NOT_NOW
     assert run(lookups.lookup(GETGRGID, 7)) is None
-    assert backend.calls == [(Op.GROUP_BY_GID, 7), (Op.USER_BY_UID, 7)]
+    assert backend.calls[2:] == [(Op.GROUP_BY_GID, 7), (Op.USER_BY_UID, 7)]
     # Both misses are remembered: no request the second time.
-    assert run(lookups.lookup(GETGRGID, 7)) is None and len(backend.calls) == 2
+    assert run(lookups.lookup(GETGRGID, 7)) is None and len(backend.calls) == 4
 
 
 def test_private_group_hybrid_only_for_gid_equal_uid_and_not_shadowed() -> None:
