@@ -525,3 +525,25 @@ def test_private_group_policy_true() -> None:
         ig = Initgroups(user, array("I", listed).tobytes(), ("g",))
         got = policy.initgroups_gids(domain, Cache(), ig)  # type: ignore[arg-type]
         assert array("I", got).tolist() == want, user
+
+
+@pytest.mark.parametrize("fmt", ["%1$s@%2$s", "%2$s\\%1$s", "%1$s@%3$s%%"])
+@pytest.mark.parametrize("users", ["root", "root, mallory"])
+def test_qualified_members_each_format(fmt: str, users: str) -> None:
+    """Qualified member lists, whether the format only appends (done on the blob) or
+    not (name by name): every kept member qualified, the filtered ones left out."""
+    from cached.cache.records import join_members, split_members
+    from cached.responder.policy import ServePolicy
+
+    cfg = parse_config(
+        CONF.format(first_wait=0).replace("[nss]", f"[nss]\nfilter_users = {users}\n")
+        .replace("[domain/D]", f"[domain/D]\nuse_fully_qualified_names = true\n"
+                               f"full_name_format = {fmt}")
+    )  # fmt: skip
+    policy, domain = ServePolicy(cfg), cfg.domains[0]
+    drop = {u.strip() for u in users.split(",")}
+    for members in (["alice", "bob"], ["alice", "mallory", "a-b"], [], ["Jürgen", "x y"]):
+        g = GroupView("g", 20000, "", join_members(members), len(members))
+        count, blob = policy.members(domain, g)
+        want = {policy.output_name(domain, n) for n in members if n not in drop}
+        assert (count, set(split_members(blob))) == (len(want), want), members
