@@ -566,12 +566,22 @@ class NssResponder:
                     return p.passwd_reply(req.cmd, records)
             else:
                 gok = GETGRGID.served
-                for g in cache.iter_groups():
-                    if gok(self.lookups.policy, domain, g):
-                        try:
-                            records.append(self._encoded(self._group_record(domain, g)))
-                        except ValueError as e:
-                            _left_out(g.name, e)
+                policy = self.lookups.policy
+                groups = [g for g in cache.iter_groups() if gok(policy, domain, g)]
+                if domain.auto_private_groups == PrivateGroups.TRUE:
+                    # SSSD enumerates the users as groups too (SYSDB_GRENT_MPG_FILTER),
+                    # but for those a real group shadows (_lookup_groups).
+                    taken = {g.gid for g in groups} | {g.name for g in groups}
+                    for u in cache.iter_users():
+                        pg = policy.private_group(u)
+                        if (policy.user_ok(domain, u) and pg.gid not in taken
+                                and pg.name not in taken and gok(policy, domain, pg)):  # fmt: skip
+                            groups.append(pg)
+                for g in groups:
+                    try:
+                        records.append(self._encoded(self._group_record(domain, g)))
+                    except ValueError as e:
+                        _left_out(g.name, e)
                 if records:
                     return p.group_reply(req.cmd, records)
         return p.not_found_reply(req.cmd)

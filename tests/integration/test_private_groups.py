@@ -204,3 +204,22 @@ def test_collisions_with_real_groups_hybrid(tmp_path: Path, slapd: Slapd) -> Non
             }
     finally:
         d.stop()
+
+
+def test_enumeration_lists_the_private_groups(tmp_path: Path, slapd: Slapd) -> None:
+    """enumerate = true with auto_private_groups = true: getent group lists the cached
+    users as their private groups too (SSSD's SYSDB_GRENT_MPG_FILTER), but for one a
+    real group of its gid shadows; cached enumerates what it has cached
+    (docs/compatibility.md §9.1)."""
+    d = CachedDaemon(tmp_path / "c", [slapd.uri], BASE, auto_private_groups="true",
+                     ldap_schema="rfc2307bis", enumerate="true")  # fmt: skip
+    d.start()
+    try:
+        _answers(d.run_nss, [["id", "alice"], ["id", "dave"]], SOCKET_ONLY)
+        r = d.run_nss(["getent", "group"], env=SOCKET_ONLY)
+        lines = sorted(r.stdout.split())
+        assert "alice:*:10001:" in lines
+        assert "davegrp:*:10004:dave" in lines
+        assert not [line for line in lines if line.startswith("dave:")]
+    finally:
+        d.stop()
