@@ -223,3 +223,47 @@ def test_enumeration_lists_the_private_groups(tmp_path: Path, slapd: Slapd) -> N
         assert not [line for line in lines if line.startswith("dave:")]
     finally:
         d.stop()
+
+
+NOGID_BASE = "dc=nogid,dc=t"
+# Users of objectClass account: posixAccount needs a gidNumber, so the user without
+# one is an account with extensibleObject (uidNumber, homeDirectory allowed there).
+NOGID_LDIF = (
+    f"dn: {NOGID_BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: nogid\n"
+    f"o: nogid\n"
+    f"\ndn: uid=withgid,{NOGID_BASE}\nobjectClass: account\nobjectClass: posixAccount\n"
+    f"uid: withgid\ncn: withgid\nuidNumber: 10011\ngidNumber: 10011\n"
+    f"homeDirectory: /home/withgid\n"
+    f"\ndn: uid=nogid,{NOGID_BASE}\nobjectClass: account\nobjectClass: extensibleObject\n"
+    f"uid: nogid\ncn: nogid\nuidNumber: 10012\nhomeDirectory: /home/nogid\n"
+)
+NOGID_LOOKUPS = [
+    ["getent", "passwd", "nogid"], ["getent", "passwd", "10012"],
+    ["getent", "group", "nogid"], ["getent", "group", "10012"], ["id", "nogid"],
+    ["getent", "passwd", "withgid"], ["getent", "group", "10011"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["true", "hybrid"])
+def test_a_user_without_gidnumber_as_sssd(tmp_path: Path, mode: str) -> None:
+    """With true a user needs no gidNumber (SSSD's MPG domain stores gid = uid); with
+    hybrid it is no POSIX user, as SSSD's provider refuses it (ERR_NO_POSIX)."""
+    (tmp_path / "d.ldif").write_text(NOGID_LDIF)
+    opts = {"auto_private_groups": mode, "ldap_user_object_class": "account"}
+    with Slapd(tmp_path / "s", tmp_path / "d.ldif", NOGID_BASE) as server:
+        s = sssd.SssdDaemon(tmp_path / "sssd", server.uri, NOGID_BASE, **opts)
+        s.start()
+        try:
+            want = _answers(s.run_nss, NOGID_LOOKUPS, SOCKET_ONLY)
+        finally:
+            s.stop()
+        found = want["getent passwd nogid"] != "status 2"
+        assert found == (mode == "true"), want  # what the test is about
+        d = CachedDaemon(tmp_path / "c", [server.uri], NOGID_BASE,
+                         ldap_schema="rfc2307bis", **opts)  # fmt: skip
+        d.start()
+        try:
+            assert _answers(d.run_nss, NOGID_LOOKUPS, SOCKET_ONLY) == want
+            assert _answers(d.run_nss, NOGID_LOOKUPS, None) == want
+        finally:
+            d.stop()
