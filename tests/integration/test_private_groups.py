@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,7 +250,7 @@ def test_a_user_without_gidnumber_as_sssd(tmp_path: Path, mode: str) -> None:
     """With true a user needs no gidNumber (SSSD's MPG domain stores gid = uid); with
     hybrid it is no POSIX user, as SSSD's provider refuses it (ERR_NO_POSIX)."""
     (tmp_path / "d.ldif").write_text(NOGID_LDIF)
-    opts = {"auto_private_groups": mode, "ldap_user_object_class": "account"}
+    opts: dict[str, Any] = {"auto_private_groups": mode, "ldap_user_object_class": "account"}
     with Slapd(tmp_path / "s", tmp_path / "d.ldif", NOGID_BASE) as server:
         s = sssd.SssdDaemon(tmp_path / "sssd", server.uri, NOGID_BASE, **opts)
         s.start()
