@@ -35,6 +35,8 @@ from cached.config import (
     UNSUPPORTED,
     Option,
 )
+from cached.config.noeffect import NO_EFFECT
+from cached.config.sssd_documented import DOCUMENTED
 
 REPO: Final = Path(__file__).resolve().parent.parent
 BEGIN: Final = (
@@ -84,6 +86,55 @@ def readme(text: str) -> str:
     if start < 0 or end < start:
         raise SystemExit(f"{OPTIONS_PAGE}: the markers {BEGIN!r} ... {END!r} are missing")
     return text[:start] + readme_tables() + text[end + len(END) :]
+
+
+# -- the table of SSSD's options (docs/compatibility.md) ----------------------------------
+
+TABLE_PAGE: Final = "docs/compatibility.md"
+TABLE_BEGIN: Final = (
+    "<!-- BEGIN sssd-options: generated from cached/config by `python -m cached.docgen` -->"
+)
+TABLE_END: Final = "<!-- END sssd-options -->"
+IMPLEMENTED, REFUSED, NO_EFFECT_KIND, UNCLASSIFIED = (
+    "implemented", "refused", "accepted, no effect", "unclassified",
+)  # fmt: skip
+
+
+def verdict(name: str) -> tuple[str, str]:
+    """What cached does with an SSSD option, and why: implemented (a field of a
+    section, whose doc says how), refused but at a value that changes nothing
+    (``UNSUPPORTED``), accepted with no effect (``NO_EFFECT``, why that is right), or
+    unclassified (tests/unit/test_option_table.py fails on it)."""
+    where = [(heading, table[name]) for heading, _, table in SECTIONS if name in table]
+    if where:
+        return IMPLEMENTED, f"{', '.join(h for h, _ in where)}: {where[0][1].doc}"
+    u = UNSUPPORTED.get(name)
+    if u is not None:
+        return REFUSED, f"loads only at the value under which SSSD answers as cached: {u.instead}"
+    why = NO_EFFECT.get(name)
+    if why is not None:
+        return NO_EFFECT_KIND, why[0].upper() + why[1:] + "."
+    return UNCLASSIFIED, ""
+
+
+def option_table() -> str:
+    out = [TABLE_BEGIN]
+    for part, names in DOCUMENTED.items():
+        out += ["", f"#### {part}", "", "| option | cached | how, or why |", "|---|---|---|"]
+        for name in names:
+            kind, text = verdict(name)
+            text = text.replace("|", "\\|")
+            out.append(f"| `{name}` | {kind} | {text} |")
+    out += ["", TABLE_END]
+    return "\n".join(out)
+
+
+def with_option_table(text: str) -> str:
+    """``text`` (docs/compatibility.md) with its table of SSSD's options regenerated."""
+    start, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{TABLE_PAGE}: the markers {TABLE_BEGIN!r} ... {TABLE_END!r} are missing")
+    return text[:start] + option_table() + text[end + len(TABLE_END) :]
 
 
 # -- roff ------------------------------------------------------------------------------
@@ -162,8 +213,9 @@ def conf_page() -> str:
         out += [".TP", f"\\fB{roff(name)}\\fR", roff(u.instead[0].upper() + u.instead[1:] + ".")]
     out += [".SH IGNORED SSSD OPTIONS"]
     out += _paragraphs(
-        "Accepted and ignored, so that an sssd.conf loads without warnings: "
-        + ", ".join(f"`{o}`" for o in sorted(ACCEPTED_UNUSED))
+        "Accepted and ignored, so that an sssd.conf loads without warnings (none "
+        "changes an answer; docs/compatibility.md says why for each): "
+        + ", ".join(f"`{o}`" for o in sorted(ACCEPTED_UNUSED | NO_EFFECT.keys()))
         + ". The sections "
         + ", ".join(f"`[{s}]`" for s in IGNORED_SECTIONS)
         + " configure SSSD responders cached does not have and are ignored. "
@@ -249,6 +301,7 @@ def outputs(repo: Path = REPO) -> dict[Path, str]:
     """Every generated file and the text it should have."""
     return {
         repo / OPTIONS_PAGE: readme((repo / OPTIONS_PAGE).read_text()),
+        repo / TABLE_PAGE: with_option_table((repo / TABLE_PAGE).read_text()),
         repo / "docs" / "man" / "cached.conf.5": conf_page(),
         repo / "docs" / "man" / "cached.8": command_page(),
     }

@@ -23,14 +23,16 @@ A side (``--a``, ``--b``) is
   no client work; cold scenarios only;
 * ``sssd``: SSSD 2.8.2 from Debian's packages (testing/sssd.py), with the same domain
   options plus the ones perf.run gives it (perf.targets: no sudo and other providers,
-  the watchdog's ``timeout`` raised so that it survives bigroupuser); login scenarios
-  only.
+  the watchdog's ``timeout`` raised so that it survives bigroupuser); the NSS scenarios
+  on perf.run's domain options (perf.targets.DOMAIN_OPTIONS), the login ones.
 
 A checkout's own ``cached`` runs its daemons (first on their path and their working
 directory, testing.daemon's ``checkout``); its C entry reader (cached/ldap/_ber.c) is
 built in place when missing, with this interpreter's flags, as ``pip install -e`` would.
 ``--a-opt``/``--b-opt KEY=VALUE`` add domain options to one side's configuration, so
-the same checkout can be compared with itself under two settings.
+the same checkout can be compared with itself under two settings. With
+``use_fully_qualified_names = true`` a side is asked for ``bigroupuser@LDAP`` and
+``large01@LDAP`` (the domain both daemons are given).
 
 Scenarios, each from a fresh ``cached serve`` with an empty cache, through glibc and
 the real libnss_sss in a private mount namespace (testing.nsenv), the memory cache off
@@ -287,22 +289,36 @@ class Measure:
             yield from self._floor(scenarios)
             return
         yield from self._logins(side, r, scenarios)
-        if side.sssd:
-            return
+        user, group = self._name(side, self.exp.big_user), self._name(side, GROUP)
         if "cold-id" in scenarios or "warm-id" in scenarios:
             with self._daemon(side, f"{side.label}{r}-id") as d:
-                cold = self._run(d, ["id", self.exp.big_user])
+                cold = self._run(d, ["id", user])
                 if "cold-id" in scenarios:
                     yield "cold-id", cold
                 if "warm-id" in scenarios:
-                    warm = [self._run(d, ["id", self.exp.big_user]) for _ in range(self.warm_reps)]
+                    warm = [self._run(d, ["id", user]) for _ in range(self.warm_reps)]
                     yield "warm-id", sorted(warm, key=lambda s: s.wall)[len(warm) // 2]
         if "cold-group" in scenarios:
             with self._daemon(side, f"{side.label}{r}-group") as d:
-                yield "cold-group", self._run(d, ["getent", "group", GROUP])
+                yield "cold-group", self._run(d, ["getent", "group", group])
+
+    @staticmethod
+    def _name(side: Side, name: str) -> str:
+        """A name as the side finds it: qualified when its options qualify names."""
+        qualified = side.options.get("use_fully_qualified_names", "").lower() == "true"
+        return f"{name}@LDAP" if qualified else name
 
     @contextlib.contextmanager
-    def _daemon(self, side: Side, name: str) -> Iterator[CachedDaemon]:
+    def _daemon(self, side: Side, name: str) -> Iterator[CachedDaemon | sssd.SssdDaemon]:
+        if side.sssd:
+            with sssd.SssdDaemon(
+                self.tmp / name, self.server.uri, self.server.base_dn, nss=SSSD_SURVIVAL_NSS,
+                **{**DOMAIN_OPTIONS, **SSSD_ONLY_OPTIONS, **SSSD_SURVIVAL_DOMAIN,
+                   **side.options},
+            ) as s:  # fmt: skip
+                s.run_nss(["true"], env=self.env, timeout=600)
+                yield s
+            return
         checkout = None if side.checkout == REPO else side.checkout
         with CachedDaemon(
             self.tmp / name,
@@ -315,8 +331,11 @@ class Measure:
             d.run_nss(["true"], env=self.env, timeout=600)  # the namespace warm
             yield d
 
-    def _run(self, d: CachedDaemon, cmd: list[str]) -> Sample:
-        cached = [d.pid, *(x.pid for x in procstat.children(d.pid))]
+    def _run(self, d: CachedDaemon | sssd.SssdDaemon, cmd: list[str]) -> Sample:
+        if isinstance(d, CachedDaemon):
+            cached = [d.pid, *(x.pid for x in procstat.children(d.pid))]
+        else:
+            cached = list(d.pids().values())
         slapd = {"slapd": self.server.pid or 0}
 
         def cpu() -> float:
@@ -439,7 +458,8 @@ class Measure:
     def _exact(self, cmd: list[str], out: str) -> bool:
         if cmd[0] == "id":
             return _gids(out) == self.exp.initgroups(self.exp.big_user, 2)
-        return _members(out) == self.exp.members(GROUP, 2)
+        # A qualified side answers member@LDAP; the directory's names hold no "@".
+        return {n.split("@", 1)[0] for n in _members(out)} == self.exp.members(GROUP, 2)
 
     def _floor(self, scenarios: list[str]) -> Iterator[tuple[str, Sample]]:
         for name, group in (("cold-id", None), ("cold-group", GROUP)):
@@ -527,8 +547,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(scenarios) - set(SCENARIOS)
     if unknown:
         ap.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
-    if "sssd" in (args.a, args.b) and set(scenarios) & set(NSS_SCENARIOS):
-        ap.error("the sssd side runs login scenarios only (perf.run compares its NSS steps)")
     if "floor" in (args.a, args.b) and set(scenarios) & set(LOGIN_SCENARIOS):
         ap.error("the floor has no login scenarios")
     logins = bool(set(scenarios) & set(LOGIN_SCENARIOS))

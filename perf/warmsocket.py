@@ -12,7 +12,10 @@ process's user + system time over all the runs: on a shared machine the wall tim
 with the load, the CPU much less); ``--profile`` prints the responder's cProfile for one
 more run.
 
-    .venv/bin/python -m perf.warmsocket --reps 15 [--profile]
+    .venv/bin/python -m perf.warmsocket --reps 15 [--profile] [--opt KEY=VALUE ...]
+
+``--opt`` adds a domain option (``use_fully_qualified_names=true``: the groups are
+answered qualified, as that setting makes every answer).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import statistics
 import struct
 import tempfile
 import time
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
 from cached.cache import open_domain_cache
@@ -46,7 +50,8 @@ BASE = "dc=example,dc=test"
 GROUPS = 2085  # bigroupuser's groups besides its primary one (testing.gendir)
 
 
-def config(workdir: str) -> Config:
+def config(workdir: str, opts: Sequence[str] = ()) -> Config:
+    extra = "".join(f"{o.split('=', 1)[0]} = {o.split('=', 1)[1]}\n" for o in opts)
     return parse_config(
         f"""[cached]
 domains = LDAP
@@ -59,7 +64,7 @@ id_provider = ldap
 ldap_uri = ldap://127.0.0.1:1
 ldap_search_base = {BASE}
 ldap_schema = rfc2307bis
-"""
+{extra}"""
     )
 
 
@@ -161,9 +166,11 @@ def main(argv: list[str] | None = None) -> None:
         default="uvloop",
         help="the event loop: the daemons' (uvloop, default) or asyncio's own, to compare",
     )
+    ap.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="a domain option of the configuration")  # fmt: skip
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="warmsocket-") as workdir:
-        cfg = config(workdir)
+        cfg = config(workdir, args.opt)
         gids = fill_cache(cfg)
         run = _run if args.loop == "uvloop" else asyncio.run
         run(serve_and_measure(cfg, gids, args.reps, args.profile))

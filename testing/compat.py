@@ -68,6 +68,9 @@ SSSD_REASONS: dict[str, str] = {
     "d3": "nesting-minimum",
     "d4": "nesting-minimum",
     "deepuser": "nesting-minimum",
+    "upgshadow@LDAP": "mpg-collision",
+    "shadowgrp@LDAP": "mpg-collision",
+    "40118": "mpg-collision",
     "joiner": "sizelimit",
     "uptop": "sizelimit",
     "up600": "sizelimit",
@@ -103,6 +106,15 @@ REASON_TEXT: dict[str, str] = {
         "than 500 groups: it keeps the first 500 and exits 0). cached batches those "
         "searches, splits a batch the limit cuts, and fails a lookup whose single "
         "search is still cut, with a log line naming the limit (tests/integration/test_zoo.py)."
+    ),
+    "mpg-collision": (
+        "With `auto_private_groups = true` SSSD's cache holds a user or a group under a "
+        "gid, never both (sysdb_add_user, sysdb_add_group refuse the second): a real "
+        "group whose gid is a user's uid, stored first, leaves that user unknown "
+        "(`id` fails); the user stored first leaves the group unknown, its gid answered "
+        "as the user's private group. cached answers the same in every order: the real "
+        "group by its gid and name, the user with gid = uid (docs/compatibility.md, "
+        "\"Private groups\"). Deliberate difference."
     ),
     "unexplained": "Not one of the known classes: look at it.",
 }

@@ -80,6 +80,7 @@ JOINER_GROUPS = JOINER_DIRECT * 3 + 1
 # answer must be complete or a loud failure, never the first 500 (tests/integration/test_zoo.py).
 HUGE_GROUPS = SIZELIMIT + 20
 NOTFOUND = "NOTFOUND"
+DOMAIN = "LDAP"  # the domain both clients are configured with (testing.sssd, testing.daemon)
 
 
 @dataclass
@@ -119,6 +120,16 @@ class View:
     nesting: int = DEFAULT_NESTING
     lookups: tuple[tuple[str, str], ...] = ()
     note: str = ""
+    # sssd.conf's name, home/shell and id options the view sets (both clients read
+    # them from ``options``; the model from these): use_fully_qualified_names
+    # (names answered and asked as ``name@DOMAIN``), override_homedir (a template of
+    # %u and %d), override_shell, auto_private_groups = true.
+    qualified: bool = False
+    homedir: str = ""
+    shell: str = ""
+    vetoed_shells: tuple[str, ...] = ()
+    shell_fallback: str = "/bin/sh"
+    private_groups: str = "false"  # auto_private_groups: true, false or hybrid
 
 
 # --------------------------------------------------------------------------------------
@@ -263,6 +274,13 @@ def build() -> Zoo:
     add(_user("joiner", "uid=joiner", next(uid)))
     add(_user("hugejoiner", "uid=hugejoiner", next(uid)))
     add(_user("carl", "uid=carl", next(uid), container=CONTRACTORS))
+    # gidNumber = uidNumber, as a user-private-group directory writes them: the
+    # private group auto_private_groups = hybrid makes; and one whose gid a real
+    # group also has, which that group shadows.
+    upg = next(uid)
+    add(_user("upg", "uid=upg", upg, gid=upg))
+    upgshadow = next(uid)
+    add(_user("upgshadow", "uid=upgshadow", upgshadow, gid=upgshadow))
     bulk = [add(_user(f"bulk{i:03d}", f"uid=bulk{i:03d}", 42000 + i)) for i in range(1, 601)]
     # Not posixAccount: no uidNumber, so not a user for anybody (item 5).
     e["nouid"] = Entry(
@@ -383,6 +401,7 @@ def build() -> Zoo:
     for i in range(1, HUGE_GROUPS + 1):
         add(_group(f"huge{i:03d}", 46000 + i, [m("hugejoiner")]))
     # A groupOfNames without gidNumber between POSIX groups (item 8).
+    add(_group("shadowgrp", upgshadow, [m("upg")]))
     add(_group("nprimary", 45000, [m("nester")], container=NEST))
     add(_group("nbottom", 45001, [m("nester")], container=NEST))
     add(_group("nmiddle", None, [m("nbottom")], container=NEST, posix=False))
@@ -532,6 +551,54 @@ def views(zoo: Zoo) -> dict[str, View]:
             note="groups are groupOfNames; one of them has no gidNumber",
         ),
         View(
+            "names",
+            {**base, "use_fully_qualified_names": "true", "override_homedir": "/home/%d/%u",
+             "override_shell": "/bin/bash", "auto_private_groups": "true"},
+            user_bases=((BASE, None),),
+            group_bases=(BASE,),
+            # upgshadow's uid is shadowgrp's gid: SSSD's answers for the three depend
+            # on which it stored first (compat.py SSSD_REASONS, "mpg-collision").
+            lookups=_lookups(
+                [f"{n}@{DOMAIN}" for n in ("alice", "bob", "jdoe", "müller", "mvalias",
+                                           "orphan", "nester", "nouid", "upgshadow")]
+                + ["alice", "alice@OTHER", "ALICE@ldap"],
+                [zoo["alice"].number or 0, zoo["orphan"].number or 0],
+                [f"{n}@{DOMAIN}" for n in ("staff", "Jane Doe", "projects", "d2", "eng",
+                                           "alice", "orphan", "jdoe", "Bob Builder",
+                                           "shadowgrp")]
+                + ["staff", "alice"],
+                [STAFF_GID, 40020, ORPHAN_GID, zoo["alice"].number or 0,
+                 zoo["jdoe"].number or 0, zoo["upgshadow"].number or 0],
+                [f"{n}@{DOMAIN}" for n in ("alice", "bob", "orphan", "nester", "deepuser",
+                                           "mvuser", "upgshadow")] + ["alice"],
+            ),
+            qualified=True,
+            homedir="/home/%d/%u",
+            shell="/bin/bash",
+            private_groups="true",
+            note="qualified names, home and shell templates, auto_private_groups = true",
+        ),
+        View(
+            "hybrid",
+            # [nss]'s options go to both daemons' nss= (testing.daemon, testing.sssd).
+            {**base, "auto_private_groups": "hybrid",
+             "nss": {"vetoed_shells": "/bin/sh", "shell_fallback": "/bin/bash"}},
+            user_bases=((BASE, None),),
+            group_bases=(BASE,),
+            lookups=_lookups(
+                ["upg", "upgshadow", "alice"],
+                [zoo["upg"].number or 0],
+                ["upg", "upgshadow", "shadowgrp", "alice", "staff"],
+                [zoo["upg"].number or 0, zoo["upgshadow"].number or 0,
+                 zoo["alice"].number or 0, STAFF_GID],
+                ["upg", "upgshadow", "alice", "bob"],
+            ),
+            vetoed_shells=("/bin/sh",),
+            shell_fallback="/bin/bash",
+            private_groups="hybrid",
+            note="auto_private_groups = hybrid; a vetoed shell",
+        ),
+        View(
             "nest1",
             {**base, "ldap_group_nesting_level": 1},
             user_bases=((BASE, None),),
@@ -598,11 +665,22 @@ class Model:
 
     # -- names --------------------------------------------------------------------
 
-    def out(self, name: str) -> str:
-        """A name as the client prints it: lower case with case_sensitive = false."""
+    def short(self, name: str) -> str:
+        """A name as the client prints it unqualified: lower case with
+        case_sensitive = false."""
         return name.lower() if self.view.case == "false" else name
 
+    def out(self, name: str) -> str:
+        """A name as the client prints it: ``name@DOMAIN`` in a qualified view."""
+        short = self.short(name)
+        return f"{short}@{DOMAIN}" if self.view.qualified else short
+
     def _matches(self, asked: str, names: Iterable[str]) -> bool:
+        if self.view.qualified:
+            # Only name@DOMAIN (the domain part in any case, SSSD's re_expression).
+            asked, at, dom = asked.rpartition("@")
+            if not at or dom.lower() != DOMAIN.lower():
+                return False
         if self.view.case == "true":
             return asked in names
         return asked.lower() in {n.lower() for n in names}
@@ -649,13 +727,47 @@ class Model:
         for k in self.groups:
             if self.zoo[k].number == gid:
                 return self.out(self.zoo[k].name)
+        for u in self.users:
+            if self.zoo[u].number == gid and self.has_private_group(u):
+                return self.out(self.zoo[u].name)
         return None
+
+    def has_private_group(self, u: str) -> bool:
+        """auto_private_groups: every user with ``true``; with ``hybrid`` a user whose
+        gidNumber is its uid and no real group has (nss_get_object.c)."""
+        x = self.zoo[u]
+        if self.view.private_groups == "true":
+            return True
+        return (
+            self.view.private_groups == "hybrid"
+            and x.gid == x.number
+            and not any(self.zoo[g].number == x.gid for g in self.groups)
+        )
+
+    def primary_gid(self, u: str) -> int:
+        """The user's answered gid: its uid with auto_private_groups = true."""
+        x = self.zoo[u]
+        return x.number or 0 if self.view.private_groups == "true" else x.gid
+
+    def private_group_line(self, u: str) -> str:
+        """A user's private group: its name, gid = uid, no members (SSSD's
+        mpg_convert of the user's entry)."""
+        x = self.zoo[u]
+        return f"{self.out(x.name)}:*:{x.number}:"
 
     # -- answers ------------------------------------------------------------------
 
     def passwd_line(self, u: str) -> str:
         x = self.zoo[u]
-        return f"{self.out(x.name)}:*:{x.number}:{x.gid}:{x.gecos}:/home/{x.name}:/bin/sh"
+        home = f"/home/{x.name}"
+        if self.view.homedir:
+            # %u is the short name as answered, %d the domain (sss_nss.c
+            # expand_homedir_template): the only sequences the views use.
+            home = self.view.homedir.replace("%u", self.short(x.name)).replace("%d", DOMAIN)
+        shell = self.view.shell or "/bin/sh"
+        if shell in self.view.vetoed_shells:
+            shell = self.view.shell_fallback
+        return f"{self.out(x.name)}:*:{x.number}:{self.primary_gid(u)}:{x.gecos}:{home}:{shell}"
 
     def group_line(self, g: str) -> str:
         x = self.zoo[g]
@@ -672,28 +784,43 @@ class Model:
         if kind == "group":
             if key.isdigit():
                 gs = [g for g in self.groups if self.zoo[g].number == int(key)]
-                return self.group_line(gs[0]) if gs else NOTFOUND
+                if gs:
+                    return self.group_line(gs[0])
+                us = [u for u in self.users if self.zoo[u].number == int(key)]
+                if us and self.has_private_group(us[0]):
+                    return self.private_group_line(us[0])
+                return NOTFOUND
             g = self.find_group(key)
-            return self.group_line(g) if g else NOTFOUND
+            if g:
+                return self.group_line(g)
+            # No real group of that name: a user's private group (no user of the zoo
+            # has a name a real group has; a gid is checked by has_private_group).
+            u = self.find_user(key)
+            return self.private_group_line(u) if u and self.has_private_group(u) else NOTFOUND
         u = self.find_user(key)
         if u is None:
             # glibc's getent initgroups prints the name and exits 0 for an unknown
             # user (getgrouplist finds no group): the same as a user without groups.
             return format_initgroups(key, []) if kind == "initgroups" else NOTFOUND
         gids = sorted(self.zoo[g].number or 0 for g in self.user_groups(u))
+        x = self.zoo[u]
+        if self.view.private_groups == "true" and x.gid not in gids and x.gid != x.number:
+            # The directory's gidNumber is one more group of the user, whether or not
+            # a group has it (nss_protocol_grent.c, orig_gid).
+            gids = sorted([*gids, x.gid])
         if kind == "initgroups":
             # SSSD's initgroups lists the groups the user is a member of; the primary
             # gid only when the user is also an explicit member (item 11; glibc's
             # initgroups()/id add it themselves).  getent prints the name as asked.
             return format_initgroups(key, gids)
-        x = self.zoo[u]
-        all_gids = sorted({x.gid, *gids})
+        primary = self.primary_gid(u)
+        all_gids = sorted({primary, *gids})
         return format_id(
             x.number or 0,
             self.out(x.name),
-            x.gid,
+            primary,
             [(g, self.group_name_of_gid(g)) for g in all_gids],
-            self.group_name_of_gid(x.gid),
+            self.group_name_of_gid(primary),
         )
 
 

@@ -8,11 +8,13 @@ validator and the source of the option tables in README.md and of cached.conf(5)
 value; unknown options warn and name the option; SSSD options that cached accepts but
 has no use for (``services``, ``auth_provider``, ...) are accepted quietly so a real
 sssd.conf loads; SSSD options that would change who is who
-(``auto_private_groups = true``, ...) are refused unless set to a value that
-changes nothing (sssd.py).
+(``ldap_rfc2307_fallback_to_local_users = true``, ...) are refused unless set to a
+value that changes nothing (sssd.py).
 
 The modules, each importing only those before it: errors, parsers (text to values),
-ini (the file syntax), options (the sections' fields), sssd (SSSD's options),
+ini (the file syntax), options (the sections' fields), sssd_documented (the options
+SSSD 2.8.2 documents, generated), noeffect (why the SSSD options cached accepts
+without using change no answer), sssd (SSSD's options),
 rules (across options), load (files to a Config), check (``cached config-check``:
 what loading does with each line, from load's own verdicts).
 """
@@ -34,6 +36,7 @@ from cached.config.options import (
     NssConfig,
     Option,
     PamConfig,
+    PrivateGroups,
     Schema,
     SshConfig,
     TlsReqcert,
@@ -65,6 +68,7 @@ __all__ = [
     "NssConfig",
     "Option",
     "PamConfig",
+    "PrivateGroups",
     "Schema",
     "SearchBase",
     "SshConfig",

@@ -13,6 +13,7 @@ from typing import Any
 
 from cached.config.errors import ConfigError
 from cached.config.ini import Ini
+from cached.config.noeffect import NO_EFFECT
 from cached.config.options import (
     DAEMON_OPTIONS,
     DOMAIN_OPTIONS,
@@ -85,8 +86,12 @@ def judge(section: str, name: str, raw: str, table: dict[str, Option]) -> Verdic
             f"[{section}] {name} is an option of [nss], where SSSD reads it; ignored here",
             warn=True,
         )
-    if name in ACCEPTED_UNUSED:
-        return Verdict(IGNORED, "an SSSD option cached accepts and has no use for")
+    if name in ACCEPTED_UNUSED or name in NO_EFFECT:
+        why = NO_EFFECT.get(name)
+        return Verdict(
+            IGNORED,
+            f"no effect: {why}" if why else "an SSSD option cached accepts and has no use for",
+        )
     return Verdict(IGNORED, f"[{section}] unknown option {name!r} is ignored", warn=True)
 
 

@@ -26,6 +26,7 @@ from cached.config.parsers import (
     homedir_template,
     integer,
     name_format,
+    name_regex,
     not_supported,
     one_char,
     provider,
@@ -58,6 +59,16 @@ class CaseSensitive(enum.StrEnum):
     TRUE = "true"
     FALSE = "false"
     PRESERVING = "preserving"
+
+
+class PrivateGroups(enum.StrEnum):
+    """``auto_private_groups`` (SSSD's mpg_mode): ``true`` answers every user with a
+    group of its own (gid = uid, named as the user), ``hybrid`` only for a user whose
+    gidNumber equals its uid and names no real group."""
+
+    TRUE = "true"
+    FALSE = "false"
+    HYBRID = "hybrid"
 
 
 class TlsReqcert(enum.StrEnum):
@@ -221,6 +232,14 @@ class DaemonConfig:
         "%1$s@%2$s",
         "How a qualified name is written: %1$s the name, %2$s the domain, %3$s the "
         "domain's flat name (for an LDAP domain, its name).",
+    )
+    re_expression: str = option(
+        name_regex,
+        "",
+        "How a looked-up name splits into name and domain, for the domains that set "
+        "none: a regular expression (Python `re`, verbose as SSSD's PCRE) with a "
+        "(?P<name>...) group and, optionally, a (?P<domain>...) group.",
+        "SSSD's default for the domain's id_provider",
     )
     default_domain_suffix: str = option(
         string,
@@ -858,6 +877,13 @@ class DomainConfig:
     full_name_format: str = option(
         name_format, "", "full_name_format for this domain.", "[sssd] full_name_format"
     )
+    re_expression: str = option(
+        name_regex,
+        "",
+        "re_expression for this domain: how a looked-up name splits into name and "
+        "domain, as SSSD (each domain's expression is tried in `domains` order).",
+        "[sssd] re_expression, else `(?P<name>[^@]+)@?(?P<domain>[^@]*$)`",
+    )
 
     # -- Home directory and shell: as the [nss] options of the same names, for this
     # domain's users; set here, they take precedence (confdb.c
@@ -875,6 +901,17 @@ class DomainConfig:
     default_shell: str = option(string, "", "Login shell of the domain's users without one.")
 
     # -- Ids (sssd.conf(5); nss_protocol_pwent.c sss_nss_get_gid).
+    auto_private_groups: PrivateGroups = option(
+        closed(PrivateGroups, expected="true, false or hybrid"),
+        PrivateGroups.FALSE,
+        "`true`: each user's primary group is a group of its own, gid = uid, named as "
+        "the user, with no members (answered by getgrgid and getgrnam when no real "
+        "group has that gid or name); gidNumber is ignored (none needed) and its group "
+        "is added to the user's groups. `hybrid`: that group only for users whose "
+        "gidNumber equals their uid and names no real group. SSSD's default for a "
+        "configured domain is `false` (its `true` for ID-mapped domains is for trusted "
+        "subdomains, which cached does not serve).",
+    )
     override_gid: int = option(
         integer(0, MAX_ID),
         0,

@@ -6,6 +6,7 @@ does not. No parser knows an option's name: options.py pairs them."""
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -271,4 +272,54 @@ def one_char(raw: str) -> str:
     value = raw.strip()
     if len(value) > 1:
         raise ValueError("expected a single character")
+    return value
+
+
+# SSSD's default re_expression (util.h): SSS_DEFAULT_RE for LDAP domains, and
+# SSS_IPA_AD_DEFAULT_RE for id_provider = ad or ipa (usertools.c
+# get_id_provider_default_re), which also reads DOMAIN\\name.
+SSSD_DEFAULT_RE = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
+SSSD_AD_DEFAULT_RE = (
+    "(((?P<domain>[^\\\\]+)\\\\(?P<name>.+$))|"
+    "((?P<name>.+)@(?P<domain>[^@]+$))|"
+    "(^(?P<name>[^@\\\\]+)$))"
+)
+_GROUP_NAME = re.compile(r"\(\?P<([A-Za-z_][A-Za-z0-9_]*)>")
+
+
+def compile_name_regex(pattern: str) -> re.Pattern[str]:
+    """An re_expression as SSSD compiles it (usertools.c: PCRE2 with EXTENDED and
+    DUPNAMES), in Python's ``re``: ``re.VERBOSE``, and a group name used again renamed
+    ``NAME__2``, ``NAME__3``... (``name_groups`` reads the first that took part, as
+    pcre2_substring_get_byname does). ValueError for a pattern ``re`` cannot compile
+    or without a ``name`` group (SSSD would find no name in any lookup)."""
+    seen: dict[str, int] = {}
+
+    def rename(m: re.Match[str]) -> str:
+        n = seen[m[1]] = seen.get(m[1], 0) + 1
+        return m[0] if n == 1 else f"(?P<{m[1]}__{n}>"
+
+    try:
+        compiled = re.compile(_GROUP_NAME.sub(rename, pattern), re.VERBOSE)
+    except re.error as e:
+        raise ValueError(f"not a regular expression cached can read (Python re): {e}") from None
+    if "name" not in seen:
+        raise ValueError("it has no (?P<name>...) group, so it would find no name to look up")
+    return compiled
+
+
+def name_groups(m: re.Match[str], group: str) -> str | None:
+    """The first group called ``group`` (or a renamed duplicate) that took part in
+    the match ``m`` of a pattern of :func:`compile_name_regex`."""
+    for key in m.re.groupindex:
+        if (key == group or key.startswith(group + "__")) and m[key] is not None:
+            return m[key]
+    return None
+
+
+def name_regex(raw: str) -> str:
+    """An re_expression (checked by compiling it); "" for unset."""
+    value = raw.strip()
+    if value:
+        compile_name_regex(value)
     return value

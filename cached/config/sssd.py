@@ -64,10 +64,6 @@ def _is_unset(raw: str) -> bool:
     return not raw.strip()
 
 
-# SSSD's default re_expression for LDAP domains (sssd.conf(5)): setting it to that is
-# no change.
-_SSSD_RE_EXPRESSION = "(?P<name>[^@]+)@?(?P<domain>[^@]*$)"
-
 # Access control (who may log in) is a PAM account check: cached's PAM responder answers
 # ACCT_MGMT with success for every user (access_provider = permit) until access control
 # is implemented, and without `services = pam` pam_sss finds no socket and returns
@@ -96,21 +92,49 @@ UNSUPPORTED: dict[str, Unsupported] = {
         lambda raw: raw.strip().lower() in ("", "permit"), _NO_ACCESS_CONTROL
     ),
     **{name: Unsupported(_is_unset, _NO_ACCESS_CONTROL) for name in _ACCESS_OPTIONS},
-    "auto_private_groups": Unsupported(
-        lambda raw: raw.strip().lower() == "false",
-        "cached serves each user's primary gid as the directory holds it and makes no group "
-        "named after the user (SSSD would answer gid = uid with such a group: primary "
-        "groups and file group owners would change); set it to false or remove it",
-    ),
-    "re_expression": Unsupported(
-        lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
-        "cached splits a domain out of a name only as SSSD's default does "
-        "(name@DOMAIN); remove it",
-    ),
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,
         "cached lists only the members that the directory's users resolve to; remove it",
     ),
+    # SSSD 2.8.2's documented options that change answers and that cached does not
+    # implement (the option table of docs/compatibility.md lists every one).
+    "domain_resolution_order": Unsupported(
+        _is_unset,
+        "cached looks names up in the order of `domains`; list the domains in that "
+        "order there and remove it",
+    ),
+    "cache_first": Unsupported(
+        _is_false,
+        "cached asks each domain in turn, its cache then its server, as SSSD's "
+        "default; with several domains, true would answer a later domain's cached "
+        "entry before an earlier domain's server; remove it",
+    ),
+    "ldap_min_id": Unsupported(
+        lambda raw: _is_unset(raw) or raw.strip() == "0",
+        "cached limits the ids it serves with min_id and max_id; use those",
+    ),
+    "ldap_max_id": Unsupported(
+        lambda raw: _is_unset(raw) or raw.strip() == "0",
+        "cached limits the ids it serves with min_id and max_id; use those",
+    ),
+    "ldap_deref": Unsupported(
+        lambda raw: raw.strip().lower() in ("", "never"),
+        "cached never dereferences aliases (SSSD's default, `never`): entries behind an "
+        "alias would be found by SSSD and not by cached; remove it",
+    ),
+    "ldap_disable_range_retrieval": Unsupported(
+        _is_false,
+        "cached always reads every value of a ranged attribute (AD's member;1500-*), so "
+        "big groups keep all their members where SSSD would cut them; remove it",
+    ),
+    **{
+        name: Unsupported(
+            _is_unset,
+            "cached presents no client certificate and uses OpenSSL's default ciphers "
+            "(a server that requires either refuses it); remove it",
+        )
+        for name in ("ldap_tls_cert", "ldap_tls_key", "ldap_tls_cipher_suite")
+    },
 }
 
 # Sections of sssd.conf that belong to responders cached does not have.

@@ -17,7 +17,7 @@ from enum import StrEnum
 from itertools import chain, filterfalse
 from typing import Final, NamedTuple
 
-from cached.config import SearchBase
+from cached.config import PrivateGroups, SearchBase
 from cached.dn import in_scope, normalize_dn, normalize_dns, rdn_avas
 from cached.ldap.computed import URL_ATTR, computed
 from cached.ldap.context import Context
@@ -312,13 +312,18 @@ class Decoder:
         # A multi-valued name attribute: the value the RDN spells, whatever was asked
         # (SSSD's primary name, docs/compatibility.md §9.5).
         name = got[0] if len(got) == 1 else primary_name(dn, s.user_name, got)
-        if uid is None or gid is None:
+        if cfg.auto_private_groups == PrivateGroups.TRUE and uid is not None:
+            # SSSD's MPG domain (sdap_save_user): the primary gid is the uid, the
+            # directory's gidNumber only an extra group of the user (kept here; 0 for
+            # none), and neither needed nor range-checked.
+            gid = gid if gid is not None and cfg.id_in_range(gid) else 0
+        elif uid is None or gid is None:
             limited.log("not-posix-user", logging.WARNING, "%s: no numeric %s/%s; not a POSIX user",
                         dn, s.user_uid, s.user_gid)  # fmt: skip
             return None
         if not cfg.id_in_range(uid):
             return None
-        if not cfg.id_in_range(gid):
+        if gid and not cfg.id_in_range(gid):
             # SSSD: "filtered out! (primary gid out of range)"; gid 0 always is.
             log.debug("%s: primary gid %d out of range; user filtered out", dn, gid)
             return None

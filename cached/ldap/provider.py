@@ -378,7 +378,8 @@ class LdapProvider:
         known: Known = {}
         # The primary group, when the cache does not hold it (§6.3 step 5): asked in
         # the first search of the walk, not in a search of its own.
-        primary_state = self.cache.group_by_gid(user.gid).state
+        # gid 0: none (auto_private_groups = true and no gidNumber).
+        primary_state = self.cache.group_by_gid(user.gid).state if user.gid else State.VALID
         primary = user.gid if primary_state is State.MISSING else None
         stored = self.cache.initgroups(user.name).value
         if not s.ad and not self.cfg.ignore_group_members and stored and stored.fetched:

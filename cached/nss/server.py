@@ -42,7 +42,7 @@ from typing import Any, Generic, cast
 
 from cached import gcpause
 from cached.cache import DomainCache, GroupView, Initgroups, State
-from cached.config import Config, ConfigError, DomainConfig
+from cached.config import Config, ConfigError, DomainConfig, PrivateGroups
 from cached.counters import COUNTERS, NSS_EARLY, NSS_REQUEST, NSS_SPARED
 from cached.ipc import aio, framing
 from cached.ipc.ops import GroupsStoredNote, Op
@@ -316,10 +316,20 @@ class NssResponder:
         g = found.value
         r = self._group_record(found.domain, g)
         lookups = self.lookups
-        if self._feedable(found) and lookups.owns(found.domain, GETGRNAM, r.name, GETGRGID, g.gid):
+        if (
+            self._feedable(found)
+            and lookups.owns(found.domain, GETGRNAM, r.name, GETGRGID, g.gid)
+            and not self._shadowed_private(found)
+        ):
             self._feed_group(r)
         reply = p.group_reply(cmd, [self._encoded(r)])
-        if g.member_count < MEMO_MEMBERS and found.state is State.VALID:
+        if (
+            g.member_count < MEMO_MEMBERS
+            and found.state is State.VALID
+            # Not a user's private group (auto_private_groups, no members): the kept
+            # answer is checked against the group as the cache holds it.
+            and (g.member_count or found.domain.auto_private_groups == PrivateGroups.FALSE)
+        ):
             plugin: Plugin[Any, GroupView] = COMMANDS[cmd].plugin
             # Only an answer of the first domain that admits the key: an earlier one
             # skipped for a negative entry or offline could answer once that ends.
@@ -330,6 +340,17 @@ class NssResponder:
                     plugin, found, plugin.negative_key(key), r, reply
                 )
         return reply
+
+    @staticmethod
+    def _shadowed_private(found: Found[GroupView]) -> bool:
+        """A private group (auto_private_groups; found by its gid) whose name a real
+        group of its domain has: getgrnam answers that group, so the memory cache,
+        which clients read by name too, must not hold this one."""
+        g = found.value
+        if g.member_count or found.domain.auto_private_groups == PrivateGroups.FALSE:
+            return False
+        real = found.cache.group_by_name(g.name).value
+        return real is not None and real.gid != g.gid
 
     def _answer_again(self, a: _Answer, key: str | int) -> bytes | None:
         """The kept reply ``a`` if the flow would give the same one now (see _Answer)."""
@@ -362,6 +383,8 @@ class NssResponder:
             if self.lookups.first_admitting(INITGR, raw_name) is found.domain:
                 self.feed.initgroups(raw_name, self._output_name(found.domain, ig.user.name), gids)
             self._prefill_groups(found, gids)
+            if found.domain.auto_private_groups == PrivateGroups.TRUE:
+                self._prefill_primary(found)
         return p.initgr_reply(gids)
 
     def fill_netgroup(self, _cmd: int, _key: str, found: Found[Netgroup]) -> bytes:
@@ -370,6 +393,17 @@ class NssResponder:
         ng = found.value
         self.netgroups_served += 1
         return p.netgroup_reply(ng.triples, ng.members)
+    def _prefill_primary(self, found: Found[Initgroups]) -> None:
+        """With auto_private_groups = true, the user's primary group (its private
+        group, unless a real group has that gid) is in no group list: it goes in the
+        memory cache with the others, so that `id` does not ask the socket for it."""
+        if not self.feed.groups_enabled:
+            return
+        got = self.lookups.lookup_now(GETGRGID, found.value.user.uid)
+        if isinstance(got, Found) and self._feedable(got):
+            r = self._group_record(got.domain, got.value)
+            if self.lookups.owns(got.domain, GETGRNAM, r.name, GETGRGID, got.value.gid):
+                self._feed_group(r)
 
     def _prefill_groups(self, found: Found[Initgroups], gids: bytes) -> None:
         """Store every group of the user in the memory cache before the INITGR reply
@@ -540,12 +574,22 @@ class NssResponder:
                     return p.passwd_reply(req.cmd, records)
             else:
                 gok = GETGRGID.served
-                for g in cache.iter_groups():
-                    if gok(self.lookups.policy, domain, g):
-                        try:
-                            records.append(self._encoded(self._group_record(domain, g)))
-                        except ValueError as e:
-                            _left_out(g.name, e)
+                policy = self.lookups.policy
+                groups = [g for g in cache.iter_groups() if gok(policy, domain, g)]
+                if domain.auto_private_groups == PrivateGroups.TRUE:
+                    # SSSD enumerates the users as groups too (SYSDB_GRENT_MPG_FILTER),
+                    # but for those a real group shadows (_lookup_groups).
+                    taken = {g.gid for g in groups} | {g.name for g in groups}
+                    for u in cache.iter_users():
+                        pg = policy.private_group(u)
+                        if (policy.user_ok(domain, u) and pg.gid not in taken
+                                and pg.name not in taken and gok(policy, domain, pg)):  # fmt: skip
+                            groups.append(pg)
+                for g in groups:
+                    try:
+                        records.append(self._encoded(self._group_record(domain, g)))
+                    except ValueError as e:
+                        _left_out(g.name, e)
                 if records:
                     return p.group_reply(req.cmd, records)
         return p.not_found_reply(req.cmd)

@@ -20,10 +20,10 @@ import time
 import weakref
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from cached.cache import DomainCache, GroupView, Initgroups, Lookup, State
-from cached.config import Config, DomainConfig
+from cached.config import Config, DomainConfig, PrivateGroups
 from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE
 from cached.ipc import framing
 from cached.ipc.ops import BadMessage, DomainStateNote, LookupReply, LookupRequest, Op, Outcome
@@ -102,6 +102,38 @@ SETNETGRENT: Plugin[str, Netgroup] = Plugin(
     "setnetgrent", Kind.NETGROUP, str, lambda c, k: c.netgroup_by_name(k), Op.NETGROUP_BY_NAME,
     lambda _p, _d, _k: True, lambda _p, _d, _v: True,
 )  # fmt: skip
+def _private(got: Lookup[User], hybrid: bool) -> Lookup[GroupView]:
+    """A user lookup as the lookup of its private group (auto_private_groups): with
+    ``hybrid``, only a user whose gid is its uid has one (SSSD's
+    hybrid_domain_user_to_group); another is no group, whatever its state."""
+    u = got.value
+    if u is None:
+        return Lookup(got.state, None, got.times)
+    if hybrid and u.gid != u.uid:
+        # A user, and no group: VALID with no value (Lookups._cached) while the user
+        # needs no refresh.
+        state = State.VALID if got.state is State.MIDPOINT else got.state
+        return Lookup(state, None, got.times)
+    return Lookup(got.state, ServePolicy.private_group(u), got.times)
+
+
+def _private_plugins(hybrid: bool) -> tuple[Plugin[int, GroupView], Plugin[str, GroupView]]:
+    """The lookups of private groups by gid and by name: the user by uid or name, its
+    refresh the user's (SSSD's LDAP provider, finding no group, looks for the user:
+    ldap_id.c groups_get_mpg_done)."""
+    tag = "hybrid" if hybrid else "private"
+    return (
+        Plugin(f"getgrgid ({tag})", Kind.GROUP, int,
+               lambda c, k: _private(c.user_by_uid(k), hybrid), Op.USER_BY_UID,
+               _id_admitted, ServePolicy.group_view_ok),
+        Plugin(f"getgrnam ({tag})", Kind.GROUP, str,
+               lambda c, k: _private(c.user_by_name(k), hybrid), Op.USER_BY_NAME,
+               _name_admitted(Kind.GROUP), ServePolicy.group_view_ok),
+    )  # fmt: skip
+
+
+PRIVATE_BY_GID, PRIVATE_BY_NAME = _private_plugins(hybrid=False)
+HYBRID_BY_GID, HYBRID_BY_NAME = _private_plugins(hybrid=True)
 
 
 @dataclass(frozen=True)
@@ -228,6 +260,11 @@ class Lookups:
         self._waiting_uids: dict[RefreshKey, set[int | None]] = {}
         self._extra: set[asyncio.Future[Outcome]] = set()  # referenced until done
         self.policy = ServePolicy(config)
+        # Domains with auto_private_groups: their group lookups take _lookup_groups.
+        self._private_domains = [d for d in config.domains
+                                 if d.auto_private_groups != PrivateGroups.FALSE]  # fmt: skip
+        self._hybrid_domains = [d for d in self._private_domains
+                                if d.auto_private_groups == PrivateGroups.HYBRID]  # fmt: skip
         self.states = {d.name: DomainState() for d in config.domains}
         self.first_wait = float(config.nss.cache_first_wait)
         self.clock = time.monotonic
@@ -319,28 +356,138 @@ class Lookups:
         """Whether ``value`` of ``domain`` may be answered (ids, filters)."""
         return plugin.served(self.policy, domain, value)
 
-    async def lookup(self, plugin: Plugin[K, V], key: K) -> Found[V] | None:
+    async def lookup(self, plugin: Plugin[K, V], key: K, hybrid: bool = True) -> Found[V] | None:
         """The cached answer of ``plugin`` for ``key`` in the first domain that has one
         it may serve. A domain whose entry is filtered (by name, or out of its id
         range) answers nothing and the next domain is asked, as SSSD's cache_req does:
         a uid of a user filtered in the first domain is another domain's user's (as a
-        differential of several domains against SSSD 2.8.2 shows)."""
+        differential of several domains against SSSD 2.8.2 shows).
+
+        A group in a domain with ``auto_private_groups = true`` is a real group, else
+        the private group of a user (``_lookup_private``); when no domain has either,
+        a domain with ``hybrid`` is asked for a private group (``_hybrid``)."""
+        if self._private_domains and plugin.kind is Kind.GROUP:
+            return await self._lookup_groups(plugin, key, hybrid)
         for domain, dkey, nkey in self._domains(plugin, key):
             found = await self._lookup_domain(plugin, domain, dkey, nkey)
             if found is not None and self.servable(plugin, domain, found.value):
                 return found
         return None
 
-    def lookup_now(self, plugin: Plugin[K, V], key: K) -> Found[V] | NotNow | None:
+    def lookup_now(
+        self, plugin: Plugin[K, V], key: K, hybrid: bool = True
+    ) -> Found[V] | NotNow | None:
         """:meth:`lookup` where it needs no backend answer (the warm path: valid,
         midpoint, offline or stalled); :data:`NOT_NOW` where it would wait, and then
         :meth:`lookup` does it all again (a cache read; nothing was started)."""
+        if self._private_domains and plugin.kind is Kind.GROUP:
+            return self._lookup_groups_now(plugin, key, hybrid)
         for domain, dkey, _nkey in self._domains(plugin, key):
             found = self._cached(plugin, domain, self.caches[domain.name], dkey)
             if isinstance(found, Lookup):
                 return NOT_NOW
             if found is not None and self.servable(plugin, domain, found.value):
                 return found
+        return None
+
+    # -- private groups (auto_private_groups) -------------------------------------------
+
+    def _group_steps(
+        self, plugin: Plugin[K, V], domain: DomainConfig
+    ) -> tuple[Plugin[Any, Any], ...]:
+        """The lookups that may answer a group of ``domain``, each in turn (its cache,
+        then its backend) until one answers: the real group, then (auto_private_groups
+        = true) a user's private group. SSSD's cache holds one or the other under a
+        name or gid (sysdb_add_user and sysdb_add_group refuse the second), so its
+        answer depends on which it stored first; here the real group always comes
+        first, as SSSD's provider searches groups first (docs/compatibility.md,
+        "Private groups")."""
+        if domain.auto_private_groups != PrivateGroups.TRUE:
+            return (plugin,)
+        return (plugin, PRIVATE_BY_GID if plugin.key is int else PRIVATE_BY_NAME)
+
+    def _group_keys(self, plugin: Plugin[K, V], key: K) -> Iterator[tuple[DomainConfig, K]]:
+        """The domains whose filters and id ranges admit ``key``, with the key there."""
+        if isinstance(key, str):
+            for domain, dkey in self._candidates(key):
+                if plugin.admits(self.policy, domain, dkey):
+                    yield domain, dkey
+        else:
+            for domain in self.config.domains:
+                if plugin.admits(self.policy, domain, key):
+                    yield domain, key
+
+    def _hybrid_steps(
+        self, plugin: Plugin[K, V], key: K
+    ) -> Iterator[tuple[Plugin[Any, GroupView], DomainConfig, K, NegKey]]:
+        """SSSD's second pass (nss_get_object.c sss_nss_get_hybrid_object_step), once
+        no domain has a real group: the hybrid domains, to be asked for a user, with
+        the lookup, the key there and its negative-cache key (not a negative one)."""
+        if not self._hybrid_domains:
+            return
+        step: Plugin[Any, GroupView] = HYBRID_BY_GID if plugin.key is int else HYBRID_BY_NAME
+        for domain, dkey in self._group_keys(plugin, key):
+            nkey = step.negative_key(dkey)
+            if domain.auto_private_groups == PrivateGroups.HYBRID and not self.negative.hit(
+                domain.name, nkey
+            ):
+                yield step, domain, dkey, nkey
+
+    async def _lookup_groups(self, plugin: Plugin[K, V], key: K, hybrid: bool) -> Found[V] | None:
+        for domain, dkey in self._group_keys(plugin, key):
+            for step in self._group_steps(plugin, domain):
+                nkey = step.negative_key(dkey)
+                if self.negative.hit(domain.name, nkey):
+                    continue
+                found = await self._lookup_domain(step, domain, dkey, nkey)
+                if found is not None:
+                    if self.servable(step, domain, found.value):
+                        return cast(Found[V], found)
+                    break  # found, and filtered: no answer from this domain
+        if not hybrid:
+            return None
+        for step, domain, dkey, nkey in self._hybrid_steps(plugin, key):
+            found = await self._lookup_domain(step, domain, dkey, nkey)
+            if found is not None and self.servable(step, domain, found.value):
+                if isinstance(key, str):
+                    # By name: not when a real group has its gid (it would shadow
+                    # it, sss_nss_get_hybrid_gid_verify_done).
+                    real = await self.lookup(GETGRGID, found.value.gid, hybrid=False)
+                    if real is not None:
+                        return None
+                return cast(Found[V], found)
+        return None
+
+    def _lookup_groups_now(
+        self, plugin: Plugin[K, V], key: K, hybrid: bool
+    ) -> Found[V] | NotNow | None:
+        """:meth:`_lookup_groups` without waiting for a backend."""
+        for domain, dkey in self._group_keys(plugin, key):
+            cache = self.caches[domain.name]
+            for step in self._group_steps(plugin, domain):
+                if self.negative.hit(domain.name, step.negative_key(dkey)):
+                    continue
+                got = self._cached(step, domain, cache, dkey)
+                if isinstance(got, Lookup):
+                    return NOT_NOW
+                if got is not None:
+                    if self.servable(step, domain, got.value):
+                        return cast(Found[V], got)
+                    break
+        if not hybrid:
+            return None
+        for step, domain, dkey, _nkey in self._hybrid_steps(plugin, key):
+            got = self._cached(step, domain, self.caches[domain.name], dkey)
+            if isinstance(got, Lookup):
+                return NOT_NOW
+            if got is not None and self.servable(step, domain, got.value):
+                if isinstance(key, str):
+                    real = self.lookup_now(GETGRGID, got.value.gid, hybrid=False)
+                    if real is NOT_NOW:
+                        return NOT_NOW
+                    if real is not None:
+                        return None
+                return cast(Found[V], got)
         return None
 
     def owns(self, domain: DomainConfig, by_name: Plugin[str, V], name: str,
@@ -382,12 +529,20 @@ class Lookups:
 
     def _candidates(self, key: str) -> Iterator[tuple[DomainConfig, str]]:
         """The domains a name may name an entry of, with the name to look up there:
-        ``name@DOMAIN`` of a configured domain is ``name`` in that domain only; an
+        ``name@DOMAIN`` of a configured domain is ``name`` in that domain only (with a
+        non-default re_expression: as ``ServePolicy.parse_name`` splits it); an
         unqualified name is default_domain_suffix's domain's when it is set; any other
         name is looked up as given in the domains without qualified names (SSSD's
         cache_req: a domain with use_fully_qualified_names answers qualified names
         only)."""
-        name, only = self.policy.lookup_name(key)
+        if self.policy.parses_names:
+            parsed = self.policy.parse_name(key)
+            if parsed is None:
+                return
+            name, only = parsed
+            key = name  # looked up as the expression's name group gives it
+        else:
+            name, only = self.policy.lookup_name(key)
         if only is not None:
             yield only, name
             return
@@ -434,8 +589,10 @@ class Lookups:
         (offline and not cached: no answer from this domain), or the cache's Lookup
         when the backend must be asked (nothing has been asked yet)."""
         got = plugin.read(cache, key)
-        if got.state is State.VALID and got.value is not None:
-            return Found(domain, cache, got.value, got.state)
+        if got.state is State.VALID:
+            if got.value is not None:
+                return Found(domain, cache, got.value, got.state)
+            return None  # an entry that answers nothing here (a hybrid user: _private)
         st = self.states[domain.name]
         offline = st.offline(self.clock())
         if got.state is State.MIDPOINT and got.value is not None:

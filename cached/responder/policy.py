@@ -20,11 +20,15 @@ an older version or under an older configuration (``min_id = 0``, a shorter
 * output names: ``case_sensitive = false`` answers lower-case names, ``preserving`` the
   stored case (sssd.conf(5)); a domain with ``use_fully_qualified_names`` answers them
   qualified (``full_name_format``), its group members too;
-* lookup names: ``name@DOMAIN`` of a configured domain (compared case-insensitively,
-  SSSD's default ``re_expression``) is looked up as ``name`` in that domain only; an
-  unqualified name in ``default_domain_suffix``'s domain only, else not in a domain
-  with ``use_fully_qualified_names`` (SSSD's cache_req skips it); any other name is
-  looked up as given; ``override_space``'s character is read back as a space;
+* lookup names: with a non-default ``re_expression`` split as SSSD splits them
+  (``parse_name``); else ``name@DOMAIN`` of a configured domain (compared
+  case-insensitively, SSSD's default ``re_expression``) is looked up as ``name`` in
+  that domain only; an unqualified name in ``default_domain_suffix``'s domain only,
+  else not in a domain with ``use_fully_qualified_names`` (SSSD's cache_req skips
+  it); any other name is looked up as given; ``override_space``'s character is read back as a space;
+* private groups (``auto_private_groups``): with ``true`` a user is answered with gid
+  = uid (``primary_gid``), its private group (``private_group``) is looked up by the
+  flow, and its directory gidNumber is one of its groups (``initgroups_gids``);
 * output users: the name as above, the home directory and the login shell as the home
   and shell options make them (homeshell.py): the one place the socket's answers, the
   memory cache's records and D-Bus's properties take them from, so they never differ.
@@ -32,13 +36,20 @@ an older version or under an older configuration (``min_id = 0``, a shorter
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Callable
 from dataclasses import replace
 
 from cached.cache import DomainCache, GroupView, Initgroups
 from cached.cache.records import join_members, split_members
-from cached.config import Config, DomainConfig
+from cached.config import Config, DomainConfig, PrivateGroups
+from cached.config.parsers import (
+    SSSD_AD_DEFAULT_RE,
+    SSSD_DEFAULT_RE,
+    compile_name_regex,
+    name_groups,
+)
 from cached.model import Kind, User
 from cached.responder.homeshell import HomeShell, read_etc_shells
 
@@ -57,6 +68,18 @@ class ServePolicy:
         # domain's names are answered qualified (sss_domain_info_get_output_fqnames).
         suffix = config.daemon.default_domain_suffix.lower()
         self._default = self.domains.get(suffix) if suffix else None
+        # re_expression per domain, in `domains` order: the domain's, [sssd]'s, or
+        # SSSD's default for its id_provider (usertools.c sss_names_init). None when
+        # every domain has SSSD's LDAP default: lookup_name's own split.
+        regexes = [
+            (d, d.re_expression or config.daemon.re_expression or default_re_expression(d))
+            for d in config.domains
+        ]
+        self._regexes: list[tuple[DomainConfig, re.Pattern[str]]] | None = (
+            None
+            if all(r == SSSD_DEFAULT_RE for _d, r in regexes)
+            else [(d, compile_name_regex(r)) for d, r in regexes]
+        )
         self._qualify: dict[str, str | None] = {
             d.name: _format_of(d.full_name_format or config.daemon.full_name_format)
             if d.use_fully_qualified_names or self._default is not None
@@ -133,6 +156,44 @@ class ServePolicy:
     def qualified(self, domain: DomainConfig) -> bool:
         return self._qualify[domain.name] is not None
 
+    @property
+    def parses_names(self) -> bool:
+        """A domain has an re_expression other than SSSD's LDAP default: names are
+        split by :meth:`parse_name`."""
+        return self._regexes is not None
+
+    def parse_name(self, name: str) -> tuple[str, DomainConfig | None] | None:
+        """(the name to look up, the only domain to look in, or None for every domain
+        that takes unqualified names) as SSSD's sss_parse_name_for_domains splits
+        ``name`` with each domain's re_expression, in order; None: no domain can hold
+        it (an expression does not match, a domain part names no domain, or two
+        expressions disagree on the name)."""
+        sub = self._space
+        if sub and sub in name and " " not in name:
+            name = name.replace(sub, " ")
+        assert self._regexes is not None
+        candidate: str | None = None
+        mismatch = False
+        for domain, rx in self._regexes:
+            # PCRE2_NOTEMPTY: an empty match is no match.
+            m = next((m for m in rx.finditer(name) if m.end() > m.start()), None)
+            if m is None:
+                return None  # ERR_REGEX_NOMATCH ends SSSD's parse
+            short = name_groups(m, "name")
+            if short is None:
+                continue  # EINVAL: this domain's expression found no name
+            dom = name_groups(m, "domain") or ""
+            if not dom:
+                if candidate is None:
+                    candidate = short
+                elif candidate.lower() != short.lower():
+                    mismatch = True
+            elif dom.lower() == domain.name.lower():
+                return short, domain
+        if candidate is not None and not mismatch:
+            return candidate, self._default
+        return None  # a domain no expression's domain is: SSSD looks for a subdomain
+
     def lookup_name(self, name: str) -> tuple[str, DomainConfig | None]:
         """(the name to look up, the only domain to look in, or None for every domain
         that takes unqualified names): ``name@DOMAIN`` of a configured domain is
@@ -154,12 +215,23 @@ class ServePolicy:
         short = self.short_name(domain, u.name)
         name = self.output_name(domain, u.name)
         hs = self._homeshell[domain.name]
-        gid = domain.override_gid or u.gid
+        gid = self.primary_gid(domain, u)
         if hs.changes_nothing and "%" not in u.home:
             return u if name == u.name and gid == u.gid else replace(u, name=name, gid=gid)
         return replace(
             u, name=name, gid=gid, home=hs.home(short, u.uid, u.home), shell=hs.shell(u.shell)
         )
+
+    @staticmethod
+    def primary_gid(domain: DomainConfig, u: User) -> int:
+        """The primary gid a user is answered with (SSSD's sss_nss_get_gid):
+        override_gid, else with ``auto_private_groups = true`` the uid (its private
+        group), else the directory's."""
+        if domain.override_gid:
+            return domain.override_gid
+        if domain.auto_private_groups == PrivateGroups.TRUE:
+            return u.uid
+        return u.gid
 
     def filter_names(self, domain: DomainConfig, kind: Kind) -> frozenset[str]:
         """The filtered names of ``kind`` in ``domain`` (INITGR: the users'), folded."""
@@ -171,14 +243,22 @@ class ServePolicy:
     # -- entries -----------------------------------------------------------------------
 
     def user_ok(self, domain: DomainConfig, u: User) -> bool:
+        # auto_private_groups = true: the primary gid is the uid, and the directory's
+        # (kept as an extra group, 0 for none) was range-checked when stored.
         return (
             domain.id_in_range(u.uid)
-            and domain.id_in_range(u.gid)
+            and (domain.id_in_range(u.gid) or domain.auto_private_groups == PrivateGroups.TRUE)
             and not self.name_filtered(domain, Kind.USER, u.name)
         )
 
     def group_ok(self, domain: DomainConfig, name: str, gid: int) -> bool:
         return domain.id_in_range(gid) and not self.name_filtered(domain, Kind.GROUP, name)
+
+    @staticmethod
+    def private_group(u: User) -> GroupView:
+        """A user's private group (auto_private_groups): gid = uid, the user's name, no
+        members (SSSD converts the user's own entry, which has none: mpg_convert)."""
+        return GroupView(u.name, u.uid, u.dn, b"", 0)
 
     def group_view_ok(self, domain: DomainConfig, g: GroupView) -> bool:
         return self.group_ok(domain, g.name, g.gid)
@@ -230,6 +310,13 @@ class ServePolicy:
         fmt = self._qualify[domain.name]
         dname = domain.name
         space = self._space
+        # A format that only appends to the name (SSSD's default %1$s@%2$s): the
+        # member blob qualified at C speed, a suffix before each NUL, rather than each
+        # name split out and formatted (a fifth of the CPU of a cold `id` of
+        # bigroupuser with qualified names, perf/results/2026-12-07-qualified-names).
+        # Members stay in the order of their short names.
+        suffix = _suffix_of(fmt, dname)
+        each = fmt if suffix is None else None
 
         def split(g: GroupView) -> tuple[int, bytes]:
             names = [n for n in split_members(g.members) if (n.lower() if fold else n) not in drop]
@@ -237,15 +324,25 @@ class ServePolicy:
                 names = [n.lower() for n in names]
             if space:
                 names = [n.replace(" ", space) if space not in n else n for n in names]
-            if fmt is not None:
-                names = [fmt.format(n, dname, dname) for n in names]
+            if each is not None:
+                names = [each.format(n, dname, dname) for n in names]
             blob = join_members(names)
             return blob.count(b"\0"), blob
 
-        if needles is None or lower or fmt is not None or space:
-            return split
+        def qualify(plain: MembersFn) -> MembersFn:
+            if suffix is None:
+                return plain
+
+            def qualified(g: GroupView) -> tuple[int, bytes]:
+                count, blob = plain(g)
+                return count, blob.replace(b"\0", suffix)
+
+            return qualified
+
+        if needles is None or lower or each is not None or space:
+            return qualify(split)
         if not needles:
-            return lambda g: (g.member_count, g.members)
+            return qualify(lambda g: (g.member_count, g.members))
         # A byte search first: most groups hold none of the filtered names, and splitting
         # a big member blob costs far more than looking for a few names in it. A name
         # is ``\0name\0`` inside the blob or ``name\0`` at its start.
@@ -262,7 +359,7 @@ class ServePolicy:
                 return split(g)
             return g.member_count, g.members
 
-        return search
+        return qualify(search)
 
     def filtered_gids(self, domain: DomainConfig, cache: DomainCache) -> set[int]:
         """The gids of the groups of ``filter_groups`` that the cache knows, by the name
@@ -292,9 +389,16 @@ class ServePolicy:
         # SSSD lists the groups the user is a member of: the primary gid only when the
         # user is also an explicit member of that group (glibc adds it for `id`;
         # docs/compatibility.md §9.5). The cache keeps it in the list for offline answers.
-        primary = cache.group_by_gid(ig.user.gid).value
-        if primary is None or not self._member_of(cache, primary.name, ig.groups):
-            drop.add(ig.user.gid)
+        # With auto_private_groups = true the directory's gidNumber is not the primary
+        # gid, and SSSD adds it to the list (nss_protocol_initgr.c, orig_gid) unless it
+        # is the uid.
+        gid = ig.user.gid
+        if domain.auto_private_groups == PrivateGroups.TRUE and gid != ig.user.uid:
+            pass
+        elif (primary := cache.group_by_gid(gid).value) is None or not self._member_of(
+            cache, primary.name, ig.groups
+        ):
+            drop.add(gid)
         ids = array("I", ig.gids)
         # The range is an interval: its ends decide for every gid between them. Then
         # the few dropped gids are taken out in C: a test per gid in Python was a
@@ -308,6 +412,21 @@ class ServePolicy:
                     ids.remove(g)
             return ids.tobytes()
         return array("I", [g for g in ids if g not in drop and in_range(g)]).tobytes()
+
+
+def default_re_expression(domain: DomainConfig) -> str:
+    """SSSD's re_expression for a domain that sets none (usertools.c
+    get_id_provider_default_re): the AD one, which also reads ``DOMAIN\\name``, for
+    id_provider = ad or ipa; the LDAP one otherwise."""
+    return SSSD_AD_DEFAULT_RE if domain.id_provider in ("ad", "ipa") else SSSD_DEFAULT_RE
+
+
+def _suffix_of(fmt: str | None, domain: str) -> bytes | None:
+    """What a qualifying format (as ``_format_of`` makes it) appends to a name, with
+    the NUL that ends a member: None when it does more than append (or is None)."""
+    if fmt is None or not fmt.startswith("{0}") or "{0}" in fmt[3:]:
+        return None
+    return (fmt[3:].format("", domain, domain) + "\0").encode()
 
 
 def _format_of(full_name_format: str) -> str:

@@ -101,7 +101,8 @@ def _check_view(tmp_path: Path, server: Slapd, the_zoo: zoo.Zoo, name: str) -> N
 
 
 @pytest.mark.parametrize(
-    "name", ["std", "case-false", "case-preserving", "bases", "nonposix", "nest1"]
+    "name", ["std", "case-false", "case-preserving", "bases", "nonposix", "nest1", "names",
+             "hybrid"]
 )
 def test_zoo_view(tmp_path: Path, zoo_slapd: Slapd, the_zoo: zoo.Zoo, name: str) -> None:
     _check_view(tmp_path, zoo_slapd, the_zoo, name)

@@ -58,8 +58,8 @@ def test_a_file_that_loads_is_listed_line_by_line_and_exits_0(tmp_path: Path) ->
     assert (r.returncode, r.stderr) == (0, "")
     lines = r.stdout.splitlines()
     assert lines[:4] == [
-        f"{path}:2: ignored: [sssd] config_file_version = '2': an SSSD option cached "
-        "accepts and has no use for",
+        f"{path}:2: ignored: [sssd] config_file_version = '2': no effect: a marker of the "
+        "file's format; cached reads version 2",
         f"{path}:3: loads: [sssd] services = 'nss, pam'",
         f"{path}:4: loads: [sssd] domains = 'example.com'",
         f"{path}:7: loads: [nss] allowed_shells = '/bin/tcsh'",
@@ -87,7 +87,7 @@ def test_a_file_that_loads_is_listed_line_by_line_and_exits_0(tmp_path: Path) ->
 def test_refusals_are_all_listed_with_file_and_line_and_exit_1(tmp_path: Path) -> None:
     path = _write(tmp_path / "sssd.conf", REALMD.replace(
         "default_shell = /bin/bash\n",
-        "default_shell = /bin/bash\nauto_private_groups = true\n"
+        "default_shell = /bin/bash\nauto_private_groups = yes\n"
         "override_homedir = /home/%P\n"))  # fmt: skip
     snippet = tmp_path / "conf.d" / "10-access.conf"
     _write(snippet, "[domain/example.com]\naccess_provider = simple\n")

@@ -383,17 +383,24 @@ def test_application_domains_are_left_out_with_a_warning() -> None:
         parse_config(MINIMAL + "domain_type = application\n")
 
 
-@pytest.mark.parametrize("value", ["true", "hybrid", "True"])
-def test_auto_private_groups_is_refused(value: str) -> None:
+@pytest.mark.parametrize(("value", "mode"), [("true", "true"), ("HYBRID", "hybrid"),
+                                             ("False", "false")])  # fmt: skip
+def test_auto_private_groups_loads(value: str, mode: str) -> None:
+    cfg = parse_config(MINIMAL + f"auto_private_groups = {value}\n")
+    assert cfg.domains[0].auto_private_groups == mode
+    assert cfg.warnings == []
+    assert parse_config(MINIMAL).domains[0].auto_private_groups == "false"
+
+
+def test_auto_private_groups_other_values_are_refused() -> None:
+    # SSSD takes any other value for false with a log line (str_to_domain_mpg_mode):
+    # a typo must not silently leave every user without the group it was meant to have.
     with pytest.raises(ConfigError) as e:
-        parse_config(MINIMAL + f"auto_private_groups = {value}\n")
+        parse_config(MINIMAL + "auto_private_groups = yes\n")
     assert str(e.value) == (
-        f"<string>: [domain/LDAP] auto_private_groups = {value!r} is not supported: cached "
-        "serves each user's primary gid as the directory holds it and makes no group named "
-        "after the user (SSSD would answer gid = uid with such a group: primary groups and "
-        "file group owners would change); set it to false or remove it"
+        "<string>: [domain/LDAP] auto_private_groups = 'yes' is invalid: expected true, "
+        "false or hybrid"
     )
-    assert parse_config(MINIMAL + "auto_private_groups = false\n").warnings == []
 
 
 # -- filters of a domain section (negcache.c), deprecated search filters (ldap_options.c)

@@ -186,3 +186,21 @@ def test_entries_that_are_no_user_are_logged_once_a_minute_not_once_each(
         assert p.decoder.name_ids(f"uid=y{i},dc=t", [b"\xff"], 1000, 1000) is None
     assert caplog.text.count("not a POSIX user") == 1
     assert caplog.text.count("is not UTF-8 text; user ignored") == 1
+
+
+@pytest.mark.parametrize("mode", ["false", "hybrid", "true"])
+def test_a_user_without_a_gid_is_posix_only_with_private_groups(
+    tmp_path: Path, mode: str
+) -> None:
+    """auto_private_groups = true (SSSD's MPG domain, sdap_save_user): the uid is the
+    primary gid, so a user needs no gidNumber (kept as 0) and one out of range is
+    dropped rather than the user; otherwise, as SSSD, no user without one in range."""
+    cfg = make_domain(["ldap://127.0.0.1:1"], "dc=t", auto_private_groups=mode, min_id=1000)
+    p, _cache, _ = make_backend(tmp_path, cfg)
+    mpg = mode == "true"
+    assert p.decoder.name_ids("uid=a,dc=t", [b"a"], 1001, None) == (
+        ("a", 1001, 0) if mpg else None
+    )
+    assert p.decoder.name_ids("uid=b,dc=t", [b"b"], 1002, 5) == (("b", 1002, 0) if mpg else None)
+    assert p.decoder.name_ids("uid=c,dc=t", [b"c"], 1003, 2000) == ("c", 1003, 2000)
+    assert p.decoder.name_ids("uid=d,dc=t", [b"d"], None, 2000) is None

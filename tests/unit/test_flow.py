@@ -16,11 +16,13 @@ from cached.ipc.ops import LOOKUPS, Op, Outcome
 from cached.model import Kind, User
 from cached.responder.flow import (
     GETGRGID,
+    GETGRNAM,
     GETPWNAM,
     GETPWUID,
     INITGR,
     NOT_NOW,
     Backend,
+    Found,
     Lookups,
 )
 
@@ -419,3 +421,129 @@ def test_initgroups_gids_drop_the_primary_filtered_and_out_of_range_gids(
     assert gids([5, 500, 700], ("g700", member)) == [500, 700]
     assert gids([700, 800], ("g700", "g800", member)) == [700, 800]
     assert gids([], ()) == []
+
+
+# -- auto_private_groups ----------------------------------------------------------------
+
+
+class GroupsNotFound(FakeBackend):
+    """Finds no group in the directory, and the cached users unchanged."""
+
+    async def call(self, op: Op, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+        self.calls.append((op, args["key"]))
+        found = LOOKUPS[op].kind is Kind.USER and args["key"] in self.cache.users
+        return {"id": 1, "ok": True, "message": "", "online": True, "retry_in": 0.0,
+                "outcome": (Outcome.FOUND if found else Outcome.NOT_FOUND).value}  # fmt: skip
+
+
+def mpg_flow(mode: str) -> tuple[Lookups, FakeCache, FakeBackend]:
+    cache = FakeCache()
+    backend = GroupsNotFound(cache)
+    cfg = parse_config(CONF.format(first_wait=0).replace(
+        "[domain/D]", f"[domain/D]\nauto_private_groups = {mode}"))  # fmt: skip
+    lookups = Lookups(cfg, {"D": cache}, {"D": backend})  # type: ignore[dict-item]
+    return lookups, cache, backend
+
+
+def test_private_group_true_from_the_cache_then_the_backend() -> None:
+    """auto_private_groups = true: a real group comes first, asked of the backend
+    when not cached (SSSD's provider searches groups first), then a cached user is
+    its own group by uid and name; a gid neither names asks the backend for the
+    group, then for the user (SSSD's groups_get_mpg_done)."""
+    lookups, cache, backend = mpg_flow("true")
+    bob = User("bob", 1002, 20000, dn="uid=bob")
+    cache.users[1002] = cache.users["bob"] = (State.VALID, bob)
+    assert lookups.lookup_now(GETGRGID, 1002) is NOT_NOW
+    assert run(lookups.lookup(GETGRGID, 1002)) is not None
+    assert run(lookups.lookup(GETGRNAM, "bob")) is not None
+    assert backend.calls == [(Op.GROUP_BY_GID, 1002), (Op.GROUP_BY_NAME, "bob")]
+    # Now the misses of the real groups are remembered: the cache answers.
+    for now in (lookups.lookup_now(GETGRGID, 1002), lookups.lookup_now(GETGRNAM, "bob")):
+        assert isinstance(now, Found) and now.value == GroupView("bob", 1002, "uid=bob", b"", 0)
+    assert len(backend.calls) == 2
+    lookups.clear_negative()
+    real = GroupView("bobs", 1002, "cn=bobs", b"bob\0", 1)
+    cache.groups[1002] = (State.VALID, real)
+    assert run(lookups.lookup(GETGRGID, 1002)).value == real
+    assert lookups.lookup_now(GETGRGID, 7) is NOT_NOW
+    assert run(lookups.lookup(GETGRGID, 7)) is None
+    assert backend.calls[2:] == [(Op.GROUP_BY_GID, 7), (Op.USER_BY_UID, 7)]
+    # Both misses are remembered: no request the second time.
+    assert run(lookups.lookup(GETGRGID, 7)) is None and len(backend.calls) == 4
+
+
+def test_private_group_hybrid_only_for_gid_equal_uid_and_not_shadowed() -> None:
+    lookups, cache, backend = mpg_flow("hybrid")
+    bob, alice = User("bob", 1002, 1002), User("alice", 1001, 20000)
+    for u in (bob, alice):
+        cache.users[u.uid] = cache.users[u.name] = (State.VALID, u)
+    # No domain has a real group (the backend says so, SSSD's first pass), then the
+    # user of that uid is asked for: bob, whose gid is his uid.
+    assert lookups.lookup_now(GETGRGID, 1002) is NOT_NOW
+    assert run(lookups.lookup(GETGRGID, 1002)).value == GroupView("bob", 1002, "", b"", 0)
+    now = lookups.lookup_now(GETGRGID, 1002)
+    assert isinstance(now, Found) and now.value.name == "bob"
+    assert run(lookups.lookup(GETGRGID, 1001)) is None
+    # Alice's gid is not her uid: no private group, and no request for her.
+    assert backend.calls == [(Op.GROUP_BY_GID, 1002), (Op.GROUP_BY_GID, 1001)]
+    assert lookups.lookup_now(GETGRGID, 1001) is None
+    assert run(lookups.lookup(GETGRNAM, "bob")).value.gid == 1002
+    # A real group with bob's gid shadows his private group by name, and wins by gid.
+    cache.groups[1002] = (State.VALID, GroupView("staff", 1002, "", b"", 0))
+    lookups.clear_negative()  # (the gid's earlier miss)
+    assert run(lookups.lookup(GETGRNAM, "bob")) is None
+    assert lookups.lookup_now(GETGRNAM, "bob") is None
+    assert run(lookups.lookup(GETGRGID, 1002)).value.name == "staff"
+
+
+def test_private_group_policy_true() -> None:
+    """The user's answered gid is its uid; its gidNumber becomes one of its groups,
+    and a user without one (gid 0) is served."""
+    from array import array
+
+    from cached.responder.policy import ServePolicy
+
+    cfg = parse_config(CONF.format(first_wait=0).replace(
+        "[domain/D]", "[domain/D]\nauto_private_groups = true"))  # fmt: skip
+    policy, domain = ServePolicy(cfg), cfg.domains[0]
+    alice = User("alice", 1001, 20000)
+    assert policy.output_user(domain, alice).gid == 1001
+    assert policy.user_ok(domain, User("nogid", 1003, 0))
+
+    class Cache:
+        case_sensitive = True
+
+        def group_by_gid(self, gid: int) -> Lookup[GroupView]:
+            return Lookup(State.MISSING)
+
+        def group_by_name(self, name: str) -> Lookup[GroupView]:
+            return Lookup(State.MISSING)
+
+    for user, listed, want in ((alice, [20000, 20001], [20000, 20001]),
+                               (User("bob", 1002, 1002), [1002, 20001], [20001]),
+                               (User("nogid", 1003, 0), [0, 20001], [20001])):  # fmt: skip
+        ig = Initgroups(user, array("I", listed).tobytes(), ("g",))
+        got = policy.initgroups_gids(domain, Cache(), ig)  # type: ignore[arg-type]
+        assert array("I", got).tolist() == want, user
+
+
+@pytest.mark.parametrize("fmt", ["%1$s@%2$s", "%2$s\\%1$s", "%1$s@%3$s%%"])
+@pytest.mark.parametrize("users", ["root", "root, mallory"])
+def test_qualified_members_each_format(fmt: str, users: str) -> None:
+    """Qualified member lists, whether the format only appends (done on the blob) or
+    not (name by name): every kept member qualified, the filtered ones left out."""
+    from cached.cache.records import join_members, split_members
+    from cached.responder.policy import ServePolicy
+
+    cfg = parse_config(
+        CONF.format(first_wait=0).replace("[nss]", f"[nss]\nfilter_users = {users}\n")
+        .replace("[domain/D]", f"[domain/D]\nuse_fully_qualified_names = true\n"
+                               f"full_name_format = {fmt}")
+    )  # fmt: skip
+    policy, domain = ServePolicy(cfg), cfg.domains[0]
+    drop = {u.strip() for u in users.split(",")}
+    for members in (["alice", "bob"], ["alice", "mallory", "a-b"], [], ["Jürgen", "x y"]):
+        g = GroupView("g", 20000, "", join_members(members), len(members))
+        count, blob = policy.members(domain, g)
+        want = {policy.output_name(domain, n) for n in members if n not in drop}
+        assert (count, set(split_members(blob))) == (len(want), want), members

@@ -23,10 +23,6 @@ def with_domain_option(line: str) -> str:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("re_expression = ((?P<domain>[^\\\\]+)\\\\(?P<name>.+$))",
-         "re_expression = '((?P<domain>[^\\\\\\\\]+)\\\\\\\\(?P<name>.+$))' is not supported: "
-         "cached splits a domain out of a name only as SSSD's default does (name@DOMAIN); "
-         "remove it"),
         ("ldap_rfc2307_fallback_to_local_users = true",
          "ldap_rfc2307_fallback_to_local_users = 'true' is not supported: cached lists only "
          "the members that the directory's users resolve to; remove it"),
@@ -94,3 +90,22 @@ def test_id_provider_ad_says_what_to_write_instead(tmp_path: Path) -> None:
 def test_the_tables_do_not_overlap() -> None:
     assert not set(UNSUPPORTED) & ACCEPTED_UNUSED
     assert not set(UNSUPPORTED) & set(DOMAIN_OPTIONS)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("(?P<domain>[^@]+)@(?P<user>.+)",
+         "it has no (?P<name>...) group, so it would find no name to look up"),
+        ("(?P<name>[a-z", "not a regular expression cached can read (Python re): "
+         "unterminated character set at position 9"),
+    ],
+)  # fmt: skip
+def test_an_re_expression_cached_cannot_use_is_invalid(value: str, message: str) -> None:
+    for section in ("[domain/LDAP]", "[sssd]"):
+        text = (with_domain_option(f"re_expression = {value}") if section != "[sssd]" else
+                MINIMAL.replace("domains = LDAP\n", f"domains = LDAP\nre_expression = {value}\n"))
+        with pytest.raises(ConfigError) as e:
+            parse_config(text)
+        what = f"{section} re_expression = {value!r}"
+        assert str(e.value) == f"<string>: {what} is invalid: {message}"
