@@ -6,6 +6,7 @@ does not. No parser knows an option's name: options.py pairs them."""
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -272,3 +273,25 @@ def one_char(raw: str) -> str:
     if len(value) > 1:
         raise ValueError("expected a single character")
     return value
+
+
+# nslcd's pam_authz_search variables (nslcd.conf(5)) that cached fills in.
+AUTHZ_VARIABLES = ("username", "service", "ruser", "rhost", "tty", "hostname", "fqdn",
+                   "domain", "dn", "uid")  # fmt: skip
+AUTHZ_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def authz_filter(raw: str) -> str:
+    """``pam_authz_search``: an LDAP filter with nslcd's ``$name`` or ``${name}``
+    variables (:data:`AUTHZ_VARIABLES`), parenthesised."""
+    filt = search_filter(raw)
+    for m in AUTHZ_VARIABLE.finditer(filt):
+        name = m.group(1) or m.group(2)
+        if name not in AUTHZ_VARIABLES:
+            raise ValueError(
+                f"${name} is not a variable of pam_authz_search ({', '.join(AUTHZ_VARIABLES)})"
+            )
+    stripped = AUTHZ_VARIABLE.sub("", filt)
+    if "$" in stripped:
+        raise ValueError("a `$` that does not begin a variable ($name or ${name})")
+    return filt

@@ -90,14 +90,14 @@ def test_refusals_are_all_listed_with_file_and_line_and_exit_1(tmp_path: Path) -
         "default_shell = /bin/bash\nauto_private_groups = true\n"
         "override_homedir = /home/%P\n"))  # fmt: skip
     snippet = tmp_path / "conf.d" / "10-access.conf"
-    _write(snippet, "[domain/example.com]\naccess_provider = simple\n")
+    _write(snippet, "[domain/example.com]\nre_expression = (?P<name>.+)\n")
     r = _run(path)
     assert r.returncode == 1
     refused = [line for line in r.stdout.splitlines() if ": refused: " in line]
     assert [line.split(" = ")[0] for line in refused] == [
         f"{path}:19: refused: [domain/example.com] auto_private_groups",
         f"{path}:20: refused: [domain/example.com] override_homedir",
-        f"{snippet}:2: refused: [domain/example.com] access_provider",
+        f"{snippet}:2: refused: [domain/example.com] re_expression",
     ]
     assert "is not supported: cached does not read users' principal names" in refused[1]
     assert r.stdout.splitlines()[-1].endswith(
