@@ -11,6 +11,7 @@ groups nested three levels deep above USER. Statuses are SSSD 2.8.2's
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -343,3 +344,80 @@ def test_offline_the_last_online_decision_stands(
     d.start()
     assert account(env, USER) == OK
     assert account(env, OTHER) == PERM_DENIED
+
+
+# -- ldap: ppolicy, lockout -------------------------------------------------------------
+
+
+@pytest.fixture
+def ppolicy_directory(
+    tmp_path_factory: pytest.TempPathFactory, small_2307bis: Dataset, tls_files: TLSFiles
+) -> Iterator[LiveDirectory]:
+    """A TLS slapd with the password policy overlay and a policy that locks an account
+    for 60 s after 2 failed binds; USER and OTHER have PASSWORD."""
+    with Slapd(
+        tmp_path_factory.mktemp("slapd_lockout"),
+        small_2307bis.ldif,
+        small_2307bis.expected.base_dn,
+        tls=tls_files,
+        ppolicy=True,
+    ) as s:
+        s.ldap_modify(
+            f"dn: ou=policies,{s.base_dn}\nobjectClass: organizationalUnit\nou: policies\n\n"
+            f"dn: cn=default,ou=policies,{s.base_dn}\nobjectClass: device\n"
+            "objectClass: pwdPolicy\ncn: default\npwdAttribute: userPassword\n"
+            "pwdLockout: TRUE\npwdMaxFailure: 2\npwdLockoutDuration: 60\n"
+        )
+        for user in (USER, OTHER):
+            set_attrs(s, user, userPassword=PASSWORD)
+        yield LiveDirectory(slapd=s, expected=small_2307bis.expected)
+
+
+def locked_time(server: Slapd, user: str) -> str | None:
+    out = subprocess.run(
+        ["ldapsearch", "-LLL", "-x", "-H", server.uri, "-D", server.root_dn,
+         "-w", server.root_pw, "-b", dn(server, user), "-s", "base", "pwdAccountLockedTime"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    for line in out.splitlines():
+        if line.startswith("pwdAccountLockedTime: "):
+            return line.split(": ", 1)[1]
+    return None
+
+
+def test_ppolicy_lockout_and_its_end(
+    daemon_factory: Callable[..., CachedDaemon], ppolicy_directory: LiveDirectory,
+    tls_files: TLSFiles,
+) -> None:  # fmt: skip
+    s = ppolicy_directory.slapd
+
+    def make(order: str) -> PamEnv:
+        d = daemon_factory(
+            ppolicy_directory, uris=[s.ldaps_uri], daemon={"services": "nss, pam"},
+            ldap_tls_cacert=tls_files.ca_cert, access_provider="ldap",
+            ldap_access_order=order,
+            ldap_pwdlockout_dn=f"cn=default,ou=policies,{s.base_dn}",
+        )  # fmt: skip
+        return d.pam_env({SERVICE: service_file()})
+
+    env = make("ppolicy")
+    assert login(env, USER) == [OK, OK]
+    for _ in range(2):
+        r = env.drive(SERVICE, USER, ["authenticate"], answers=["not-" + PASSWORD])
+        assert r.codes == [7], r
+    at = locked_time(s, USER)
+    assert at is not None and at.endswith("Z"), at
+    assert account(env, USER) == PERM_DENIED  # locked, for 60 s
+    assert account(env, OTHER) == OK
+    # The lock began 2 minutes ago: its 60 s are over. (SSSD 2.8.2 reads the duration
+    # from the user's entry, where slapd does not put it, and would still deny.)
+    ago = time.strftime("%Y%m%d%H%M%SZ", time.gmtime(time.time() - 120))
+    set_attrs(s, USER, pwdAccountLockedTime=ago)
+    assert account(env, USER) == OK
+    set_attrs(s, USER, pwdAccountLockedTime="000001010000Z")  # until an administrator
+    assert account(env, USER) == PERM_DENIED
+    # The legacy `lockout` rule counts only the permanent lock.
+    env = make("lockout")
+    assert account(env, USER) == PERM_DENIED
+    set_attrs(s, USER, pwdAccountLockedTime=at)
+    assert account(env, USER) == OK
