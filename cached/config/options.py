@@ -121,7 +121,10 @@ _REFUSED_RULES = {
 
 def access_order(raw: str) -> list[AccessRule]:
     """``ldap_access_order``: a comma list of rules, each at most once (SSSD's
-    get_access_order_list refuses duplicates and unknown names at start)."""
+    get_access_order_list refuses duplicates and unknown names at start); empty is
+    SSSD's default, ``filter``."""
+    if not str_list(raw):
+        return [AccessRule.FILTER]
     out: list[AccessRule] = []
     for name in (n.lower() for n in str_list(raw)):
         if name in _REFUSED_RULES:

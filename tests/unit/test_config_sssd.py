@@ -59,7 +59,6 @@ def test_access_values_sssd_refuses_or_cached_does_not_implement(line: str, mess
 @pytest.mark.parametrize(
     "line",
     [
-        "access_provider = ldap",  # SSSD: without ldap_access_filter it denies everyone
         "access_provider = simple",
         "access_provider = deny",
         "ldap_access_filter = (employeeType=staff)",
@@ -74,6 +73,20 @@ def test_access_values_sssd_refuses_or_cached_does_not_implement(line: str, mess
 )
 def test_access_control_options_load(line: str) -> None:
     assert parse_config(MINIMAL + line + "\n").warnings == []
+
+
+def test_an_ldap_access_order_that_lets_nobody_in_is_warned_of() -> None:
+    # SSSD says so at start too (ldap_init.c): the options load, everyone is denied.
+    cfg = parse_config(MINIMAL + "access_provider = ldap\nldap_access_order = expire,filter\n")
+    assert cfg.domain("LDAP").ldap_access_order == ["expire", "filter"]
+    assert [w.split(": ", 2)[2] for w in cfg.warnings] == [
+        "ldap_access_order has `filter` but ldap_access_filter is not set, so every user "
+        "of the domain is denied (as SSSD)",
+        "ldap_access_order has `expire` but ldap_account_expire_policy is not set, so every "
+        "user of the domain is denied (as SSSD)",
+    ]
+    empty = parse_config(MINIMAL + "ldap_access_order =\nldap_access_filter = (a=b)\n")
+    assert empty.domain("LDAP").ldap_access_order == ["filter"]
 
 
 @pytest.mark.parametrize(
