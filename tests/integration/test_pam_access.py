@@ -340,6 +340,9 @@ def test_offline_the_last_online_decision_stands(
     assert account(env, USER) == OK
     assert account(env, OTHER) == PERM_DENIED
     assert account(env, THIRD) == PERM_DENIED  # never checked online: nothing stands
+    report = d.cli("status").stdout
+    assert "account checks (access_provider = ldap): " in report, report
+    assert "decided from the last online check" in report, report
     d.stop()  # the decisions are in the entry store, not in memory
     d.start()
     assert account(env, USER) == OK
