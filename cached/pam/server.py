@@ -76,8 +76,6 @@ QUEUE_ALLOWANCE = 30.0
 _SUCCESS_COMMANDS = frozenset(
     {Command.OPEN_SESSION, Command.CLOSE_SESSION, Command.SETCRED, Command.PREAUTH}
 )  # fmt: skip
-# PAM_ACCT_EXPIRED (Linux-PAM): the account check's answer for an expired account.
-ACCT_EXPIRED = 13
 _CHPASS_COMMANDS = frozenset({Command.CHAUTHTOK, Command.CHAUTHTOK_PRELIM})
 
 
@@ -232,7 +230,7 @@ class PamResponder:
         items = [p.system_info_item(reply.info)] if reply.info else []
         # SSSD's pam_reply: the expired message to sshd, or to every service from
         # pam_verbosity 2 (PAM reference §1.8).
-        if reply.status == ACCT_EXPIRED and (
+        if reply.status == PamStatus.ACCT_EXPIRED and (
             req.service.lower() == "sshd" or self.pam.pam_verbosity >= 2
         ):
             items.append(p.account_expired_item(self.pam.pam_account_expired_message))
