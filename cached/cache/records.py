@@ -102,7 +102,11 @@ def decode_access(data: Data) -> AccessState:
         v = msgpack.unpackb(data)
         if v[0] != ACCESS_VERSION or len(v) < 5 or not isinstance(v[1], dict):
             raise RecordError(f"access record of version {v[0]!r}")
-        attrs = {str(k): tuple(bytes(x) for x in vals) for k, vals in v[1].items()}
+        attrs: dict[str, tuple[bytes, ...]] = {}
+        for k, vals in v[1].items():
+            if not isinstance(k, str) or not all(isinstance(x, bytes) for x in vals):
+                raise RecordError(f"access record: attribute {k!r} is not text with bytes")
+            attrs[k] = tuple(vals)
 
         def flag(x: object) -> bool | None:
             return None if x is None else bool(x)
