@@ -59,6 +59,14 @@ user and round, one daemon started with an empty cache:
   forwards nothing (a hung server): a login, whatever it answers (its return codes are
   printed: this one is timed, not required to succeed).
 
+Access scenarios: the account check alone (``acct_mgmt`` through ``pam_sss.so``, as after
+a key-based ssh login) of ``bigroupuser`` with ``access_provider = simple`` and
+``simple_allow_groups`` naming one of its deepest groups, one it reaches only through
+nesting (docs/compatibility.md §9.9), on a daemon started with an empty cache per round:
+
+* ``access-cold``: the first check (the user and its groups resolved, then decided);
+* ``access-warm``: the check again (the median of ``--warm-reps``).
+
 A login's time is measured inside the driver, from ``pam_start`` to the return of
 ``pam_end``; ``process`` is the driver's process from spawn to exit, interpreter start-up
 included (the namespace set-up is not).
@@ -75,6 +83,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import platform
@@ -108,7 +117,12 @@ LOGIN_STEPS = ("cold", "warm", "offline", "frozen")
 #: Login scenarios by prefix: ``login`` is the big user, ``login20`` a user in 20 groups.
 LOGIN_PREFIXES = ("login", "login20")
 LOGIN_SCENARIOS = tuple(f"{p}-{step}" for p in LOGIN_PREFIXES for step in LOGIN_STEPS)
-SCENARIOS = NSS_SCENARIOS + LOGIN_SCENARIOS
+#: The account check alone (``acct_mgmt``) of bigroupuser with ``access_provider =
+#: simple`` allowing one group it reaches only through nesting.
+ACCESS_SCENARIOS = ("access-cold", "access-warm")
+#: Every scenario through pam_sss (a PAM daemon on either side, SSSD included).
+PAM_SCENARIOS = LOGIN_SCENARIOS + ACCESS_SCENARIOS
+SCENARIOS = NSS_SCENARIOS + PAM_SCENARIOS
 LOGIN_PASSWORD = "Perf-login-1"
 #: The bound on a login's driver process: SSSD's cold login of bigroupuser pays its
 #: whole initgroups (12 s on an idle machine) and its frozen ldaps login waits for its
@@ -262,15 +276,21 @@ class Measure:
         self.floors: dict[str, tuple[list[tuple[int, bytes]], int]] = {}
         self.proxy: FaultProxy | None = None  # in front of ldaps, when logins are measured
         self.login_users: dict[str, str] = {}
+        self.access_group = ""
         self.pamd = tmp / "pam.d"
 
     def prepare_logins(self, scenarios: list[str]) -> None:
         """Passwords for the login users, the fault proxy and the PAM service."""
-        if not set(scenarios) & set(LOGIN_SCENARIOS):
+        if not set(scenarios) & set(PAM_SCENARIOS):
             return
         exp = self.exp
         twenty = next(u for u in exp.user_names() if len(exp.initgroups(u, 2)) == 20)
         self.login_users = {"login": exp.big_user, "login20": twenty}
+        # The access group: one of bigroupuser's deepest, reached only through nesting.
+        big, level = exp.big_user, int(DOMAIN_OPTIONS["ldap_group_nesting_level"])
+        nested = exp.initgroups(big, level) - exp.initgroups(big, level - 1)
+        by_gid = {exp.group(g).gid: g for g in exp.group_names()}
+        self.access_group = max(by_gid[gid] for gid in nested)
         for user in self.login_users.values():
             self.server.ldap_modify(
                 f"dn: {exp.user(user).dn}\nchangetype: modify\nreplace: userPassword\n"
@@ -289,6 +309,7 @@ class Measure:
             yield from self._floor(scenarios)
             return
         yield from self._logins(side, r, scenarios)
+        yield from self._access(side, r, scenarios)
         user, group = self._name(side, self.exp.big_user), self._name(side, GROUP)
         if "cold-id" in scenarios or "warm-id" in scenarios:
             with self._daemon(side, f"{side.label}{r}-id") as d:
@@ -405,6 +426,28 @@ class Measure:
             finally:
                 d.stop()
 
+    def _access(self, side: Side, r: int, scenarios: list[str]) -> Iterator[tuple[str, Sample]]:
+        """acct_mgmt of bigroupuser, cold (an empty cache: the user and its groups are
+        resolved first, as for any PAM command) and warm, with ``access_provider =
+        simple`` and ``simple_allow_groups`` naming :attr:`access_group`."""
+        if not set(scenarios) & set(ACCESS_SCENARIOS):
+            return
+        allow = {"access_provider": "simple", "simple_allow_groups": self.access_group}
+        d = self._pam_daemon(dataclasses.replace(side, options={**side.options, **allow}),
+                             self.tmp / f"{side.label}{r}-access")  # fmt: skip
+        d.start()
+        try:
+            env = pamenv.PamEnv(d.pipes_dir, self.pamd, d.mc_dir)
+            user = self.exp.big_user
+            cold = self._login(d, env, user, ("acct_mgmt",))
+            if "access-cold" in scenarios:
+                yield "access-cold", cold
+            if "access-warm" in scenarios:
+                warm = [self._login(d, env, user, ("acct_mgmt",)) for _ in range(self.warm_reps)]
+                yield "access-warm", sorted(warm, key=lambda s: s.wall)[len(warm) // 2]
+        finally:
+            d.stop()
+
     def _offline(self, d: pammatrix.PamDaemon, env: pamenv.PamEnv, user: str) -> Sample:
         assert self.proxy is not None
         self.proxy.drop_all()
@@ -426,7 +469,13 @@ class Measure:
         finally:
             self.proxy.heal()
 
-    def _login(self, d: pammatrix.PamDaemon, env: pamenv.PamEnv, user: str) -> Sample:
+    def _login(
+        self,
+        d: pammatrix.PamDaemon,
+        env: pamenv.PamEnv,
+        user: str,
+        ops: tuple[str, ...] = pammatrix.LOGIN,
+    ) -> Sample:
         if isinstance(d, CachedDaemon):
             root = d.pid
             pids = [root, *(x.pid for x in procstat.children(root))]
@@ -442,15 +491,14 @@ class Measure:
         offset, cpu0 = (self.server.log_offset() if online else 0), cpu()
         start = time.perf_counter()
         got = env.drive(
-            pammatrix.SERVICE, user, pammatrix.LOGIN, answers=[LOGIN_PASSWORD],
-            timeout=LOGIN_TIMEOUT,
+            pammatrix.SERVICE, user, ops, answers=[LOGIN_PASSWORD], timeout=LOGIN_TIMEOUT,
         )  # fmt: skip
         process = time.perf_counter() - start
         return Sample(
             got.seconds,
             cpu() - cpu0,
             _searches(self.server, offset) if online else 0,
-            got.start == 0 and got.codes == [0] * len(pammatrix.LOGIN),
+            got.start == 0 and got.codes == [0] * len(ops),
             process,
             ",".join(map(str, got.codes)),
         )
@@ -503,7 +551,7 @@ def summary(a: Side, b: Side, scenarios: list[str]) -> list[str]:
             ("CPU", lambda s: s.cpu, "s"),
             ("searches", lambda s: s.searches, ""),
         ]
-        if sc in LOGIN_SCENARIOS:
+        if sc in PAM_SCENARIOS:
             figures.insert(1, ("process", lambda s: s.process or 0.0, "s"))
         for fig, get, unit in figures:
             ma = _median([get(s) for s in sa if ok(s)])
@@ -547,9 +595,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(scenarios) - set(SCENARIOS)
     if unknown:
         ap.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
-    if "floor" in (args.a, args.b) and set(scenarios) & set(LOGIN_SCENARIOS):
+    if "floor" in (args.a, args.b) and set(scenarios) & set(PAM_SCENARIOS):
         ap.error("the floor has no login scenarios")
-    logins = bool(set(scenarios) & set(LOGIN_SCENARIOS))
+    logins = bool(set(scenarios) & set(PAM_SCENARIOS))
     reason = pamenv.skip_reason() if logins else nsenv.skip_reason()
     if reason:
         print(f"perf.ab: {reason}", file=sys.stderr)
@@ -593,7 +641,7 @@ def _run(
             f"{'on' if args.memcache else 'off (SSS_NSS_USE_MEMCACHE=NO)'}; "
             f"{args.rounds} rounds, order A,B then B,A; CPU: the daemon's processes and slapd"
         )
-        logins = bool(set(scenarios) & set(LOGIN_SCENARIOS))
+        logins = bool(set(scenarios) & set(PAM_SCENARIOS))
         tls = make_tls_material(tmp / "tls", "localhost") if logins else None
         with Slapd(
             tmp / "slapd", gen.ldif, sc.base_dn, deref=args.deref == "yes", tls=tls
@@ -601,9 +649,13 @@ def _run(
             m = Measure(server, gen.expected(), tmp, env, args.warm_reps, args.log_level)
             try:
                 m.prepare_logins(scenarios)
-                if logins:
+                if set(scenarios) & set(LOGIN_SCENARIOS):
                     users = ", ".join(f"{p}-*: {u}" for p, u in m.login_users.items())
                     say(f"* logins: {users}; `{' '.join(pammatrix.LOGIN)}` through pam_sss.so")
+                if set(scenarios) & set(ACCESS_SCENARIOS):
+                    say(f"* access-*: `acct_mgmt` of {m.exp.big_user} through pam_sss.so, "
+                        f"access_provider = simple, simple_allow_groups = {m.access_group} "
+                        "(reached only through nesting)")  # fmt: skip
                 say()
                 say("```")
                 for r in range(args.rounds):

@@ -39,7 +39,7 @@ from cached.cache.store import ENTRY_MAP_SIZE, Store
 from testing import pamenv, sssd
 from testing.daemon import CachedDaemon
 from testing.faultproxy import FaultProxy
-from testing.slapd import PasswordPolicy, Slapd, TLSFiles, make_tls_material
+from testing.slapd import ACCESS_SCHEMA, PasswordPolicy, Slapd, TLSFiles, make_tls_material
 
 BASE = "dc=pam,dc=test"
 DOMAIN = "LDAP"
@@ -48,7 +48,21 @@ SERVICE = "cached-pam"
 PASSWORDS: dict[str, str] = {
     "alice": "Alice-pw-1",
     "bob": "Bob-pw-1",
+    "carol": "Carol-pw-1",
 }
+#: What the access rules read on each user's entry (extensibleObject; testing's
+#: access.schema): alice may log in by every rule; bob is refused by each (denied
+#: group, locked, disabled, expired in 1970, no service); carol's AD account expired.
+ACCESS_ATTRS: dict[str, dict[str, tuple[str, ...]]] = {
+    "alice": {"employeeType": ("staff",), "authorizedService": ("cached-pam", "sshd"),
+              "accountExpires": ("9223372036854775807",)},
+    "bob": {"nsAccountLock": ("TRUE",), "userAccountControl": ("514",),
+            "shadowExpire": ("1",), "authorizedService": ("*", "!cached-pam")},
+    "carol": {"userAccountControl": ("512",), "accountExpires": ("116444736000000000",)},
+}  # fmt: skip
+#: Groups nested above alice (acc-l1 > acc-l2 > acc-l3 > alice) and bob's acc-deny.
+ACCESS_GROUPS = (("acc-l3", 20013, "uid=alice"), ("acc-l2", 20012, "cn=acc-l3"),
+                 ("acc-l1", 20011, "cn=acc-l2"), ("acc-deny", 20014, "uid=bob"))  # fmt: skip
 NEW_PASSWORD = "Alice-pw-2"
 WRONG = "not-the-password"
 UNKNOWN_USER = "nosuchuser"
@@ -163,6 +177,19 @@ def _passwd(old: str, new: str, *, again: str | None = None, as_user: bool = Tru
 def _binds(*passwords: str) -> tuple[Login, ...]:
     return tuple(Login("alice", pw, note="after the change") for pw in passwords)
 
+
+def _account(user: str, note: str = "") -> Login:
+    """acct_mgmt alone (a key-based ssh login's account check)."""
+    return Login(user, "", ("acct_mgmt",), note=note)
+
+
+def _expire(policy: str) -> dict[str, Any]:
+    return {"access_provider": "ldap", "ldap_access_order": "expire",
+            "ldap_account_expire_policy": policy}  # fmt: skip
+
+
+_EXPIRED_MESSAGE = {"pam_verbosity": 2, "pam_account_expired_message": "Ask the help desk."}
+
 CASES: tuple[Case, ...] = (
     Case("right", "right password, whole login, root (private socket)",
          (Login("alice", ALICE, LOGIN),)),
@@ -263,6 +290,42 @@ CASES: tuple[Case, ...] = (
           Login("alice", WRONG), Login("alice", WRONG), Login("alice", WRONG),
           Login("alice", ALICE, note="locked")),
          transports=("ldaps",)),
+    *(  # access_provider: who may log in (docs/compatibility.md §9.9)
+        Case(f"access-{name}", title, steps, ("ldaps",), domain, pam)
+        for name, title, steps, domain, pam in (
+            ("deny", "access_provider = deny",
+             (Login("alice", ALICE, LOGIN),), {"access_provider": "deny"}, {}),
+            ("simple-nested", "simple: a group reached through three levels of nesting",
+             (Login("alice", ALICE, LOGIN), _account("bob")),
+             {"access_provider": "simple", "simple_allow_groups": "acc-l1",
+              "ldap_group_nesting_level": 3}, {}),
+            ("simple-deny", "simple: a denied group beats an allowed name",
+             (_account("alice"), _account("bob"), _account("carol")),
+             {"access_provider": "simple", "simple_allow_users": "alice, bob",
+              "simple_deny_groups": "acc-deny, nosuchgroup"}, {}),
+            ("filter", "ldap: a filter with & | ! and a wildcard",
+             (Login("alice", ALICE, LOGIN), _account("bob"), _account("carol")),
+             {"access_provider": "ldap",
+              "ldap_access_filter": "(&(|(employeeType=st*)(uid=carol))(!(uid=bob)))"}, {}),
+            ("no-filter", "ldap without ldap_access_filter: nobody",
+             (Login("alice", ALICE, LOGIN),), {"access_provider": "ldap"}, {}),
+            ("shadow", "expire, shadow: shadowExpire in the past (pam_verbosity = 2)",
+             (_account("alice"), _account("bob")), _expire("shadow"), _EXPIRED_MESSAGE),
+            ("rhds", "expire, rhds: nsAccountLock",
+             (_account("alice"), _account("bob")), _expire("rhds"), {}),
+            ("ad", "expire, ad: userAccountControl disabled, accountExpires past",
+             (_account("alice"), _account("bob"), _account("carol")), _expire("ad"),
+             _EXPIRED_MESSAGE),
+            ("service", "authorized_service: listed, !denied, missing",
+             (_account("alice"), _account("bob"), _account("carol")),
+             {"access_provider": "ldap", "ldap_access_order": "authorized_service"}, {}),
+            ("offline", "server stopped: the last online decision stands",
+             (Login("alice", ALICE, LOGIN, note="online"), _account("bob", "online"),
+              Directory("stopped"),
+              Login("alice", ALICE, LOGIN, note="offline"), _account("bob", "offline")),
+             {"access_provider": "ldap", "ldap_access_filter": "(employeeType=staff)"}, {}),
+        )
+    ),
 )  # fmt: skip
 
 
@@ -289,11 +352,20 @@ def ldif() -> str:
     ]
     for n, (user, pw) in enumerate(PASSWORDS.items()):
         uid = 20001 + n
+        extra = "".join(f"{a}: {v}\n" for a, vs in ACCESS_ATTRS.get(user, {}).items() for v in vs)
         out.append(
             f"dn: uid={user},ou=people,{BASE}\nobjectClass: inetOrgPerson\n"
-            f"objectClass: posixAccount\nuid: {user}\ncn: {user}\nsn: {user}\n"
+            f"objectClass: posixAccount\nobjectClass: extensibleObject\n"
+            f"uid: {user}\ncn: {user}\nsn: {user}\n"
             f"uidNumber: {uid}\ngidNumber: 20000\nhomeDirectory: /home/{user}\n"
-            f"loginShell: /bin/sh\nuserPassword: {pw}\n"
+            f"loginShell: /bin/sh\nuserPassword: {pw}\n{extra}"
+        )
+    for name, gid, member in ACCESS_GROUPS:
+        where = "people" if member.startswith("uid=") else "groups"
+        out.append(
+            f"dn: cn={name},ou=groups,{BASE}\nobjectClass: groupOfNames\n"
+            f"objectClass: posixGroup\ncn: {name}\ngidNumber: {gid}\n"
+            f"member: {member},ou={where},{BASE}\n"
         )
     members = "".join(f"member: uid={u},ou=people,{BASE}\n" for u in PASSWORDS)
     out.append(
@@ -319,8 +391,9 @@ class MatrixDirectory:
         # The password policy overlay (a policy entry only while a case puts one in
         # force) and Debian's access rules, under which users change their passwords.
         self.slapd = Slapd(self.workdir / "slapd", ldif_path, BASE, tls=self.tls,
-                           ppolicy=True, self_write=True)  # fmt: skip
-        self.plain_slapd = Slapd(self.workdir / "slapd-plain", ldif_path, BASE)
+                           ppolicy=True, self_write=True, schemas=(ACCESS_SCHEMA,))  # fmt: skip
+        self.plain_slapd = Slapd(self.workdir / "slapd-plain", ldif_path, BASE,
+                                 schemas=(ACCESS_SCHEMA,))  # fmt: skip
         self.policy: PasswordPolicy | None = None
         self.servers: list[Slapd] = []
         self.proxies: dict[str, FaultProxy] = {}

@@ -43,8 +43,13 @@ log = logging.getLogger(__name__)
 # written by the backend after logins; not an entry of the directory, so kept when
 # entries are expired or refreshed (`cached cache -E` keeps it, as SSSD keeps
 # cachedPassword).
+# access: user key -> what the last online access check (access_provider = ldap) read
+# of the user and the server's answers (records.encode_access), written by the backend
+# at the account check when it changed, so that offline the last online decision
+# stands (cached/access/rules.py); deleted with the user, kept by `cached cache -E`.
 ENTRY_TABLES = (
     "users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias", "creds", "netgroups",
+    "access",
 )  # fmt: skip
 # read_whole: group key -> when the backend last stored it read whole, members named
 # from their entries (cache.READ_WHOLE; cached/ldap/stamps.py, refresh_full_interval).

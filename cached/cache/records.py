@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import msgpack
 
+from cached.access.rules import AccessState
 from cached.auth.offline import Credentials
 from cached.model import Netgroup, User
 
@@ -78,6 +79,42 @@ def decode_creds(data: Data) -> Credentials:
         return Credentials(str(v[1]), float(v[2]), float(v[3]), int(v[4]), float(v[5]))
     except (ValueError, TypeError, IndexError, msgpack.UnpackException) as e:
         raise RecordError(f"damaged credentials record: {e}") from None
+
+
+# -- access decisions -----------------------------------------------------------
+
+# The access record's own version (its table is new, as creds' was: the store's FORMAT
+# stays, a store format change would drop every cached decision and password).
+ACCESS_VERSION = 1
+
+
+def encode_access(a: AccessState) -> bytes:
+    """Canonical: roles sorted, each role's values sorted, so an unchanged decision
+    is the same bytes (it is not written again)."""
+    attrs = {role: sorted(bytes(v) for v in a.attrs[role]) for role in sorted(a.attrs)}
+    data: bytes = msgpack.packb(
+        [ACCESS_VERSION, attrs, a.filter_allow, a.lockout_allow, a.authz_allow]
+    )
+    return data
+
+
+def decode_access(data: Data) -> AccessState:
+    try:
+        v = msgpack.unpackb(data)
+        if v[0] != ACCESS_VERSION or len(v) < 5 or not isinstance(v[1], dict):
+            raise RecordError(f"access record of version {v[0]!r}")
+        attrs: dict[str, tuple[bytes, ...]] = {}
+        for k, vals in v[1].items():
+            if not isinstance(k, str) or not all(isinstance(x, bytes) for x in vals):
+                raise RecordError(f"access record: attribute {k!r} is not text with bytes")
+            attrs[k] = tuple(vals)
+
+        def flag(x: object) -> bool | None:
+            return None if x is None else bool(x)
+
+        return AccessState(attrs, flag(v[2]), flag(v[3]), flag(v[4]))
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as e:
+        raise RecordError(f"damaged access record: {e}") from None
 
 
 # -- users ---------------------------------------------------------------------

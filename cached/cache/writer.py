@@ -20,6 +20,7 @@ from typing import Any
 
 import lmdb
 
+from cached.access.rules import AccessState
 from cached.auth.offline import Credentials
 from cached.cache import records as rec
 from cached.cache.cache import (
@@ -33,7 +34,7 @@ from cached.cache.cache import (
     times_or_missing,
 )
 from cached.cache.integrity import mark_clean, open_backend_stores, open_ts_checked, read_boot_id
-from cached.cache.records import Times
+from cached.cache.records import RecordError, Times
 from cached.cache.store import Op, StoreWriteError
 from cached.config import DomainConfig
 from cached.counters import (
@@ -407,6 +408,29 @@ class BackendCache(DomainCache):
         """Store a user's credentials record (a login's outcome); StoreWriteError."""
         self.entries.write([("creds", self.key(name), rec.encode_creds(creds))])
 
+    def access_state(self, name: str) -> AccessState | None:
+        """What the last online access check of user ``name`` learnt, or None (never
+        checked, or a damaged record: the next online check writes it again)."""
+        with self._reader() as txn:
+            data = txn.get(self.key(name), db=self.entries.tables["access"])
+            if data is None:
+                return None
+            try:
+                return rec.decode_access(data)
+            except RecordError as e:
+                log.warning("%s: access record of %r: %s", self.entry_path, name, e)
+                return None
+
+    def put_access(self, name: str, state: AccessState) -> bool:
+        """Store an online access check's outcome when it differs from the stored one
+        (invariant 2); whether it wrote. StoreWriteError."""
+        key, new = self.key(name), rec.encode_access(state)
+        with self._reader() as txn:
+            if txn.get(key, db=self.entries.tables["access"]) == new:
+                return False
+        self.entries.write([("access", key, new)])
+        return True
+
     def delete_user(self, batch: WriteBatch, name: str) -> None:
         batch.deleted_users.add(self.key(name))
 
@@ -713,7 +737,7 @@ class BackendCache(DomainCache):
         if table == "users":
             # A user the directory no longer has keeps no password that works offline
             # (SSSD deletes the entry with its cachedPassword).
-            return [(table, key, None), ("creds", key, None)]
+            return [(table, key, None), ("creds", key, None), ("access", key, None)]
         return [(table, key, None)]
 
     @staticmethod

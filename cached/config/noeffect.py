@@ -161,8 +161,6 @@ NO_EFFECT: dict[str, str] = {
     "ldap_disable_paging": "cached asks for paged results only where the server "
     "offers the control, and reads a whole answer either way",
     "ldap_dns_service_name": _NO_DNS,
-    "ldap_account_expire_policy": _ACCESS_ONLY,
-    "ldap_pwdlockout_dn": _ACCESS_ONLY,
     "ldap_tls_reqsan": "a SAN check SSSD makes with GSSAPI binds, which cached does "
     "not make",
     "wildcard_limit": "the most entries of an InfoPipe wildcard search; cached's "
@@ -179,18 +177,8 @@ NO_EFFECT: dict[str, str] = {
     "ldap_user_shadow_max": _ACCESS_ONLY,
     "ldap_user_shadow_warning": _ACCESS_ONLY,
     "ldap_user_shadow_inactive": _ACCESS_ONLY,
-    "ldap_user_shadow_expire": _ACCESS_ONLY,
     "ldap_user_krb_last_pwd_change": _ACCESS_ONLY,
     "ldap_user_krb_password_expiration": _ACCESS_ONLY,
-    "ldap_user_ad_account_expires": _ACCESS_ONLY,
-    "ldap_user_ad_user_account_control": _ACCESS_ONLY,
-    "ldap_ns_account_lock": _ACCESS_ONLY,
-    "ldap_user_nds_login_disabled": _ACCESS_ONLY,
-    "ldap_user_nds_login_expiration_time": _ACCESS_ONLY,
-    "ldap_user_nds_login_allowed_time_map": _ACCESS_ONLY,
-    "ldap_user_authorized_service": _ACCESS_ONLY,
-    "ldap_user_authorized_host": _ACCESS_ONLY,
-    "ldap_user_authorized_rhost": _ACCESS_ONLY,
     "ldap_user_principal": "Kerberos principal names: SSSD also finds a user by it "
     "(name@REALM); cached looks a name up as given or as name@DOMAIN "
     "(docs/compatibility.md, \"Qualified lookups\"), and refuses %P in home templates",

@@ -20,6 +20,8 @@ from typing import Any, TypeVar, cast
 from cached.config.errors import ConfigError
 from cached.config.gpomap import DEFAULT_MAPS, GpoMode, GpoRight, map_items
 from cached.config.parsers import (
+    NotSupported,
+    authz_filter,
     boolean,
     closed,
     domain_sid,
@@ -102,6 +104,82 @@ class PwdPolicy(enum.StrEnum):
     NONE = "none"
     SHADOW = "shadow"
     MIT_KERBEROS = "mit_kerberos"
+
+
+class AccessProvider(enum.StrEnum):
+    """``access_provider``: who decides, at PAM's account check, whether a user may log
+    in (sssd.conf(5); SSSD's default is ``permit``)."""
+
+    PERMIT = "permit"
+    DENY = "deny"
+    SIMPLE = "simple"
+    LDAP = "ldap"
+
+
+_ACCESS_PROVIDERS_REFUSED = {
+    "ad": "access_provider = ad is not implemented yet; use `simple` or `ldap`",
+    "ipa": "cached has no IPA provider",
+    "krb5": "cached has no Kerberos provider",
+    "proxy": "cached has no proxy provider",
+}
+
+
+class AccessRule(enum.StrEnum):
+    """One entry of ``ldap_access_order`` (sssd-ldap(5); sdap_access.h)."""
+
+    FILTER = "filter"
+    LOCKOUT = "lockout"
+    PPOLICY = "ppolicy"
+    EXPIRE = "expire"
+    AUTHORIZED_SERVICE = "authorized_service"
+    HOST = "host"
+    RHOST = "rhost"
+    # cached's own: nslcd's pam_authz_search (cached/access/rules.py).
+    AUTHZ_SEARCH = "pam_authz_search"
+
+
+# ldap_access_order entries SSSD has that cached refuses, with the reason.
+_REFUSED_RULES = {
+    name: "it is evaluated with ldap_pwd_policy at the account check, which cached does "
+    "not do yet; remove it (password expiry is still enforced by the server's own "
+    "policy at the password bind)"
+    for name in ("pwd_expire_policy_reject", "pwd_expire_policy_warn", "pwd_expire_policy_renew")
+}
+
+
+def access_order(raw: str) -> list[AccessRule]:
+    """``ldap_access_order``: a comma list of rules, each at most once (SSSD's
+    get_access_order_list refuses duplicates and unknown names at start); empty is
+    SSSD's default, ``filter``."""
+    if not str_list(raw):
+        return [AccessRule.FILTER]
+    out: list[AccessRule] = []
+    for name in (n.lower() for n in str_list(raw)):
+        if name in _REFUSED_RULES:
+            raise NotSupported(f"{name!r}: {_REFUSED_RULES[name]}")
+        try:
+            rule = AccessRule(name)
+        except ValueError:
+            known = ", ".join(r.value for r in AccessRule)
+            raise ValueError(f"{name!r} is not an access rule ({known})") from None
+        if rule in out:
+            raise ValueError(f"{name!r} is listed twice")
+        out.append(rule)
+    return out
+
+
+class ExpirePolicy(enum.StrEnum):
+    """``ldap_account_expire_policy``: which attributes the ``expire`` rule reads
+    (sdap_access.c sdap_account_expired); unset denies everyone when ``expire`` is in
+    the order, as SSSD."""
+
+    UNSET = ""
+    SHADOW = "shadow"
+    AD = "ad"
+    RHDS = "rhds"
+    IPA = "ipa"
+    DS389 = "389ds"
+    NDS = "nds"
 
 
 # SSSD's responders (sssd.conf(5) ``services``): cached runs ``nss`` always, ``pam``
@@ -395,6 +473,13 @@ class PamConfig:
         "",
         "Text shown after `Permission denied.` when the server says the account is locked.",
     )
+    pam_account_expired_message: str = option(
+        string,
+        "",
+        "Text shown after `Permission denied.` when the account check finds the account "
+        "expired (PAM_ACCT_EXPIRED), to `sshd` logins, and to every service at "
+        "pam_verbosity 2 or more (as SSSD's code; its man page says 3).",
+    )
     pam_pwd_expiration_warning: int = option(
         integer(-1),
         -1,
@@ -606,6 +691,101 @@ class DomainConfig:
         -1,
         "Days before its expiry that the server's password expiry warning is shown; "
         "0 = always; -1: `[pam] pam_pwd_expiration_warning`.",
+    )
+    # -- Access control (PAM's account check): sssd.conf(5), sssd-simple(5),
+    # sssd-ldap(5); cached/access/.
+    access_provider: AccessProvider = option(
+        closed(AccessProvider, _ACCESS_PROVIDERS_REFUSED),
+        AccessProvider.PERMIT,
+        "Who may log in (PAM account check): `permit` everyone, `deny` no one, `simple` "
+        "by the simple_* lists, `ldap` by ldap_access_order.",
+    )
+    simple_allow_users: list[str] = option(
+        str_list,
+        [],
+        "access_provider = simple: users allowed (`name` or `name@DOMAIN`); with "
+        "simple_allow_groups unset too, everyone not denied is allowed.",
+    )
+    simple_deny_users: list[str] = option(
+        str_list, [], "access_provider = simple: users denied, whatever else allows them."
+    )
+    simple_allow_groups: list[str] = option(
+        str_list,
+        [],
+        "access_provider = simple: members of these groups are allowed, nested "
+        "membership and the primary group included.",
+    )
+    simple_deny_groups: list[str] = option(
+        str_list,
+        [],
+        "access_provider = simple: members of these groups are denied, even when allowed "
+        "by name.",
+    )
+    ldap_access_order: list[AccessRule] = option(
+        access_order,
+        [AccessRule.FILTER],
+        "access_provider = ldap: the rules, in order; the first that denies decides. "
+        "`filter`, `expire`, `ppolicy`, `lockout`, `authorized_service`, `host`, `rhost`, "
+        "and cached's `pam_authz_search`.",
+        "filter",
+    )
+    ldap_access_filter: str = option(
+        search_filter,
+        "",
+        "The `filter` rule: the user may log in when a base search of the user's entry "
+        "with this filter finds it; unset, the rule denies everyone (as SSSD).",
+    )
+    ldap_account_expire_policy: ExpirePolicy = option(
+        closed(ExpirePolicy, expected="shadow, ad, rhds, ipa, 389ds or nds"),
+        ExpirePolicy.UNSET,
+        "The `expire` rule's attributes: `shadow` (shadowExpire), `ad` "
+        "(userAccountControl, accountExpires), `rhds`/`ipa`/`389ds` (nsAccountLock; "
+        "`ipa` then as `ad` too), `nds` (loginDisabled, loginExpirationTime, "
+        "loginAllowedTimeMap); unset, the rule denies everyone (as SSSD).",
+    )
+    ldap_pwdlockout_dn: str = option(
+        string,
+        "",
+        "The password policy entry the `ppolicy`/`lockout` rules read pwdLockout and "
+        "pwdLockoutDuration from; unset: cn=ppolicy,ou=policies under each search base.",
+    )
+    pam_authz_search: str = option(
+        authz_filter,
+        "",
+        "The `pam_authz_search` rule (nslcd's option, not SSSD's): a filter searched "
+        "under the search bases with $username, $service, $rhost, $ruser, $tty, "
+        "$hostname, $fqdn, $dn and $uid replaced by the login's values, escaped (RFC "
+        "4515); the user may log in when it finds an entry.",
+    )
+    ldap_user_shadow_expire: str = option(
+        string, "shadowExpire", "Account expiry, days since 1970 (`expire`, `shadow`)."
+    )
+    ldap_ns_account_lock: str = option(
+        string, "nsAccountLock", "Account lock flag (`expire`, `rhds`/`ipa`/`389ds`)."
+    )
+    ldap_user_ad_account_expires: str = option(
+        string, "accountExpires", "AD account expiry, 100 ns since 1601 (`expire`, `ad`)."
+    )
+    ldap_user_ad_user_account_control: str = option(
+        string, "userAccountControl", "AD account flags (`expire`, `ad`: 0x2 disabled)."
+    )
+    ldap_user_nds_login_disabled: str = option(
+        string, "loginDisabled", "NDS login disabled flag (`expire`, `nds`)."
+    )
+    ldap_user_nds_login_expiration_time: str = option(
+        string, "loginExpirationTime", "NDS account expiry (`expire`, `nds`)."
+    )
+    ldap_user_nds_login_allowed_time_map: str = option(
+        string, "loginAllowedTimeMap", "NDS weekly login hours (`expire`, `nds`)."
+    )
+    ldap_user_authorized_service: str = option(
+        string, "authorizedService", "PAM services the user may use (`authorized_service`)."
+    )
+    ldap_user_authorized_host: str = option(
+        string, "host", "Hosts the user may log in to (`host`)."
+    )
+    ldap_user_authorized_rhost: str = option(
+        string, "rhost", "Remote hosts the user may log in from (`rhost`)."
     )
     ldap_auth_disable_tls_never_use_in_production: bool = option(
         boolean,

@@ -323,3 +323,23 @@ def name_regex(raw: str) -> str:
     if value:
         compile_name_regex(value)
     return value
+# nslcd's pam_authz_search variables (nslcd.conf(5)) that cached fills in.
+AUTHZ_VARIABLES = ("username", "service", "ruser", "rhost", "tty", "hostname", "fqdn",
+                   "domain", "dn", "uid")  # fmt: skip
+AUTHZ_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def authz_filter(raw: str) -> str:
+    """``pam_authz_search``: an LDAP filter with nslcd's ``$name`` or ``${name}``
+    variables (:data:`AUTHZ_VARIABLES`), parenthesised."""
+    filt = search_filter(raw)
+    for m in AUTHZ_VARIABLE.finditer(filt):
+        name = m.group(1) or m.group(2)
+        if name not in AUTHZ_VARIABLES:
+            raise ValueError(
+                f"${name} is not a variable of pam_authz_search ({', '.join(AUTHZ_VARIABLES)})"
+            )
+    stripped = AUTHZ_VARIABLE.sub("", filt)
+    if "$" in stripped:
+        raise ValueError("a `$` that does not begin a variable ($name or ${name})")
+    return filt

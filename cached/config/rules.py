@@ -11,7 +11,7 @@ from typing import Any
 from cached.config.errors import ConfigError
 from cached.config.gpomap import GpoRight, service_table
 from cached.config.ini import Ini
-from cached.config.options import DOMAIN_OPTIONS, Schema
+from cached.config.options import DOMAIN_OPTIONS, AccessProvider, AccessRule, Schema
 
 # SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
 # gen_ad2008r2_group_map, gen_ad_attr_map), declared with each option (``ad=``): used for
@@ -95,6 +95,7 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
         service_table({r: vals[f"ad_gpo_map_{r.value}"] for r in GpoRight})
     except ValueError as e:
         raise ConfigError(f"{ini.where(sname)}: [{sname}] ad_gpo_map_*: {e}") from None
+    _access_warnings(ini.where(sname), sname, vals, warnings)
     if vals["max_id"] and vals["max_id"] < vals["min_id"]:
         raise ConfigError(
             f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "
@@ -152,3 +153,23 @@ def _schema_defaults(
                 f"and ldap_idmap_range_size = {size} leave no slice: the range must hold "
                 "at least one slice"
             )
+
+
+def _access_warnings(path: str, sname: str, vals: dict[str, Any], warnings: list[str]) -> None:
+    """SSSD's start-up warnings of an ``ldap`` access order that lets nobody in
+    (ldap_init.c set_access_rules): said at load, where the administrator looks."""
+    if vals["access_provider"] != AccessProvider.LDAP:
+        return
+    order = vals["ldap_access_order"]
+    why = []
+    if AccessRule.FILTER in order and not vals["ldap_access_filter"]:
+        why.append("ldap_access_order has `filter` but ldap_access_filter is not set")
+    if AccessRule.EXPIRE in order and not vals["ldap_account_expire_policy"]:
+        why.append("ldap_access_order has `expire` but ldap_account_expire_policy is not set")
+    if AccessRule.AUTHZ_SEARCH in order and not vals["pam_authz_search"]:
+        why.append("ldap_access_order has `pam_authz_search` but pam_authz_search is not set")
+    for w in why:
+        warnings.append(
+            f"{path}: [{sname}] access_provider = ldap: {w}, so every user of the domain "
+            "is denied (as SSSD)"
+        )

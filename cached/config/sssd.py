@@ -64,34 +64,7 @@ def _is_unset(raw: str) -> bool:
     return not raw.strip()
 
 
-# Access control (who may log in) is a PAM account check: cached's PAM responder answers
-# ACCT_MGMT with success for every user (access_provider = permit) until access control
-# is implemented, and without `services = pam` pam_sss finds no socket and returns
-# PAM_USER_UNKNOWN, which the usual account line (`[default=bad success=ok
-# user_unknown=ignore] pam_sss.so`) turns into "allowed". Either way a restriction SSSD
-# enforced would silently vanish: refused. SSSD's default access_provider is `permit`
-# (dp_targets.c); `ldap` without ldap_access_filter denies everyone (ldap_init.c), so
-# every other value restricts.
-_NO_ACCESS_CONTROL = (
-    "cached does not enforce access control yet (its PAM account check lets every user "
-    "in, as access_provider = permit), so this login restriction would not be enforced; "
-    "enforce it another way (e.g. pam_access, or a filter in ldap_user_search_base, "
-    "which cached applies to who exists) and remove the option"
-)
-_ACCESS_OPTIONS = (
-    "ldap_access_filter",
-    "ldap_access_order",
-    "simple_allow_users",
-    "simple_allow_groups",
-    "simple_deny_users",
-    "simple_deny_groups",
-)
-
 UNSUPPORTED: dict[str, Unsupported] = {
-    "access_provider": Unsupported(
-        lambda raw: raw.strip().lower() in ("", "permit"), _NO_ACCESS_CONTROL
-    ),
-    **{name: Unsupported(_is_unset, _NO_ACCESS_CONTROL) for name in _ACCESS_OPTIONS},
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,
         "cached lists only the members that the directory's users resolve to; remove it",

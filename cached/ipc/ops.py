@@ -16,6 +16,9 @@ socket             op                          request -> reply
 ``be_<domain>``    change_password             :class:`ChpassRequest` ->
                                                :class:`ChpassReply` (CHAUTHTOK_PRELIM
                                                and CHAUTHTOK; carries both passwords)
+``be_<domain>``    access                      :class:`AccessRequest` ->
+                                               :class:`AccessReply` (the PAM account
+                                               check, ``access_provider = ldap``)
 ``be_<domain>``    counters                    -> :class:`CountersReply`
 ``be_<domain>``    status                      -> ``{"status": {...}}``
 ``responder``      counters                    -> :class:`CountersReply`
@@ -58,6 +61,8 @@ class Op(enum.StrEnum):
     AUTHENTICATE = "authenticate"
     # Backend: check the old password (prelim), or change it, as the user.
     CHANGE_PASSWORD = "change_password"
+    # Backend: may this user log in (access_provider = ldap, the account check)?
+    ACCESS = "access"
     # Backend (and the control socket, which forwards it): forget a user's cached
     # credentials.
     DROP_CREDENTIALS = "drop_credentials"
@@ -387,6 +392,70 @@ class ChpassReply:
         if message is not None and not isinstance(message, str):
             raise BadMessage("change_password: the message is not text")
         return cls(status, message, bool(reply.get("online", True)),
+                   float(reply.get("retry_in") or 0.0))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRequest:
+    """May the cached user ``name`` (entry ``dn``, uid ``user_uid``) log in through
+    PAM ``service`` from ``rhost`` ("" local)? ``uid``: the PAM client's
+    (SO_PEERCRED), so the backend takes the checks of each client uid in turn."""
+
+    name: str
+    dn: str
+    service: str = ""
+    rhost: str = ""
+    ruser: str = ""
+    tty: str = ""
+    user_uid: int = 0
+    uid: int | None = None
+
+    def args(self) -> dict[str, Any]:
+        return {"name": self.name, "dn": self.dn, "service": self.service,
+                "rhost": self.rhost, "ruser": self.ruser, "tty": self.tty,
+                "user_uid": self.user_uid, "uid": self.uid}  # fmt: skip
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> AccessRequest:
+        name, dn = args.get("name"), args.get("dn")
+        if not isinstance(name, str) or not name or not isinstance(dn, str):
+            raise BadMessage("access: bad name or dn")
+        keys = ("service", "rhost", "ruser", "tty")
+        service, rhost, ruser, tty = (args.get(k) or "" for k in keys)
+        if not all(isinstance(t, str) for t in (service, rhost, ruser, tty)):
+            raise BadMessage("access: service, rhost, ruser and tty must be text")
+        user_uid, uid = args.get("user_uid"), args.get("uid")
+        return cls(name, dn, str(service), str(rhost), str(ruser), str(tty),
+                   user_uid if isinstance(user_uid, int) and _is_int(user_uid) else 0,
+                   uid if _is_int(uid) else None)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class AccessReply:
+    """The account check's answer: ``status`` a PAM status (0 allowed, 4 an attribute
+    that does not parse, 6 denied, 13 expired); ``info``: SSSD's text of why, sent to
+    the client as SYSTEM_INFO (its syslog); ``offline``: decided from what the last
+    online check stored."""
+
+    status: int
+    info: str = ""
+    offline: bool = False
+    online: bool = True  # the domain's state after it (DomainStateNote)
+    retry_in: float = 0.0
+
+    def fields(self) -> dict[str, Any]:
+        return {"status": self.status, "info": self.info, "offline": self.offline,
+                "online": self.online, "retry_in": self.retry_in}  # fmt: skip
+
+    @classmethod
+    def parse(cls, reply: dict[str, Any]) -> AccessReply:
+        status = reply.get("status")
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise BadMessage(f"access: bad status {status!r}")
+        info = reply.get("info") or ""
+        if not isinstance(info, str):
+            raise BadMessage("access: info is not text")
+        return cls(status, info, bool(reply.get("offline")), bool(reply.get("online", True)),
                    float(reply.get("retry_in") or 0.0))  # fmt: skip
 
 

@@ -37,6 +37,7 @@ from cached.counters import COUNTERS, format_profile
 from cached.ipc import aio, framing
 from cached.ipc.ops import (
     LOOKUPS,
+    AccessRequest,
     AuthRequest,
     ChpassRequest,
     CountersReply,
@@ -49,6 +50,7 @@ from cached.ipc.ops import (
     Outcome,
 )
 from cached.jitter import REFRESH_AHEAD, Jitter
+from cached.ldap.access import AccessChecks
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.login import Logins
@@ -190,6 +192,9 @@ class BackendService:
         if config.nss.group_memcache:
             self.provider.on_groups_stored = self._groups_stored
         self.logins = Logins(config, domain, self.client, self.cache)
+        # The account check of access_provider = ldap: on the lookup thread, whose
+        # connection it uses, the checks of each PAM client uid taken in turn.
+        self.access = AccessChecks(domain, self.client, self.cache, self.provider._prepare)
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -329,6 +334,10 @@ class BackendService:
         if op is Op.CHANGE_PASSWORD:
             changed = await self.logins.change_password(ChpassRequest.parse(args))
             return changed.fields()
+        if op is Op.ACCESS:
+            decided = await self.access.check(AccessRequest.parse(args), self._in_worker)
+            self.announce()
+            return decided.fields()
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
         if op is Op.STATUS:
@@ -362,6 +371,7 @@ class BackendService:
             "limit_time": self.provider.limit_time,
             "credentials": self.cache.credentials_count(),
             **self.logins.status(),
+            **self.access.status(),
         }
 
     def _cache_confirmed(self) -> float:

@@ -18,8 +18,11 @@ command                           answer
 ================================  =====================================================
 AUTHENTICATE                      the domain's backend (``Op.AUTHENTICATE``): an online
                                   bind as the user, else cached credentials
-ACCT_MGMT                         SUCCESS (``access_provider = permit``, SSSD's default;
-                                  the other access options are refused at load)
+ACCT_MGMT                         ``access_provider``: ``permit`` (SSSD's default)
+                                  SUCCESS; ``deny`` PERM_DENIED; ``simple`` decided
+                                  here from the user's resolved groups
+                                  (``cached.access.simple``); ``ldap`` the domain's
+                                  backend (``Op.ACCESS``, ``ldap/access.py``)
 OPEN_SESSION, CLOSE_SESSION,      SUCCESS (no session provider)
 SETCRED, PREAUTH
 CHAUTHTOK_PRELIM, CHAUTHTOK       the domain's backend (``Op.CHANGE_PASSWORD``): the old
@@ -51,10 +54,20 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from cached.access.simple import SimpleRules
 from cached.cache import Initgroups
-from cached.config import Config
+from cached.config import Config, DomainConfig
+from cached.config.options import AccessProvider
 from cached.ipc import aio, framing
-from cached.ipc.ops import AuthReply, AuthRequest, ChpassReply, ChpassRequest, Op
+from cached.ipc.ops import (
+    AccessReply,
+    AccessRequest,
+    AuthReply,
+    AuthRequest,
+    ChpassReply,
+    ChpassRequest,
+    Op,
+)
 from cached.pam import protocol as p
 from cached.pam.protocol import AuthTokType, Command, PamStatus
 from cached.ratelimit import RateLimitedLog
@@ -73,8 +86,7 @@ BACKLOG = 128
 QUEUE_ALLOWANCE = 30.0
 
 _SUCCESS_COMMANDS = frozenset(
-    {Command.ACCT_MGMT, Command.OPEN_SESSION, Command.CLOSE_SESSION, Command.SETCRED,
-     Command.PREAUTH}
+    {Command.OPEN_SESSION, Command.CLOSE_SESSION, Command.SETCRED, Command.PREAUTH}
 )  # fmt: skip
 _CHPASS_COMMANDS = frozenset({Command.CHAUTHTOK, Command.CHAUTHTOK_PRELIM})
 
@@ -109,6 +121,9 @@ class PamResponder:
         self.logins_ok = 0
         self.logins_refused = 0
         self.requests = 0
+        self.access_denied = 0
+        # access_provider = simple: each domain's lists, parsed once.
+        self._simple: dict[str, SimpleRules] = {}
 
     # -- answering -----------------------------------------------------------------
 
@@ -155,6 +170,11 @@ class PamResponder:
     ) -> tuple[int, list[p.ReplyItem]]:
         if req.cmd is Command.AUTHENTICATE:
             return await self._authenticate(req, found, uid)
+        if req.cmd is Command.ACCT_MGMT:
+            status, items = await self._account(req, found, uid)
+            if status != PamStatus.SUCCESS:
+                self.access_denied += 1
+            return status, items
         if req.cmd in _SUCCESS_COMMANDS:
             return PamStatus.SUCCESS, []
         if req.cmd in _CHPASS_COMMANDS:
@@ -226,6 +246,71 @@ class PamResponder:
             return PamStatus.AUTHTOK_ERR, [p.offline_chpass_item()]
         items = [p.chpass_error_item(reply.message)] if reply.message is not None else []
         return reply.status, items
+
+    async def _account(
+        self, req: p.PamRequest, found: Found[Initgroups], uid: int | None
+    ) -> tuple[int, list[p.ReplyItem]]:
+        """ACCT_MGMT: may the user log in (``access_provider``)?"""
+        domain = found.domain
+        provider = domain.access_provider
+        if provider is AccessProvider.PERMIT:
+            return PamStatus.SUCCESS, []
+        if provider is AccessProvider.DENY:
+            return PamStatus.PERM_DENIED, []
+        if provider is AccessProvider.SIMPLE:
+            allowed = self._simple_allows(domain, found)
+            log.debug("pam: simple access of %r: %s", req.user, "allowed" if allowed else "denied")
+            return (PamStatus.SUCCESS if allowed else PamStatus.PERM_DENIED), []
+        user = found.value.user
+        backend = self.backends[domain.name]
+        timeout = QUEUE_ALLOWANCE + domain.ldap_search_timeout + domain.ldap_opt_timeout * (
+            len(domain.ldap_uri) + len(domain.ldap_backup_uri)
+        )
+        try:
+            raw = await backend.call(
+                Op.ACCESS, timeout=timeout,
+                **AccessRequest(user.name, user.dn, req.service, req.rhost, req.ruser, req.tty,
+                                user.uid, uid).args(),
+            )  # fmt: skip
+            reply = AccessReply.parse(raw)
+        except (framing.RpcError, ValueError) as e:
+            # Unlike a server that does not answer (the backend decides from what it
+            # stored), no answer at all lets nobody in (docs/threat-model.md).
+            limited.log(("access unavailable", domain.name), logging.WARNING,
+                        "pam: backend %s unavailable for an account check: %s",
+                        domain.name, e)  # fmt: skip
+            return PamStatus.SYSTEM_ERR, []
+        items = [p.system_info_item(reply.info)] if reply.info else []
+        # SSSD's pam_reply: the expired message to sshd, or to every service from
+        # pam_verbosity 2 (PAM reference §1.8).
+        if reply.status == PamStatus.ACCT_EXPIRED and (
+            req.service.lower() == "sshd" or self.pam.pam_verbosity >= 2
+        ):
+            items.append(p.account_expired_item(self.pam.pam_account_expired_message))
+        return reply.status, items
+
+    def _simple_allows(self, domain: DomainConfig, found: Found[Initgroups]) -> bool:
+        rules = self._simple.get(domain.name)
+        if rules is None:
+            rules = SimpleRules.parse(
+                domain.name,
+                (domain.simple_allow_users, domain.simple_deny_users,
+                 domain.simple_allow_groups, domain.simple_deny_groups),
+                not domain.case_insensitive,
+            )  # fmt: skip
+            if rules.broken:
+                log.error("domain %s: the simple_* lists cannot be used, so everyone is "
+                          "denied: %s", domain.name, rules.broken)  # fmt: skip
+            self._simple[domain.name] = rules
+        user = found.value.user
+        if not rules.needs_groups:
+            return rules.allows(user.name)
+        groups = list(found.value.groups)
+        # The primary group counts, as in SSSD (by its gid, from the cache).
+        primary = found.cache.group_by_gid(user.gid).value
+        if primary is not None:
+            groups.append(primary.name)
+        return rules.allows(user.name, groups)
 
     def _items(self, reply: AuthReply) -> Iterable[p.ReplyItem]:
         """The user-info an answer carries (PAM reference §1.6, §1.8)."""
@@ -338,6 +423,7 @@ class PamResponder:
             "requests": self.requests,
             "logins_ok": self.logins_ok,
             "logins_refused": self.logins_refused,
+            "access_denied": self.access_denied,
             "sockets": [public_socket(self.config), private_socket(self.config)],
         }
 

@@ -140,7 +140,8 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                 lines.append(
                     f"  PAM responder: {pam.get('connections', 0)} connections, "
                     f"{pam.get('logins_ok', 0)} logins served, "
-                    f"{pam.get('logins_refused', 0)} refused"
+                    f"{pam.get('logins_refused', 0)} refused, "
+                    f"{pam.get('access_denied', 0)} account checks denied"
                 )
             ssh = s.get("ssh") if c["name"] == "responder" else None
             if ssh:
@@ -185,6 +186,12 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                     f"{s.get('offline_logins', 0)} with cached credentials, "
                     f"{s.get('failed_logins', 0)} failed; users with cached credentials: "
                     f"{s['credentials']}"
+                )
+            if s.get("access_checks"):
+                lines.append(
+                    f"  account checks (access_provider = ldap): {s['access_checks']}, "
+                    f"{s.get('access_denied', 0)} denied, {s.get('access_offline', 0)} "
+                    "decided from the last online check"
                 )
             if s.get("limit_error"):
                 lines.append(

@@ -11,7 +11,8 @@ cached verifies (``ldap_tls_cacert``, ``ldap_tls_reqcert = demand``): the login'
 password travels over verified TLS, as in production.
 
 The DC is private to this module (provisioning takes 6-11 s): the tests create users
-with passwords, disable one and lock one, which the shared ``ad`` fixture must not see.
+with passwords, disable one, expire one and lock one, which the shared ``ad`` fixture
+must not see.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,15 +37,18 @@ from testing.slapd import make_tls_material
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
 SERVICE = "cached-login"
-AUTH_OK, PERM_DENIED, AUTH_ERR = 0, 6, 7
+AUTH_OK, PERM_DENIED, AUTH_ERR, ACCT_EXPIRED = 0, 6, 7, 13
 USERS_GID = 10000  # gidNumber given to Domain Users, the users' primary group
 # Samba's default password policy wants complexity and 7+ characters.
 PASSWORDS = {
     "adalice": "Ad-Al1ce-Secret7",
     "addora": "Ad-D0ra-Secret7",
     "adlena": "Ad-L3na-Secret7",
+    "adexp": "Ad-Exp1red-Secret7",
 }
 DISABLED = "addora"
+# Its accountExpires is the fixture's "now" (samba-tool user setexpiry --days=0).
+EXPIRED = "adexp"
 # Locked by its test's wrong passwords. The other users' wrong passwords stay under the
 # threshold: each test's right password, accepted, resets AD's badPwdCount.
 LOCKED = "adlena"
@@ -127,7 +132,7 @@ def ad_dc(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[addc.SambaDC, Path, dict[str, int]]]:
     """A private DC serving TLS with a CA of the test's own, holding the users of
-    PASSWORDS (DISABLED disabled), locking an account after LOCKOUT_THRESHOLD wrong
+    PASSWORDS (DISABLED disabled, EXPIRED expired), locking an account after LOCKOUT_THRESHOLD wrong
     passwords; yields it, the CA certificate and the host port of each transport."""
     missing = addc.available()
     assert missing is None, missing
@@ -150,6 +155,7 @@ def ad_dc(
                     f"--gid-number={USERS_GID}", "--login-shell=/bin/sh",
                     f"--unix-home=/home/{login}")  # fmt: skip
     _samba_tool(dc, "user", "disable", DISABLED)
+    _samba_tool(dc, "user", "setexpiry", EXPIRED, "--days=0")
     _samba_tool(dc, "domain", "passwordsettings", "set",
                 f"--account-lockout-threshold={LOCKOUT_THRESHOLD}")  # fmt: skip
     with dc:
@@ -166,13 +172,13 @@ def ad_dc(
 def ad_login(
     tmp_path: Path, ad_dc: tuple[addc.SambaDC, Path, dict[str, int]]
 ) -> Iterator[Callable[..., tuple[CachedDaemon, PamEnv]]]:
-    """``make(transport="ldaps"|"starttls")``: a daemon with ``ldap_schema = ad`` on
+    """``make(transport="ldaps"|"starttls", **domain_opts)``: a daemon with ``ldap_schema = ad`` on
     the DC over ``ldaps://``, or ``ldap://`` (the login runs StartTLS), and its PAM
     clients."""
     dc, ca, ports = ad_dc
     started: list[CachedDaemon] = []
 
-    def make(transport: str = "ldaps") -> tuple[CachedDaemon, PamEnv]:
+    def make(transport: str = "ldaps", **opts: Any) -> tuple[CachedDaemon, PamEnv]:
         scheme = "ldaps" if transport == "ldaps" else "ldap"
         d = CachedDaemon(
             tmp_path / f"cached{len(started)}",
@@ -184,6 +190,7 @@ def ad_login(
             ldap_default_authtok=dc.admin_pw,
             ldap_tls_cacert=ca,
             ldap_tls_reqcert="demand",
+            **opts,
         )
         started.append(d)
         d.start()
@@ -236,3 +243,27 @@ def test_a_locked_ad_account_is_perm_denied(
         assert login(env, LOCKED, "Not-The-Password1") == [AUTH_ERR], d.log_tail()
     assert login(env, LOCKED, PASSWORDS[LOCKED]) == [PERM_DENIED], d.log_tail()
     assert "account locked" in d.log_text(), d.log_tail()
+
+
+def test_the_account_check_of_disabled_and_expired_ad_accounts(
+    ad_login: Callable[..., tuple[CachedDaemon, PamEnv]],
+) -> None:
+    """``ldap_account_expire_policy = ad`` reads userAccountControl and accountExpires
+    as the DC keeps them (SSSD's sdap_account_expired_ad): disabled is PAM_PERM_DENIED,
+    expired PAM_ACCT_EXPIRED, with the expired message for sshd."""
+    d, env = ad_login(access_provider="ldap", ldap_access_order="expire",
+                      ldap_account_expire_policy="ad")  # fmt: skip
+    env = d.pam_env({SERVICE: service_file(), "sshd": service_file()})
+
+    def account(user: str, service: str = SERVICE) -> int:
+        (rc,) = env.drive(service, user, ["acct_mgmt"]).codes
+        return rc
+
+    assert login(env, "adalice", PASSWORDS["adalice"]) == [AUTH_OK, AUTH_OK], d.log_tail()
+    assert account(DISABLED) == PERM_DENIED, d.log_tail()
+    assert account(EXPIRED) == ACCT_EXPIRED, d.log_tail()
+    r = env.drive("sshd", EXPIRED, ["acct_mgmt"])
+    # pam_sss prints "Permission denied. " and the message, empty by default.
+    assert r.codes == [ACCT_EXPIRED] and r["acct_mgmt"].infos == ["Permission denied. "], r
+    # The bind itself is refused too (AD: data 701, account expired): PAM_AUTH_ERR.
+    assert login(env, EXPIRED, PASSWORDS[EXPIRED]) == [AUTH_ERR], d.log_tail()

@@ -90,7 +90,7 @@ def test_refusals_are_all_listed_with_file_and_line_and_exit_1(tmp_path: Path) -
         "default_shell = /bin/bash\nauto_private_groups = yes\n"
         "override_homedir = /home/%P\n"))  # fmt: skip
     snippet = tmp_path / "conf.d" / "10-access.conf"
-    _write(snippet, "[domain/example.com]\naccess_provider = simple\n")
+    _write(snippet, "[domain/example.com]\naccess_provider = ipa\n")
     r = _run(path)
     assert r.returncode == 1
     refused = [line for line in r.stdout.splitlines() if ": refused: " in line]

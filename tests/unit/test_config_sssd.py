@@ -24,36 +24,69 @@ def test_tls_reqcert_try_verifies_as_demand(reqcert: str, verified: bool) -> Non
     assert verifies_certificates(d) is verified
 
 
-ACCESS_REFUSED = (
-    "is not supported: cached does not enforce access control yet (its PAM account check "
-    "lets every user in, as access_provider = permit), so this login restriction would "
-    "not be enforced; enforce it another way (e.g. pam_access, or a filter in "
-    "ldap_user_search_base, which cached applies to who exists) and remove the option"
-)
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("access_provider = krb5", "is not supported: cached has no Kerberos provider"),
+        ("access_provider = ad",
+         "is not supported: access_provider = ad is not implemented yet; use `simple` or "
+         "`ldap`"),
+        ("access_provider = sometimes",
+         "is invalid: expected one of permit, deny, simple, ldap"),
+        ("ldap_access_order = filter, pwd_expire_policy_reject",
+         "is not supported: 'pwd_expire_policy_reject': it is evaluated with "
+         "ldap_pwd_policy at the account check, which cached does not do yet; remove it "
+         "(password expiry is still enforced by the server's own policy at the password "
+         "bind)"),
+        ("ldap_access_order = filter, expire, filter", "is invalid: 'filter' is listed twice"),
+        ("ldap_access_order = filter, hosts",
+         "is invalid: 'hosts' is not an access rule (filter, lockout, ppolicy, expire, "
+         "authorized_service, host, rhost, pam_authz_search)"),
+        ("ldap_account_expire_policy = never",
+         "is invalid: expected shadow, ad, rhds, ipa, 389ds or nds"),
+        ("pam_authz_search = (uid=$user)",
+         "is invalid: $user is not a variable of pam_authz_search (username, service, "
+         "ruser, rhost, tty, hostname, fqdn, domain, dn, uid)"),
+    ],
+)  # fmt: skip
+def test_access_values_sssd_refuses_or_cached_does_not_implement(line: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL + line + "\n", "/etc/sssd/sssd.conf")
+    assert message in str(e.value)
+    assert "/etc/sssd/sssd.conf" in str(e.value) and line.split(" = ")[0] in str(e.value)
 
 
 @pytest.mark.parametrize(
     "line",
     [
-        "access_provider = ldap",  # SSSD: without ldap_access_filter it denies everyone
         "access_provider = simple",
         "access_provider = deny",
-        "access_provider = krb5",
         "ldap_access_filter = (employeeType=staff)",
-        "ldap_access_order = expire",
+        "ldap_access_order = expire, ppolicy, lockout, authorized_service, host, rhost",
+        "ldap_account_expire_policy = 389ds",
         "simple_allow_users = alice",
         "simple_allow_groups = admins",
         "simple_deny_users = bob",
         "simple_deny_groups = contractors",
+        "pam_authz_search = (&(uid=$username)(|(host=$hostname)(host=${fqdn})))",
     ],
 )
-def test_access_control_is_refused_not_ignored(line: str) -> None:
-    with pytest.raises(ConfigError) as e:
-        parse_config(MINIMAL + line + "\n", "/etc/sssd/sssd.conf")
-    name, _, value = line.partition(" = ")
-    assert str(e.value) == (
-        f"/etc/sssd/sssd.conf: [domain/LDAP] {name} = {value!r} {ACCESS_REFUSED}"
-    )
+def test_access_control_options_load(line: str) -> None:
+    assert parse_config(MINIMAL + line + "\n").warnings == []
+
+
+def test_an_ldap_access_order_that_lets_nobody_in_is_warned_of() -> None:
+    # SSSD says so at start too (ldap_init.c): the options load, everyone is denied.
+    cfg = parse_config(MINIMAL + "access_provider = ldap\nldap_access_order = expire,filter\n")
+    assert cfg.domain("LDAP").ldap_access_order == ["expire", "filter"]
+    assert [w.split(": ", 2)[2] for w in cfg.warnings] == [
+        "ldap_access_order has `filter` but ldap_access_filter is not set, so every user "
+        "of the domain is denied (as SSSD)",
+        "ldap_access_order has `expire` but ldap_account_expire_policy is not set, so every "
+        "user of the domain is denied (as SSSD)",
+    ]
+    empty = parse_config(MINIMAL + "ldap_access_order =\nldap_access_filter = (a=b)\n")
+    assert empty.domain("LDAP").ldap_access_order == ["filter"]
 
 
 @pytest.mark.parametrize(

@@ -50,11 +50,6 @@ def test_values_that_change_nothing_load_quietly(line: str) -> None:
 
 
 def test_sections_other_than_the_domain_are_checked_too() -> None:
-    text = MINIMAL.replace("filter_groups = root\n", "filter_groups = root\n"
-                           "ldap_access_filter = (x=1)\n")  # fmt: skip
-    with pytest.raises(ConfigError, match=r"^<string>: \[nss\] ldap_access_filter = '\(x=1\)' "
-                       "is not supported: cached does not enforce access control yet"):  # fmt: skip
-        parse_config(text)
     text = MINIMAL.replace("domains = LDAP\n", "domains = LDAP\ndefault_domain_suffix = x\n")
     with pytest.raises(ConfigError, match=r"\[sssd\] default_domain_suffix = 'x' is not supp"):
         parse_config(text)
