@@ -31,6 +31,7 @@ from cached.config import (
     IGNORED_SECTIONS,
     NSS_OPTIONS,
     PAM_OPTIONS,
+    SUDO_OPTIONS,
     UNSUPPORTED,
     Option,
 )
@@ -47,6 +48,7 @@ SECTIONS: Final = (
     ("[cached] (alias [sssd])", "cached", DAEMON_OPTIONS),
     ("[nss]", "nss", NSS_OPTIONS),
     ("[pam]", "pam", PAM_OPTIONS),
+    ("[sudo]", "sudo", SUDO_OPTIONS),
     ("[domain/NAME]", "domain/NAME", DOMAIN_OPTIONS),
 )
 

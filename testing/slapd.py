@@ -52,6 +52,8 @@ OPENSSL = "openssl"
 MODULE_PATH = "/usr/lib/ldap"
 SCHEMA_DIR = Path("/etc/ldap/schema")
 CONTRIB_SCHEMA = Path(__file__).resolve().parent.parent / "contrib" / "rfc2307bis.schema"
+# sudoers.ldap(5)'s sudoRole: every test server can hold sudo rules.
+SUDO_SCHEMA = Path(__file__).resolve().parent.parent / "contrib" / "sudo.schema"
 # Order matters: each file depends on the ones before it.  namedobject gives groups
 # without `member` a structural class (posixGroup is auxiliary in our schema).
 SCHEMAS = (
@@ -60,6 +62,7 @@ SCHEMAS = (
     SCHEMA_DIR / "inetorgperson.schema",
     SCHEMA_DIR / "namedobject.schema",
     CONTRIB_SCHEMA,
+    SUDO_SCHEMA,
 )
 # groupOfURLs and memberURL, for dynamic groups (slapo-dynlist(5)'s example includes it).
 DYNGROUP_SCHEMA = SCHEMA_DIR / "dyngroup.schema"

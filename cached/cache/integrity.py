@@ -43,10 +43,12 @@ log = logging.getLogger(__name__)
 # written by the backend after logins; not an entry of the directory, so kept when
 # entries are expired or refreshed (`cached cache -E` keeps it, as SSSD keeps
 # cachedPassword).
-ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias", "creds")
+# sudo: sudo rules by name (cache/sudo.py).
+ENTRY_TABLES = ("users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias", "creds",
+                "sudo")  # fmt: skip
 # read_whole: group key -> when the backend last stored it read whole, members named
 # from their entries (cache.READ_WHOLE; cached/ldap/stamps.py, refresh_full_interval).
-TS_TABLES = ("users", "groups", "meta", "read_whole")
+TS_TABLES = ("users", "groups", "meta", "read_whole", "sudo")
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 

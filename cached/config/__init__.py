@@ -25,6 +25,7 @@ from cached.config.options import (
     MAX_ID,
     NSS_OPTIONS,
     PAM_OPTIONS,
+    SUDO_OPTIONS,
     CaseSensitive,
     Config,
     DaemonConfig,
@@ -34,6 +35,7 @@ from cached.config.options import (
     Option,
     PamConfig,
     Schema,
+    SudoConfig,
     TlsReqcert,
 )
 from cached.config.parsers import NotSupported, SearchBase, parse_search_bases
@@ -51,6 +53,7 @@ __all__ = [
     "NSS_OPTIONS",
     "PAM_OPTIONS",
     "SNIPPET_NAME",
+    "SUDO_OPTIONS",
     "UNSUPPORTED",
     "CaseSensitive",
     "Config",
@@ -64,6 +67,7 @@ __all__ = [
     "PamConfig",
     "Schema",
     "SearchBase",
+    "SudoConfig",
     "TlsReqcert",
     "Unsupported",
     "load_config",

@@ -18,6 +18,7 @@ from cached.config.options import (
     DOMAIN_OPTIONS,
     NSS_OPTIONS,
     PAM_OPTIONS,
+    SUDO_OPTIONS,
     Config,
     DaemonConfig,
     DomainConfig,
@@ -25,6 +26,7 @@ from cached.config.options import (
     NssConfig,
     Option,
     PamConfig,
+    SudoConfig,
 )
 from cached.config.parsers import NotSupported
 from cached.config.rules import check_required, complete_domain
@@ -143,6 +145,7 @@ def config_of(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[
     daemon_vals = read_section(ini, main_name, DAEMON_OPTIONS, warnings)
     nss_vals = read_section(ini, "nss", NSS_OPTIONS, warnings)
     pam_vals = read_section(ini, "pam", PAM_OPTIONS, warnings)
+    sudo_vals = read_section(ini, "sudo", SUDO_OPTIONS, warnings)
 
     domain_sections = {s[len("domain/") :]: s for s in sections if s.startswith("domain/")}
     app_sections = {s[len("application/") :]: s for s in sections if s.startswith("application/")}
@@ -174,7 +177,7 @@ def config_of(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[
             "application domains, which are not served over NSS; nothing to serve"
         )
     for s in sections:
-        if s in (main_name, "nss", "pam") or s.startswith(("domain/", "application/")):
+        if s in (main_name, "nss", "pam", "sudo") or s.startswith(("domain/", "application/")):
             continue
         if s in IGNORED_SECTIONS:
             log.debug("%s: section [%s] is for an SSSD responder cached does not have", path, s)
@@ -221,6 +224,7 @@ def config_of(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[
         nss=NssConfig(**nss_vals),
         domains=domains,
         pam=PamConfig(**pam_vals),
+        sudo=SudoConfig(**sudo_vals),
         warnings=warnings,
     )
 

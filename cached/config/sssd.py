@@ -23,7 +23,6 @@ ACCEPTED_UNUSED = frozenset(
         "reconnection_retries",
         "user",
         "chpass_provider",
-        "sudo_provider",
         "autofs_provider",
         "selinux_provider",
         "krb5_realm",
@@ -36,7 +35,6 @@ ACCEPTED_UNUSED = frozenset(
         "memcache_size_sid",
         "entry_cache_netgroup_timeout",
         "entry_cache_service_timeout",
-        "entry_cache_sudo_timeout",
         "entry_cache_autofs_timeout",
         "entry_cache_ssh_host_timeout",
         "entry_cache_resolver_timeout",
@@ -116,7 +114,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
 
 # Sections of sssd.conf that belong to responders cached does not have.
 IGNORED_SECTIONS = (
-    "sudo",
     "autofs",
     "ssh",
     "pac",

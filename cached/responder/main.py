@@ -3,7 +3,8 @@
 It opens the caches read-only, connects to each domain's backend, builds the one
 lookup flow (``flow.Lookups``) and the admin facade (``admin.Admin``), and hands them to
 the interfaces: the NSS socket (``cached.nss``), with ``services = nss, pam`` the PAM
-sockets (``cached.pam``), and, when ``dbus_address`` is not ``none``, the InfoPipe
+sockets (``cached.pam``), with ``sudo`` listed the sudo socket
+(``cached.sudo``), and, when ``dbus_address`` is not ``none``, the InfoPipe
 (``cached.ifp``). Only this module knows the interfaces; they know the responder
 core, never each other. The private socket
 (``<pipes_dir>/private/responder``) answers the monitor and the backends
@@ -71,10 +72,20 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
         pam = PamResponder(config, lookups, backends)
         pam_servers = await serve_pam(config, pam)
 
+    sudo_server: asyncio.Server | None = None
+    sudo = None
+    if "sudo" in config.daemon.services:
+        from cached.sudo.server import SudoResponder, serve_sudo
+
+        sudo = SudoResponder(config, lookups, backends)
+        sudo_server = await serve_sudo(config, sudo)
+
     def status() -> dict[str, Any]:
         out = responder.status()
         if pam is not None:
             out["pam"] = pam.status()
+        if sudo is not None:
+            out["sudo"] = sudo.status()
         return out
 
     admin = Admin(lookups, status, on_invalidate=responder.reset_memcache)
@@ -117,6 +128,8 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
     server.close()
     for pam_server in pam_servers:
         pam_server.close()
+    if sudo_server is not None:
+        sudo_server.close()
     control.close()
     for client in clients.values():
         await client.close()

@@ -73,7 +73,7 @@ def test_the_graph_sees_the_imports_the_rules_are_about() -> None:
     assert edges("cached.nss", "cached.nss.protocol")
 
 
-RESPONDERS: Final = ("cached.nss", "cached.ifp", "cached.pam")
+RESPONDERS: Final = ("cached.nss", "cached.ifp", "cached.pam", "cached.sudo")
 
 
 def test_the_responders_do_not_import_each_other() -> None:
@@ -84,13 +84,22 @@ def test_the_responders_do_not_import_each_other() -> None:
     assert crossing == []
     assert edges("cached.pam", "cached.responder.wire")
     assert edges("cached.nss", "cached.responder.wire")
+    assert edges("cached.sudo", "cached.responder.wire")
 
 
-def test_the_pam_codec_is_sans_io() -> None:
+def test_the_pam_and_sudo_codecs_are_sans_io() -> None:
     # Bytes in, values out: no sockets, event loop, cache or backend.
-    found = GRAPH["cached.pam.protocol"]
-    assert not {m for m in found if m.split(".")[0] in ("asyncio", "socket", "lmdb")}
-    assert not [m for m in found if _within(m, "cached.ipc") or _within(m, "cached.cache")]
+    for codec in ("cached.pam.protocol", "cached.sudo.protocol", "cached.sudo.rules"):
+        found = GRAPH[codec]
+        assert not {m for m in found if m.split(".")[0] in ("asyncio", "socket", "lmdb")}
+        assert not [m for m in found if _within(m, "cached.ipc") or _within(m, "cached.cache")]
+
+
+def test_the_backend_does_not_import_the_sudo_responder() -> None:
+    # cached.ldap.sudo (the rules' refresh) and cached.sudo (the socket) meet in the
+    # cache and the RPC only.
+    assert edges("cached.ldap", "cached.sudo") == []
+    assert edges("cached.sudo", "cached.ldap") == []
 
 
 def test_only_the_ldap_connection_imports_ldap3() -> None:
