@@ -286,11 +286,12 @@ def cmd_cache(args: argparse.Namespace) -> int:
         return _drop_credentials(args)
     what = Invalidation(
         everything=args.everything, users=args.users, groups=args.groups,
-        user_names=args.user, group_names=args.group, domain=args.domain or "",
+        user_names=args.user, group_names=args.group, sudo_rules=args.sudo_rules,
+        sudo_rule_names=args.sudo_rule, domain=args.domain or "",
     )  # fmt: skip
     if what.empty():
-        print("cached cache: select at least one object to invalidate (-E, -u, -U, -g, -G);"
-              " see cached cache --help", file=sys.stderr)  # fmt: skip
+        print("cached cache: select at least one object to invalidate (-E, -u, -U, -g, -G, "
+              "-r, -R); see cached cache --help", file=sys.stderr)  # fmt: skip
         return 1
     if os.geteuid() != 0:
         print("cached cache: must be run as root", file=sys.stderr)
@@ -435,13 +436,17 @@ def build_parser() -> argparse.ArgumentParser:
         "expire cached entries, as sss_cache(8): the next lookup refreshes them from the "
         "server (only timestamps are written; nothing is deleted)",
     )  # fmt: skip
-    p.add_argument("-E", "--everything", action="store_true", help="all users and groups")
+    p.add_argument("-E", "--everything", action="store_true",
+                   help="all users, groups and sudo rules")  # fmt: skip
     p.add_argument("-u", "--user", action="append", default=[], metavar="NAME",
                    help="one user (repeatable; NAME@DOMAIN limits it to DOMAIN)")  # fmt: skip
     p.add_argument("-U", "--users", action="store_true", help="all users")
     p.add_argument("-g", "--group", action="append", default=[], metavar="NAME",
                    help="one group (repeatable)")  # fmt: skip
     p.add_argument("-G", "--groups", action="store_true", help="all groups")
+    p.add_argument("-r", "--sudo-rule", action="append", default=[], metavar="NAME",
+                   help="one sudo rule (repeatable)")  # fmt: skip
+    p.add_argument("-R", "--sudo-rules", action="store_true", help="all sudo rules")
     p.add_argument("-d", "--domain", metavar="DOMAIN", help="only this domain")
     p.add_argument("--drop-credentials", action="append", default=[], metavar="NAME",
                    help="forget the cached password of user NAME (repeatable; the daemon "

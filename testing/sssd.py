@@ -83,10 +83,14 @@ def config_text(
     domain: str = "LDAP",
     nss: dict[str, Any] | None = None,
     pam: dict[str, Any] | None = None,
+    sudo: dict[str, Any] | None = None,
     **domain_opts: Any,
 ) -> str:
     """sssd.conf for one LDAP domain, NSS only unless ``pam`` is given (then ``services =
-    nss, pam`` with those ``[pam]`` options); options given override the defaults."""
+    nss, pam`` with those ``[pam]`` options) or ``sudo`` (``sudo`` added to ``services``,
+    with those ``[sudo]`` options); options given override the defaults."""
+    services = ["nss", *(["pam"] if pam is not None else []),
+                *(["sudo"] if sudo is not None else [])]  # fmt: skip
     dom: dict[str, Any] = {
         "id_provider": "ldap",
         "auth_provider": "none",
@@ -102,13 +106,14 @@ def config_text(
     lines = [
         "[sssd]",
         "config_file_version = 2",
-        "services = nss" if pam is None else "services = nss, pam",
+        f"services = {', '.join(services)}",
         f"domains = {domain}",
         "",
         "[nss]",
         *(f"{k} = {v}" for k, v in (nss or {}).items()),
         "",
         *(["[pam]", *(f"{k} = {v}" for k, v in pam.items()), ""] if pam is not None else []),
+        *(["[sudo]", *(f"{k} = {v}" for k, v in sudo.items()), ""] if sudo is not None else []),
         f"[domain/{domain}]",
         *(f"{k} = {v}" for k, v in dom.items()),
     ]
@@ -127,10 +132,12 @@ class SssdDaemon(Service):
         base: str,
         nss: dict[str, Any] | None = None,
         pam: dict[str, Any] | None = None,
+        sudo: dict[str, Any] | None = None,
         **domain_opts: Any,
     ) -> None:
         """``pam``: also run the PAM responder (``services = nss, pam``) with these
-        ``[pam]`` options; start() then waits for its sockets as well."""
+        ``[pam]`` options; start() then waits for its sockets as well. ``sudo``: the
+        same for the sudo responder."""
         self.workdir = Path(workdir)
         self.varlib = self.workdir / "varlib"
         self.etc = self.workdir / "etc"
@@ -141,8 +148,9 @@ class SssdDaemon(Service):
         self.pipes_dir = self.varlib / "pipes"
         self.mc_dir = self.varlib / "mc"
         self.db_dir = self.varlib / "db"
-        self.config = config_text(uri, base, nss=nss, pam=pam, **domain_opts)
+        self.config = config_text(uri, base, nss=nss, pam=pam, sudo=sudo, **domain_opts)
         self.with_pam = pam is not None
+        self.with_sudo = sudo is not None
         self.proc: subprocess.Popen[bytes] | None = None
         self._pids: dict[str, int] = {}
 
@@ -199,6 +207,9 @@ class SssdDaemon(Service):
         if self.with_pam:
             wanted.append("sssd_pam")
             sockets += [self.pipes_dir / "pam", self.pipes_dir / "private" / "pam"]
+        if self.with_sudo:
+            wanted.append("sssd_sudo")
+            sockets.append(self.pipes_dir / "sudo")
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(

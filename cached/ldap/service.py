@@ -438,12 +438,12 @@ class BackendService:
             else:
                 at = max(st.last_full + full + off_full, self.started + off_full)
             due.append((at, SudoRefreshKind.FULL))
-        if smart:
+        if smart and (st.last_full or not full):
             last = max(st.last_full, st.last_smart)
             if last > now:
                 at = now + off_smart
             else:
-                at = max(last + smart + off_smart, self.started + off_smart)
+                at = max((last or self.started) + smart + off_smart, self.started + off_smart)
             due.append((at, SudoRefreshKind.SMART))
         at, kind = min(due)
         return kind, max(at, self._sudo_retry)

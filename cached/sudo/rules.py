@@ -18,10 +18,11 @@ User and group names in ``sudoUser`` are compared qualified, as SSSD stores them
 (``sdap_sudo_qualify_names``): ``name`` and ``name@<this domain>`` (any case of the
 domain) are the same user, ``name@other`` is not, and a value with two ``@`` is
 dropped. With ``case_sensitive = false`` names compare without case. Rules of equal
-``sudoOrder`` keep the cache's order (by name). With ``sudo_inverse_order`` the lowest
-``sudoOrder`` comes first, else the highest. With ``sudo_timed`` a rule outside its
-``sudoNotBefore``/``sudoNotAfter`` window (the earliest and the latest, when several)
-or with a time that does not parse is left out.
+``sudoOrder`` keep the cache's order (by name). A rule's attributes are sent sorted by
+name without regard to case, as SSSD 2.8.2 sends them, the replacing ``sudoUser`` last.
+With ``sudo_inverse_order`` the lowest ``sudoOrder`` comes first, else the highest.
+With ``sudo_timed`` a rule outside its ``sudoNotBefore``/``sudoNotAfter`` window (the
+earliest and the latest, when several) or with a time that does not parse is left out.
 
 GET_DEFAULTS answers the rule named ``defaults``, whole.
 """
@@ -133,6 +134,8 @@ def _attrs(rule: SudoRule, domain: str, *, with_users: bool) -> list[tuple[str, 
             continue
         out.append((name, _runas(values, domain) if name in _RUNAS else values))
     out.append(("objectClass", (RULE_CLASS,)))
+    # In the order SSSD 2.8.2 answers them (measured: by name, without regard to case).
+    out.sort(key=lambda a: a[0].lower())
     return out
 
 
