@@ -109,14 +109,14 @@ def slapd(tmp_path: Path) -> Iterator[Slapd]:
         yield s
 
 
-def daemon(tmp_path: Path, slapd: Slapd, **opts: object) -> CachedDaemon:
+def daemon(tmp_path: Path, slapd: Slapd, **opts: Any) -> CachedDaemon:
     opts.setdefault("ldap_sudo_random_offset", 0)
     return CachedDaemon(tmp_path / "c", [slapd.uri], BASE, daemon={"services": "nss, sudo"},
                         ldap_sudo_search_base=SUDOERS, **opts)  # fmt: skip
 
 
 def sudo(
-    d: CachedDaemon, netgroup: Path, *args: str, as_uid: int | None = None
+    d: CachedDaemon | sssd.SssdDaemon, netgroup: Path, *args: str, as_uid: int | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``sudo ARGS`` in the namespace, as root or as ``as_uid`` (its groups from NSS)."""
     who = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", "--regid=20000",
@@ -126,7 +126,7 @@ def sudo(
     return nsenv.run_nss(argv, d.pipes_dir, d.mc_dir, nsswitch=NSSWITCH, timeout=120)
 
 
-def rules_of(d: CachedDaemon, netgroup: Path, user: str) -> str:
+def rules_of(d: CachedDaemon | sssd.SssdDaemon, netgroup: Path, user: str) -> str:
     r = sudo(d, netgroup, "-l", "-U", user)
     assert r.returncode in (0, 1), r.stderr
     return r.stdout
