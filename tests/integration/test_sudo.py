@@ -204,6 +204,10 @@ def test_rules_through_sudo_and_libsss_sudo(
         st = sudo_status(d)
         assert st["rules"] == 4  # "elsewhere" is not for this host
         assert st["runs"]["full"]["outcome"] == "found"
+        shown = d.cli("status").stdout
+        assert "sudo rules: 4; last full refresh" in shown, shown
+        assert "last full refresh: found, 1 searches" in shown, shown
+        assert "sudo responder: " in shown, shown
         mode = os.stat(d.pipes_dir / "sudo")
         assert (mode.st_uid, stat.S_IMODE(mode.st_mode)) == (0, 0o600)
     finally:
