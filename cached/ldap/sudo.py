@@ -13,12 +13,14 @@ Three refreshes, as SSSD's, run in the backend's worker thread:
   rule). Here the filter is ``modifyTimestamp >=`` the newest stored stamp and only
   each rule's name and stamps are asked for; the rules whose ``modifyTimestamp`` or
   CSN/USN differ from the stored ones (or that are new) are then read whole by name.
-  When nothing changed that is one search answering the few rules of the newest
-  second, with their stamps alone, and nothing written but the time of the refresh.
-  The ``>=`` (not SSSD's ``> newest``) sees a rule changed again in the very second of
-  the newest stamp, by its CSN. Like SSSD's, it cannot see a rule deleted: that rule
-  goes at the next full refresh, or when a sudo call finds it expired and a rules
-  refresh does not find it (docs/compatibility.md, "Sudo rules").
+  Within ``STAMP_MARGIN`` (clock skew) of the newest stamp's second the filter is
+  ``>=``, so a rule written again in that very second is seen by its CSN (SSSD's
+  ``> newest`` misses it); after it, ``>`` (no later write can carry a second the
+  server's clock has passed). When nothing changed that is one search answering no
+  rule (or, within the margin, the few of the newest second with their stamps alone),
+  and nothing written but the time of the refresh. Like SSSD's, it cannot see a rule
+  deleted: that rule goes at the next full refresh, or when a sudo call finds it
+  expired and a rules refresh does not find it (docs/compatibility.md §9.9).
 * **rules**: the named rules (a sudo call's expired ones, ``sudo_threshold``), read
   whole by name; those the server no longer returns are dropped.
 
@@ -56,6 +58,7 @@ from cached.ipc.ops import Outcome, SudoRefreshKind
 from cached.ldap.client import LdapClient, LdapOffline
 from cached.ldap.exchange import Entry, LdapError
 from cached.ldap.schema import BATCH, assertions, escape
+from cached.ldap.stamps import STAMP_MARGIN, epoch
 from cached.model import SudoRule
 
 log = logging.getLogger(__name__)
@@ -261,6 +264,7 @@ class SudoProvider:
         self.last_error = ""
         # kind -> what its last run did and cost (SudoProvider.run)
         self.last: dict[str, dict[str, float | int | str]] = {}
+        self._began = 0.0  # when the running refresh began (time.time())
 
     def host_changed(self) -> None:
         """Read the host's names and addresses again at the next refresh (after the
@@ -330,6 +334,9 @@ class SudoProvider:
         return result
 
     def _run(self, kind: SudoRefreshKind, names: tuple[str, ...]) -> SudoResult:
+        # The refresh's time is when it began: what it stores is as of then (and the
+        # smart refresh's choice of filter reasons from it).
+        self._began = time.time()
         since = self.cache.sudo_state().invalidations
         try:
             if kind is SudoRefreshKind.FULL:
@@ -362,7 +369,7 @@ class SudoProvider:
                *, full: bool, since: int) -> SudoResult:  # fmt: skip
         changed = self.cache.store_sudo(
             rules, stamps, delete, full=full, since=since,
-            lifetime=self.domain.entry_cache_sudo_timeout,
+            lifetime=self.domain.entry_cache_sudo_timeout, now=self._began,
         )  # fmt: skip
         gone = len(set(delete) & set(changed))
         return SudoResult(Outcome.FOUND, len(changed), gone, len(rules))
@@ -373,15 +380,27 @@ class SudoProvider:
         delete = sorted(held - set(stamps))
         return self._store(rules, stamps, delete, full=True, since=since)
 
-    def _smart(self, since: int) -> SudoResult:
+    def _smart(self, invalidations: int) -> SudoResult:
+        since_count = invalidations
+        state = self.cache.sudo_state()
         held = self.cache.sudo_times()
         newest = max((t.modstamp for t in held.values() if t.modstamp), default="")
         if not newest:
             # No stamp held (never refreshed, or the timestamp store lost): SSSD reads
             # every rule then too; reading them as a full refresh also drops the gone.
-            return self._full(since)
+            return self._full(since_count)
         m = self.map
-        seen = self._search(f"({MODSTAMP}>={escape(newest)})", [m.name, MODSTAMP, m.usn])
+        # A later write cannot be stamped with a second the server's clock has passed:
+        # once a refresh began STAMP_MARGIN (clock skew) after the newest stamp's
+        # second, the rules of that second are known with their stamps, and only later
+        # seconds are asked for; before, that second too (a rule written again in it is
+        # told by its CSN).
+        since = max(state.last_full, state.last_smart)
+        when = epoch(newest)
+        filt = f"({MODSTAMP}>={escape(newest)})"
+        if when is not None and since >= when + STAMP_MARGIN:
+            filt = f"(&{filt}(!({MODSTAMP}={escape(newest)})))"
+        seen = self._search(filt, [m.name, MODSTAMP, m.usn])
         want: list[str] = []
         for e in seen:
             names = e.get(m.name)
@@ -393,9 +412,9 @@ class SudoProvider:
             if t is None or t.modstamp != s.modstamp or t.usn != s.usn:
                 want.append(name)
         if not want:
-            return self._store([], {}, [], full=False, since=since)
+            return self._store([], {}, [], full=False, since=since_count)
         rules, stamps = self._fetch(want)
-        return self._store(rules, stamps, [], full=False, since=since)
+        return self._store(rules, stamps, [], full=False, since=since_count)
 
     def _fetch(self, names: list[str]) -> tuple[list[SudoRule], dict[str, store.Stamp]]:
         entries: list[Entry] = []
