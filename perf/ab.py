@@ -23,8 +23,8 @@ A side (``--a``, ``--b``) is
   no client work; cold scenarios only;
 * ``sssd``: SSSD 2.8.2 from Debian's packages (testing/sssd.py), with the same domain
   options plus the ones perf.run gives it (perf.targets: no sudo and other providers,
-  the watchdog's ``timeout`` raised so that it survives bigroupuser); login scenarios
-  only.
+  the watchdog's ``timeout`` raised so that it survives bigroupuser); login and sudo
+  scenarios only.
 
 A checkout's own ``cached`` runs its daemons (first on their path and their working
 directory, testing.daemon's ``checkout``); its C entry reader (cached/ldap/_ber.c) is
@@ -57,6 +57,17 @@ user and round, one daemon started with an empty cache:
   forwards nothing (a hung server): a login, whatever it answers (its return codes are
   printed: this one is timed, not required to succeed).
 
+Sudo scenarios (perf/targets.py, "sudo"): the bigroupuser directory with 1,000
+``sudoRole`` rules; per side and round one daemon (``services = nss, sudo``, each
+behind a fault proxy of its own that counts the bytes it receives) started with an
+empty cache, once its first full refresh of the rules is answered:
+
+* ``sudo-cold``: ``sudo -l -U bigroupuser`` (its initgroups cold), exact when it lists
+  the commands of exactly the rules of its groups;
+* ``sudo-warm``: the same again (the median of ``--warm-reps``);
+* ``sudo-smart``: the next smart refresh (every 30 s on both sides), nothing having
+  changed: its searches of sudo rules and the bytes the daemon received.
+
 A login's time is measured inside the driver, from ``pam_start`` to the return of
 ``pam_end``; ``process`` is the driver's process from spawn to exit, interpreter start-up
 included (the namespace set-up is not).
@@ -87,7 +98,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from perf import sudo as perfsudo
+from perf import targets
 from perf.targets import (
     DOMAIN_OPTIONS,
     SSSD_ONLY_OPTIONS,
@@ -107,7 +118,7 @@ LOGIN_STEPS = ("cold", "warm", "offline", "frozen")
 #: Login scenarios by prefix: ``login`` is the big user, ``login20`` a user in 20 groups.
 LOGIN_PREFIXES = ("login", "login20")
 LOGIN_SCENARIOS = tuple(f"{p}-{step}" for p in LOGIN_PREFIXES for step in LOGIN_STEPS)
-#: Sudo scenarios (perf/sudo.py): bigroupuser's rules among 1,000, cold and warm, and a
+#: Sudo scenarios (perf/targets.py): bigroupuser's rules among 1,000, cold and warm, and a
 #: smart refresh that finds nothing changed.
 SUDO_SCENARIOS = ("sudo-cold", "sudo-warm", "sudo-smart")
 SCENARIOS = NSS_SCENARIOS + LOGIN_SCENARIOS + SUDO_SCENARIOS
@@ -285,9 +296,9 @@ class Measure:
         pamenv.make_pamd(self.pamd, {pammatrix.SERVICE: pamenv.service_file()})
 
     def prepare_sudo(self, scenarios: list[str]) -> None:
-        """The sudo scenarios' /etc/netgroup (the rules are in the LDIF: perf/sudo.py)."""
+        """The sudo scenarios' /etc/netgroup (the rules are in the LDIF: perf/targets.py)."""
         if set(scenarios) & set(SUDO_SCENARIOS):
-            self.netgroup = perfsudo.netgroup_file(self.tmp)
+            self.netgroup = targets.sudo_netgroup_file(self.tmp)
 
     def close(self) -> None:
         if self.proxy is not None:
@@ -461,21 +472,21 @@ class Measure:
             d: CachedDaemon | sssd.SssdDaemon
             if side.sssd:
                 domain = {**DOMAIN_OPTIONS, **SSSD_ONLY_OPTIONS, **SSSD_SURVIVAL_DOMAIN,
-                          **perfsudo.sssd_options(self.server), **side.options}  # fmt: skip
+                          **targets.sudo_sssd_options(self.server), **side.options}  # fmt: skip
                 d = sssd.SssdDaemon(workdir, proxy.uri, self.server.base_dn,
                                     nss=SSSD_SURVIVAL_NSS, sudo={}, **domain)  # fmt: skip
             else:
                 checkout = None if side.checkout == REPO else side.checkout
-                opts = {**DOMAIN_OPTIONS, **perfsudo.cached_options(self.server, proxy),
+                opts = {**DOMAIN_OPTIONS, **targets.sudo_cached_options(self.server, proxy),
                         **side.options}  # fmt: skip
                 d = CachedDaemon(workdir, [proxy.uri], self.server.base_dn,
                                  log_level=self.log_level, checkout=checkout, **opts)  # fmt: skip
             d.start()
             try:
-                perfsudo.wait(lambda: perfsudo.sudo_rules_loaded(self.server, offset), 600,
+                targets.wait_until(lambda: targets.sudo_rules_loaded(self.server, offset), 600,
                               "the first full refresh")  # fmt: skip
                 if isinstance(d, CachedDaemon):
-                    perfsudo.wait(lambda: _sudo_status(d)["last_full"] > 0, 600, "storing")
+                    targets.wait_until(lambda: _sudo_status(d)["last_full"] > 0, 600, "storing")
                 else:
                     time.sleep(2.0)  # SSSD stores what the search returned (no status to ask)
                 cold = self._sudo_l(d)
@@ -500,14 +511,15 @@ class Measure:
             return sum(map(_schedstat, pids)) + sum(procstat.cpu_seconds(slapd).values())
 
         offset, cpu0 = self.server.log_offset(), cpu()
-        cmd = [*TIMECMD, *perfsudo.sudo_l(self.exp.big_user, self.netgroup)]
+        cmd = [*TIMECMD, *targets.sudo_l_command(self.exp.big_user, self.netgroup)]
         r = nsenv.run_nss(cmd, d.pipes_dir, d.mc_dir, env=self.env, timeout=1800,
-                          nsswitch=perfsudo.NSSWITCH)  # fmt: skip
+                          nsswitch=targets.SUDO_NSSWITCH)  # fmt: skip
         timing = parse(r.stderr)[0]
         if timing is None:
             raise RuntimeError(f"sudo -l gave no timing: {r.stderr[-2000:]}")
         level = int(DOMAIN_OPTIONS["ldap_group_nesting_level"])
-        exact = perfsudo.commands_listed(r.stdout) == perfsudo.expected_commands(self.exp, level)
+        listed = targets.sudo_commands_listed(r.stdout)
+        exact = listed == targets.sudo_expected_commands(self.exp, level)
         return Sample(timing.wall, cpu() - cpu0, _searches(self.server, offset), exact)
 
     def _smart(self, d: CachedDaemon | sssd.SssdDaemon, proxy: FaultProxy) -> Sample:
@@ -515,10 +527,10 @@ class Measure:
         the bytes the daemon received meanwhile (nothing else runs)."""
         offset, down = self.server.log_offset(), proxy.stats.bytes_down
         start = time.perf_counter()
-        perfsudo.wait(lambda: perfsudo.sudo_searches(self.server, offset) > 0,
-                      perfsudo.SMART * 3, "a smart refresh")  # fmt: skip
+        targets.wait_until(lambda: targets.sudo_searches(self.server, offset) > 0,
+                      targets.SUDO_SMART * 3, "a smart refresh")  # fmt: skip
         time.sleep(1.0)  # its answer on the wire: one round trip on loopback
-        searches = perfsudo.sudo_searches(self.server, offset)
+        searches = targets.sudo_searches(self.server, offset)
         return Sample(time.perf_counter() - start, 0.0, searches, True,
                       received=proxy.stats.bytes_down - down)  # fmt: skip
 
@@ -676,9 +688,9 @@ def _run(
         tls = make_tls_material(tmp / "tls", "localhost") if logins else None
         ldif = gen.ldif
         if set(scenarios) & set(SUDO_SCENARIOS):
-            ldif = perfsudo.with_rules(gen.ldif, gen.expected(), tmp)
-            say(f"* sudo: {perfsudo.RULES} rules and defaults (perf/sudo.py), smart refresh "
-                f"every {perfsudo.SMART} s on both sides")  # fmt: skip
+            ldif = targets.with_sudo_rules(gen.ldif, gen.expected(), tmp)
+            say(f"* sudo: {targets.SUDO_RULES} rules and defaults (perf/targets.py), smart refresh "
+                f"every {targets.SUDO_SMART} s on both sides")  # fmt: skip
         with Slapd(
             tmp / "slapd", ldif, sc.base_dn, deref=args.deref == "yes", tls=tls
         ) as server:
