@@ -1015,6 +1015,15 @@ class DomainCache:
         with self._reader() as txn:
             return sudo.read_rules(self.entries, txn)
 
+    def sudo_count(self) -> int:
+        """How many sudo rules the entry store holds."""
+        db = self.entries.tables.get(sudo.TABLE)
+        if db is None:
+            return 0
+        with self._reader() as txn:
+            count: int = txn.stat(db)["entries"]
+        return count
+
     def sudo_times(self) -> dict[str, Times]:
         """The timestamp record of each stored rule (a rule without one is expired)."""
         return sudo.read_times(self.ts)

@@ -486,7 +486,7 @@ class BackendService:
         full, smart, off_full, off_smart = self.sudo_schedule()
         kind, at = self.sudo_due(time.time())
         return {
-            "rules": len(self.cache.sudo_times()),
+            "rules": self.cache.sudo_count(),
             "last_full": st.last_full,
             "last_smart": st.last_smart,
             "full_interval": full,

@@ -57,6 +57,7 @@ def test_a_refresh_that_changes_nothing_writes_only_timestamps(tmp_path: Path) -
         assert sorted(changed) == ["a", "b"]
         assert counters.get(ENTRY_RECORDS).amount == 4
         assert [r.get("sudoCommand") for r in c.sudo_rules()] == [("/bin/id",)]
+        assert c.sudo_count() == 1
         assert set(c.sudo_times()) == {"a"}
     finally:
         c.close()
@@ -95,6 +96,7 @@ def test_a_reader_of_a_store_without_the_sudo_table_reads_no_rules(tmp_path: Pat
     reader = DomainCache(str(tmp_path), "LDAP")
     try:
         assert reader.sudo_rules() == [] and reader.sudo_times() == {}
+        assert reader.sudo_count() == 0
     finally:
         reader.close()
 
