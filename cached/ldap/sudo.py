@@ -292,11 +292,7 @@ class SudoProvider:
         if not self._bases:
             self.client.connect()
             info = self.client.info
-            base = ""
-            if info is not None:
-                base = info.default_naming_context or (
-                    info.naming_contexts[0] if info.naming_contexts else ""
-                )
+            base = info.default_base if info is not None else ""
             if not base:
                 raise LdapError(
                     f"domain {self.domain.name}: ldap_sudo_search_base is not set and the "
