@@ -328,3 +328,28 @@ def test_sudo_l_and_the_wire_replies_are_sssd_s(
     finally:
         theirs.stop()
         ours.stop()
+
+
+def test_sudo_timed_leaves_out_rules_outside_their_window(
+    tmp_path: Path, slapd: Slapd, netgroup_file: Path
+) -> None:
+    slapd.ldap_modify(
+        f"dn: cn=past,{SUDOERS}\nchangetype: add\nobjectClass: sudoRole\ncn: past\n"
+        "sudoUser: %admins\nsudoHost: ALL\nsudoCommand: /usr/bin/past\n"
+        "sudoNotAfter: 20200101000000Z\n"
+    )
+    d = started(daemon(tmp_path, slapd, sudo={"sudo_timed": "true"}))
+    try:
+        rules = ask(d.pipes_dir, GET_SUDORULES, 10001, "alice").rules
+        assert sorted(dict(r)["cn"][0] for r in rules) == ["admins-all", "ng-id"]
+        assert "/usr/bin/past" not in rules_of(d, netgroup_file, "alice")
+    finally:
+        d.stop()
+    untimed = started(daemon(tmp_path / "untimed", slapd))
+    try:
+        rules = ask(untimed.pipes_dir, GET_SUDORULES, 10001, "alice").rules
+        assert sorted(dict(r)["cn"][0] for r in rules) == ["admins-all", "ng-id", "past"]
+        # Not timed, the rule is sudo's to judge: `sudo -l` lists it with its window.
+        assert "NOTAFTER=20200101000000Z /usr/bin/past" in rules_of(untimed, netgroup_file, "alice")
+    finally:
+        untimed.stop()
