@@ -24,6 +24,7 @@ from cached.config.options import (
     DOMAIN_OPTIONS,
     NSS_OPTIONS,
     PAM_OPTIONS,
+    SUDO_OPTIONS,
     Option,
 )
 from cached.config.parsers import str_list
@@ -116,6 +117,8 @@ def _sections(ini: Ini) -> list[Finding]:
             out += _options(ini, s, NSS_OPTIONS)
         elif s == "pam":
             out += _options(ini, s, PAM_OPTIONS)
+        elif s == "sudo":
+            out += _options(ini, s, SUDO_OPTIONS)
         elif s.startswith("domain/") and s[len("domain/") :].lower() in served:
             out += _options(ini, s, DOMAIN_OPTIONS)
         elif s.startswith("domain/"):

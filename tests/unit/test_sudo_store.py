@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cached.cache import DomainCache
 from cached.cache import sudo as store
 from cached.cache.writer import BackendCache
-from cached.config import parse_config
+from cached.config import ConfigError, parse_config
 from cached.counters import ENTRY_RECORDS, Counters
 from cached.ldap.exchange import Entry
 from cached.ldap.sudo import SudoMap, host_filter, rule_of
@@ -144,3 +146,17 @@ def test_entries_become_rules_as_sssd_stores_them() -> None:
     nul = rule_of(m, entry("cn=n,dc=t", cn=["n"], sudoUser=["a\0b", "c"]))
     assert nul is not None and nul.get("sudoUser") == ("c",)
     assert store.decode_rule("r", store.encode_rule(r)) == r
+
+
+def test_the_sudo_options_load_and_sssds_other_providers_are_refused() -> None:
+    text = CONFIG.replace("[domain/LDAP]", "[sudo]\nsudo_timed = true\nsudo_threshold = 7\n"
+                          "[domain/LDAP]") + "ldap_sudo_hostnames = a  a.example\n"  # fmt: skip
+    config = parse_config(text)
+    assert (config.sudo.sudo_timed, config.sudo.sudo_threshold) == (True, 7)
+    assert not config.warnings  # [sudo] is a section cached reads
+    d = config.domain("LDAP")
+    assert d.ldap_sudo_hostnames == ["a", "a.example"]
+    assert d.ldap_sudo_search_base == "dc=t"  # ldap_search_base's when unset
+    assert d.ldap_sudo_random_offset is None  # a tenth of each interval
+    with pytest.raises(ConfigError, match="sudo_provider"):
+        parse_config(CONFIG + "sudo_provider = ipa\n")
