@@ -288,11 +288,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
         everything=args.everything, users=args.users, groups=args.groups,
         user_names=args.user, group_names=args.group, domain=args.domain or "",
         netgroups=args.netgroups, netgroup_names=args.netgroup,
+        sudo_rules=args.sudo_rules, sudo_rule_names=args.sudo_rule,
     )  # fmt: skip
     if what.empty():
         print("cached cache: select at least one object to invalidate (-E, -u, -U, -g, -G, "
-              "-n, -N);"
-              " see cached cache --help", file=sys.stderr)  # fmt: skip
+              "-n, -N, -r, -R); see cached cache --help", file=sys.stderr)  # fmt: skip
         return 1
     if os.geteuid() != 0:
         print("cached cache: must be run as root", file=sys.stderr)
@@ -438,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
         "server (only timestamps are written; nothing is deleted)",
     )  # fmt: skip
     p.add_argument("-E", "--everything", action="store_true",
-                   help="all users, groups and netgroups")  # fmt: skip
+                   help="all users, groups, netgroups and sudo rules")  # fmt: skip
     p.add_argument("-u", "--user", action="append", default=[], metavar="NAME",
                    help="one user (repeatable; NAME@DOMAIN limits it to DOMAIN)")  # fmt: skip
     p.add_argument("-U", "--users", action="store_true", help="all users")
@@ -448,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--netgroup", action="append", default=[], metavar="NAME",
                    help="one netgroup (repeatable)")  # fmt: skip
     p.add_argument("-N", "--netgroups", action="store_true", help="all netgroups")
+    p.add_argument("-r", "--sudo-rule", action="append", default=[], metavar="NAME",
+                   help="one sudo rule (repeatable)")  # fmt: skip
+    p.add_argument("-R", "--sudo-rules", action="store_true", help="all sudo rules")
     p.add_argument("-d", "--domain", metavar="DOMAIN", help="only this domain")
     p.add_argument("--drop-credentials", action="append", default=[], metavar="NAME",
                    help="forget the cached password of user NAME (repeatable; the daemon "

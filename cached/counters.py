@@ -60,6 +60,8 @@ NSS_STALE = "nss.stale"  # expired entries answered without waiting for a refres
 NSS_EARLY = "nss.prefill.early"  # notes of groups stored early; amount: groups fed from them
 # INITGR answers whose prefill its request's notes spared groups; amount: those groups.
 NSS_SPARED = "nss.prefill.spared"
+SUDO_REFRESH = "be.sudo.refresh"  # sudo rule refreshes (count, seconds); amount: rules read
+SUDO_REQUEST = "sudo.request"  # sudo responder requests answered (count, seconds)
 IFP_REQUEST = "ifp.request"  # D-Bus method calls answered (count, seconds)
 IFP_DENIED = "ifp.denied"  # root-only D-Bus calls refused
 

@@ -32,6 +32,7 @@ from cached.config import (
     NSS_OPTIONS,
     PAM_OPTIONS,
     SSH_OPTIONS,
+    SUDO_OPTIONS,
     UNSUPPORTED,
     Option,
 )
@@ -51,6 +52,7 @@ SECTIONS: Final = (
     ("[nss]", "nss", NSS_OPTIONS),
     ("[pam]", "pam", PAM_OPTIONS),
     ("[ssh]", "ssh", SSH_OPTIONS),
+    ("[sudo]", "sudo", SUDO_OPTIONS),
     ("[domain/NAME]", "domain/NAME", DOMAIN_OPTIONS),
 )
 

@@ -40,6 +40,8 @@ _ID = re.compile(rb"[0-9a-fA-F]{32}")
 CONNECTION_EXPIRE = "connection-expire"
 REFRESH_AHEAD = "refresh-ahead"
 OFFLINE_RETRY = "offline-retry"
+SUDO_FULL = "sudo-full-refresh"
+SUDO_SMART = "sudo-smart-refresh"
 
 
 class Jitter:

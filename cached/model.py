@@ -1,4 +1,4 @@
-"""The values that cross module boundaries: users and groups.
+"""The values that cross module boundaries: users, groups and sudo rules.
 
 Plain frozen dataclasses, no I/O. The cache stores them, the LDAP backend builds them,
 the NSS responder and the memory-cache writer encode them for clients.
@@ -105,3 +105,22 @@ class GroupEntry:
 
     def to_group(self) -> Group:
         return Group(name=self.name, gid=self.gid, members=self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class SudoRule:
+    """A ``sudoRole`` entry as the cache keeps it: its name (``cn``), DN and attributes
+    under SSSD's sysdb names (``sudoUser``, ``sudoHost``...), each with its values in
+    the server's order (sudo applies ``sudoOption`` values in order), the attributes
+    in the order the server sent them. The server's change stamp is the timestamp
+    store's, not part of the body."""
+
+    name: str
+    dn: str
+    attrs: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def get(self, attr: str) -> tuple[str, ...]:
+        for name, values in self.attrs:
+            if name == attr:
+                return values
+        return ()

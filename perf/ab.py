@@ -24,7 +24,7 @@ A side (``--a``, ``--b``) is
 * ``sssd``: SSSD 2.8.2 from Debian's packages (testing/sssd.py), with the same domain
   options plus the ones perf.run gives it (perf.targets: no sudo and other providers,
   the watchdog's ``timeout`` raised so that it survives bigroupuser); the NSS scenarios
-  on perf.run's domain options (perf.targets.DOMAIN_OPTIONS), the login ones.
+  on perf.run's domain options (perf.targets.DOMAIN_OPTIONS), the login and sudo ones.
 
 A checkout's own ``cached`` runs its daemons (first on their path and their working
 directory, testing.daemon's ``checkout``); its C entry reader (cached/ldap/_ber.c) is
@@ -67,6 +67,17 @@ nesting (docs/compatibility.md §9.9), on a daemon started with an empty cache p
 * ``access-cold``: the first check (the user and its groups resolved, then decided);
 * ``access-warm``: the check again (the median of ``--warm-reps``).
 
+Sudo scenarios (perf/targets.py, "sudo"): the bigroupuser directory with 1,000
+``sudoRole`` rules; per side and round one daemon (``services = nss, sudo``, each
+behind a fault proxy of its own that counts the bytes it receives) started with an
+empty cache, once its first full refresh of the rules is answered:
+
+* ``sudo-cold``: ``sudo -l -U bigroupuser`` (its initgroups cold), exact when it lists
+  the commands of exactly the rules of its groups;
+* ``sudo-warm``: the same again (the median of ``--warm-reps``);
+* ``sudo-smart``: the next smart refresh (every 30 s on both sides), nothing having
+  changed: its searches of sudo rules and the bytes the daemon received.
+
 A login's time is measured inside the driver, from ``pam_start`` to the return of
 ``pam_end``; ``process`` is the driver's process from spawn to exit, interpreter start-up
 included (the namespace set-up is not).
@@ -96,8 +107,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from perf import targets
 from perf.targets import (
     DOMAIN_OPTIONS,
     SSSD_ONLY_OPTIONS,
@@ -122,7 +134,10 @@ LOGIN_SCENARIOS = tuple(f"{p}-{step}" for p in LOGIN_PREFIXES for step in LOGIN_
 ACCESS_SCENARIOS = ("access-cold", "access-warm")
 #: Every scenario through pam_sss (a PAM daemon on either side, SSSD included).
 PAM_SCENARIOS = LOGIN_SCENARIOS + ACCESS_SCENARIOS
-SCENARIOS = NSS_SCENARIOS + PAM_SCENARIOS
+#: Sudo scenarios (perf/targets.py): bigroupuser's rules among 1,000, cold and warm, and a
+#: smart refresh that finds nothing changed.
+SUDO_SCENARIOS = ("sudo-cold", "sudo-warm", "sudo-smart")
+SCENARIOS = NSS_SCENARIOS + PAM_SCENARIOS + SUDO_SCENARIOS
 LOGIN_PASSWORD = "Perf-login-1"
 #: The bound on a login's driver process: SSSD's cold login of bigroupuser pays its
 #: whole initgroups (12 s on an idle machine) and its frozen ldaps login waits for its
@@ -151,6 +166,7 @@ class Sample:
     exact: bool
     process: float | None = None  # a login's driver process, spawn to exit
     codes: str = ""  # a login's PAM return codes, in call order
+    received: int | None = None  # sudo-smart: bytes the daemon received from LDAP
 
 
 @dataclass
@@ -278,6 +294,7 @@ class Measure:
         self.login_users: dict[str, str] = {}
         self.access_group = ""
         self.pamd = tmp / "pam.d"
+        self.netgroup: Path | None = None  # sudo scenarios: their /etc/netgroup
 
     def prepare_logins(self, scenarios: list[str]) -> None:
         """Passwords for the login users, the fault proxy and the PAM service."""
@@ -300,6 +317,11 @@ class Measure:
         self.proxy = FaultProxy("127.0.0.1", port).start()
         pamenv.make_pamd(self.pamd, {pammatrix.SERVICE: pamenv.service_file()})
 
+    def prepare_sudo(self, scenarios: list[str]) -> None:
+        """The sudo scenarios' /etc/netgroup (the rules are in the LDIF: perf/targets.py)."""
+        if set(scenarios) & set(SUDO_SCENARIOS):
+            self.netgroup = targets.sudo_netgroup_file(self.tmp)
+
     def close(self) -> None:
         if self.proxy is not None:
             self.proxy.stop()
@@ -310,6 +332,7 @@ class Measure:
             return
         yield from self._logins(side, r, scenarios)
         yield from self._access(side, r, scenarios)
+        yield from self._sudo(side, r, scenarios)
         user, group = self._name(side, self.exp.big_user), self._name(side, GROUP)
         if "cold-id" in scenarios or "warm-id" in scenarios:
             with self._daemon(side, f"{side.label}{r}-id") as d:
@@ -503,6 +526,82 @@ class Measure:
             ",".join(map(str, got.codes)),
         )
 
+    def _sudo(self, side: Side, r: int, scenarios: list[str]) -> Iterator[tuple[str, Sample]]:
+        """sudo-cold, sudo-warm, sudo-smart on one daemon started with an empty cache,
+        once its first full refresh of the rules is answered (both refresh at start)."""
+        wanted = [s for s in SUDO_SCENARIOS if s in scenarios]
+        if not wanted:
+            return
+        assert self.netgroup is not None
+        workdir = self.tmp / f"{side.label}{r}-sudo"
+        with FaultProxy("127.0.0.1", self.server.port) as proxy:
+            offset = self.server.log_offset()
+            d: CachedDaemon | sssd.SssdDaemon
+            if side.sssd:
+                domain = {**DOMAIN_OPTIONS, **SSSD_ONLY_OPTIONS, **SSSD_SURVIVAL_DOMAIN,
+                          **targets.sudo_sssd_options(self.server), **side.options}  # fmt: skip
+                d = sssd.SssdDaemon(workdir, proxy.uri, self.server.base_dn,
+                                    nss=SSSD_SURVIVAL_NSS, responders={"sudo": {}},
+                                    **domain)  # fmt: skip
+            else:
+                checkout = None if side.checkout == REPO else side.checkout
+                opts = {**DOMAIN_OPTIONS, **targets.sudo_cached_options(self.server, proxy),
+                        **side.options}  # fmt: skip
+                d = CachedDaemon(workdir, [proxy.uri], self.server.base_dn,
+                                 log_level=self.log_level, checkout=checkout, **opts)  # fmt: skip
+            d.start()
+            try:
+                targets.wait_until(lambda: targets.sudo_rules_loaded(self.server, offset), 600,
+                              "the first full refresh")  # fmt: skip
+                if isinstance(d, CachedDaemon):
+                    targets.wait_until(lambda: _sudo_status(d)["last_full"] > 0, 600, "storing")
+                else:
+                    time.sleep(2.0)  # SSSD stores what the search returned (no status to ask)
+                cold = self._sudo_l(d)
+                if "sudo-cold" in wanted:
+                    yield "sudo-cold", cold
+                if "sudo-warm" in wanted:
+                    warm = [self._sudo_l(d) for _ in range(self.warm_reps)]
+                    yield "sudo-warm", sorted(warm, key=lambda s: s.wall)[len(warm) // 2]
+                if "sudo-smart" in wanted:
+                    yield "sudo-smart", self._smart(d, proxy)
+            finally:
+                d.stop()
+
+    def _sudo_l(self, d: CachedDaemon | sssd.SssdDaemon) -> Sample:
+        assert self.netgroup is not None
+        pids = list(d.pids().values()) if isinstance(d, sssd.SssdDaemon) else [
+            d.pid, *(x.pid for x in procstat.children(d.pid))
+        ]  # fmt: skip
+        slapd = {"slapd": self.server.pid or 0}
+
+        def cpu() -> float:
+            return sum(map(_schedstat, pids)) + sum(procstat.cpu_seconds(slapd).values())
+
+        offset, cpu0 = self.server.log_offset(), cpu()
+        cmd = [*TIMECMD, *targets.sudo_l_command(self.exp.big_user, self.netgroup)]
+        r = nsenv.run_nss(cmd, d.pipes_dir, d.mc_dir, env=self.env, timeout=1800,
+                          nsswitch=targets.SUDO_NSSWITCH)  # fmt: skip
+        timing = parse(r.stderr)[0]
+        if timing is None:
+            raise RuntimeError(f"sudo -l gave no timing: {r.stderr[-2000:]}")
+        level = int(DOMAIN_OPTIONS["ldap_group_nesting_level"])
+        listed = targets.sudo_commands_listed(r.stdout)
+        exact = listed == targets.sudo_expected_commands(self.exp, level)
+        return Sample(timing.wall, cpu() - cpu0, _searches(self.server, offset), exact)
+
+    def _smart(self, d: CachedDaemon | sssd.SssdDaemon, proxy: FaultProxy) -> Sample:
+        """The next smart refresh, nothing having changed: its searches of sudo rules and
+        the bytes the daemon received meanwhile (nothing else runs)."""
+        offset, down = self.server.log_offset(), proxy.stats.bytes_down
+        start = time.perf_counter()
+        targets.wait_until(lambda: targets.sudo_searches(self.server, offset) > 0,
+                      targets.SUDO_SMART * 3, "a smart refresh")  # fmt: skip
+        time.sleep(1.0)  # its answer on the wire: one round trip on loopback
+        searches = targets.sudo_searches(self.server, offset)
+        return Sample(time.perf_counter() - start, 0.0, searches, True,
+                      received=proxy.stats.bytes_down - down)  # fmt: skip
+
     def _exact(self, cmd: list[str], out: str) -> bool:
         if cmd[0] == "id":
             return _gids(out) == self.exp.initgroups(self.exp.big_user, 2)
@@ -523,6 +622,13 @@ class Measure:
                 name,
                 Sample(floor_once(self.server.port or 0, sends, total), 0.0, len(sends), True),
             )
+
+
+def _sudo_status(d: CachedDaemon) -> dict[str, Any]:
+    for child in d.control("status")["children"]:
+        if child["name"].startswith("backend"):
+            return dict(child["status"].get("sudo") or {"last_full": 0})
+    return {"last_full": 0}
 
 
 def _median(xs: list[float]) -> float:
@@ -553,6 +659,9 @@ def summary(a: Side, b: Side, scenarios: list[str]) -> list[str]:
         ]
         if sc in PAM_SCENARIOS:
             figures.insert(1, ("process", lambda s: s.process or 0.0, "s"))
+        if sc == "sudo-smart":
+            figures = [("searches", lambda s: s.searches, ""),
+                       ("bytes received", lambda s: float(s.received or 0), "")]  # fmt: skip
         for fig, get, unit in figures:
             ma = _median([get(s) for s in sa if ok(s)])
             mb = _median([get(s) for s in sb if ok(s)])
@@ -595,8 +704,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(scenarios) - set(SCENARIOS)
     if unknown:
         ap.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
-    if "floor" in (args.a, args.b) and set(scenarios) & set(PAM_SCENARIOS):
-        ap.error("the floor has no login scenarios")
+    if "floor" in (args.a, args.b) and set(scenarios) & set(PAM_SCENARIOS + SUDO_SCENARIOS):
+        ap.error("the floor has no login or sudo scenarios")
     logins = bool(set(scenarios) & set(PAM_SCENARIOS))
     reason = pamenv.skip_reason() if logins else nsenv.skip_reason()
     if reason:
@@ -643,12 +752,18 @@ def _run(
         )
         logins = bool(set(scenarios) & set(PAM_SCENARIOS))
         tls = make_tls_material(tmp / "tls", "localhost") if logins else None
+        ldif = gen.ldif
+        if set(scenarios) & set(SUDO_SCENARIOS):
+            ldif = targets.with_sudo_rules(gen.ldif, gen.expected(), tmp)
+            say(f"* sudo: {targets.SUDO_RULES} rules and defaults (perf/targets.py), smart refresh "
+                f"every {targets.SUDO_SMART} s on both sides")  # fmt: skip
         with Slapd(
-            tmp / "slapd", gen.ldif, sc.base_dn, deref=args.deref == "yes", tls=tls
+            tmp / "slapd", ldif, sc.base_dn, deref=args.deref == "yes", tls=tls
         ) as server:
             m = Measure(server, gen.expected(), tmp, env, args.warm_reps, args.log_level)
             try:
                 m.prepare_logins(scenarios)
+                m.prepare_sudo(scenarios)
                 if set(scenarios) & set(LOGIN_SCENARIOS):
                     users = ", ".join(f"{p}-*: {u}" for p, u in m.login_users.items())
                     say(f"* logins: {users}; `{' '.join(pammatrix.LOGIN)}` through pam_sss.so")
@@ -667,6 +782,8 @@ def _run(
                                 if s.process is not None
                                 else ""
                             )
+                            if s.received is not None:
+                                extra += f" received={s.received} B"
                             say(
                                 f"round={r} {side.label} {name:<14} wall={s.wall * 1e3:8.1f} ms "
                                 f"cpu={s.cpu * 1e3:8.1f} ms searches={s.searches:<5} "

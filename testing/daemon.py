@@ -37,10 +37,12 @@ def config_text(
     nss: dict[str, Any] | None = None,
     daemon: dict[str, Any] | None = None,
     pam: dict[str, Any] | None = None,
+    sudo: dict[str, Any] | None = None,
     **domain_opts: Any,
 ) -> str:
     """A cached.conf for a test directory; options given override the defaults.
-    ``pam``: the ``[pam]`` section (give ``daemon={"services": "nss, pam"}`` too)."""
+    ``pam``: the ``[pam]`` section (give ``daemon={"services": "nss, pam"}`` too);
+    ``sudo``: the ``[sudo]`` section (with ``services`` listing ``sudo``)."""
     d = {
         "domains": domain,
         "pipes_dir": workdir / "pipes",
@@ -65,6 +67,8 @@ def config_text(
     out += [f"{k} = {v}" for k, v in (nss or {}).items()]
     if pam is not None:
         out += ["[pam]", *(f"{k} = {v}" for k, v in pam.items())]
+    if sudo is not None:
+        out += ["[sudo]", *(f"{k} = {v}" for k, v in sudo.items())]
     # None: the option left out (its default), where the test file sets one.
     out += [f"[domain/{domain}]", *(f"{k} = {v}" for k, v in dom.items() if v is not None)]
     return "\n".join(out) + "\n"

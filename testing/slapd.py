@@ -54,6 +54,8 @@ SCHEMA_DIR = Path("/etc/ldap/schema")
 CONTRIB_SCHEMA = Path(__file__).resolve().parent.parent / "contrib" / "rfc2307bis.schema"
 # sshPublicKey and ldapPublicKey (ldap_user_ssh_public_key's default).
 LPK_SCHEMA = CONTRIB_SCHEMA.with_name("openssh-lpk.schema")
+# sudoers.ldap(5)'s sudoRole: every test server can hold sudo rules.
+SUDO_SCHEMA = Path(__file__).resolve().parent.parent / "contrib" / "sudo.schema"
 # Order matters: each file depends on the ones before it.  namedobject gives groups
 # without `member` a structural class (posixGroup is auxiliary in our schema).
 SCHEMAS = (
@@ -63,6 +65,7 @@ SCHEMAS = (
     SCHEMA_DIR / "namedobject.schema",
     CONTRIB_SCHEMA,
     LPK_SCHEMA,
+    SUDO_SCHEMA,
 )
 # The account attributes of other servers that SSSD's access rules read (testing/).
 ACCESS_SCHEMA = Path(__file__).resolve().parent / "access.schema"

@@ -30,6 +30,7 @@ import lmdb
 
 from cached.auth.offline import Credentials
 from cached.cache import records as rec
+from cached.cache import sudo
 from cached.cache.expiry import State, classify, midpoint
 from cached.cache.integrity import (
     ENTRY_TABLES,
@@ -56,7 +57,7 @@ from cached.counters import (
     Counters,
 )
 from cached.dn import normalize_dn
-from cached.model import Kind, Netgroup, User
+from cached.model import Kind, Netgroup, SudoRule, User
 from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -1050,6 +1051,34 @@ class DomainCache:
 
     def invalidate_all(self) -> int:
         return self.invalidate_users() + self.invalidate_groups() + self.invalidate_netgroups()
+
+    # -- sudo rules (cache/sudo.py) ----------------------------------------------------
+
+    def sudo_rules(self) -> list[SudoRule]:
+        """Every stored sudo rule, by name."""
+        with self._reader() as txn:
+            return sudo.read_rules(self.entries, txn)
+
+    def sudo_count(self) -> int:
+        """How many sudo rules the entry store holds."""
+        db = self.entries.tables.get(sudo.TABLE)
+        if db is None:
+            return 0
+        with self._reader() as txn:
+            count: int = txn.stat(db)["entries"]
+        return count
+
+    def sudo_times(self) -> dict[str, Times]:
+        """The timestamp record of each stored rule (a rule without one is expired)."""
+        return sudo.read_times(self.ts)
+
+    def sudo_state(self) -> sudo.SudoState:
+        return sudo.read_state(self.ts)
+
+    def invalidate_sudo(self, names: Iterable[str] | None = None) -> int:
+        """Expire the rules ``names`` (None: all), timestamp store only (``sss_cache
+        -r``/``-R``); returns how many were expired."""
+        return sudo.invalidate(self._require_ts(), names)
 
 
 _ID_NATIVE = struct.Struct("=I")

@@ -47,13 +47,14 @@ log = logging.getLogger(__name__)
 # of the user and the server's answers (records.encode_access), written by the backend
 # at the account check when it changed, so that offline the last online decision
 # stands (cached/access/rules.py); deleted with the user, kept by `cached cache -E`.
+# sudo: sudo rules by name (cache/sudo.py).
 ENTRY_TABLES = (
     "users", "groups", "initgr", "uid", "gid", "dn", "meta", "alias", "creds", "netgroups",
-    "access",
+    "access", "sudo",
 )  # fmt: skip
 # read_whole: group key -> when the backend last stored it read whole, members named
 # from their entries (cache.READ_WHOLE; cached/ldap/stamps.py, refresh_full_interval).
-TS_TABLES = ("users", "groups", "meta", "read_whole", "netgroups")
+TS_TABLES = ("users", "groups", "meta", "read_whole", "netgroups", "sudo")
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 

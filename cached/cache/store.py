@@ -144,7 +144,12 @@ class Store:
             # py-lmdb commits its own transaction here, which keeps the handles valid
             # (a handle opened in an aborted read transaction is closed with it).
             for name in tables:
-                self.tables[name] = self.env.open_db(name.encode(), create=False)
+                try:
+                    self.tables[name] = self.env.open_db(name.encode(), create=False)
+                except lmdb.NotFoundError:
+                    # A table newer than the file (written by a version without it,
+                    # the backend not yet started): absent, read as empty by its users.
+                    continue
 
     def close(self) -> None:
         _release_env(self.env)

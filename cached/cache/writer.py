@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +23,7 @@ import lmdb
 from cached.access.rules import AccessState
 from cached.auth.offline import Credentials
 from cached.cache import records as rec
+from cached.cache import sudo
 from cached.cache.cache import (
     DEFAULT_TIMEOUTS,
     ID_KEY,
@@ -47,7 +48,7 @@ from cached.counters import (
     Counters,
 )
 from cached.dn import normalize_dn
-from cached.model import Group, Netgroup, User
+from cached.model import Group, Netgroup, SudoRule, User
 from cached.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -430,6 +431,41 @@ class BackendCache(DomainCache):
                 return False
         self.entries.write([("access", key, new)])
         return True
+
+    def store_sudo(
+        self,
+        rules: list[SudoRule],
+        stamps: Mapping[str, sudo.Stamp],
+        delete: Collection[str],
+        *,
+        full: bool,
+        since: int,
+        lifetime: int,
+        now: float | None = None,
+    ) -> list[str]:
+        """Store a sudo refresh's result (cache/sudo.py): ``rules`` read whole (written
+        only where their bytes changed), ``stamps`` of every rule it saw (timestamp
+        store), ``delete`` the rules it found gone. ``since``: the rules' invalidation
+        count when the refresh began. Returns the names whose stored body changed."""
+        now = time.time() if now is None else now
+        with self.entries.read() as txn:
+            ops, changed = sudo.entry_ops(txn, self.entries, rules, delete)
+        if ops:
+            with self.counters.transaction(ENTRY_TXN):
+                written, commit_s = self.entries.write(ops)
+            self.counters.add(ENTRY_COMMIT, 1, commit_s)
+            self.counters.add(ENTRY_BYTES, 0, 0.0, written)
+            self.counters.add(ENTRY_RECORDS, 0, 0.0, len(ops))
+        if self.ts is not None:
+            ts = self.ts
+
+            def build(txn: lmdb.Transaction) -> list[Op]:
+                return sudo.ts_ops(
+                    txn, ts, stamps, delete, now=now, lifetime=lifetime, since=since, full=full
+                )
+
+            self._write_ts_built(build)
+        return changed
 
     def delete_user(self, batch: WriteBatch, name: str) -> None:
         batch.deleted_users.add(self.key(name))

@@ -28,6 +28,7 @@ from cached.config.options import (
     NSS_OPTIONS,
     PAM_OPTIONS,
     SSH_OPTIONS,
+    SUDO_OPTIONS,
     CaseSensitive,
     Config,
     DaemonConfig,
@@ -39,6 +40,7 @@ from cached.config.options import (
     PrivateGroups,
     Schema,
     SshConfig,
+    SudoConfig,
     TlsReqcert,
 )
 from cached.config.parsers import NotSupported, SearchBase, parse_search_bases
@@ -57,6 +59,7 @@ __all__ = [
     "PAM_OPTIONS",
     "SNIPPET_NAME",
     "SSH_OPTIONS",
+    "SUDO_OPTIONS",
     "UNSUPPORTED",
     "CaseSensitive",
     "Config",
@@ -72,6 +75,7 @@ __all__ = [
     "Schema",
     "SearchBase",
     "SshConfig",
+    "SudoConfig",
     "TlsReqcert",
     "Unsupported",
     "load_config",

@@ -25,6 +25,7 @@ from cached.config.options import (
     NSS_OPTIONS,
     PAM_OPTIONS,
     SSH_OPTIONS,
+    SUDO_OPTIONS,
     Option,
 )
 from cached.config.parsers import str_list
@@ -119,6 +120,8 @@ def _sections(ini: Ini) -> list[Finding]:
             out += _options(ini, s, PAM_OPTIONS)
         elif s == "ssh":
             out += _options(ini, s, SSH_OPTIONS)
+        elif s == "sudo":
+            out += _options(ini, s, SUDO_OPTIONS)
         elif s.startswith("domain/") and s[len("domain/") :].lower() in served:
             out += _options(ini, s, DOMAIN_OPTIONS)
         elif s.startswith("domain/"):

@@ -20,6 +20,7 @@ from cached.config.options import (
     NSS_OPTIONS,
     PAM_OPTIONS,
     SSH_OPTIONS,
+    SUDO_OPTIONS,
     Config,
     DaemonConfig,
     DomainConfig,
@@ -28,6 +29,7 @@ from cached.config.options import (
     Option,
     PamConfig,
     SshConfig,
+    SudoConfig,
 )
 from cached.config.parsers import NotSupported
 from cached.config.rules import check_required, complete_domain
@@ -151,6 +153,7 @@ def config_of(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[
     nss_vals = read_section(ini, "nss", NSS_OPTIONS, warnings)
     pam_vals = read_section(ini, "pam", PAM_OPTIONS, warnings)
     ssh_vals = read_section(ini, "ssh", SSH_OPTIONS, warnings)
+    sudo_vals = read_section(ini, "sudo", SUDO_OPTIONS, warnings)
 
     domain_sections = {s[len("domain/") :]: s for s in sections if s.startswith("domain/")}
     app_sections = {s[len("application/") :]: s for s in sections if s.startswith("application/")}
@@ -182,7 +185,9 @@ def config_of(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[
             "application domains, which are not served over NSS; nothing to serve"
         )
     for s in sections:
-        if s in (main_name, "nss", "pam", "ssh") or s.startswith(("domain/", "application/")):
+        if s in (main_name, "nss", "pam", "ssh", "sudo") or s.startswith(
+            ("domain/", "application/")
+        ):
             continue
         if s in IGNORED_SECTIONS:
             log.debug("%s: section [%s] is for an SSSD responder cached does not have", path, s)
@@ -230,6 +235,7 @@ def config_of(ini: Ini, stats: dict[str, os.stat_result | None], warnings: list[
         domains=domains,
         pam=PamConfig(**pam_vals),
         ssh=SshConfig(**ssh_vals),
+        sudo=SudoConfig(**sudo_vals),
         warnings=warnings,
     )
 

@@ -92,7 +92,6 @@ NO_EFFECT: dict[str, str] = {
     "subdomain_homedir": _SUBDOMAINS,
     "entry_cache_service_timeout": _OTHER_MAPS,
     "entry_cache_resolver_timeout": _OTHER_MAPS,
-    "entry_cache_sudo_timeout": _OTHER_MAPS,
     "entry_cache_autofs_timeout": _OTHER_MAPS,
     "entry_cache_ssh_host_timeout": _OTHER_MAPS,
     "entry_cache_computer_timeout": "computer objects (GPO access control), which "
@@ -102,7 +101,6 @@ NO_EFFECT: dict[str, str] = {
     "whatever their age (invariant 4)",
     "cache_credentials_minimal_first_factor_length": "two-factor logins, whose first "
     "factor SSSD may cache; cached's logins take one password",
-    "sudo_provider": _OTHER_MAPS,
     "autofs_provider": _OTHER_MAPS,
     "selinux_provider": "SELinux user maps from IPA, which cached does not read",
     "session_provider": "IPA's session recording rules, which cached does not read",
@@ -145,7 +143,6 @@ NO_EFFECT: dict[str, str] = {
     "ldap_service_search_base": _OTHER_MAPS,
     "ldap_iphost_search_base": _OTHER_MAPS,
     "ldap_ipnetwork_search_base": _OTHER_MAPS,
-    "ldap_sudo_search_base": _OTHER_MAPS,
     "ldap_autofs_search_base": _OTHER_MAPS,
     "ldap_enumeration_refresh_timeout": "SSSD's periodic reading of the whole "
     "directory for enumerate; cached enumerates its cache (§9.1)",

@@ -34,6 +34,7 @@ from cached.config.parsers import (
     provider,
     search_base,
     search_filter,
+    space_list,
     str_list,
     string,
     uri_list,
@@ -183,7 +184,8 @@ class ExpirePolicy(enum.StrEnum):
 
 
 # SSSD's responders (sssd.conf(5) ``services``): cached runs ``nss`` always, ``pam``
-# when listed; the others are accepted so an existing sssd.conf loads, and do nothing.
+# and ``sudo`` when listed; the others are accepted so an existing sssd.conf loads,
+# and do nothing.
 SSSD_SERVICES = ("nss", "pam", "sudo", "autofs", "ssh", "pac", "ifp", "secrets", "kcm",
                  "session_recording")  # fmt: skip
 
@@ -195,6 +197,13 @@ def services_list(raw: str) -> list[str]:
         if n not in SSSD_SERVICES:
             raise ValueError(f"{n!r} is not an SSSD responder ({', '.join(SSSD_SERVICES)})")
     return names
+
+
+class SudoProvider(enum.StrEnum):
+    """``sudo_provider``: where sudo rules come from."""
+
+    LDAP = "ldap"
+    NONE = "none"
 
 
 class DomainType(enum.StrEnum):
@@ -300,8 +309,9 @@ class DaemonConfig:
         ["nss"],
         "Responders to run: `nss` always runs; `pam` adds the PAM sockets `pam` and "
         "`private/pam` in `pipes_dir` for `pam_sss.so` (logins); `ssh` the socket `ssh` "
-        "for `sss_ssh_authorizedkeys` (users' keys); SSSD's other names are "
-        "accepted and do nothing (the InfoPipe follows `dbus_address`).",
+        "for `sss_ssh_authorizedkeys` (users' keys); `sudo` the socket `sudo` for "
+        "`libsss_sudo` (sudo rules) and the backends' rule refreshes; SSSD's other names "
+        "are accepted and do nothing (the InfoPipe follows `dbus_address`).",
     )
 
     # -- Names (sssd.conf(5); sss_names.c). The domain's own full_name_format wins.
@@ -513,6 +523,29 @@ class SshConfig:
         True,
         "Accepted, no effect: SSSD derives keys from certificates that verify against "
         "`ca_db`; cached reads no certificates, so only the key attribute's keys are served.",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SudoConfig:
+    """``[sudo]``: the sudo responder (``services = nss, sudo``), for ``libsss_sudo``."""
+
+    sudo_timed: bool = option(
+        boolean,
+        False,
+        "Leave out the rules outside their sudoNotBefore/sudoNotAfter window (sudo checks "
+        "them itself only when built to).",
+    )
+    sudo_threshold: int = option(
+        integer(0),
+        50,
+        "A sudo call whose user has more expired rules than this refreshes all rules "
+        "rather than those.",
+    )
+    sudo_inverse_order: bool = option(
+        boolean,
+        False,
+        "Send the rules lowest sudoOrder first (SSSD's old order); default highest first.",
     )
 
 
@@ -1099,6 +1132,90 @@ class DomainConfig:
         "user is a member of are unchanged, as in SSSD); 0 = the directory's.",
     )
 
+    # -- Sudo rules (sssd-ldap(5) "SUDO OPTIONS", sssd-sudo(5); cached/ldap/sudo.py).
+    # Used with `services = ..., sudo` only, as SSSD loads its sudo provider only then.
+    sudo_provider: SudoProvider = option(
+        closed(
+            SudoProvider,
+            {
+                "ipa": "cached reads sudoRole entries only (no IPA sudo rules)",
+                "ad": "cached reads sudoRole entries only; use sudo_provider = ldap",
+            },
+        ),
+        SudoProvider.LDAP,
+        "`ldap`: sudoRole entries under ldap_sudo_search_base, for `services = ..., sudo`; "
+        "`none`: no rules.",
+        "ldap (the id provider)",
+    )
+    ldap_sudo_search_base: str = option(
+        search_base, "", "Base(s) of the sudoRole entries (default: ldap_search_base)."
+    )
+    ldap_sudo_full_refresh_interval: int = option(
+        integer(0),
+        21600,
+        "Seconds between full refreshes of the rules (every rule read; deleted rules "
+        "dropped); 0 = off.",
+    )
+    ldap_sudo_smart_refresh_interval: int = option(
+        integer(0),
+        900,
+        "Seconds between smart refreshes (rules changed since the newest stamp held, "
+        "by modifyTimestamp; deleted rules are not seen, as in SSSD); 0 = off.",
+    )
+    ldap_sudo_random_offset: int | None = option(
+        integer(0),
+        None,
+        "Seconds of spread added to each full and smart refresh: this host's fraction of "
+        "it (from /etc/machine-id, the same after every restart); 0 = none. Unset: a "
+        "tenth of each refresh's own interval (SSSD's default is 0: every host in step).",
+        "10 % of each interval",
+    )
+    ldap_sudo_use_host_filter: bool = option(
+        boolean, True, "Read only the rules whose sudoHost may match this host."
+    )
+    ldap_sudo_hostnames: list[str] = option(
+        space_list,
+        [],
+        "Space-separated host names and FQDNs the host filter matches (default: this "
+        "host's name and its fully qualified name).",
+    )
+    ldap_sudo_ip: list[str] = option(
+        space_list,
+        [],
+        "Space-separated IPv4/IPv6 addresses or networks the host filter matches (default: "
+        "the addresses and networks of this host's interfaces).",
+    )
+    ldap_sudo_include_netgroups: bool = option(
+        boolean, True, "The host filter also takes rules whose sudoHost is a +netgroup."
+    )
+    ldap_sudo_include_regexp: bool = option(
+        boolean, False, "The host filter also takes rules whose sudoHost has wildcards."
+    )
+    ldap_sudorule_object_class: str = option(string, "sudoRole", "Object class of sudo rules.")
+    ldap_sudorule_name: str = option(string, "cn", "Rule name attribute.")
+    ldap_sudorule_command: str = option(string, "sudoCommand", "Command attribute.")
+    ldap_sudorule_host: str = option(string, "sudoHost", "Host attribute.")
+    ldap_sudorule_user: str = option(string, "sudoUser", "User attribute.")
+    ldap_sudorule_option: str = option(string, "sudoOption", "Option attribute.")
+    ldap_sudorule_runas: str = option(string, "sudoRunAs", "Run-as attribute (deprecated).")
+    ldap_sudorule_runasuser: str = option(string, "sudoRunAsUser", "Run-as user attribute.")
+    ldap_sudorule_runasgroup: str = option(string, "sudoRunAsGroup", "Run-as group attribute.")
+    ldap_sudorule_notbefore: str = option(string, "sudoNotBefore", "Start of validity attribute.")
+    ldap_sudorule_notafter: str = option(string, "sudoNotAfter", "End of validity attribute.")
+    ldap_sudorule_order: str = option(string, "sudoOrder", "Ordering attribute.")
+    ldap_sudorule_entry_usn: str = option(
+        string,
+        "",
+        "USN attribute compared with modifyTimestamp by the smart refresh (default: "
+        "entryCSN, which OpenLDAP keeps; a server without it returns none).",
+    )
+    entry_cache_sudo_timeout: int = option(
+        integer(0),
+        5400,
+        "Seconds a sudo rule stays valid; a sudo call for a user with an expired rule "
+        "refreshes that user's rules first (online).",
+    )
+
     @property
     def case_insensitive(self) -> bool:
         return self.case_sensitive != CaseSensitive.TRUE
@@ -1123,6 +1240,7 @@ class Config:
     domains: list[DomainConfig]
     pam: PamConfig = field(default_factory=PamConfig)
     ssh: SshConfig = field(default_factory=SshConfig)
+    sudo: SudoConfig = field(default_factory=SudoConfig)
     warnings: list[str] = field(default_factory=list)
 
     def domain(self, name: str) -> DomainConfig:
@@ -1138,4 +1256,5 @@ DAEMON_OPTIONS: dict[str, Option] = options_of(DaemonConfig)
 NSS_OPTIONS: dict[str, Option] = options_of(NssConfig)
 PAM_OPTIONS: dict[str, Option] = options_of(PamConfig)
 SSH_OPTIONS: dict[str, Option] = options_of(SshConfig)
+SUDO_OPTIONS: dict[str, Option] = options_of(SudoConfig)
 DOMAIN_OPTIONS: dict[str, Option] = options_of(DomainConfig)

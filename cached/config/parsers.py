@@ -56,6 +56,11 @@ def str_list(raw: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def space_list(raw: str) -> list[str]:
+    """A space-separated list (SSSD's ldap_sudo_hostnames, ldap_sudo_ip)."""
+    return raw.split()
+
+
 def closed(
     kind: type[E], why: Mapping[str, str] | None = None, expected: str = ""
 ) -> Callable[[str], E]:

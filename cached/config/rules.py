@@ -64,7 +64,8 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
             "ldap_member_rdn_shortcut is deprecated and ignored: member names come from "
             "the member entries"
         )
-    for base in ("ldap_user_search_base", "ldap_group_search_base", "ldap_netgroup_search_base"):
+    for base in ("ldap_user_search_base", "ldap_group_search_base", "ldap_netgroup_search_base",
+                 "ldap_sudo_search_base"):
         if not vals[base]:
             vals[base] = vals["ldap_search_base"]
     for kind in ("user", "group"):

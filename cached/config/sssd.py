@@ -22,7 +22,6 @@ ACCEPTED_UNUSED = frozenset(
         "debug_backtrace_enabled",
         "reconnection_retries",
         "user",
-        "sudo_provider",
         "autofs_provider",
         "selinux_provider",
         "krb5_realm",
@@ -32,7 +31,6 @@ ACCEPTED_UNUSED = frozenset(
         "account_cache_expiration",
         "memcache_size_sid",
         "entry_cache_service_timeout",
-        "entry_cache_sudo_timeout",
         "entry_cache_autofs_timeout",
         "entry_cache_ssh_host_timeout",
         "entry_cache_resolver_timeout",
@@ -112,7 +110,6 @@ UNSUPPORTED: dict[str, Unsupported] = {
 
 # Sections of sssd.conf that belong to responders cached does not have.
 IGNORED_SECTIONS = (
-    "sudo",
     "autofs",
     "pac",
     "ifp",

@@ -34,6 +34,9 @@ socket             op                          request -> reply
 ``control``        drop_credentials            :class:`DropCredentials` -> ``{"dropped": n}``
                                                (forwarded to the backends)
 ``be_<domain>``    drop_credentials            :class:`DropCredentials` -> ``{"dropped": n}``
+``be_<domain>``    sudo_refresh                :class:`SudoRefresh` -> :class:`SudoRefreshReply`
+                                               (the sudo responder: a user's expired
+                                               rules, or all of them)
 =================  ==========================  =====================================
 
 Every reply also has ``id`` and ``ok`` (and ``error`` when ``ok`` is false), added by the
@@ -73,6 +76,9 @@ class Op(enum.StrEnum):
     DOMAIN_STATE = "domain_state"
     INVALIDATED = "invalidated"
     GROUPS_STORED = "groups_stored"
+    # Backend (and the control socket, which forwards it to every backend): refresh
+    # the sudo rules (cached/ldap/sudo.py).
+    SUDO_REFRESH = "sudo_refresh"
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,3 +482,72 @@ class DropCredentials:
         if not isinstance(name, str) or not name or not isinstance(domain, str):
             raise BadMessage("drop_credentials: bad name or domain")
         return cls(name, domain)
+
+
+class SudoRefreshKind(enum.StrEnum):
+    """SSSD's three sudo refreshes (``sdap_sudo_refresh.c``)."""
+
+    FULL = "full"  # every rule; rules gone from the server are dropped
+    SMART = "smart"  # the rules changed since the newest stamp held
+    RULES = "rules"  # the named rules; those gone are dropped
+
+
+@dataclass(frozen=True, slots=True)
+class SudoRefresh:
+    kind: SudoRefreshKind
+    names: tuple[str, ...] = ()
+
+    # A rules refresh names at most this many (sudo_threshold's order of magnitude:
+    # beyond it the responder asks for a full refresh, as SSSD does).
+    MAX_NAMES: ClassVar[int] = 1000
+
+    def args(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "names": list(self.names)}
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> SudoRefresh:
+        try:
+            kind = SudoRefreshKind(str(args.get("kind")))
+        except ValueError:
+            raise BadMessage(f"sudo_refresh: bad kind {args.get('kind')!r}") from None
+        names = args.get("names") or []
+        if (
+            not isinstance(names, list)
+            or len(names) > cls.MAX_NAMES
+            or not all(isinstance(n, str) and n for n in names)
+        ):
+            raise BadMessage("sudo_refresh: bad names")
+        return cls(kind, tuple(names))
+
+
+@dataclass(frozen=True, slots=True)
+class SudoRefreshReply:
+    """``changed``: rules whose stored body changed; ``deleted``: of those, the ones
+    dropped (a rules refresh that drops one asks for a full refresh, as SSSD)."""
+
+    outcome: Outcome
+    changed: int = 0
+    deleted: int = 0
+    message: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome.value,
+            "changed": self.changed,
+            "deleted": self.deleted,
+            "message": self.message,
+        }
+
+    @classmethod
+    def parse(cls, reply: dict[str, Any]) -> SudoRefreshReply:
+        try:
+            outcome = Outcome(reply.get("outcome"))
+        except ValueError:
+            raise BadMessage(f"unknown sudo refresh outcome {reply.get('outcome')!r}") from None
+        changed, deleted = reply.get("changed"), reply.get("deleted")
+        return cls(
+            outcome,
+            changed if isinstance(changed, int) and not isinstance(changed, bool) else 0,
+            deleted if isinstance(deleted, int) and not isinstance(deleted, bool) else 0,
+            str(reply.get("message") or ""),
+        )

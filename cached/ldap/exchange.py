@@ -239,6 +239,15 @@ class ServerInfo:
     naming_contexts: list[str] = field(default_factory=list)
     default_naming_context: str = ""
 
+    @property
+    def default_base(self) -> str:
+        """The base of a search whose base is not configured, as SSSD takes it from
+        the root DSE: defaultNamingContext, else the first namingContexts; "" when the
+        server publishes neither."""
+        return self.default_naming_context or (
+            self.naming_contexts[0] if self.naming_contexts else ""
+        )
+
 
 def server_text(raw: bytes) -> str:
     try:

@@ -123,11 +123,7 @@ class LdapProvider:
         ctx.client.connect()
         if not self._bases_known:
             info = ctx.client.info
-            base = ""
-            if info is not None:
-                base = info.default_naming_context or (
-                    info.naming_contexts[0] if info.naming_contexts else ""
-                )
+            base = info.default_base if info is not None else ""
             if not base:
                 raise LdapError(
                     f"domain {ctx.cfg.name}: ldap_search_base is not set and the server "

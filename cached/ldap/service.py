@@ -48,13 +48,17 @@ from cached.ipc.ops import (
     LookupRequest,
     Op,
     Outcome,
+    SudoRefresh,
+    SudoRefreshKind,
+    SudoRefreshReply,
 )
-from cached.jitter import REFRESH_AHEAD, Jitter
+from cached.jitter import REFRESH_AHEAD, SUDO_FULL, SUDO_SMART, Jitter
 from cached.ldap.access import AccessChecks
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.login import Logins
 from cached.ldap.provider import LdapProvider, Result
+from cached.ldap.sudo import SudoProvider, SudoResult
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +199,15 @@ class BackendService:
         # The account check of access_provider = ldap: on the lookup thread, whose
         # connection it uses, the checks of each PAM client uid taken in turn.
         self.access = AccessChecks(domain, self.client, self.cache, self.provider._prepare)
+        # Sudo rules only for `services = ..., sudo`: SSSD loads its sudo provider only
+        # when the sudo responder is configured.
+        self.sudo = (
+            SudoProvider(domain, self.client, self.cache)
+            if "sudo" in config.daemon.services and domain.sudo_provider == "ldap"
+            else None
+        )
+        self._sudo_retry = 0.0  # no scheduled sudo refresh before (after a failure)
+        self._sudo_running: asyncio.Future[SudoResult] | None = None
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -270,6 +283,8 @@ class BackendService:
             self._check_due.set()
         if online == self.announced_online:
             return
+        if online and self.sudo is not None:
+            self.sudo.host_changed()
         self.announced_online = online
         if self._announcing is None or self._announcing.done():
             self._announcing = asyncio.ensure_future(self._announce())
@@ -338,6 +353,12 @@ class BackendService:
             decided = await self.access.check(AccessRequest.parse(args), self._in_worker)
             self.announce()
             return decided.fields()
+        if op is Op.SUDO_REFRESH:
+            asked = SudoRefresh.parse(args)
+            if self.sudo is None:
+                return SudoRefreshReply(Outcome.ERROR, message="no sudo provider").fields()
+            res = await self.sudo_refresh(asked.kind, asked.names)
+            return SudoRefreshReply(res.outcome, res.changed, res.deleted, res.message).fields()
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
         if op is Op.STATUS:
@@ -372,6 +393,124 @@ class BackendService:
             "credentials": self.cache.credentials_count(),
             **self.logins.status(),
             **self.access.status(),
+            **({"sudo": self.sudo_status()} if self.sudo is not None else {}),
+        }
+
+    # -- sudo rules (cached/ldap/sudo.py) ---------------------------------------------
+
+    async def sudo_refresh(self, kind: SudoRefreshKind, names: tuple[str, ...] = ()) -> SudoResult:
+        """One sudo refresh in the worker thread; a full refresh asked for while one
+        runs shares it."""
+        assert self.sudo is not None
+        sudo = self.sudo
+        if kind is SudoRefreshKind.FULL and self._sudo_running is not None:
+            return await asyncio.shield(self._sudo_running)
+        fut = asyncio.ensure_future(self._in_worker(functools.partial(sudo.run, kind, names)))
+        if kind is SudoRefreshKind.FULL:
+            self._sudo_running = fut
+            fut.add_done_callback(lambda _f: setattr(self, "_sudo_running", None))
+        result: SudoResult = await asyncio.shield(fut)
+        if result.outcome is Outcome.FOUND:
+            self.last_success = time.time()
+        self.announce()
+        return result
+
+    def sudo_schedule(self) -> tuple[int, int, float, float]:
+        """(full interval, smart interval, full offset, smart offset), as SSSD's
+        ``sdap_sudo_ptask_setup_generic`` sets the intervals: both 0 turns the smart one
+        back on, a full one not longer than the smart one turns the smart one off. The
+        offsets are this host's fraction (cached/jitter.py) of ``ldap_sudo_random_offset``,
+        or of a tenth of each interval when it is unset."""
+        d = self.domain
+        full, smart = d.ldap_sudo_full_refresh_interval, d.ldap_sudo_smart_refresh_interval
+        if full == 0 and smart == 0:
+            smart = 900
+        elif 0 < full <= smart:
+            smart = 0
+        spread = d.ldap_sudo_random_offset
+
+        def offset(purpose: str, interval: int) -> float:
+            return self.jitter.offset(purpose, interval / 10 if spread is None else spread)
+
+        return full, smart, offset(SUDO_FULL, full), offset(SUDO_SMART, smart)
+
+    def sudo_due(self, now: float) -> tuple[SudoRefreshKind, float]:
+        """The next scheduled sudo refresh and when (wall clock). Each follows the last
+        success of its kind (a full one counts as a smart one too, as SSSD postpones the
+        smart refresh after a full one), kept in the timestamp store: a restart does not
+        refresh (SSSD does a full refresh 10 s after every start: a fleet restarted
+        together refreshes together). Never refreshed: a full refresh at once, so that
+        sudo has rules. Overdue at the start: at this host's offset after the start."""
+        full, smart, off_full, off_smart = self.sudo_schedule()
+        st = self.cache.sudo_state()
+        due: list[tuple[float, SudoRefreshKind]] = []
+        if full:
+            if not st.last_full:
+                at = now
+            elif st.last_full > now:  # the clock went back
+                at = now + off_full
+            else:
+                at = max(st.last_full + full + off_full, self.started + off_full)
+            due.append((at, SudoRefreshKind.FULL))
+        if smart and (st.last_full or not full):
+            last = max(st.last_full, st.last_smart)
+            if last > now:
+                at = now + off_smart
+            else:
+                at = max((last or self.started) + smart + off_smart, self.started + off_smart)
+            due.append((at, SudoRefreshKind.SMART))
+        at, kind = min(due)
+        return kind, max(at, self._sudo_retry)
+
+    async def _sudo_refresh_loop(self) -> None:
+        """The scheduled full and smart refreshes (sudo_due), one at a time, skipped
+        while offline (the server check brings the domain back) and retried after
+        ``offline_timeout`` when one fails."""
+        while True:
+            kind, at = self.sudo_due(time.time())
+            wait = at - time.time()
+            if wait > 0:
+                # Woken at least every minute: `cached cache -R` or a refresh asked for
+                # by the responder moves the schedule.
+                await asyncio.sleep(min(wait, 60.0))
+                continue
+            if not self.client.online:
+                self._sudo_retry = time.time() + self.domain.offline_timeout
+                continue
+            try:
+                result = await self.sudo_refresh(kind)
+            except Exception as e:  # one failure ends neither the schedule nor the task
+                log.error("domain %s: sudo %s refresh: %s: %s", self.domain.name, kind.value,
+                          type(e).__name__, e)  # fmt: skip
+                result = SudoResult(Outcome.ERROR, message=str(e))
+            if result.outcome is not Outcome.FOUND:
+                self._sudo_retry = time.time() + self.domain.offline_timeout
+            else:
+                self._sudo_retry = 0.0
+                log.log(
+                    logging.INFO if result.changed else logging.DEBUG,
+                    "domain %s: sudo %s refresh: %d rules read, %d changed, %d deleted",
+                    self.domain.name, kind.value, result.fetched, result.changed,
+                    result.deleted,
+                )  # fmt: skip
+
+    def sudo_status(self) -> dict[str, Any]:
+        assert self.sudo is not None
+        st = self.cache.sudo_state()
+        full, smart, off_full, off_smart = self.sudo_schedule()
+        kind, at = self.sudo_due(time.time())
+        return {
+            "rules": self.cache.sudo_count(),
+            "last_full": st.last_full,
+            "last_smart": st.last_smart,
+            "full_interval": full,
+            "smart_interval": smart,
+            "full_offset": off_full,
+            "smart_offset": off_smart,
+            "next": kind.value,
+            "next_at": at,
+            "last_error": self.sudo.last_error,
+            "runs": self.sudo.last,
         }
 
     def _cache_confirmed(self) -> float:
@@ -576,6 +715,7 @@ class BackendService:
             if self.domain.refresh_expired_interval > 0
             else None
         )
+        sudo_task = asyncio.create_task(self._sudo_refresh_loop()) if self.sudo else None
         log.info("backend %s ready on %s", self.domain.name, path)
         ready()
         await stop.wait()
@@ -586,6 +726,8 @@ class BackendService:
         warm_up.cancel()
         if refresher is not None:
             refresher.cancel()
+        if sudo_task is not None:
+            sudo_task.cancel()
         if self._worker is not None:
             self._worker.cancel()
         # Let the request in progress finish its transaction, then close cleanly:

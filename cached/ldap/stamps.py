@@ -49,7 +49,7 @@ from cached.ldap.schema import SchemaMap
 STAMP_MARGIN = 300.0
 
 
-def _epoch(stamp: str) -> float | None:
+def epoch(stamp: str) -> float | None:
     """A GeneralizedTime's seconds (``YYYYmmddHHMMSS``, UTC as servers send it)."""
     try:
         return float(calendar.timegm(time.strptime(stamp[:14], "%Y%m%d%H%M%S")))
@@ -64,7 +64,7 @@ def trusted_stamp(modstamp: str, usn: str, fetched: float) -> str:
         return ""  # a NUL would split the stored record's "modstamp\0usn" tail
     if usn:
         return modstamp
-    t = _epoch(modstamp)
+    t = epoch(modstamp)
     return modstamp if t is not None and t < fetched - STAMP_MARGIN else ""
 
 

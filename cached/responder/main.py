@@ -3,9 +3,10 @@
 It opens the caches read-only, connects to each domain's backend, builds the one
 lookup flow (``flow.Lookups``) and the admin facade (``admin.Admin``), and hands them to
 the interfaces: the NSS socket (``cached.nss``), with ``services = nss, pam`` the PAM
-sockets (``cached.pam``), with ``ssh`` the SSH socket (``cached.ssh``), and, when
-``dbus_address`` is not ``none``, the InfoPipe (``cached.ifp``). Only this module knows
-the interfaces; they know the responder core, never each other. The private socket
+sockets (``cached.pam``), with ``ssh`` the SSH socket (``cached.ssh``), with ``sudo``
+the sudo socket (``cached.sudo``), and, when ``dbus_address`` is not ``none``, the
+InfoPipe (``cached.ifp``). Only this module knows the interfaces; they know the
+responder core, never each other. The private socket
 (``<pipes_dir>/private/responder``) answers the monitor and the backends
 (``ipc/ops.py``).
 """
@@ -77,6 +78,13 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
 
         ssh = SshResponder(config, lookups)
         ssh_server = await serve_ssh(config, ssh)
+    sudo_server: asyncio.Server | None = None
+    sudo = None
+    if "sudo" in config.daemon.services:
+        from cached.sudo.server import SudoResponder, serve_sudo
+
+        sudo = SudoResponder(config, lookups, backends)
+        sudo_server = await serve_sudo(config, sudo)
 
     def status() -> dict[str, Any]:
         out = responder.status()
@@ -84,6 +92,8 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
             out["pam"] = pam.status()
         if ssh is not None:
             out["ssh"] = ssh.status()
+        if sudo is not None:
+            out["sudo"] = sudo.status()
         return out
 
     admin = Admin(lookups, status, on_invalidate=responder.reset_memcache)
@@ -128,6 +138,8 @@ async def run_responder(config: Config, ready: Callable[[], None]) -> None:
         pam_server.close()
     if ssh_server is not None:
         ssh_server.close()
+    if sudo_server is not None:
+        sudo_server.close()
     control.close()
     for client in clients.values():
         await client.close()

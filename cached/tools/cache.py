@@ -24,6 +24,10 @@ class Invalidation:
     groups: bool = False
     user_names: list[str] = field(default_factory=list)
     group_names: list[str] = field(default_factory=list)
+    # sss_cache -R / -r NAME: sudo rules (the next sudo call of a user with an expired
+    # rule refreshes it first; -E expires them too, as sss_cache's).
+    sudo_rules: bool = False
+    sudo_rule_names: list[str] = field(default_factory=list)
     domain: str = ""
     netgroups: bool = False
     netgroup_names: list[str] = field(default_factory=list)
@@ -32,6 +36,7 @@ class Invalidation:
         return not (
             self.everything or self.users or self.groups or self.user_names or self.group_names
             or self.netgroups or self.netgroup_names
+            or self.sudo_rules or self.sudo_rule_names
         )  # fmt: skip
 
 
@@ -87,6 +92,10 @@ def invalidate(config: Config, what: Invalidation) -> int:
                     base, dom = _split_fq(n, names)
                     if not dom or dom == d.name:
                         matched += one_fn(base)
+            if what.everything or what.sudo_rules:
+                matched += cache.invalidate_sudo()
+            elif what.sudo_rule_names:
+                matched += cache.invalidate_sudo(what.sudo_rule_names)
         except StoreWriteError as e:
             raise ToolError(f"{e}; nothing was invalidated in domain {d.name}") from None
         except lmdb.Error as e:

@@ -101,6 +101,25 @@ def _responder_answers(pipes_dir: str) -> bool:
         return False
 
 
+def _sudo_lines(sudo: dict[str, Any], now: float) -> list[str]:
+    """A backend's sudo rules: how many, when last refreshed whole and by stamps, what
+    comes next, and what the last run of each kind cost."""
+    out = [
+        f"  sudo rules: {sudo['rules']}; last full refresh {_ago(sudo['last_full'], now)}, "
+        f"last smart {_ago(sudo['last_smart'], now)}; next: "
+        f"{sudo['next']} in {_duration(max(0.0, sudo['next_at'] - now))}"
+    ]
+    for kind, run in sorted((sudo.get("runs") or {}).items()):
+        out.append(
+            f"    last {kind} refresh: {run['outcome']}, {run['searches']} searches, "
+            f"{_size(run['ldap_bytes'])} received, {run['fetched']} rules read whole, "
+            f"{run['changed']} changed, {run['deleted']} deleted"
+        )
+    if sudo.get("last_error"):
+        out.append(f"    last error: {sudo['last_error']}")
+    return out
+
+
 def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
     """The report, one fact per line. A server's error text can quote what a directory
     entry holds (a DN, a name), and an error can quote a path or a peer's words, so
@@ -151,6 +170,15 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                     f"served, {ssh.get('users_unknown', 0)} unknown users, "
                     f"{ssh.get('host_requests', 0)} host key requests (none served)"
                 )
+            sudo = s.get("sudo") if c["name"] == "responder" else None
+            if sudo:
+                lines.append(
+                    f"  sudo responder: {sudo.get('requests', 0)} requests, "
+                    f"{sudo.get('rules_sent', 0)} rules sent, "
+                    f"{sudo.get('users_not_found', 0)} users not found, "
+                    f"{sudo.get('refreshes_asked', 0)} refreshes asked "
+                    f"({sudo.get('refresh_failures', 0)} failed)"
+                )
         for c in st["children"]:
             s = c.get("status") or {}
             if not c["name"].startswith("backend") or not s:
@@ -193,6 +221,8 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                     f"{s.get('access_denied', 0)} denied, {s.get('access_offline', 0)} "
                     "decided from the last online check"
                 )
+            if "sudo" in s:
+                lines += _sudo_lines(s["sudo"], now)
             if s.get("limit_error"):
                 lines.append(
                     f"  LOOKUP CUT BY A SERVER LIMIT ({_ago(s['limit_time'], now)}): "

@@ -24,6 +24,7 @@ from cached.config import (
     NSS_OPTIONS,
     PAM_OPTIONS,
     SSH_OPTIONS,
+    SUDO_OPTIONS,
     CaseSensitive,
     ConfigError,
     DaemonConfig,
@@ -164,12 +165,13 @@ def test_the_modules_import_downwards() -> None:
 
 
 def test_every_computed_option_is_set_by_the_rules() -> None:
-    """After loading, no option holds None but ``enabled`` (unset means "as listed")."""
+    """After loading, no option holds None but ``enabled`` (unset means "as listed") and
+    ``ldap_sudo_random_offset`` (unset: a tenth of each sudo refresh's own interval)."""
     for text in (MINIMAL, MINIMAL.replace("rfc2307bis", "ad"),
                  MINIMAL.replace("rfc2307bis", "rfc2307")):  # fmt: skip
         d = parse_config(text).domain("LDAP")
         unset = [n for n in DOMAIN_OPTIONS if getattr(d, n) is None]
-        assert unset == ["enabled"]
+        assert unset == ["enabled", "ldap_sudo_random_offset"]
 
 
 def test_the_docs_are_generated_from_the_fields() -> None:
@@ -178,7 +180,8 @@ def test_the_docs_are_generated_from_the_fields() -> None:
         t is o
         for t, o in zip(
             tables,
-            (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, SSH_OPTIONS, DOMAIN_OPTIONS),
+            (DAEMON_OPTIONS, NSS_OPTIONS, PAM_OPTIONS, SSH_OPTIONS, SUDO_OPTIONS,
+             DOMAIN_OPTIONS),
             strict=True,
         )
     )

@@ -24,6 +24,7 @@ from cached.config import (
     NSS_OPTIONS,
     PAM_OPTIONS,
     SSH_OPTIONS,
+    SUDO_OPTIONS,
     UNSUPPORTED,
     ConfigError,
     Option,
@@ -39,6 +40,7 @@ TABLES: Final[dict[str, dict[str, Option]]] = {
     "nss": NSS_OPTIONS,
     "pam": PAM_OPTIONS,
     "ssh": SSH_OPTIONS,
+    "sudo": SUDO_OPTIONS,
     "domain/LDAP": DOMAIN_OPTIONS,
 }
 # `option = value` or `#option = value` at the start of a line. Examples in the prose
@@ -75,7 +77,7 @@ def test_sample_loads_without_warnings() -> None:
 
 def test_sample_names_every_option_with_its_default() -> None:
     found = sample_assignments()
-    assert set(found) == set(TABLES), "sections: [cached], [nss], [pam], [domain/LDAP]"
+    assert set(found) == set(TABLES), "sections: [cached], [nss], [pam], [sudo], [domain/LDAP]"
     for section, table in TABLES.items():
         names = {name for _, name, _ in found[section]}
         missing = sorted(set(table) - names)

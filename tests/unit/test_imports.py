@@ -73,7 +73,7 @@ def test_the_graph_sees_the_imports_the_rules_are_about() -> None:
     assert edges("cached.nss", "cached.nss.protocol")
 
 
-RESPONDERS: Final = ("cached.nss", "cached.ifp", "cached.pam", "cached.ssh")
+RESPONDERS: Final = ("cached.nss", "cached.ifp", "cached.pam", "cached.ssh", "cached.sudo")
 
 
 def test_the_responders_do_not_import_each_other() -> None:
@@ -83,14 +83,24 @@ def test_the_responders_do_not_import_each_other() -> None:
     assert edges("cached.pam", "cached.responder.wire")
     assert edges("cached.nss", "cached.responder.wire")
     assert edges("cached.ssh", "cached.responder.wire")
+    assert edges("cached.sudo", "cached.responder.wire")
 
 
-def test_the_pam_and_ssh_codecs_are_sans_io() -> None:
+def test_the_pam_ssh_and_sudo_codecs_are_sans_io() -> None:
     # Bytes in, values out: no sockets, event loop, cache or backend.
-    for codec in ("cached.pam.protocol", "cached.ssh.protocol"):
+    codecs = ("cached.pam.protocol", "cached.ssh.protocol", "cached.sudo.protocol",
+              "cached.sudo.rules")  # fmt: skip
+    for codec in codecs:
         found = GRAPH[codec]
         assert not {m for m in found if m.split(".")[0] in ("asyncio", "socket", "lmdb")}
         assert not [m for m in found if _within(m, "cached.ipc") or _within(m, "cached.cache")]
+
+
+def test_the_backend_does_not_import_the_sudo_responder() -> None:
+    # cached.ldap.sudo (the rules' refresh) and cached.sudo (the socket) meet in the
+    # cache and the RPC only.
+    assert edges("cached.ldap", "cached.sudo") == []
+    assert edges("cached.sudo", "cached.ldap") == []
 
 
 def test_only_the_ldap_connection_imports_ldap3() -> None:
