@@ -174,7 +174,7 @@ class JoinedHost(Service):
                 ) -> list[str]:  # fmt: skip
         """``argv`` run inside the host's namespaces (network, mount, UTS)."""
         ns = ["-n"] if net_only else ["-n", "-m", "-u"]
-        return ["nsenter", "-t", str(self.host_pid), *ns, "--", *map(os.fspath, argv)]
+        return ["nsenter", "-t", str(self.host_pid), *ns, "--", *(os.fspath(a) for a in argv)]
 
     def dc_command(self, argv: Sequence[str]) -> list[str]:
         return ["nsenter", "-t", str(self.dc_ns_pid), "-n", "--", *argv]
@@ -185,6 +185,20 @@ class JoinedHost(Service):
         """``argv`` through glibc + libnss_sss on the host: nsenv's private mount
         namespace (pipes, memory cache, nsswitch.conf) made inside the host's."""
         return self.command(nsenv.nss_command(argv, pipes_dir, mc_dir))
+
+    def cached_config(self, workdir: Path, sssd_conf: str | None = None) -> str:
+        """The host's sssd.conf as cached's configuration: realmd's lines unchanged,
+        with the daemon's directories in ``workdir`` (pipes, memory cache, db) and
+        ``access_provider = ad`` left out (refused until cached enforces AD access
+        control)."""
+        text = sssd_conf if sssd_conf is not None else REALMD_SSSD_CONF
+        text = text.replace("access_provider = ad\n", "")
+        head = (
+            f"pipes_dir = {workdir / 'pipes'}\nmc_dir = {workdir / 'mc'}\n"
+            f"db_dir = {workdir / 'db'}\npid_file = {workdir / 'cached.pid'}\n"
+            "dbus_address = none\n"
+        )
+        return text.replace("[sssd]\n", "[sssd]\n" + head, 1)
 
     def run_nss(
         self, argv: Sequence[str], pipes_dir: Path, mc_dir: Path, *, timeout: float = 120.0
@@ -326,7 +340,7 @@ def _socket_in(netns: str, ip: str, port: int) -> socket.socket:
             s.bind((ip, port))
             s.listen(64)
             out.append(s)
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
+        except BaseException as e:  # handed to the caller
             out.append(e)
 
     t = threading.Thread(target=make)

@@ -79,16 +79,24 @@ class CachedDaemon(Service):
         *,
         log_level: str = "debug",
         checkout: Path | None = None,
+        config: str | None = None,
+        prefix: list[str] | None = None,
         **opts: Any,
     ) -> None:
         """``checkout``: the source tree whose ``cached`` runs (default this one), first
         on the daemon's path and its working directory, so that ``perf.ab`` can run two
-        revisions against one server."""
+        revisions against one server. ``config``: the whole cached.conf (``uris``,
+        ``base`` and ``opts`` unused but for the directories ``daemon=`` moves).
+        ``prefix``: the command the daemon runs under (e.g. ``nsenter`` into a
+        joined host's namespaces, testing/adjoin.py)."""
         self.checkout = Path(checkout) if checkout is not None else REPO
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.workdir / "cached.conf"
-        self.config_path.write_text(config_text(uris, base, self.workdir, **opts))
+        self.config_path.write_text(
+            config if config is not None else config_text(uris, base, self.workdir, **opts)
+        )
+        self.prefix = list(prefix or [])
         self.config_path.chmod(0o600)
         # Where the configuration puts them (``daemon=`` may move them).
         placed = opts.get("daemon") or {}
@@ -109,8 +117,8 @@ class CachedDaemon(Service):
             control.unlink()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cached", "--log-level", self.log_level, "serve",
-                 "-c", str(self.config_path)],
+                [*self.prefix, sys.executable, "-m", "cached", "--log-level", self.log_level,
+                 "serve", "-c", str(self.config_path)],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=self.checkout,
                 env=self._env(),
             )  # fmt: skip
