@@ -279,7 +279,11 @@ class SambaDC(Service):
             raise_exceptions=True,
         )
         conn.open()
-        conn.bind()
+        try:
+            conn.bind()
+        except LDAPException:
+            conn.unbind()  # the socket, which a refused bind leaves open
+            raise
         return conn
 
     def search(self, base: str, filt: str, attrs: list[str], scope: Any = ldap3.SUBTREE

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testing import addc, nsenv, procstat
+from testing.addir import ADDirectory
 from testing.service import Service
 
 DOMAIN = addc.REALM.lower()  # cached.test
@@ -42,13 +43,18 @@ REALM = addc.REALM
 SUBNET = "10.89.0"
 DC_IP = f"{SUBNET}.1"
 HOST_IP = f"{SUBNET}.2"
+# An address on the DC's side for a DC that takes connections and never answers, on
+# a port of its own (samba listens on 389 of every address of its namespace).
+FROZEN_IP = f"{SUBNET}.3"
+FROZEN_PORT = 3389
 DC_NAME = "dc1"
 DC_FQDN = f"{DC_NAME}.{DOMAIN}"
 HOST_NAME = "client1"
 HOST_FQDN = f"{HOST_NAME}.{DOMAIN}"
 # The services a joined host uses: LDAP, CLDAP (adcli's and SSSD's netlogon ping),
-# the KDC (kinit, kpasswd for the computer password) and DNS (SRV discovery).
-DC_SERVICES = "ldap cldap kdc dns"
+# the KDC (kinit, kpasswd for the computer password) and DNS (SRV discovery); and
+# RPC, through which samba-tool dns changes records (add_srv).
+DC_SERVICES = "ldap cldap kdc dns rpc"
 JOIN_TIMEOUT = 180.0
 
 # What realmd writes for `realm join` with adcli (realmd's service/realm-sssd-ad.c,
@@ -147,10 +153,12 @@ def run(cmd: Sequence[str], *, timeout: float = 60.0, input: str | None = None
 
 
 class JoinedHost(Service):
-    """The DC and a host joined to it; start() provisions, starts and joins."""
+    """The DC and a host joined to it; start() provisions, loads ``data`` (an
+    testing.addir directory), starts the DC and joins."""
 
-    def __init__(self, workdir: str | os.PathLike[str]) -> None:
+    def __init__(self, workdir: str | os.PathLike[str], data: ADDirectory | None = None) -> None:
         self.workdir = Path(workdir).resolve()
+        self.data = data
         self.etc = self.workdir / "host-etc"
         self._dc_ns: subprocess.Popen[bytes] | None = None
         self._host_ns: subprocess.Popen[bytes] | None = None
@@ -175,6 +183,12 @@ class JoinedHost(Service):
         """``argv`` run inside the host's namespaces (network, mount, UTS)."""
         ns = ["-n"] if net_only else ["-n", "-m", "-u"]
         return ["nsenter", "-t", str(self.host_pid), *ns, "--", *(os.fspath(a) for a in argv)]
+
+    @property
+    def prefix(self) -> list[str]:
+        """The command prefix that runs a daemon on the host (CachedDaemon.from_text,
+        SssdDaemon.prefix)."""
+        return self.command([])
 
     def dc_command(self, argv: Sequence[str]) -> list[str]:
         return ["nsenter", "-t", str(self.dc_ns_pid), "-n", "--", *argv]
@@ -229,6 +243,8 @@ class JoinedHost(Service):
             services=DC_SERVICES, strong_auth=True, host_name=DC_NAME.upper(), host_ip=DC_IP
         )
         self.dc = dc
+        if self.data is not None:
+            dc.load(self.data.entries, modify=self.data.modify)
         dc.start()
         # The DC's own ldap/, GC/ and DNS SPNs: Samba's dnsupdate service runs this
         # some time after start; run here, before anyone asks for a ticket to them.
@@ -290,20 +306,44 @@ class JoinedHost(Service):
     def klist_keytab(self) -> str:
         return run(self.command(["klist", "-k", "/etc/krb5.keytab"])).stdout
 
-    def add_srv(self, name: str, ip: str, *, priority: int = 0, weight: int = 100) -> None:
-        """A DC name at ``ip`` and its ``_ldap._tcp`` SRV record in the domain's DNS
-        (as a second DC's join would add), ahead of dc1 when ``priority`` is lower."""
+    def add_srv(
+        self, name: str, ip: str, *, port: int = 389, priority: int = 0, weight: int = 100
+    ) -> None:
+        """A DC name at ``ip``, its ``_ldap._tcp`` SRV record in the domain's DNS and
+        its ``ldap/`` principal on dc1's account (as a second DC's join would add
+        them), ahead of dc1 when ``priority`` is lower or, equal, ``weight`` higher."""
+        assert self.dc is not None
+        self._srv_records("add", name, ip, port, priority, weight)
+
+    def remove_srv(
+        self, name: str, ip: str, *, port: int = 389, priority: int = 0, weight: int = 100
+    ) -> None:
+        """Undo :meth:`add_srv` (and :meth:`freeze_address` of ``ip``)."""
+        self._srv_records("delete", name, ip, port, priority, weight)
+        for sock in self._frozen:
+            sock.close()
+        self._frozen.clear()
+        with contextlib.suppress(AdJoinError):
+            run(self.dc_command(["ip", "addr", "del", f"{ip}/24", "dev", "veth-dc"]))
+
+    def _srv_records(
+        self, op: str, name: str, ip: str, port: int, priority: int, weight: int
+    ) -> None:
         assert self.dc is not None
         auth = ["-U", f"Administrator%{addc.ADMIN_PW}"]
-        for zone, rname, rtype, data in (
-            (DOMAIN, name, "A", ip),
-            (DOMAIN, "_ldap._tcp", "SRV", f"{name}.{DOMAIN} 389 {priority} {weight}"),
+        run(self.dc_command([addc.SAMBA_TOOL, "spn", op, f"ldap/{name}.{DOMAIN}",
+                             f"{DC_NAME.upper()}$", "-H", str(self.dc.workdir / "private" /
+                             "sam.ldb")]))  # fmt: skip
+        for rname, rtype, data in (
+            (name, "A", ip),
+            ("_ldap._tcp", "SRV", f"{name}.{DOMAIN} {port} {priority} {weight}"),
         ):
             run(self.dc_command(
-                [addc.SAMBA_TOOL, "dns", "add", DC_IP, zone, rname, rtype, data, *auth]
+                [addc.SAMBA_TOOL, "dns", op, DC_IP, DOMAIN, rname, rtype, data, *auth,
+                 "-s", str(self.dc.conf)]
             ))  # fmt: skip
 
-    def freeze_address(self, ip: str, port: int = 389) -> None:
+    def freeze_address(self, ip: str, port: int = FROZEN_PORT) -> None:
         """``ip`` on the DC's side, where a server takes TCP connections to ``port``
         (the kernel completes them) and never answers: a frozen DC."""
         run(self.dc_command(["ip", "addr", "add", f"{ip}/24", "dev", "veth-dc"]))

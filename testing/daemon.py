@@ -79,24 +79,16 @@ class CachedDaemon(Service):
         *,
         log_level: str = "debug",
         checkout: Path | None = None,
-        config: str | None = None,
-        prefix: list[str] | None = None,
         **opts: Any,
     ) -> None:
         """``checkout``: the source tree whose ``cached`` runs (default this one), first
         on the daemon's path and its working directory, so that ``perf.ab`` can run two
-        revisions against one server. ``config``: the whole cached.conf (``uris``,
-        ``base`` and ``opts`` unused but for the directories ``daemon=`` moves).
-        ``prefix``: the command the daemon runs under (e.g. ``nsenter`` into a
-        joined host's namespaces, testing/adjoin.py)."""
+        revisions against one server."""
         self.checkout = Path(checkout) if checkout is not None else REPO
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.workdir / "cached.conf"
-        self.config_path.write_text(
-            config if config is not None else config_text(uris, base, self.workdir, **opts)
-        )
-        self.prefix = list(prefix or [])
+        self.config_path.write_text(config_text(uris, base, self.workdir, **opts))
         self.config_path.chmod(0o600)
         # Where the configuration puts them (``daemon=`` may move them).
         placed = opts.get("daemon") or {}
@@ -106,6 +98,20 @@ class CachedDaemon(Service):
         self.log_path = self.workdir / "cached.log"
         self.log_level = log_level
         self.proc: subprocess.Popen[bytes] | None = None
+        # The command the daemon runs under (from_text).
+        self.prefix: list[str] = []
+
+    @classmethod
+    def from_text(
+        cls, workdir: Path, text: str, *, prefix: list[str] | None = None, **kw: Any
+    ) -> CachedDaemon:
+        """A daemon whose cached.conf is ``text`` whole (its directories are to be in
+        ``workdir`` as config_text places them), run under ``prefix`` (e.g. nsenter
+        into a joined host's namespaces, testing/adjoin.py)."""
+        d = cls(workdir, [], "", **kw)
+        d.config_path.write_text(text)
+        d.prefix = list(prefix or [])
+        return d
 
     # -- life cycle ------------------------------------------------------------------
 

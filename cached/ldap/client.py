@@ -251,6 +251,13 @@ class LdapClient:
                 if self.identity is not None:
                     host = urllib.parse.urlsplit(uri).hostname or ""
                     conn.bind_gssapi(self.identity.context(host), min_ssf=cfg.ldap_sasl_minssf)
+                    log.info(
+                        "domain %s: bound to %s as %s (GSSAPI, SASL layer %s)",
+                        cfg.name,
+                        uri,
+                        self.identity.principal,
+                        conn.sasl_layer or "none",
+                    )
                 elif cfg.ldap_sasl_mech == "external":
                     conn.bind(sasl_mechanism="EXTERNAL")
                 elif cfg.ldap_default_bind_dn:
