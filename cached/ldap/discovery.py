@@ -28,13 +28,24 @@ def srv_hosts(name: str, timeout: float) -> list[tuple[str, int]]:
         answer = dns.resolver.resolve(name, "SRV", lifetime=timeout, search=False)
     except (dns.exception.DNSException, OSError) as e:
         raise DiscoveryError(f"DNS SRV {name}: {e or type(e).__name__}") from None
-    records = [r for r in answer if isinstance(r, dns.rdtypes.IN.SRV.SRV)]
-    records.sort(key=lambda r: (r.priority, -r.weight, r.target.to_text()))
+    return ordered(
+        [
+            (int(r.priority), int(r.weight), r.target.to_text(omit_final_dot=True), int(r.port))
+            for r in answer
+            if isinstance(r, dns.rdtypes.IN.SRV.SRV)
+        ]
+    )
+
+
+def ordered(records: list[tuple[int, int, str, int]]) -> list[tuple[str, int]]:
+    """(priority, weight, host, port) records as (host, port) in the order tried: by
+    priority, then the heavier first, then by name; a host named twice keeps its first
+    place; "." (RFC 2782: the service is not offered there) is left out."""
     out: list[tuple[str, int]] = []
-    for r in records:
-        host = r.target.to_text(omit_final_dot=True)
-        if host and host != "." and (host, r.port) not in out:
-            out.append((host.lower(), int(r.port)))
+    for _prio, _weight, host, port in sorted(records, key=lambda r: (r[0], -r[1], r[2].lower())):
+        name = host.lower().rstrip(".")
+        if name and (name, port) not in out:
+            out.append((name, port))
     return out
 
 
