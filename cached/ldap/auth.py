@@ -126,8 +126,11 @@ def _ad_diagnostic(message: str) -> str:
     return f" (AD: {AD_DIAGNOSTICS[code]}, data {code})"
 
 
-def bind_as_user(cfg: DomainConfig, dn: str, password: bytes) -> OnlineResult:
-    """Bind as ``dn`` with ``password`` on each server in turn (``ldap_uri``, then
+def bind_as_user(
+    cfg: DomainConfig, dn: str, password: bytes, uris: list[str] | None = None
+) -> OnlineResult:
+    """Bind as ``dn`` with ``password`` on each server in turn (``uris``: the domain
+    client's, with ad_server's ``_srv_`` expanded; default ``ldap_uri``, then
     ``ldap_backup_uri``) until one answers."""
     if not password:
         # Never a bind with an empty password: RFC 4513 §5.1.2's unauthenticated
@@ -137,7 +140,8 @@ def bind_as_user(cfg: DomainConfig, dn: str, password: bytes) -> OnlineResult:
         # A simple bind with an empty name is anonymous whatever the password
         # (RFC 4513 §5.1.1): it proves nothing.
         return OnlineResult(AUTH_ERR, reason="no DN for the user in the cache")
-    uris = list(cfg.ldap_uri) + list(cfg.ldap_backup_uri)
+    if uris is None:
+        uris = list(cfg.ldap_uri) + list(cfg.ldap_backup_uri)
     failures: list[str] = []
     for uri in uris:
         if not encrypted_uri(uri) and not cfg.ldap_auth_disable_tls_never_use_in_production:

@@ -9,8 +9,10 @@ One DC and one join per module (provisioning, loading and joining take 20-60 s).
 
 from __future__ import annotations
 
+import datetime
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -189,3 +191,39 @@ def test_same_id_as_sssd(host: JoinedHost, cached: CachedDaemon,
             theirs = _id(host, s, f"{name}@{DOMAIN}")
             assert ours.split(" groups=")[0] == theirs.split(" groups=")[0]
             assert _groups(ours) == _groups(theirs), name
+
+
+def test_an_expired_host_ticket_is_fetched_again_from_the_keytab(
+    host: JoinedHost, tmp_path: Path
+) -> None:
+    """The backend's ccache holds a TGT that has expired (as after a long suspend): the
+    next bind gets a new one from the keytab (MIT's credential store, kerberos.py)
+    instead of failing the domain."""
+    d = _daemon(host, tmp_path)
+    d.db_dir.mkdir(mode=0o700, parents=True)
+    ccache = f"FILE:{d.db_dir / 'ccache_CACHED.TEST'}"
+    subprocess.run(
+        host.command(["kinit", "-k", "-l", "4s", "-c", ccache, "CLIENT1$@CACHED.TEST"]),
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    before = _tgt_end(host, ccache)
+    # Waiting for the ticket's end time to pass: the condition is the clock itself.
+    while subprocess.run(host.command(["klist", "-s", "-c", ccache]), check=False).returncode == 0:
+        time.sleep(0.5)
+    with d:
+        assert f"eng@{DOMAIN}" in _id(host, d, f"alice@{DOMAIN}")
+        assert _tgt_end(host, ccache) > before
+        assert "no Kerberos credentials" not in d.log_text()
+
+
+def _tgt_end(host: JoinedHost, ccache: str) -> datetime.datetime:
+    """The end time of the ccache's TGT (klist's C-locale dates)."""
+    out = subprocess.run(
+        host.command(["env", "LC_ALL=C", "klist", "-c", ccache]),
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    for line in out.splitlines():
+        if line.rstrip().endswith("krbtgt/CACHED.TEST@CACHED.TEST"):
+            fields = line.split()
+            return datetime.datetime.strptime(f"{fields[2]} {fields[3]}", "%m/%d/%y %H:%M:%S")
+    raise AssertionError(out)
