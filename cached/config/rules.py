@@ -114,6 +114,10 @@ def _kerberos_defaults(
         if "case_sensitive" not in given:
             # sssd.conf(5): "Default: True (False for AD provider)".
             vals["case_sensitive"] = CaseSensitive.FALSE
+        if "fallback_homedir" not in given:
+            # sssd-ad(5): the AD provider's default, the domain's, so it wins over
+            # [nss] (confdb.c confdb_get_domain_internal).
+            vals["fallback_homedir"] = "/home/%d/%u"
         if "ldap_sasl_mech" not in given:
             vals["ldap_sasl_mech"] = "gssapi"
         if "ldap_uri" not in given:

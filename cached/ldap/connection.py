@@ -214,7 +214,11 @@ class Connection:
         if sock is None:
             raise TransportError("unable to send message, socket is not open")
         if self._gss is not None:
-            data = self._wrap(data)
+            try:
+                data = self._wrap(data)
+            except SaslError as e:
+                self.close()
+                raise TransportError(f"error sending data: {e}") from None
         try:
             self._left(sock)
             sock.sendall(data)
@@ -363,10 +367,11 @@ class Connection:
             raise BindRefused(f"GSSAPI bind refused: {wire.describe(res)}", res.code, res)
         try:
             layer = choose_layer(ctx.unwrap(token, sealed=False), min_ssf=min_ssf)
+            reply = ctx.wrap(layer_reply(layer), seal=False)
         except SaslError as e:
             self.close()
             raise TransportError(f"GSSAPI bind: {e}") from None
-        res = self._sasl_step(ctx.wrap(layer_reply(layer), seal=False))
+        res = self._sasl_step(reply)
         if res.code != 0:
             raise BindRefused(f"GSSAPI bind refused: {wire.describe(res)}", res.code, res)
         if layer.kind != LAYER_NONE:

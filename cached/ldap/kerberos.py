@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import gssapi
 from gssapi.raw.misc import GSSError
 
-from cached.ldap.sasl import Layer
+from cached.ldap.sasl import Layer, SaslError
 
 
 class KerberosError(Exception):
@@ -110,12 +110,13 @@ class Context:
         return out or b""
 
     def wrap(self, data: bytes, *, seal: bool) -> bytes:
+        # Errors of the layer are SaslError: the stream is lost (connection.py).
         try:
             res = self._ctx.wrap(data, seal)
         except GSSError as e:
-            raise KerberosError(f"GSS_Wrap: {_describe(e)}") from None
+            raise SaslError(f"GSS_Wrap: {_describe(e)}") from None
         if seal and not res.encrypted:
-            raise KerberosError("GSS_Wrap did not encrypt a sealed message")
+            raise SaslError("GSS_Wrap did not encrypt a sealed message")
         return bytes(res.message)
 
     def unwrap(self, token: bytes, *, sealed: bool) -> bytes:
@@ -124,7 +125,7 @@ class Context:
         try:
             res = self._ctx.unwrap(token)
         except GSSError as e:
-            raise KerberosError(f"GSS_Unwrap: {_describe(e)}") from None
+            raise SaslError(f"GSS_Unwrap: {_describe(e)}") from None
         if sealed and not res.encrypted:
-            raise KerberosError("a message of a sealed session arrived unencrypted")
+            raise SaslError("a message of a sealed session arrived unencrypted")
         return bytes(res.message)

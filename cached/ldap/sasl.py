@@ -33,7 +33,8 @@ DEFAULT_SEND = 64 * 1024
 
 
 class SaslError(ValueError):
-    """A SASL buffer or layer message that breaks RFC 4752: the stream is lost."""
+    """A SASL buffer or layer message that breaks RFC 4752, or a token that does not
+    wrap or unwrap: the stream is lost."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,11 @@ def test_realmd_file_gets_sssd_ad_defaults() -> None:
     assert d.ldap_krb5_keytab == "/etc/krb5.keytab" and not d.ldap_default_bind_dn
     assert d.ldap_uri == ["ldap://_srv_"] and d.ldap_backup_uri == []
     assert not d.ldap_referrals
+    assert d.fallback_homedir == "/home/%u@%d"  # realmd's line
+    # SSSD's AD default, the domain's own, so it wins over [nss]'s.
+    text = REALMD.replace("fallback_homedir = /home/%u@%d\n", "")
+    text = text.replace("[domain/", "[nss]\nfallback_homedir = /srv/%u\n[domain/")
+    assert parse_config(text).domains[0].fallback_homedir == "/home/%d/%u"
 
 
 def test_realm_and_domain_default_from_the_section() -> None:
