@@ -43,6 +43,8 @@ REALM = addc.REALM
 SUBNET = "10.89.0"
 DC_IP = f"{SUBNET}.1"
 HOST_IP = f"{SUBNET}.2"
+# Samba's one site, which the DCs name in their CLDAP answers.
+SITE = "Default-First-Site-Name"
 # An address on the DC's side for a DC that takes connections and never answers, on
 # a port of its own (samba listens on 389 of every address of its namespace).
 FROZEN_IP = f"{SUBNET}.3"
@@ -309,9 +311,10 @@ class JoinedHost(Service):
     def add_srv(
         self, name: str, ip: str, *, port: int = 389, priority: int = 0, weight: int = 100
     ) -> None:
-        """A DC name at ``ip``, its ``_ldap._tcp`` SRV record in the domain's DNS and
-        its ``ldap/`` principal on dc1's account (as a second DC's join would add
-        them), ahead of dc1 when ``priority`` is lower or, equal, ``weight`` higher."""
+        """A DC name at ``ip``, its ``_ldap._tcp`` SRV records (the domain's and its
+        site's) and its ``ldap/`` principal on dc1's account, as a second DC's join
+        would add them; ahead of dc1 when ``priority`` is lower or, equal, ``weight``
+        higher."""
         assert self.dc is not None
         self._srv_records("add", name, ip, port, priority, weight)
 
@@ -334,9 +337,11 @@ class JoinedHost(Service):
         run(self.dc_command([addc.SAMBA_TOOL, "spn", op, f"ldap/{name}.{DOMAIN}",
                              f"{DC_NAME.upper()}$", "-H", str(self.dc.workdir / "private" /
                              "sam.ldb")]))  # fmt: skip
+        srv = f"{name}.{DOMAIN} {port} {priority} {weight}"
         for rname, rtype, data in (
             (name, "A", ip),
-            ("_ldap._tcp", "SRV", f"{name}.{DOMAIN} {port} {priority} {weight}"),
+            ("_ldap._tcp", "SRV", srv),
+            (f"_ldap._tcp.{SITE}._sites", "SRV", srv),
         ):
             run(self.dc_command(
                 [addc.SAMBA_TOOL, "dns", op, DC_IP, DOMAIN, rname, rtype, data, *auth,

@@ -391,7 +391,13 @@ class DomainConfig:
         string,
         "",
         "The AD site whose DCs are preferred (`_ldap._tcp.<site>._sites.<ad_domain>`); "
-        "cached does not find the site with a CLDAP ping as SSSD does.",
+        "unset: the site the DCs name (ad_enable_dns_sites).",
+    )
+    ad_enable_dns_sites: bool = option(
+        boolean,
+        True,
+        "Without ad_site, ask the domain's DCs for this host's site (a CLDAP netlogon "
+        "ping, as SSSD) and prefer that site's DCs.",
     )
     ad_hostname: str = computed(
         string,

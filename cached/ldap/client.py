@@ -204,8 +204,11 @@ class LdapClient:
             return
         cfg = self.cfg
         try:
-            local, others = discovery.domain_controllers(
-                cfg.ad_domain, cfg.ad_site, float(cfg.ldap_network_timeout)
+            local, others, site = discovery.domain_controllers(
+                cfg.ad_domain,
+                cfg.ad_site,
+                float(cfg.ldap_network_timeout),
+                find_site=cfg.ad_enable_dns_sites,
             )
         except discovery.DiscoveryError as e:
             self.discovery_error = str(e)
@@ -229,7 +232,12 @@ class LdapClient:
         backup = [u for u in expand(list(cfg.ldap_backup_uri), local or others) if u not in primary]
         backup += [u for u in (others if local else []) if u not in primary + backup]
         if primary + backup != self.uris:
-            log.info("domain %s: DCs from DNS: %s", cfg.name, ", ".join(primary + backup))
+            log.info(
+                "domain %s: DCs from DNS%s: %s",
+                cfg.name,
+                f" (site {site})" if site else "",
+                ", ".join(primary + backup),
+            )
         self.primary, self.uris = primary, primary + backup
 
     def _connect_one(self, uri: str) -> tuple[Connection, ServerInfo]:

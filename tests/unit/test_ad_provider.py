@@ -5,12 +5,14 @@ tests/integration/test_adjoin.py."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cached.config import ConfigError, DomainConfig, parse_config
-from cached.ldap import sasl
+from cached.ldap import netlogon, sasl, wire
 from cached.ldap.discovery import ordered
 
 REALMD = """\
@@ -150,3 +152,73 @@ def test_srv_order() -> None:
         ("dc2.example.com", 389),
         ("dc3.example.com", 389),
     ]
+
+
+# -- the CLDAP netlogon ping -------------------------------------------------------------
+
+
+def _label(name: str) -> bytes:
+    return b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+
+
+def _netlogon(client_site: str, next_closest: str = "", *, with_ip: bool = False) -> bytes:
+    """A NETLOGON_SAM_LOGON_RESPONSE_EX as a DC writes it: names after the first
+    compressed with pointers to the forest name (offset 24)."""
+    head = (23).to_bytes(2, "little") + b"\0\0" + (0x3F1FD).to_bytes(4, "little") + bytes(16)
+    forest = _label("cached.test")
+    ptr = bytes([0xC0, 24])
+    body = (
+        forest + ptr  # forest, domain (the same name)
+        + bytes([3]) + b"dc1" + ptr  # DC host: dc1 + pointer
+        + _label("CACHED") + _label("DC1") + b"\0"  # NetBIOS domain, name, no user
+        + _label("Default-First-Site-Name")  # DC site
+        + (_label(client_site) if client_site else b"\0")
+    )  # fmt: skip
+    ntver = 0x05 | 0x10
+    if with_ip:
+        ntver |= 0x08
+        body += bytes([16]) + bytes(16)
+    body += _label(next_closest) if next_closest else b"\0"
+    return head + body + ntver.to_bytes(4, "little") + b"\xff\xff\xff\xff"
+
+
+def test_netlogon_names_and_site() -> None:
+    info = netlogon.parse(_netlogon("Branch"))
+    assert (info.forest, info.domain, info.dc_host) == ("cached.test",) * 2 + ("dc1.cached.test",)
+    assert (info.dc_site, info.client_site) == ("Default-First-Site-Name", "Branch")
+    assert netlogon.site(info) == "Branch"
+    # No site of its own for the client's address: the next closest, as SSSD.
+    info = netlogon.parse(_netlogon("", "Hub", with_ip=True))
+    assert (info.client_site, netlogon.site(info)) == ("", "Hub")
+
+
+def test_netlogon_hostile_values_are_refused() -> None:
+    blob = _netlogon("Branch")
+    for bad in (
+        blob[:30],  # cut
+        (5).to_bytes(2, "little") + blob[2:],  # another opcode
+        blob[:24] + bytes([0xC0, 24]) + blob[26:],  # a pointer to itself: a loop
+        blob[:24] + bytes([0x80]) + blob[25:],  # a reserved label type
+        blob[:24] + bytes([63]) + blob[25:40],  # a label past the end
+    ):
+        with pytest.raises(netlogon.NetlogonError):
+            netlogon.parse(bad)
+
+
+@given(st.data())
+def test_netlogon_damaged_values_parse_or_are_refused(data: st.DataObject) -> None:
+    """A DC's value with bytes changed and cut anywhere: names or NetlogonError,
+    never another exception (the datagram comes from the network)."""
+    blob = bytearray(_netlogon("Branch", "Hub", with_ip=True))
+    for _ in range(data.draw(st.integers(1, 4))):
+        blob[data.draw(st.integers(4, len(blob) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(blob)))
+    with contextlib.suppress(netlogon.NetlogonError):
+        netlogon.parse(bytes(blob[:cut]))
+
+
+def test_ping_asks_for_netlogon_with_sssds_flags() -> None:
+    msg = netlogon.ping(7, "cached.test")
+    assert wire.decode_response(msg).message_id == 7
+    assert b"DnsDomain" in msg and b"cached.test" in msg and b"Netlogon" in msg
+    assert b"NtVer\x04\x04\x14\x00\x00\x00" in msg  # 5EX | WITH_CLOSEST_SITE, LE
