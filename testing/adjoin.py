@@ -36,6 +36,7 @@ from pathlib import Path
 
 from testing import addc, nsenv, procstat
 from testing.addir import ADDirectory
+from testing.faultproxy import FaultProxy
 from testing.service import Service
 
 DOMAIN = addc.REALM.lower()  # cached.test
@@ -49,6 +50,8 @@ SITE = "Default-First-Site-Name"
 # a port of its own (samba listens on 389 of every address of its namespace).
 FROZEN_IP = f"{SUBNET}.3"
 FROZEN_PORT = 3389
+# The address of a second DC that relays to dc1 (JoinedHost.relay).
+RELAY_IP = f"{SUBNET}.4"
 DC_NAME = "dc1"
 DC_FQDN = f"{DC_NAME}.{DOMAIN}"
 HOST_NAME = "client1"
@@ -167,6 +170,7 @@ class JoinedHost(Service):
         self.dc: addc.SambaDC | None = None
         self.join_output = ""
         self._frozen: list[socket.socket] = []
+        self._relays: list[FaultProxy] = []
 
     # -- namespaces --------------------------------------------------------------
 
@@ -348,6 +352,15 @@ class JoinedHost(Service):
                  "-s", str(self.dc.conf)]
             ))  # fmt: skip
 
+    def relay(self, ip: str) -> FaultProxy:
+        """``ip`` on the DC's side, where a proxy (testing/faultproxy.py) forwards to
+        dc1's LDAP port: a second DC for the host, with dc1's data and keys, that a
+        test can freeze (``stall``) while the host uses it. Stopped by stop()."""
+        run(self.dc_command(["ip", "addr", "add", f"{ip}/24", "dev", "veth-dc"]))
+        proxy = FaultProxy(DC_IP, 389, host=ip, netns=f"/proc/{self.dc_ns_pid}/ns/net")
+        self._relays.append(proxy.start())
+        return proxy
+
     def freeze_address(self, ip: str, port: int = FROZEN_PORT) -> None:
         """``ip`` on the DC's side, where a server takes TCP connections to ``port``
         (the kernel completes them) and never answers: a frozen DC."""
@@ -359,6 +372,9 @@ class JoinedHost(Service):
         for sock in self._frozen:
             sock.close()
         self._frozen.clear()
+        for proxy in self._relays:
+            proxy.stop()
+        self._relays.clear()
         if self.dc is not None:
             self.dc.stop()
         for holder in (self._host_ns, self._dc_ns):

@@ -176,6 +176,29 @@ def test_failover_from_a_frozen_dc(host: JoinedHost, tmp_path: Path) -> None:
         host.remove_srv("dc0", adjoin.FROZEN_IP, **srv)
 
 
+def test_failover_when_the_serving_dc_freezes(host: JoinedHost, tmp_path: Path) -> None:
+    """dc0 (a relay to dc1's LDAP port, first in DNS) serves the host, then freezes:
+    the next lookup's search on it ends at ldap_search_timeout and the lookup is
+    answered by dc1."""
+    relay = host.relay(adjoin.RELAY_IP)
+    srv = {"port": relay.port, "priority": 0, "weight": 200}
+    host.add_srv("dc0", adjoin.RELAY_IP, **srv)
+    try:
+        extra = "ldap_opt_timeout = 3\nldap_search_timeout = 3\n"
+        with _daemon(host, tmp_path, extra) as d:
+            assert f"eng@{DOMAIN}" in _id(host, d, f"alice@{DOMAIN}")
+            dc0 = f"ldap://dc0.cached.test:{relay.port}"
+            assert f"bound to {dc0} as CLIENT1$@CACHED.TEST" in d.log_text()
+            relay.set(stall=True)
+            assert f"team@{DOMAIN}" in _id(host, d, f"bob@{DOMAIN}")
+            log = d.log_text()
+            assert re.search(re.escape(dc0) + r": .*timed out", log), log[-3000:]
+            assert "bound to ldap://dc1.cached.test as CLIENT1$@CACHED.TEST" in log
+    finally:
+        relay.set(stall=False)
+        host.remove_srv("dc0", adjoin.RELAY_IP, **srv)
+
+
 # -- SSSD beside it ---------------------------------------------------------------------
 
 
