@@ -36,7 +36,7 @@ from pathlib import Path
 
 from testing import addc, nsenv, procstat
 from testing.addir import ADDirectory
-from testing.faultproxy import FaultProxy
+from testing.faultproxy import FaultProxy, enter_netns
 from testing.service import Service
 
 DOMAIN = addc.REALM.lower()  # cached.test
@@ -387,16 +387,11 @@ class JoinedHost(Service):
 def _socket_in(netns: str, ip: str, port: int) -> socket.socket:
     """A listening socket made inside another network namespace (setns(2) on a thread
     of its own, which then ends; the socket stays in that namespace)."""
-    import ctypes
-
     out: list[socket.socket | BaseException] = []
 
     def make() -> None:
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            with open(netns) as f:
-                if libc.setns(f.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
-                    raise OSError(ctypes.get_errno(), "setns")
+            enter_netns(netns)
             s = socket.socket()
             s.bind((ip, port))
             s.listen(64)

@@ -92,7 +92,7 @@ class FaultProxy:
 
     async def _start(self) -> None:
         if self.netns:
-            _enter_netns(self.netns)  # this thread only: the proxy's own
+            enter_netns(self.netns)  # this thread only: the proxy's own
         self._flowing = asyncio.Event()
         self._flowing.set()
         self._server = await asyncio.start_server(self._handle, self.host, 0)
@@ -263,7 +263,9 @@ class FaultProxy:
             await asyncio.sleep(len(data) / k.bandwidth)
 
 
-def _enter_netns(path: str) -> None:
+def enter_netns(path: str) -> None:
+    """The calling thread (only it) moves into the network namespace at ``path``:
+    the sockets it makes then belong to that namespace for their whole life."""
     import ctypes
     import os
 
