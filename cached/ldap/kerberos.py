@@ -56,12 +56,10 @@ class HostIdentity:
             store[b"client_keytab"] = self.keytab.encode()
         try:
             name = gssapi.Name(self.principal, gssapi.NameType.kerberos_principal)
-            old = os.umask(0o077)  # the cache file: 0600 even if krb5 changed its mind
-            try:
-                creds = gssapi.Credentials(name=name, usage="initiate", store=store)
-                lifetime = creds.lifetime  # forces the kinit now, inside the umask
-            finally:
-                os.umask(old)
+            # MIT krb5 creates a FILE ccache 0600 (cc_file.c); no umask of ours, which
+            # would be the whole process's while other threads write files.
+            creds = gssapi.Credentials(name=name, usage="initiate", store=store)
+            lifetime = creds.lifetime  # asks now: the kinit, when one is due
         except GSSError as e:
             raise KerberosError(
                 f"no Kerberos credentials for {self.principal} from the keytab "
