@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from cached.config import ConfigError, DomainConfig, parse_config
 from cached.ldap import netlogon, sasl, wire
 from cached.ldap.discovery import ordered
+from cached.ldap.kerberos import HostIdentity, KerberosError
 
 REALMD = """\
 [sssd]
@@ -222,3 +223,12 @@ def test_ping_asks_for_netlogon_with_sssds_flags() -> None:
     assert wire.decode_response(msg).message_id == 7
     assert b"DnsDomain" in msg and b"cached.test" in msg and b"Netlogon" in msg
     assert b"NtVer\x04\x04\x14\x00\x00\x00" in msg  # 5EX | WITH_CLOSEST_SITE, LE
+
+
+def test_a_missing_keytab_is_named() -> None:
+    """The bind fails with the keytab's path (the server is then failed over like one
+    that refuses the bind), before any KDC is asked."""
+    keytab = "/nonexistent/krb5.keytab"
+    ident = HostIdentity("WEB01$@EXAMPLE.COM", keytab, "MEMORY:t", "EXAMPLE.COM")
+    with pytest.raises(KerberosError, match=r"cannot read the keytab /nonexistent/krb5\.keytab"):
+        ident.credentials()
