@@ -8,6 +8,8 @@ STAMP  := $(VENV)/.installed
 # _ber.c: `pip install -e` builds the C reader in place once; a change needs a rebuild.
 $(STAMP): pyproject.toml cached/ldap/_ber.c
 	test -x $(PY) || python3 -m venv $(VENV)
+	@# gssapi builds against libkrb5-dev, which install-deps installs (as root).
+	[ "$$(id -u)" != 0 ] || sh contrib/install-deps
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,perf]'
 	touch $(STAMP)

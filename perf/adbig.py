@@ -16,6 +16,19 @@ of every ``id`` are checked against the directory's expected answer (tokenGroups
 the whole transitive closure, so the deepest level).
 
     python -m perf.adbig [--workdir DIR] [--no-sssd]
+
+``--joined``: the same directory on an AD-joined host (testing/adjoin.py: a Samba DC
+with KDC and DNS in its network namespace, the host joined with ``adcli join``), both
+daemons with the file realmd writes (``id_provider = ad``: GSSAPI with the host keytab,
+a sealed session, the DC from DNS SRV records, ID mapping; cached without
+``access_provider = ad``, which it refuses), one after the other, each from an empty
+cache: cold ``id bigroupuser@cached.test``, then warm ``id`` through the socket;
+searches as above; bytes: what the host received over its veth link from the DC
+during the cold ``id`` (LDAP, Kerberos and DNS with TCP/IP headers, the same measure
+for both) and cached's own count of LDAP bytes read. A first cached run, not
+reported, reads every object once, so both daemons meet a warm DC.
+
+    python -m perf.adbig --joined [--workdir DIR] [--repeat N] [--no-sssd]
 """
 
 from __future__ import annotations
@@ -36,9 +49,9 @@ from typing import Any
 
 import ldap3
 
-from cached.counters import LDAP_SEARCH
-from testing import addc, gendir
-from testing.addir import DOMAIN_USERS, GROUPS, PEOPLE, _rdn_value
+from cached.counters import LDAP_BYTES, LDAP_SEARCH
+from testing import addc, adjoin, gendir, nsenv, sssd
+from testing.addir import DOMAIN_USERS, GROUPS, PEOPLE, ADDirectory, _rdn_value
 from testing.daemon import CachedDaemon
 
 SOCKET_ONLY = {"SSS_NSS_USE_MEMCACHE": "NO"}
@@ -244,6 +257,117 @@ def _print(results: dict[str, list[Row]], gids: int) -> None:
     print(flush=True)
 
 
+JOINED_USER = f"bigroupuser@{adjoin.DOMAIN}"
+# who, step, wall, searches, bytes over the veth link, LDAP bytes (cached), gids
+JoinedRow = tuple[str, str, float, int, int, int, int]
+
+
+def joined_rx_bytes(host: adjoin.JoinedHost) -> int:
+    """Bytes the host's side of the veth link has received (its own /proc/net/dev)."""
+    out = subprocess.run(host.command(["cat", "/proc/net/dev"], net_only=True),
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    for line in out.splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == "veth-host":
+            return int(rest.split()[0])
+    raise LookupError("veth-host")
+
+
+def _joined_id(
+    host: adjoin.JoinedHost, d: CachedDaemon | sssd.SssdDaemon
+) -> tuple[float, set[int]]:
+    t0 = time.monotonic()
+    r = subprocess.run(host.nss_command(["id", JOINED_USER], d.pipes_dir, d.mc_dir),
+                       env={**nsenv.nss_env(), **SOCKET_ONLY}, capture_output=True,
+                       text=True, timeout=3600, check=False)  # fmt: skip
+    wall = time.monotonic() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"id {JOINED_USER}: {r.stderr.strip()}")
+    return wall, _gids(r.stdout)
+
+
+def joined_cached(host: adjoin.JoinedHost, work: Path, who: str = "cached") -> list[JoinedRow]:
+    text = host.cached_config(work)
+    with CachedDaemon.from_text(work, text, prefix=host.prefix, log_level="info") as d:
+        def count(name: str) -> int:
+            return int(d.counters().get(name, [0, 0, 0])[0 if name == LDAP_SEARCH else 2])
+
+        n0, b0, v0 = count(LDAP_SEARCH), count(LDAP_BYTES), joined_rx_bytes(host)
+        wall, gids = _joined_id(host, d)
+        cold = (who, "cold id", wall, count(LDAP_SEARCH) - n0, joined_rx_bytes(host) - v0,
+                count(LDAP_BYTES) - b0, len(gids))  # fmt: skip
+        n0 = count(LDAP_SEARCH)
+        wall, warm_gids = _joined_id(host, d)
+        assert warm_gids == gids
+        warm = (who, "warm id (socket)", wall, count(LDAP_SEARCH) - n0, 0, 0, len(gids))
+        joined_cached.gids = gids  # type: ignore[attr-defined]
+    return [cold, warm]
+
+
+def joined_sssd(host: adjoin.JoinedHost, work: Path) -> list[JoinedRow]:
+    s = sssd.SssdDaemon(work, "", "")
+    conf = adjoin.REALMD_SSSD_CONF.replace("services = nss, pam", "services = nss")
+    s.config = conf + "debug_level = 0x0400\n"
+    s.prefix = host.prefix
+
+    def searches() -> int:
+        files = [s.stderr_path, *s.log_dir.glob("*.log")]
+        return sum(len(_SSSD_SEARCH.findall(f.read_bytes())) for f in files if f.exists())
+
+    with s:
+        n0, v0 = searches(), joined_rx_bytes(host)
+        wall, gids = _joined_id(host, s)
+        veth = joined_rx_bytes(host) - v0
+        cold = ("SSSD 2.8.2", "cold id", wall, searches() - n0, veth, 0, len(gids))
+        n0 = searches()
+        wall, warm_gids = _joined_id(host, s)
+        warm = ("SSSD 2.8.2", "warm id (socket)", wall, searches() - n0, 0, 0, len(warm_gids))
+        joined_sssd.gids = gids  # type: ignore[attr-defined]
+    return [cold, warm]
+
+
+def joined_main(work: Path | None, repeat: int, no_sssd: bool) -> int:
+    """``--joined``: the module doc's last part."""
+    reason = adjoin.skip_reason()
+    if reason:
+        print(f"cannot make a joined host: {reason}", file=sys.stderr)
+        return 2
+    work = work or Path(tempfile.mkdtemp(prefix="adjb", dir="/tmp"))
+    d = gendir.build(gendir.BIGROUPUSER)
+    entries, modify = ad_entries(d)
+    t0 = time.monotonic()
+    with adjoin.JoinedHost(work / "host", ADDirectory(entries, modify)) as host:
+        print(f"provisioned, loaded and joined in {time.monotonic() - t0:.0f} s", flush=True)
+        joined_cached(host, work / "warmup", "warm-up")
+        rows: list[JoinedRow] = []
+        for i in range(repeat):
+            rows += joined_cached(host, work / f"cached{i}")
+            print(rows[-2], rows[-1], flush=True)
+        if not no_sssd:
+            rows += joined_sssd(host, work / "sssd")
+            print(rows[-2], rows[-1], flush=True)
+            same = joined_sssd.gids == joined_cached.gids  # type: ignore[attr-defined]
+            print(f"cached and SSSD answer the same gids: {same}")
+    _joined_print(rows)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _joined_print(rows: list[JoinedRow]) -> None:
+    print("\n| daemon | step | wall (s) | LDAP searches | bytes received (veth) "
+          "| LDAP bytes (cached) | gids |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    keys = dict.fromkeys((r[0], r[1]) for r in rows)
+    for who, step in keys:
+        runs = [r for r in rows if (r[0], r[1]) == (who, step)]
+        walls = [r[2] for r in runs]
+        wall = f"{statistics.median(walls):.2f}"
+        if len(walls) > 1:
+            wall += f" ({min(walls):.2f}-{max(walls):.2f}, {len(walls)} runs)"
+        last = runs[-1]
+        print(f"| {who} | {step} | {wall} | {last[3]} | {last[4]:,} | {last[5]:,} | {last[6]} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--workdir", type=Path, default=None,
@@ -252,7 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of cached's steps (medians); SSSD's take minutes: once")  # fmt: skip
     ap.add_argument("--inner-sssd", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--joined", action="store_true",
+                    help="on an adcli-joined host, realmd's sssd.conf")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.joined:
+        return joined_main(args.workdir, args.repeat, args.no_sssd)
     if args.inner_sssd:  # in the DC's network namespace (sssd_in_dc_netns)
         d = gendir.build(gendir.BIGROUPUSER)
         exp = gendir.Expected(gendir.expected_data(d))

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import ldap3
-from ldap3.core.exceptions import LDAPException
+from ldap3.core.exceptions import LDAPException, LDAPStrongerAuthRequiredResult
 
 from testing import procstat
 from testing.service import Service
@@ -93,8 +93,12 @@ class ADEntry:
 class SambaDC(Service):
     """A provisioned Samba AD DC in ``workdir``; start()/stop() or a context manager."""
 
-    def __init__(self, workdir: str | os.PathLike[str]) -> None:
+    def __init__(self, workdir: str | os.PathLike[str], *, netns_pid: int | None = None) -> None:
+        """``netns_pid``: run samba in the network namespace of that process (one the
+        caller made, e.g. with a veth pair to a client's namespace) rather than in a
+        new one of its own with loopback only."""
         self.workdir = Path(workdir).resolve()
+        self.netns_pid = netns_pid
         self.conf = self.workdir / "etc" / "smb.conf"
         self.socket_path = self.workdir / "private" / "ldapi"
         self.log_path = self.workdir / "samba.out"
@@ -132,8 +136,22 @@ class SambaDC(Service):
 
     # -- life cycle ----------------------------------------------------------------
 
-    def provision(self) -> None:
-        """A new domain in the work directory (rfc2307 attributes in the schema)."""
+    def provision(
+        self,
+        *,
+        services: str = "ldap",
+        strong_auth: bool = False,
+        host_name: str = "",
+        host_ip: str = "",
+    ) -> None:
+        """A new domain in the work directory (rfc2307 attributes in the schema).
+
+        ``services``: Samba's ``server services``; with ``dns`` in it the DC serves
+        its zone (``--dns-backend=SAMBA_INTERNAL``: the SRV records of the domain, its
+        own A record at ``host_ip``). ``strong_auth``: keep Samba's default ``ldap
+        server require strong auth = yes`` (simple binds only over TLS or ldapi, SASL
+        binds signed or sealed), as a real DC has it. ``host_name``: the DC's own
+        name (default: this machine's)."""
         if self.conf.exists():
             raise SambaError(f"{self.workdir} is already provisioned")
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -152,20 +170,30 @@ class SambaDC(Service):
         }
         cmd = [
             SAMBA_TOOL, "domain", "provision", "-s", str(empty), f"--targetdir={w}",
-            "--dns-backend=NONE", "--use-rfc2307", "--server-role=dc",
+            "--dns-backend=" + ("SAMBA_INTERNAL" if "dns" in services.split() else "NONE"),
+            "--use-rfc2307", "--server-role=dc",
             f"--realm={REALM}", f"--domain={NETBIOS_DOMAIN}", f"--adminpass={ADMIN_PW}",
         ]  # fmt: skip
         cmd += [f"--option={k}={v}" for k, v in paths.items()]
+        if host_name:
+            cmd.append(f"--host-name={host_name}")
+        if host_ip:
+            cmd.append(f"--host-ip={host_ip}")
         out = _run(cmd, PROVISION_TIMEOUT)
         for line in out.splitlines():
             if "DOMAIN SID:" in line:
                 self.domain_sid = line.rsplit(None, 1)[-1]
         text = self.conf.read_text()
+        ours = f"\tserver services = {services}"
+        if not strong_auth:
+            ours += "\n\tldap server require strong auth = no"
         lines = []
         for line in text.splitlines():
             if line.strip().startswith("server services"):
-                line = "\tserver services = ldap\n\tldap server require strong auth = no"
+                line, ours = ours, ""
             lines.append(line)
+        if ours:  # provisioned with DNS: no such line to replace
+            lines.insert(lines.index("[global]") + 1, ours)
         self.conf.write_text("\n".join(lines) + "\n")
 
     def load(self, entries: list[ADEntry], *, modify: list[ADEntry] | None = None) -> None:
@@ -192,8 +220,11 @@ class SambaDC(Service):
         log = self.log_path.open("ab")
         # exec: the Popen's pid is samba itself, so stop() ends exactly it.
         script = f"ip link set lo up && exec {SAMBA} -i -M single -s {self.conf}"
+        into = ["unshare", "-n"]
+        if self.netns_pid is not None:
+            into = ["nsenter", f"--net=/proc/{self.netns_pid}/ns/net"]
         self._proc = subprocess.Popen(
-            ["unshare", "-n", "--", "sh", "-c", script],
+            [*into, "--", "sh", "-c", script],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -214,6 +245,10 @@ class SambaDC(Service):
                         conn.search(self.base_dn, "(objectClass=*)", ldap3.BASE)
                     finally:
                         conn.unbind()
+                    return
+                except LDAPStrongerAuthRequiredResult:
+                    # require strong auth (provision(strong_auth=True)) refuses the
+                    # simple bind even over ldapi: the answer says it serves.
                     return
                 except LDAPException as e:
                     last = str(e)
@@ -244,7 +279,11 @@ class SambaDC(Service):
             raise_exceptions=True,
         )
         conn.open()
-        conn.bind()
+        try:
+            conn.bind()
+        except LDAPException:
+            conn.unbind()  # the socket, which a refused bind leaves open
+            raise
         return conn
 
     def search(self, base: str, filt: str, attrs: list[str], scope: Any = ldap3.SUBTREE

@@ -102,6 +102,20 @@ class CachedDaemon(Service):
         self.log_path = self.workdir / "cached.log"
         self.log_level = log_level
         self.proc: subprocess.Popen[bytes] | None = None
+        # The command the daemon runs under (from_text).
+        self.prefix: list[str] = []
+
+    @classmethod
+    def from_text(
+        cls, workdir: Path, text: str, *, prefix: list[str] | None = None, **kw: Any
+    ) -> CachedDaemon:
+        """A daemon whose cached.conf is ``text`` whole (its directories are to be in
+        ``workdir`` as config_text places them), run under ``prefix`` (e.g. nsenter
+        into a joined host's namespaces, testing/adjoin.py)."""
+        d = cls(workdir, [], "", **kw)
+        d.config_path.write_text(text)
+        d.prefix = list(prefix or [])
+        return d
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -113,8 +127,8 @@ class CachedDaemon(Service):
             control.unlink()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cached", "--log-level", self.log_level, "serve",
-                 "-c", str(self.config_path)],
+                [*self.prefix, sys.executable, "-m", "cached", "--log-level", self.log_level,
+                 "serve", "-c", str(self.config_path)],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=self.checkout,
                 env=self._env(),
             )  # fmt: skip

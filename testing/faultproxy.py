@@ -64,9 +64,15 @@ class _Conn:
 
 
 class FaultProxy:
-    def __init__(self, target_host: str, target_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, target_host: str, target_port: int, host: str = "127.0.0.1", netns: str = ""
+    ) -> None:
+        """``netns``: a network namespace (``/proc/PID/ns/net``) the proxy's thread
+        enters before it listens, so that it listens and connects in there (e.g. a
+        second DC's address beside the DC, testing/adjoin.py)."""
         self.target = (target_host, target_port)
         self.host = host
+        self.netns = netns
         self.port = 0
         self.knobs = Knobs()
         self.stats = Stats()
@@ -85,6 +91,8 @@ class FaultProxy:
         return self
 
     async def _start(self) -> None:
+        if self.netns:
+            enter_netns(self.netns)  # this thread only: the proxy's own
         self._flowing = asyncio.Event()
         self._flowing.set()
         self._server = await asyncio.start_server(self._handle, self.host, 0)
@@ -253,6 +261,21 @@ class FaultProxy:
         await writer.drain()
         if k.bandwidth:
             await asyncio.sleep(len(data) / k.bandwidth)
+
+
+def enter_netns(path: str) -> None:
+    """The calling thread (only it) moves into the network namespace at ``path``:
+    the sockets it makes then belong to that namespace for their whole life."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), f"setns {path}")
+    finally:
+        os.close(fd)
 
 
 def main() -> None:

@@ -44,7 +44,8 @@ from testing.service import Service
 
 SSSD = "/usr/sbin/sssd"
 SSS_CACHE = "/usr/sbin/sss_cache"
-PACKAGES = ("sssd-common", "sssd-ldap", "sssd-tools")
+# sssd-ad: the AD provider, the oracle of id_provider = ad (tests/integration/test_adjoin.py).
+PACKAGES = ("sssd-common", "sssd-ldap", "sssd-tools", "sssd-ad")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
 # libnss_sss waits up to 300 s for a reply (reference §1.8); a cold id of a user in
@@ -159,6 +160,9 @@ class SssdDaemon(Service):
         self.responders = tuple(responders or ())
         self.proc: subprocess.Popen[bytes] | None = None
         self._pids: dict[str, int] = {}
+        # The command the monitor runs under (e.g. nsenter into a joined host's
+        # namespaces, testing/adjoin.py); ``config`` may be replaced whole before start.
+        self.prefix: list[str] = []
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -195,7 +199,7 @@ class SssdDaemon(Service):
         self._prepare()
         nsenv.ensure_mount_points()
         cmd = [
-            "unshare", "--mount", "--propagation", "private", "--",
+            *self.prefix, "unshare", "--mount", "--propagation", "private", "--",
             "/bin/sh", "-c", _WRAPPER, "sssd-ns",
             str(self.varlib), str(self.etc), str(self.run_dir), str(self.log_dir),
             SSSD, "-i", "--logger=stderr", "-c", "/etc/sssd/sssd.conf",

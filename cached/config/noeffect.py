@@ -123,17 +123,12 @@ NO_EFFECT: dict[str, str] = {
     # -- sssd-ldap(5)
     "ldap_chpass_dns_service_name": _CHPASS,
     "ldap_force_upper_case_realm": _KERBEROS,
-    "ldap_sasl_authid": _KERBEROS,
     "ldap_sasl_realm": _KERBEROS,
     "ldap_sasl_canonicalize": _KERBEROS,
-    "ldap_sasl_minssf": "SASL security layers: cached binds with SASL only as EXTERNAL "
-    "over ldapi://, a local socket",
     "ldap_sasl_maxssf": "SASL security layers: cached binds with SASL only as EXTERNAL "
     "over ldapi://, a local socket",
-    "ldap_krb5_keytab": _KERBEROS,
     "ldap_krb5_init_creds": _KERBEROS,
     "ldap_krb5_ticket_lifetime": _KERBEROS,
-    "krb5_realm": _KERBEROS,
     "krb5_server": _KERBEROS,
     "krb5_backup_server": _KERBEROS,
     "krb5_canonicalize": _KERBEROS,
@@ -189,13 +184,7 @@ NO_EFFECT: dict[str, str] = {
     **{
         name: _AD_PROVIDER
         for name in (
-            "ad_domain", "ad_enabled_domains", "ad_server", "ad_backup_server",
-            "ad_hostname", "ad_enable_dns_sites", "ad_access_filter", "ad_site",
-            "ad_enable_gc", "ad_gpo_access_control", "ad_gpo_implicit_deny",
-            "ad_gpo_ignore_unreadable", "ad_gpo_cache_timeout", "ad_gpo_map_interactive",
-            "ad_gpo_map_remote_interactive", "ad_gpo_map_network", "ad_gpo_map_batch",
-            "ad_gpo_map_service", "ad_gpo_map_permit", "ad_gpo_map_deny",
-            "ad_gpo_default_right", "ad_maximum_machine_account_password_age",
+            "ad_enabled_domains", "ad_access_filter", "ad_maximum_machine_account_password_age",
             "ad_machine_account_password_renewal_opts",
             "ad_update_samba_machine_account_password", "ad_use_ldaps",
             "ad_allow_remote_domain_local_groups",

@@ -554,7 +554,68 @@ class DomainConfig:
     """``[domain/NAME]``: ``name`` is NAME, every other field an option."""
 
     name: str
-    id_provider: str = computed(provider, "Must be `ldap`.", "(required)")
+    id_provider: str = computed(
+        provider,
+        "`ldap`, or `ad` for a host joined to an Active Directory domain (`realm join`, "
+        "`adcli join`): SSSD's AD defaults (ldap_schema = ad, ldap_id_mapping = true, a "
+        "SASL GSSAPI bind with the host's keytab, signed and sealed; the DCs from "
+        "ad_server, found in DNS by default).",
+        "(required)",
+    )
+    ad_domain: str = computed(
+        string, "The AD domain's DNS name (id_provider = ad).", "the domain's name"
+    )
+    ad_server: list[str] = option(
+        str_list,
+        ["_srv_"],
+        "DCs to use, by name, tried in order (id_provider = ad); `_srv_`: the DNS SRV "
+        "records `_ldap._tcp.<ad_domain>` (with ad_site, that site's records first).",
+    )
+    ad_backup_server: list[str] = option(
+        str_list, [], "DCs tried after every ad_server failed (`_srv_` allowed)."
+    )
+    ad_site: str = option(
+        string,
+        "",
+        "The AD site whose DCs are preferred (`_ldap._tcp.<site>._sites.<ad_domain>`); "
+        "unset: the site the DCs name (ad_enable_dns_sites).",
+    )
+    ad_enable_dns_sites: bool = option(
+        boolean,
+        True,
+        "Without ad_site, ask the domain's DCs for this host's site (a CLDAP netlogon "
+        "ping, as SSSD) and prefer that site's DCs.",
+    )
+    ad_hostname: str = computed(
+        string,
+        "This host's name in the domain; its first label, upper case, names the host's "
+        "principal (`HOST$@REALM`).",
+        "the host's name (gethostname)",
+    )
+    ad_enable_gc: bool = option(
+        boolean,
+        True,
+        "Accepted for SSSD's files: cached reads the one domain it serves from its DCs' "
+        "LDAP port, where every attribute it needs is, and uses no Global Catalog (which "
+        "SSSD uses for other domains of the forest and universal groups across them).",
+    )
+    krb5_realm: str = computed(
+        string, "Kerberos realm of the host's principal.", "ad_domain in upper case"
+    )
+    ldap_krb5_keytab: str = option(
+        string, "/etc/krb5.keytab", "Keytab of the host's principal (GSSAPI binds)."
+    )
+    ldap_sasl_authid: str = computed(
+        string,
+        "Principal the GSSAPI bind authenticates as, from ldap_krb5_keytab.",
+        "`SHORTNAME$@REALM` from ad_hostname and krb5_realm",
+    )
+    ldap_sasl_minssf: int = option(
+        integer(-1),
+        -1,
+        "Least security of the SASL layer: 0 accepts none, 1 signing, more sealing; "
+        "-1 (unset) takes sealing when offered, else signing, else none.",
+    )
     enabled: bool | None = option(
         boolean,
         None,
@@ -657,16 +718,11 @@ class DomainConfig:
         string, "", "Bind password (the file must then be mode 0600)."
     )
     ldap_sasl_mech: str = option(
-        not_supported(
-            ("external",),
-            {
-                m: "cached binds with SASL only as EXTERNAL (ldapi:// peer credentials); "
-                "no Kerberos: bind with ldap_default_bind_dn and ldap_default_authtok instead"
-                for m in ("gssapi", "gss-spnego")
-            },
-        ),
+        not_supported(("external", "gssapi", "gss-spnego"), {}),
         "",
-        "`EXTERNAL` for ldapi:// peer-credential binds.",
+        "`EXTERNAL` for ldapi:// peer-credential binds; `GSSAPI` for a Kerberos bind as "
+        "ldap_sasl_authid with ldap_krb5_keytab (`GSS-SPNEGO`, SSSD's AD default, binds "
+        "as GSSAPI: the same ticket and security layer).",
     )
     ldap_id_use_start_tls: bool = option(boolean, False, "Use StartTLS on ldap:// URIs.")
     auth_provider: AuthProvider = option(

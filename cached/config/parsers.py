@@ -108,15 +108,9 @@ def uri_list(raw: str) -> list[str]:
 
 
 def provider(raw: str) -> str:
-    """``ldap``; SSSD's other providers are refused, each saying what to do instead."""
+    """``ldap`` or ``ad``; SSSD's other providers are refused, each saying what to do
+    instead."""
     v = raw.strip().lower()
-    if v == "ad":
-        raise ValueError(
-            "cached has no AD provider; read Active Directory as an LDAP server: write "
-            "`id_provider = ldap` with its `ldap_uri`, `ldap_schema = ad` and a bind DN "
-            "(`ldap_default_bind_dn`, `ldap_default_authtok`); add `ldap_id_mapping = true` "
-            "when the users have no uidNumber/gidNumber (SSSD's numbers)"
-        )
     if v in ("files", "proxy", "ipa", "krb5", "local"):
         raise NotSupported(
             {
@@ -124,12 +118,12 @@ def provider(raw: str) -> str:
                 "glibc's own `files` module answers (keep `files` before `sss` in "
                 "nsswitch.conf); remove this domain from `domains`",
                 "ipa": "cached has no IPA provider (HBAC, views, trusts); it supports "
-                "`id_provider = ldap`, with which an IPA server's users and groups can be "
-                "read as rfc2307bis",
-            }.get(v, f"cached has no {v} provider; it supports only `id_provider = ldap`")
+                "`id_provider = ldap` (and `ad`), with which an IPA server's users and "
+                "groups can be read as rfc2307bis",
+            }.get(v, f"cached has no {v} provider; it supports `id_provider = ldap` and `ad`")
         )
-    if v != "ldap":
-        raise ValueError("expected one of ldap")  # as the other closed sets say it
+    if v not in ("ldap", "ad"):
+        raise ValueError("expected one of ldap, ad")  # as the other closed sets say it
     return v
 
 

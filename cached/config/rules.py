@@ -6,12 +6,13 @@ by option name, before they become a DomainConfig."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from cached.config.errors import ConfigError
 from cached.config.gpomap import GpoRight, service_table
 from cached.config.ini import Ini
-from cached.config.options import DOMAIN_OPTIONS, AccessProvider, AccessRule, Schema
+from cached.config.options import DOMAIN_OPTIONS, AccessProvider, AccessRule, CaseSensitive, Schema
 
 # SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
 # gen_ad2008r2_group_map, gen_ad_attr_map), declared with each option (``ad=``): used for
@@ -25,9 +26,10 @@ def check_required(ini: Ini, sname: str, vals: dict[str, Any]) -> None:
     """The options without which a domain cannot be served."""
     if vals.get("id_provider") is None:
         raise ConfigError(
-            f"{ini.where(sname)}: [{sname}] id_provider is not set; cached supports `ldap`"
+            f"{ini.where(sname)}: [{sname}] id_provider is not set; cached supports `ldap` "
+            "and `ad`"
         )
-    if not vals["ldap_uri"]:
+    if not vals["ldap_uri"] and vals["id_provider"] != "ad":
         raise ConfigError(
             f"{ini.where(sname)}: [{sname}] ldap_uri is not set; give at least one server"
         )
@@ -57,6 +59,7 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
         vals["ldap_chpass_uri"] = list(vals["ldap_uri"])
         vals["ldap_chpass_backup_uri"] = list(vals["ldap_backup_uri"])
     _refresh_ahead_defaults(vals)
+    _kerberos_defaults(ini, sname, vals, given, warnings)
     _schema_defaults(ini.where(sname), sname, vals, given, warnings)
     if "ldap_member_rdn_shortcut" in given:
         warnings.append(
@@ -102,6 +105,79 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
             f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "
             f"min_id = {vals['min_id']}"
         )
+
+
+def _kerberos_defaults(
+    ini: Ini, sname: str, vals: dict[str, Any], given: dict[str, str], warnings: list[str]
+) -> None:
+    """id_provider = ad's defaults, as SSSD's ad_common.c sets them over the LDAP
+    provider's (ad_opts.c ad_def_ldap_opts; ad_set_sdap_options): the AD schema, ID
+    mapping, a SASL GSSAPI bind as the host's principal (``SHORTNAME$@REALM``, the
+    account adcli join made) with the keytab, referrals off, the DCs from ad_server
+    (SRV records by default). The GSSAPI options of id_provider = ldap too."""
+    ad = vals["id_provider"] == "ad"
+    domain = sname.split("/", 1)[-1]
+    vals.setdefault("ad_domain", domain.lower() if ad else "")
+    vals.setdefault("ad_hostname", socket.gethostname() if ad else "")
+    vals.setdefault("krb5_realm", vals["ad_domain"].upper())
+    if ad:
+        if "ldap_schema" in given and vals["ldap_schema"] != Schema.AD:
+            warnings.append(
+                f"{ini.where(sname, 'ldap_schema')}: [{sname}] ldap_schema = "
+                f"{vals['ldap_schema']} is ignored with id_provider = ad (as SSSD: the AD "
+                "provider reads the AD schema)"
+            )
+        vals["ldap_schema"] = Schema.AD
+        if "ldap_id_mapping" not in given:
+            vals["ldap_id_mapping"] = True
+        if "case_sensitive" not in given:
+            # sssd.conf(5): "Default: True (False for AD provider)".
+            vals["case_sensitive"] = CaseSensitive.FALSE
+        if "fallback_homedir" not in given:
+            # sssd-ad(5): the AD provider's default, the domain's, so it wins over
+            # [nss] (confdb.c confdb_get_domain_internal).
+            vals["fallback_homedir"] = "/home/%d/%u"
+        if "ldap_sasl_mech" not in given:
+            vals["ldap_sasl_mech"] = "gssapi"
+        if "ldap_uri" not in given:
+            vals["ldap_uri"] = [ad_uri(s) for s in vals["ad_server"]]
+        if "ldap_backup_uri" not in given:
+            vals["ldap_backup_uri"] = [ad_uri(s) for s in vals["ad_backup_server"]]
+        if not vals["ldap_uri"]:
+            raise ConfigError(
+                f"{ini.where(sname, 'ad_server')}: [{sname}] ad_server is empty; name the "
+                "domain's DCs or `_srv_`"
+            )
+    if vals["ldap_sasl_mech"] == "gss-spnego":
+        vals["ldap_sasl_mech"] = "gssapi"
+    if vals["ldap_sasl_mech"] != "gssapi":
+        vals.setdefault("ldap_sasl_authid", "")
+        return
+    if not vals["krb5_realm"]:
+        raise ConfigError(
+            f"{ini.where(sname, 'ldap_sasl_mech')}: [{sname}] ldap_sasl_mech = GSSAPI needs "
+            "krb5_realm (the realm of the host's principal and of the servers')"
+        )
+    if "ldap_sasl_authid" not in vals:
+        host = vals["ad_hostname"] or socket.gethostname()
+        # AD: the computer account's name, the short host name, at most 15 characters
+        # (NetBIOS), upper case, then `$` (adcli's default --computer-name); LDAP:
+        # SSSD's default for the LDAP provider.
+        primary = host.split(".", 1)[0][:15].upper() + "$" if ad else f"host/{host}"
+        vals["ldap_sasl_authid"] = f"{primary}@{vals['krb5_realm']}"
+    elif "@" not in vals["ldap_sasl_authid"]:
+        vals["ldap_sasl_authid"] += f"@{vals['krb5_realm']}"
+
+
+# ad_server's marker: the DCs come from DNS (discovery.py).
+SRV_MARKER = "_srv_"
+
+
+def ad_uri(server: str) -> str:
+    """The URI of an ad_server entry: ``ldap://NAME[:PORT]``; ``_srv_`` kept as
+    ``ldap://_srv_`` for the client to expand."""
+    server = server.strip()
+    return f"ldap://{server.lower()}" if "://" not in server else server
 
 
 def _refresh_ahead_defaults(vals: dict[str, Any]) -> None:

@@ -24,8 +24,11 @@ ACCEPTED_UNUSED = frozenset(
         "user",
         "autofs_provider",
         "selinux_provider",
-        "krb5_realm",
         "krb5_server",
+        # realmd's own record of how it joined (`realm list` reads it).
+        "realmd_tags",
+        # Kerberos logins (auth_provider = ad/krb5) keep the password to kinit later.
+        "krb5_store_password_if_offline",
         "ldap_tls_reqsan",
         "timeout",
         "account_cache_expiration",

@@ -146,13 +146,21 @@ def _ad_diagnostic(message: str) -> str:
 
 
 def bind_as_user(
-    cfg: DomainConfig, dn: str, password: bytes, pam_warning: int = -1
+    cfg: DomainConfig,
+    dn: str,
+    password: bytes,
+    pam_warning: int = -1,
+    uris: list[str] | None = None,
 ) -> OnlineResult:
-    """Bind as ``dn`` with ``password`` on each server in turn (``ldap_uri``, then
+    """Bind as ``dn`` with ``password`` on each server in turn (``uris``: the domain
+    client's, with ad_server's ``_srv_`` expanded; default ``ldap_uri``, then
     ``ldap_backup_uri``) until one answers; then the password expiry the policy says
     (``ldap_pwd_policy``, or the bind's password policy control); ``pam_warning``:
     ``[pam] pam_pwd_expiration_warning``."""
-    with user_session(cfg, login_uris(cfg), dn, password) as (res, conn):
+    with user_session(cfg, login_uris(cfg) if uris is None else uris, dn, password) as (
+        res,
+        conn,
+    ):
         if conn is not None and res.status == SUCCESS:
             return expiry(cfg, conn, dn, res, warning_seconds(cfg, pam_warning))
         return res

@@ -22,6 +22,11 @@ replaced after ``ldap_connection_expire_timeout`` plus this host's share of
 ``ldap_connection_expire_offset`` (sssd-ldap(5)), so that the servers behind a name or a
 load balancer share the fleet again after one restarted, at a moment that differs between
 hosts (SSSD PR #951: with its default offset of 0 a fleet reconnects in step).
+
+With ``id_provider = ad`` the servers may be ``_srv_`` (discovery.py: the DNS SRV
+records of the domain, looked up again at each new round and every ``SRV_TTL``), and
+the bind is SASL GSSAPI as the host (kerberos.py: a ticket from the keytab into the
+backend's own ccache; connection.py: the signed and sealed session).
 """
 
 from __future__ import annotations
@@ -30,12 +35,15 @@ import concurrent.futures
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cached.config import DomainConfig
+from cached.config.rules import SRV_MARKER, ad_uri
 from cached.counters import COUNTERS, LDAP_CONNECT, LDAP_SEARCH, Counters
 from cached.jitter import CONNECTION_EXPIRE, OFFLINE_RETRY, Jitter
+from cached.ldap import discovery
 from cached.ldap.connection import (
     BindRefused,
     Connection,
@@ -54,6 +62,7 @@ from cached.ldap.exchange import (
     Search,
     ServerInfo,
 )
+from cached.ldap.kerberos import HostIdentity, KerberosError
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +73,11 @@ class LdapOffline(LdapError):
 
 # A connection that failed: refused, reset, EOF, TLS, a stream out of step.
 _NETWORK_ERRORS = (TransportError, OSError)
+# The marker URI of ad_server = _srv_ (rules.ad_uri), expanded from DNS.
+SRV_URI = ad_uri(SRV_MARKER)
+# Seconds a DNS discovery is used before the records are read again (the start of a
+# new round, after every server failed, reads them at once).
+SRV_TTL = 900.0
 
 
 @dataclass
@@ -84,14 +98,32 @@ class LdapClient:
         counters: Counters = COUNTERS,
         clock: Callable[[], float] = time.monotonic,
         jitter: Jitter | None = None,
+        ccache_dir: str = "",
     ) -> None:
+        """``ccache_dir``: where the host's ticket cache lives (GSSAPI binds; the
+        backend passes db_dir); without one, a cache in this process's memory."""
         self.cfg = cfg
         self.counters = counters
         self.clock = clock
         # This host's offsets (the backend passes the machine-id's); without one, a
         # key of this client's own, as spread as a random draw per client.
         self.jitter = jitter or Jitter(os.urandom(32))
+        # The preferred servers and the backups: ldap_uri and ldap_backup_uri, with
+        # ad_server's _srv_ expanded (_discover).
+        self.primary = list(cfg.ldap_uri)
         self.uris = list(cfg.ldap_uri) + list(cfg.ldap_backup_uri)
+        self._srv = SRV_URI in self.uris
+        self._discovered_at: float | None = None
+        self.discovery_error = ""
+        self.identity: HostIdentity | None = None
+        if cfg.ldap_sasl_mech == "gssapi":
+            realm = cfg.krb5_realm
+            ccache = (
+                f"FILE:{os.path.join(ccache_dir, 'ccache_' + realm)}"
+                if ccache_dir
+                else f"MEMORY:cached_{cfg.name}"
+            )
+            self.identity = HostIdentity(cfg.ldap_sasl_authid, cfg.ldap_krb5_keytab, ccache, realm)
         self.conn: Connection | None = None
         self.info: ServerInfo | None = None
         self.exchange = Exchange(cfg, counters)
@@ -135,6 +167,7 @@ class LdapClient:
         self.retry_at = self.clock() + self.backoff + offset
         self.last_error = reason
         self.failed.clear()  # the next attempt is a new round over every server
+        self._discovered_at = None  # and reads the DNS records again
         log.warning(
             "domain %s offline: %s; next attempt in %.0f s",
             self.cfg.name,
@@ -159,6 +192,54 @@ class LdapClient:
 
     # -- connecting ----------------------------------------------------------------
 
+    def _discover(self) -> None:
+        """Expand ``_srv_`` from DNS when due: the site's DCs (or all) in place of the
+        marker among the preferred servers, the others among the backups. When DNS
+        fails the previous list stays; with none, the marker stays and fails with
+        the DNS error (``_attempt``)."""
+        if not self._srv:
+            return
+        now = self.clock()
+        if self._discovered_at is not None and now - self._discovered_at < SRV_TTL:
+            return
+        cfg = self.cfg
+        try:
+            local, others, site = discovery.domain_controllers(
+                cfg.ad_domain,
+                cfg.ad_site,
+                float(cfg.ldap_network_timeout),
+                find_site=cfg.ad_enable_dns_sites,
+            )
+        except discovery.DiscoveryError as e:
+            self.discovery_error = str(e)
+            log.warning("domain %s: no DCs found: %s", cfg.name, e)
+            return
+        if not local and not others:
+            self.discovery_error = f"no SRV record names a DC of {cfg.ad_domain}"
+            return
+        self.discovery_error = ""
+        self._discovered_at = now
+
+        def expand(uris: list[str], found: list[str]) -> list[str]:
+            out: list[str] = []
+            for u in uris:
+                for v in found if u == SRV_URI else [u]:
+                    if v not in out:
+                        out.append(v)
+            return out
+
+        primary = expand(list(cfg.ldap_uri), local or others)
+        backup = [u for u in expand(list(cfg.ldap_backup_uri), local or others) if u not in primary]
+        backup += [u for u in (others if local else []) if u not in primary + backup]
+        if primary + backup != self.uris:
+            log.info(
+                "domain %s: DCs from DNS%s: %s",
+                cfg.name,
+                f" (site {site})" if site else "",
+                ", ".join(primary + backup),
+            )
+        self.primary, self.uris = primary, primary + backup
+
     def _connect_one(self, uri: str) -> tuple[Connection, ServerInfo]:
         """Connect (``ldap_network_timeout``), then StartTLS, bind and read the root DSE
         within one ``ldap_opt_timeout`` deadline."""
@@ -175,7 +256,17 @@ class LdapClient:
             with conn.deadline_in(cfg.ldap_opt_timeout):
                 if uri.split("://", 1)[0].lower() == "ldap" and cfg.ldap_id_use_start_tls:
                     conn.start_tls()
-                if cfg.ldap_sasl_mech == "external":
+                if self.identity is not None:
+                    host = urllib.parse.urlsplit(uri).hostname or ""
+                    conn.bind_gssapi(self.identity.context(host), min_ssf=cfg.ldap_sasl_minssf)
+                    log.info(
+                        "domain %s: bound to %s as %s (GSSAPI, SASL layer %s)",
+                        cfg.name,
+                        uri,
+                        self.identity.principal,
+                        conn.sasl_layer or "none",
+                    )
+                elif cfg.ldap_sasl_mech == "external":
                     conn.bind(sasl_mechanism="EXTERNAL")
                 elif cfg.ldap_default_bind_dn:
                     conn.bind(cfg.ldap_default_bind_dn, cfg.ldap_default_authtok)
@@ -206,8 +297,8 @@ class LdapClient:
         time to try the ``ldap_uri`` servers again (sssd.conf(5))."""
         return (
             self.info is not None
-            and self.info.uri not in self.cfg.ldap_uri
-            and bool(self.cfg.ldap_uri)
+            and self.info.uri not in self.primary
+            and bool(self.primary)
             and self.clock() - self.connected_at >= self.cfg.failover_primary_timeout
         )
 
@@ -221,6 +312,7 @@ class LdapClient:
             return self._back_to_primary()
         if self.retry_at and (not self.retry_in_lookups or self.clock() < self.retry_at):
             raise LdapOffline(self.last_error or "offline")
+        self._discover()
         conn = self._try(self.uris)
         if conn is None:
             raise self._go_offline("; ".join(self.failed.values()) or "no ldap_uri configured")
@@ -230,9 +322,9 @@ class LdapClient:
         assert self.conn is not None and self.info is not None
         backup = self.conn, self.info
         self.conn = self.info = None
-        for uri in self.cfg.ldap_uri:
+        for uri in self.primary:
             self.failed.pop(uri, None)
-        conn = self._try(list(self.cfg.ldap_uri))
+        conn = self._try(list(self.primary))
         if conn is not None:
             _discard(backup[0])
             return conn
@@ -243,6 +335,8 @@ class LdapClient:
 
     def _attempt(self, uri: str) -> tuple[Connection, ServerInfo] | str:
         """A bound connection to ``uri`` and its root DSE, or why there is none."""
+        if uri == SRV_URI:
+            return f"DNS discovery: {self.discovery_error or 'no DC found'}"
         try:
             return self._connect_one(uri)
         except LdapTimeout:
@@ -257,6 +351,8 @@ class LdapClient:
             return f"{uri}: {e}"
         except (LdapError, *_NETWORK_ERRORS) as e:
             return f"{uri}: {_describe(e)}"
+        except KerberosError as e:
+            return f"{uri}: {e}"
         except (*UNDECODABLE, LdapMessageTooLarge) as e:
             # Bytes that are not LDAP: a broken server.
             return f"{uri}: undecodable answer ({_describe(e)})"
@@ -290,7 +386,7 @@ class LdapClient:
             return self.retry_in
         since = self.clock() - self.connected_at
         due: list[float] = []
-        if self.info is not None and self.cfg.ldap_uri and self.info.uri not in self.cfg.ldap_uri:
+        if self.info is not None and self.primary and self.info.uri not in self.primary:
             due.append(self.cfg.failover_primary_timeout - since)
         if self.conn is not None and (life := self.connection_lifetime()):
             due.append(life - since)
@@ -301,7 +397,8 @@ class LdapClient:
         preferred ones while on a backup — in order, touching none of this client's
         state, so it can run in a thread of its own while lookups go on. The first
         connection made is kept for :meth:`after_probe` to adopt."""
-        uris = self.uris if not self.online else list(self.cfg.ldap_uri)
+        self._discover()
+        uris = self.uris if not self.online else list(self.primary)
         out = Probe()
         with self.counters.timer(LDAP_CONNECT):
             for uri in uris:

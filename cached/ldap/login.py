@@ -106,7 +106,9 @@ class Logins:
         if not req.password:
             return AuthReply(auth.AUTH_ERR)
         if client.online:
-            res = auth.bind_as_user(domain, req.dn, req.password, self.pam_warning)
+            res = auth.bind_as_user(
+                domain, req.dn, req.password, self.pam_warning, list(client.uris)
+            )
             if res.reachable:
                 return self._online(req, res)
             limited.log(("unreachable", domain.name), logging.WARNING,

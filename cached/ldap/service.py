@@ -169,7 +169,7 @@ class BackendService:
         # This host's offsets of the background work (connection expiry, offline
         # retries, refresh ahead), the same after every restart (cached/jitter.py).
         self.jitter = Jitter.for_host(config.daemon.machine_id_file, config.daemon.db_dir)
-        self.client = LdapClient(domain, jitter=self.jitter)
+        self.client = LdapClient(domain, jitter=self.jitter, ccache_dir=config.daemon.db_dir)
         # Set while the domain is offline or on a backup server (announce).
         self._check_due = asyncio.Event()
         self.probing_since = 0.0  # time.monotonic() the running probe began; 0: none

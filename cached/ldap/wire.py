@@ -360,12 +360,13 @@ def encode_bind(
     *,
     password: str | bytes = "",
     sasl_mechanism: str = "",
+    sasl_credentials: bytes = b"",
     controls: list[Control] | None = None,
 ) -> bytes:
     """One LDAPMessage with a BindRequest, version 3: simple with ``password`` (empty
-    name and password: anonymous), or SASL ``sasl_mechanism`` with empty credentials
-    (EXTERNAL: the identity is the transport's; without the credentials field slapd
-    answers saslBindInProgress).
+    name and password: anonymous), or SASL ``sasl_mechanism`` with
+    ``sasl_credentials`` (EXTERNAL: empty, the identity is the transport's; without the
+    credentials field slapd answers saslBindInProgress; GSSAPI: a context token).
 
         BindRequest ::= [APPLICATION 0] SEQUENCE { version INTEGER (1 ..  127),
             name LDAPDN, authentication CHOICE { simple [0] OCTET STRING,
@@ -373,7 +374,7 @@ def encode_bind(
         SaslCredentials ::= SEQUENCE { mechanism LDAPString, credentials OCTET STRING OPTIONAL }
     """
     if sasl_mechanism:
-        auth = tlv(0xA3, tlv(4, sasl_mechanism.encode()) + tlv(4, b""))
+        auth = tlv(0xA3, tlv(4, sasl_mechanism.encode()) + tlv(4, sasl_credentials))
     else:
         # A user's password arrives as the bytes PAM was given (RFC 4513 §5.1.1 asks
         # for UTF-8; the server compares the octets).
@@ -448,6 +449,7 @@ class Response:
     message: bytes = b""
     name: bytes = b""  # extendedResp's responseName
     value: bytes = b""  # extendedResp's responseValue
+    sasl_credentials: bytes = b""  # bindResponse's serverSaslCreds [7]
     controls: dict[bytes, bytes | None] = field(default_factory=dict)
 
 
@@ -482,5 +484,7 @@ def decode_response(buf: bytes) -> Response:
                 out.name = buf[a:b]
             elif tag == 0x8B:
                 out.value = buf[a:b]
+            elif tag == 0x87:
+                out.sasl_credentials = buf[a:b]
     out.controls = {oid: value for oid, _critical, value in decode_controls(buf, oend, end)}
     return out

@@ -108,7 +108,7 @@ def test_rfc2307_member_default_and_per_type_timeouts():
         ),
         (
             ("id_provider = ldap", "id_provider = nis"),
-            "<string>: [domain/LDAP] id_provider = 'nis' is invalid: expected one of ldap",
+            "<string>: [domain/LDAP] id_provider = 'nis' is invalid: expected one of ldap, ad",
         ),
         (
             ("[sssd]", "[cached]\ndomains = LDAP\n[sssd]"),

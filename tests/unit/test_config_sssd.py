@@ -515,14 +515,10 @@ def test_deprecated_search_filter_with_the_base_scope_filter_syntax_is_ignored()
          "in nsswitch.conf); remove this domain from `domains`"),
         ("id_provider = ldap", "id_provider = proxy",
          "id_provider = 'proxy' is not supported: cached has no proxy provider; it supports "
-         "only `id_provider = ldap`"),
+         "`id_provider = ldap` and `ad`"),
         ("ldap_schema = rfc2307bis", "ldap_schema = IPA",
          "ldap_schema = 'IPA' is not supported: cached has no IPA schema (no views or "
          "overrides); write ldap_schema = rfc2307bis to read an IPA server's users and groups"),
-        ("cache_credentials = true", "ldap_sasl_mech = GSSAPI",
-         "ldap_sasl_mech = 'GSSAPI' is not supported: cached binds with SASL only as EXTERNAL "
-         "(ldapi:// peer credentials); no Kerberos: bind with ldap_default_bind_dn and "
-         "ldap_default_authtok instead"),
         ("cache_credentials = true", "ldap_default_authtok_type = obfuscated_password",
          "ldap_default_authtok_type = 'obfuscated_password' is not supported: cached does not "
          "read sss_obfuscate's obfuscated passwords (anyone who can read the file can undo "

@@ -110,6 +110,16 @@ def test_only_the_ldap_connection_imports_ldap3() -> None:
     assert outside == []
 
 
+def test_only_kerberos_imports_gssapi_and_discovery_dns() -> None:
+    # The host's Kerberos identity (id_provider = ad) in one module of the backend;
+    # the transport sees only sasl.GssContext. DNS SRV discovery likewise.
+    gss = [e for e in edges("cached", "gssapi") if e.split()[0] != "cached.ldap.kerberos"]
+    assert gss == []
+    dns = [e for e in edges("cached", "dns") if e.split()[0] != "cached.ldap.discovery"]
+    assert dns == []
+    assert "cached.ldap.kerberos -> gssapi" in edges("cached.ldap", "gssapi")
+
+
 def test_only_the_backend_imports_the_cache_writer() -> None:
     writers = [
         e

@@ -1,0 +1,254 @@
+"""A host joined to AD with ``adcli join`` (testing/adjoin.py), served by ``cached serve``
+with realmd's sssd.conf (``id_provider = ad``): the host's keytab, a SASL GSSAPI bind
+sealed as the DC requires (Samba's ``ldap server require strong auth = yes``), the DCs
+from DNS SRV records, and the answers through glibc + libnss_sss in the host's own
+namespaces; SSSD 2.8.2's AD provider beside it with the same file and keytab.
+
+One DC and one join per module (provisioning, loading and joining take 20-60 s).
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cached.config import parse_config
+from testing import addc, addir, adjoin, sssd
+from testing.adjoin import DOMAIN, JoinedHost
+from testing.daemon import CachedDaemon
+
+pytestmark = pytest.mark.skipif(
+    adjoin.skip_reason() is not None, reason=adjoin.skip_reason() or ""
+)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedHost]:
+    # A short path: the DC's <dir>/private/ldapi must fit in sun_path.
+    work = tmp_path_factory.mktemp("adj", numbered=True)
+    with JoinedHost(work, addir.small(big_members=20)) as h:
+        yield h
+
+
+def _daemon(host: JoinedHost, work: Path, extra: str = "") -> CachedDaemon:
+    text = host.cached_config(work)
+    if extra:
+        text = text.replace(f"[domain/{DOMAIN}]\n", f"[domain/{DOMAIN}]\n{extra}", 1)
+    return CachedDaemon.from_text(work, text, prefix=host.prefix)
+
+
+@pytest.fixture(scope="module")
+def cached(host: JoinedHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CachedDaemon]:
+    with _daemon(host, tmp_path_factory.mktemp("adjc")) as d:
+        yield d
+
+
+def _id(host: JoinedHost, d: CachedDaemon | sssd.SssdDaemon, name: str) -> str:
+    r = host.run_nss(["id", name], d.pipes_dir, d.mc_dir)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def _groups(id_line: str) -> dict[str, int]:
+    part = id_line.split("groups=", 1)[1]
+    return {m[1]: int(m[0]) for m in re.findall(r"(\d+)\(([^)]*)\)", part)}
+
+
+# -- the join ---------------------------------------------------------------------------
+
+
+def test_join_wrote_the_host_keytab(host: JoinedHost) -> None:
+    listed = host.klist_keytab()
+    assert "CLIENT1$@CACHED.TEST" in listed
+    assert "host/client1.cached.test@CACHED.TEST" in listed
+    assert host.keytab.stat().st_mode & 0o077 == 0
+
+
+def test_realmd_sssd_conf_loads_but_access_provider_ad(host: JoinedHost) -> None:
+    """realmd's file as it is: every line understood; access_provider = ad is refused
+    (cached does not enforce AD access control yet), so it never lets in whom SSSD
+    would keep out."""
+    with pytest.raises(Exception, match=r"access_provider = 'ad' is not supported"):
+        parse_config(adjoin.REALMD_SSSD_CONF)
+    cfg = parse_config(adjoin.REALMD_SSSD_CONF.replace("access_provider = ad\n", ""))
+    assert cfg.warnings == []
+    d = cfg.domains[0]
+    assert (d.id_provider, d.ad_domain, d.krb5_realm) == ("ad", DOMAIN, "CACHED.TEST")
+    assert d.ldap_schema == "ad" and d.ldap_id_mapping and d.ldap_sasl_mech == "gssapi"
+    assert d.ldap_uri == ["ldap://_srv_"] and not d.ldap_default_bind_dn
+    # The host's principal is its computer account, from the host's name.
+    on_host = subprocess.run(
+        host.command(["hostname"]), capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert on_host == adjoin.HOST_FQDN
+
+
+# -- lookups through glibc + libnss_sss --------------------------------------------------
+
+
+def test_id_nested_groups_and_primary_group(host: JoinedHost, cached: CachedDaemon) -> None:
+    line = _id(host, cached, f"alice@{DOMAIN}")
+    groups = _groups(line)
+    assert {f"eng@{DOMAIN}", f"team@{DOMAIN}", f"domain users@{DOMAIN}"} <= set(groups)
+    # The primary group is Domain Users (primaryGroupID 513), by ID mapping: its gid
+    # is the domain's slice plus RID 513, the user's the slice plus its RID.
+    m = re.match(r"uid=(\d+)\(alice@cached\.test\) gid=(\d+)\(domain users@cached\.test\)", line)
+    assert m, line
+    uid, gid = int(m[1]), int(m[2])
+    base = gid - 513
+    assert base >= 200000 and (base - 200000) % 200000 == 0 and uid > base + 1000
+    assert groups[f"domain users@{DOMAIN}"] == gid
+    # The distribution group is no POSIX group (SSSD: security groups only).
+    assert f"{addir.DISTRIBUTION}@{DOMAIN}" not in _groups(_id(host, cached, f"bob@{DOMAIN}"))
+
+
+def test_getent_group_through_the_sealed_connection(host: JoinedHost, cached: CachedDaemon
+                                                    ) -> None:  # fmt: skip
+    r = host.run_nss(["getent", "group", f"team@{DOMAIN}"], cached.pipes_dir, cached.mc_dir)
+    assert r.returncode == 0, r.stderr
+    members = set(r.stdout.strip().rsplit(":", 1)[1].split(","))
+    assert members == {f"alice@{DOMAIN}", f"bob@{DOMAIN}"}
+    log = cached.log_text()
+    # The site from the DC's answer to the CLDAP netlogon ping, its DCs from DNS.
+    assert f"DCs from DNS (site {adjoin.SITE}): ldap://dc1.cached.test" in log
+    # Sealed (GSS_Wrap with confidentiality), as SSSD's AD provider seals by default.
+    assert (
+        "bound to ldap://dc1.cached.test as CLIENT1$@CACHED.TEST (GSSAPI, SASL layer seal)"
+        in log
+    )
+
+
+def test_host_bind_uses_the_keytab_and_its_own_ccache(host: JoinedHost, cached: CachedDaemon
+                                                      ) -> None:  # fmt: skip
+    _id(host, cached, f"carol@{DOMAIN}")
+    ccache = cached.db_dir / "ccache_CACHED.TEST"
+    assert ccache.stat().st_mode & 0o777 == 0o600
+    listed = subprocess.run(
+        host.command(["klist", "-c", f"FILE:{ccache}"]), capture_output=True, text=True,
+        check=True,
+    ).stdout  # fmt: skip
+    assert "Default principal: CLIENT1$@CACHED.TEST" in listed
+    assert "krbtgt/CACHED.TEST@CACHED.TEST" in listed
+    assert "ldap/dc1.cached.test@CACHED.TEST" in listed
+    assert "ldap_default_authtok" not in cached.config_path.read_text()
+
+
+def test_no_password_in_any_file(host: JoinedHost, cached: CachedDaemon) -> None:
+    """The administrator's password went to adcli on stdin only: no file of the host's
+    /etc, nor cached's configuration, stores, ccache or log holds it."""
+    _id(host, cached, f"alice@{DOMAIN}")
+    secret = addc.ADMIN_PW.encode()
+    found = [
+        p
+        for root in (host.etc, cached.workdir)
+        for p in Path(root).rglob("*")
+        if p.is_file() and not p.is_symlink() and secret in p.read_bytes()
+    ]
+    assert found == []
+
+
+# -- DC discovery and failover ----------------------------------------------------------
+
+
+def test_failover_from_a_frozen_dc(host: JoinedHost, tmp_path: Path) -> None:
+    """DNS names dc0 first (same priority, heavier weight): it takes connections and
+    never answers. The bind's deadline (ldap_opt_timeout) ends the wait on it and the
+    lookup is answered by dc1."""
+    srv = {"port": adjoin.FROZEN_PORT, "priority": 0, "weight": 200}
+    host.add_srv("dc0", adjoin.FROZEN_IP, **srv)
+    host.freeze_address(adjoin.FROZEN_IP)
+    try:
+        with _daemon(host, tmp_path, "ldap_opt_timeout = 5\n") as d:
+            line = _id(host, d, f"alice@{DOMAIN}")
+            assert f"eng@{DOMAIN}" in line
+            log = d.log_text()
+            found = f"DCs from DNS (site {adjoin.SITE}): ldap://dc0.cached.test:3389, ldap"
+            assert found + "://dc1.cached.test" in log
+            frozen = r"ldap://dc0\.cached\.test:3389: .*timed out after ldap_opt_timeout = 5"
+            assert re.search(frozen, log), log[-3000:]
+    finally:
+        host.remove_srv("dc0", adjoin.FROZEN_IP, **srv)
+
+
+def test_failover_when_the_serving_dc_freezes(host: JoinedHost, tmp_path: Path) -> None:
+    """dc0 (a relay to dc1's LDAP port, first in DNS) serves the host, then freezes:
+    the next lookup's search on it ends at ldap_search_timeout and the lookup is
+    answered by dc1."""
+    relay = host.relay(adjoin.RELAY_IP)
+    srv = {"port": relay.port, "priority": 0, "weight": 200}
+    host.add_srv("dc0", adjoin.RELAY_IP, **srv)
+    try:
+        extra = "ldap_opt_timeout = 5\nldap_search_timeout = 5\n"
+        with _daemon(host, tmp_path, extra) as d:
+            assert f"eng@{DOMAIN}" in _id(host, d, f"alice@{DOMAIN}")
+            dc0 = f"ldap://dc0.cached.test:{relay.port}"
+            assert f"bound to {dc0} as CLIENT1$@CACHED.TEST" in d.log_text()
+            relay.set(stall=True)
+            assert f"team@{DOMAIN}" in _id(host, d, f"bob@{DOMAIN}")
+            log = d.log_text()
+            assert re.search(re.escape(dc0) + r": .*timed out", log), log[-3000:]
+            assert "bound to ldap://dc1.cached.test as CLIENT1$@CACHED.TEST" in log
+    finally:
+        relay.set(stall=False)
+        host.remove_srv("dc0", adjoin.RELAY_IP, **srv)
+
+
+# -- SSSD beside it ---------------------------------------------------------------------
+
+
+def test_same_id_as_sssd(host: JoinedHost, cached: CachedDaemon,
+                         tmp_path: Path) -> None:  # fmt: skip
+    reason = sssd.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    s = sssd.SssdDaemon(tmp_path / "sssd", "", "")
+    s.config = adjoin.REALMD_SSSD_CONF.replace("services = nss, pam", "services = nss")
+    s.prefix = host.prefix
+    with s:
+        for name in ("alice", "bob", "carol", "dave", "administrator"):
+            ours = _id(host, cached, f"{name}@{DOMAIN}")
+            theirs = _id(host, s, f"{name}@{DOMAIN}")
+            assert ours.split(" groups=")[0] == theirs.split(" groups=")[0]
+            assert _groups(ours) == _groups(theirs), name
+
+
+def test_an_expired_host_ticket_is_fetched_again_from_the_keytab(
+    host: JoinedHost, tmp_path: Path
+) -> None:
+    """The backend's ccache holds a TGT that has expired (as after a long suspend): the
+    next bind gets a new one from the keytab (MIT's credential store, kerberos.py)
+    instead of failing the domain."""
+    d = _daemon(host, tmp_path)
+    d.db_dir.mkdir(mode=0o700, parents=True)
+    ccache = f"FILE:{d.db_dir / 'ccache_CACHED.TEST'}"
+    subprocess.run(
+        host.command(["kinit", "-k", "-l", "4s", "-c", ccache, "CLIENT1$@CACHED.TEST"]),
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    before = _tgt_end(host, ccache)
+    # Waiting for the ticket's end time to pass: the condition is the clock itself.
+    while subprocess.run(host.command(["klist", "-s", "-c", ccache]), check=False).returncode == 0:
+        time.sleep(0.5)
+    with d:
+        assert f"eng@{DOMAIN}" in _id(host, d, f"alice@{DOMAIN}")
+        assert _tgt_end(host, ccache) > before
+        assert "no Kerberos credentials" not in d.log_text()
+
+
+def _tgt_end(host: JoinedHost, ccache: str) -> datetime.datetime:
+    """The end time of the ccache's TGT (klist's C-locale dates)."""
+    out = subprocess.run(
+        host.command(["env", "LC_ALL=C", "klist", "-c", ccache]),
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    for line in out.splitlines():
+        if line.rstrip().endswith("krbtgt/CACHED.TEST@CACHED.TEST"):
+            fields = line.split()
+            return datetime.datetime.strptime(f"{fields[2]} {fields[3]}", "%m/%d/%y %H:%M:%S")
+    raise AssertionError(out)
