@@ -20,10 +20,12 @@ from typing import Any, TypeVar, cast
 from cached.config.errors import ConfigError
 from cached.config.parsers import (
     boolean,
+    ccname_template,
     closed,
     domain_sid,
     homedir_template,
     integer,
+    krb5_delta,
     name_format,
     not_supported,
     one_char,
@@ -73,7 +75,21 @@ class AuthProvider(enum.StrEnum):
     """``auth_provider``: who checks passwords (SSSD's default is the id provider)."""
 
     LDAP = "ldap"
+    KRB5 = "krb5"
+    AD = "ad"  # krb5 with AD's defaults: realm from ad_domain, krb5_validate = true
     NONE = "none"
+
+
+class ChpassProvider(enum.StrEnum):
+    """``chpass_provider``: who changes passwords (SSSD's default is auth_provider)."""
+
+    LDAP = "ldap"
+    KRB5 = "krb5"
+    AD = "ad"
+    NONE = "none"
+
+
+KERBEROS_PROVIDERS = (AuthProvider.KRB5, AuthProvider.AD)
 
 
 # SSSD's responders (sssd.conf(5) ``services``): cached runs ``nss`` always, ``pam``
@@ -484,7 +500,56 @@ class DomainConfig:
         AuthProvider.LDAP,
         "Who checks passwords (PAM): `ldap` binds as the user's DN, over TLS only "
         "(`ldaps://`, or StartTLS, which a login runs on `ldap://` whatever "
-        "`ldap_id_use_start_tls` says); `none` refuses every password.",
+        "`ldap_id_use_start_tls` says); `krb5` gets the user's TGT from the KDC "
+        "(validated with `krb5_validate`) into the ccache krb5_ccname_template names; "
+        "`ad` is `krb5` with AD's defaults; `none` refuses every password.",
+    )
+    chpass_provider: ChpassProvider = computed(
+        closed(ChpassProvider),
+        "Who changes passwords (PAM chauthtok): `krb5` and `ad` through the KDC's "
+        "kpasswd service (RFC 3244) with the user's old password; `ldap` and `none` "
+        "answer that no provider can.",
+        "auth_provider's",
+    )
+    ad_domain: str = option(
+        string, "", "The AD domain's DNS name; `auth_provider = ad` takes the realm from it."
+    )
+    krb5_realm: str = option(
+        string,
+        "",
+        "The Kerberos realm of the users' principals (`name@REALM`); unset, ad_domain "
+        "upper-cased, else krb5.conf's default_realm. The KDCs are krb5.conf's.",
+    )
+    krb5_keytab: str = option(
+        string, "", "The host keytab `krb5_validate` checks TGTs with.", "/etc/krb5.keytab"
+    )
+    krb5_validate: bool = computed(
+        boolean,
+        "Validate each login's TGT: a ticket for the keytab's host principal, accepted "
+        "with its key, so that a KDC that does not know the host's key (a rogue one) "
+        "logs no one in.",
+        "false; true with auth_provider = ad",
+    )
+    krb5_ccname_template: str = option(
+        ccname_template,
+        "FILE:%d/krb5cc_%U_XXXXXX",
+        "The user's ccache, handed to the PAM stack as KRB5CCNAME: `FILE:` only; `%u` "
+        "login name, `%U` uid, `%p` principal, `%r` realm, `%h` home, `%d` "
+        "krb5_ccachedir; a trailing `XXXXXX` is made unique.",
+    )
+    krb5_ccachedir: str = option(string, "/tmp", "What `%d` in krb5_ccname_template is.")
+    krb5_lifetime: int = option(
+        krb5_delta, 0, "TGT lifetime asked for (`s`, `m`, `h`, `d`).", "krb5.conf's"
+    )
+    krb5_renewable_lifetime: int = option(
+        krb5_delta, 0, "Renewable lifetime asked for (`s`, `m`, `h`, `d`).", "krb5.conf's"
+    )
+    krb5_store_password_if_offline: bool = option(
+        boolean,
+        False,
+        "After an offline login (cached credentials), keep the password in the "
+        "backend's memory and get the user's TGT into the login's ccache once a KDC "
+        "answers again.",
     )
     cache_credentials: bool = option(
         boolean,

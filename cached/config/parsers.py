@@ -6,6 +6,7 @@ does not. No parser knows an option's name: options.py pairs them."""
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -44,6 +45,38 @@ def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int
         return v
 
     return parse
+
+
+_DELTA_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def krb5_delta(raw: str) -> int:
+    """A Kerberos time span as SSSD's ``krb5_lifetime`` takes it: seconds, or numbers
+    each followed by ``s``, ``m``, ``h`` or ``d`` (``1d12h``)."""
+    text = raw.strip().lower()
+    if text.isdigit():
+        return int(text)
+    m = re.fullmatch(r"(?:\d+[smhd])+", text)
+    if not m:
+        raise ValueError("expected seconds, or numbers with s, m, h or d (e.g. 10h, 1d12h)")
+    return sum(int(n) * _DELTA_UNITS[u] for n, u in re.findall(r"(\d+)([smhd])", text))
+
+
+def ccname_template(raw: str) -> str:
+    """``krb5_ccname_template``: an absolute ``FILE:`` path with only the expansions
+    cached makes (``cached/kerberos/ccache.py``: ``%u %U %p %r %h %d %%``)."""
+    template = raw.strip()
+    if not template.startswith("FILE:"):
+        raise ValueError(
+            "cached writes FILE: caches only (DIR:, KEYRING: and KCM: are not implemented)"
+        )
+    for m in re.finditer(r"%(.?)", template):
+        if m.group(1) not in tuple("uUprhd%"):
+            raise ValueError(f"unknown expansion {m.group(0)!r} (known: %u %U %p %r %h %d %%)")
+    path = template[5:]
+    if not (path.startswith("/") or path.startswith("%d") or path.startswith("%h")):
+        raise ValueError("the path must be absolute")
+    return template
 
 
 def string(raw: str) -> str:

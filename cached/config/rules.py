@@ -10,7 +10,12 @@ from typing import Any
 
 from cached.config.errors import ConfigError
 from cached.config.ini import Ini
-from cached.config.options import DOMAIN_OPTIONS, Schema
+from cached.config.options import (
+    DOMAIN_OPTIONS,
+    AuthProvider,
+    ChpassProvider,
+    Schema,
+)
 
 # SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
 # gen_ad2008r2_group_map, gen_ad_attr_map), declared with each option (``ad=``): used for
@@ -44,6 +49,7 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
     for timeout in ("entry_cache_user_timeout", "entry_cache_group_timeout"):
         vals.setdefault(timeout, vals["entry_cache_timeout"])
     _refresh_ahead_defaults(vals)
+    _kerberos_defaults(ini, sname, vals)
     _schema_defaults(ini.where(sname), sname, vals, given, warnings)
     if "ldap_member_rdn_shortcut" in given:
         warnings.append(
@@ -83,6 +89,21 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
             f"{ini.where(sname, 'max_id')}: [{sname}] max_id = {vals['max_id']} is below "
             f"min_id = {vals['min_id']}"
         )
+
+
+def _kerberos_defaults(ini: Ini, sname: str, vals: dict[str, Any]) -> None:
+    """SSSD's: chpass_provider is auth_provider's, and the AD provider validates TGTs
+    and takes its realm from ad_domain (ad_opts.c, ad_common.c)."""
+    auth = vals["auth_provider"]
+    vals.setdefault("chpass_provider", ChpassProvider(str(auth)))
+    vals.setdefault("krb5_validate", auth == AuthProvider.AD)
+    if auth == AuthProvider.AD and not vals["krb5_realm"]:
+        if not vals["ad_domain"]:
+            raise ConfigError(
+                f"{ini.where(sname, 'auth_provider')}: [{sname}] auth_provider = ad needs "
+                "ad_domain (or krb5_realm): the realm of the users' principals"
+            )
+        vals["krb5_realm"] = vals["ad_domain"].upper()
 
 
 def _refresh_ahead_defaults(vals: dict[str, Any]) -> None:

@@ -22,11 +22,9 @@ ACCEPTED_UNUSED = frozenset(
         "debug_backtrace_enabled",
         "reconnection_retries",
         "user",
-        "chpass_provider",
         "sudo_provider",
         "autofs_provider",
         "selinux_provider",
-        "krb5_realm",
         "krb5_server",
         "ldap_tls_reqsan",
         "ldap_pwd_policy",
@@ -107,6 +105,11 @@ UNSUPPORTED: dict[str, Unsupported] = {
         lambda raw: _is_unset(raw) or raw.strip() == _SSSD_RE_EXPRESSION,
         "cached splits a domain out of a name only as SSSD's default does "
         "(name@DOMAIN); remove it",
+    ),
+    "krb5_renew_interval": Unsupported(
+        lambda raw: _is_unset(raw) or raw.strip() in ("0", "0s"),
+        "cached does not renew users' tickets in the background yet: each login gets a "
+        "new TGT (renewable for krb5_renewable_lifetime, so `kinit -R` works); remove it",
     ),
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,
