@@ -13,6 +13,8 @@ socket             op                          request -> reply
                                                (the PAM responder; carries a password:
                                                these sockets are root's, both ends
                                                check SO_PEERCRED)
+``be_<domain>``    chpass                      :class:`ChpassRequest` -> :class:`ChpassReply`
+                                               (carries passwords, as authenticate)
 ``be_<domain>``    counters                    -> :class:`CountersReply`
 ``be_<domain>``    status                      -> ``{"status": {...}}``
 ``responder``      counters                    -> :class:`CountersReply`
@@ -52,6 +54,9 @@ class Op(enum.StrEnum):
     INITGROUPS = "initgroups"
     # Backend: check a password (online bind, else cached credentials).
     AUTHENTICATE = "authenticate"
+    # Backend: change a password (chpass_provider); without a new one, only check the
+    # old one (pam_sss's CHAUTHTOK_PRELIM).
+    CHPASS = "chpass"
     # Backend (and the control socket, which forwards it): forget a user's cached
     # credentials.
     DROP_CREDENTIALS = "drop_credentials"
@@ -99,6 +104,10 @@ class BadMessage(ValueError):
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _text(v: object) -> str:
+    return v if isinstance(v, str) else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +283,8 @@ class AuthReply:
     ``offline``: answered from cached credentials, ``expiry`` then says when they stop
     working (0: never); ``delayed_until``: offline logins refused until then (failed
     attempts); ``expires_in``/``grace``: the server's password policy; ``locked``: the
-    server said the account is locked."""
+    server said the account is locked; ``ccname``: the Kerberos ccache the login
+    wrote (KRB5CCNAME for the PAM stack), or ""."""
 
     status: int
     offline: bool = False
@@ -285,9 +295,11 @@ class AuthReply:
     locked: bool = False
     online: bool = True  # the domain's state after it (DomainStateNote)
     retry_in: float = 0.0
+    ccname: str = ""
 
     def fields(self) -> dict[str, Any]:
         return {
+            "ccname": self.ccname,
             "status": self.status,
             "offline": self.offline,
             "expiry": self.expiry,
@@ -319,7 +331,59 @@ class AuthReply:
             bool(reply.get("locked")),
             bool(reply.get("online", True)),
             float(reply.get("retry_in") or 0.0),
+            _text(reply.get("ccname")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ChpassRequest:
+    """Change the password of the cached user ``name`` (entry ``dn``) from ``old`` to
+    ``new``; ``new`` None only checks ``old`` (CHAUTHTOK_PRELIM). ``uid``: the PAM
+    client's. ``repr`` never shows a password."""
+
+    name: str
+    dn: str
+    old: bytes = field(repr=False)
+    new: bytes | None = field(default=None, repr=False)
+    uid: int | None = None
+
+    def args(self) -> dict[str, Any]:
+        return {"name": self.name, "dn": self.dn, "old": self.old, "new": self.new,
+                "uid": self.uid}  # fmt: skip
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> ChpassRequest:
+        name, dn, old, new = args.get("name"), args.get("dn"), args.get("old"), args.get("new")
+        uid = args.get("uid")
+        if not isinstance(name, str) or not name or not isinstance(dn, str):
+            raise BadMessage("chpass: bad name or dn")
+        if not isinstance(old, bytes) or not (new is None or isinstance(new, bytes)):
+            raise BadMessage("chpass: a password is not bytes")
+        return cls(name, dn, old, new, uid if _is_int(uid) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ChpassReply:
+    """How a password change went: a PAM status; ``message``: the server's text for
+    the user (a refused change); ``offline``: no server to change it on;
+    ``ccname``: the ccache of the TGT got with the new password, or ""."""
+
+    status: int
+    message: str = ""
+    offline: bool = False
+    ccname: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return {"status": self.status, "message": self.message, "offline": self.offline,
+                "ccname": self.ccname}  # fmt: skip
+
+    @classmethod
+    def parse(cls, reply: dict[str, Any]) -> ChpassReply:
+        status = reply.get("status")
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise BadMessage(f"chpass: bad status {status!r}")
+        return cls(status, _text(reply.get("message")), bool(reply.get("offline")),
+                   _text(reply.get("ccname")))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

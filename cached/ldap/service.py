@@ -38,6 +38,7 @@ from cached.ipc import aio, framing
 from cached.ipc.ops import (
     LOOKUPS,
     AuthRequest,
+    ChpassRequest,
     CountersReply,
     DomainStateNote,
     DropCredentials,
@@ -47,7 +48,7 @@ from cached.ipc.ops import (
     Op,
     Outcome,
 )
-from cached.jitter import REFRESH_AHEAD, Jitter
+from cached.jitter import OFFLINE_RETRY, REFRESH_AHEAD, Jitter
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
 from cached.ldap.login import Logins
@@ -179,6 +180,7 @@ class BackendService:
         # The online state the responder was last told of (it learns the
         # state from answers and from these announcements, never per object).
         self.announced_online = True
+        self._retrying: asyncio.Future[None] | None = None
         self.responder = aio.RpcClient(framing.responder_socket(config.daemon.pipes_dir))
         self._announcing: asyncio.Task[None] | None = None
         # Notes of groups stored early (_groups_stored), sent from the executor thread;
@@ -265,6 +267,9 @@ class BackendService:
         if online == self.announced_online:
             return
         self.announced_online = online
+        if online and self.logins.pending:
+            # Back online: the TGTs of the logins made offline (krb5_store_password_if_offline).
+            self._retrying = asyncio.ensure_future(self.logins.retry_pending())
         if self._announcing is None or self._announcing.done():
             self._announcing = asyncio.ensure_future(self._announce())
 
@@ -325,6 +330,10 @@ class BackendService:
             answer = await self.logins.authenticate(AuthRequest.parse(args))
             self.announce()
             return answer.fields()
+        if op is Op.CHPASS:
+            changed = await self.logins.chpass(ChpassRequest.parse(args))
+            self.announce()
+            return changed.fields()
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
         if op is Op.STATUS:
@@ -540,6 +549,20 @@ class BackendService:
             "" if self.client.online else " (went offline)",
         )
 
+    async def _delayed_kinits(self) -> None:
+        """krb5_store_password_if_offline: while logins made offline wait for their
+        TGT, try the KDC again every offline_timeout (plus this host's offset), as
+        well as when the domain comes back online (``announce``): the KDC can be
+        unreachable while the directory is not."""
+        offset = self.jitter.offset(OFFLINE_RETRY, self.domain.offline_timeout_random_offset)
+        while True:
+            await asyncio.sleep(max(1.0, self.domain.offline_timeout + offset))
+            if self.logins.pending and self.client.online:
+                try:
+                    await self.logins.retry_pending()
+                except Exception as e:  # the next round tries again
+                    log.error("domain %s: delayed kinit failed: %s", self.domain.name, e)
+
     async def run(self, ready: Callable[[], None]) -> None:
         path = framing.backend_socket(self.config.daemon.pipes_dir, self.domain.name)
         server = await aio.serve(path, self.handle)
@@ -556,6 +579,11 @@ class BackendService:
             if self.domain.refresh_expired_interval > 0
             else None
         )
+        kinits = (
+            asyncio.create_task(self._delayed_kinits())
+            if self.domain.krb5_store_password_if_offline
+            else None
+        )
         log.info("backend %s ready on %s", self.domain.name, path)
         ready()
         await stop.wait()
@@ -564,8 +592,9 @@ class BackendService:
         syncer.cancel()
         checker.cancel()
         warm_up.cancel()
-        if refresher is not None:
-            refresher.cancel()
+        for task in (refresher, kinits):
+            if task is not None:
+                task.cancel()
         if self._worker is not None:
             self._worker.cancel()
         # Let the request in progress finish its transaction, then close cleanly:

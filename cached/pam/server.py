@@ -22,8 +22,10 @@ ACCT_MGMT                         SUCCESS (``access_provider = permit``, SSSD's 
                                   the other access options are refused at load)
 OPEN_SESSION, CLOSE_SESSION,      SUCCESS (no session provider)
 SETCRED, PREAUTH
-CHAUTHTOK, CHAUTHTOK_PRELIM       PAM_MODULE_UNKNOWN: no password change provider (SSSD
-                                  with ``chpass_provider = none``)
+CHAUTHTOK, CHAUTHTOK_PRELIM       ``chpass_provider = krb5 | ad``: the backend
+                                  (``Op.CHPASS``: kpasswd; PRELIM checks the old
+                                  password); otherwise PAM_MODULE_UNKNOWN (SSSD with
+                                  ``chpass_provider = none``)
 ================================  =====================================================
 
 Every reply carries the domain's name, as SSSD's. The socket is open to every local
@@ -49,8 +51,9 @@ from typing import Any
 
 from cached.cache import Initgroups
 from cached.config import Config
+from cached.config.options import ChpassProvider
 from cached.ipc import aio, framing
-from cached.ipc.ops import AuthReply, AuthRequest, Op
+from cached.ipc.ops import AuthReply, AuthRequest, ChpassReply, ChpassRequest, Op
 from cached.pam import protocol as p
 from cached.pam.protocol import AuthTokType, Command, PamStatus
 from cached.ratelimit import RateLimitedLog
@@ -73,6 +76,10 @@ _SUCCESS_COMMANDS = frozenset(
      Command.PREAUTH}
 )  # fmt: skip
 _CHPASS_COMMANDS = frozenset({Command.CHAUTHTOK, Command.CHAUTHTOK_PRELIM})
+_KERBEROS_CHPASS = (ChpassProvider.KRB5, ChpassProvider.AD)
+# The variable pam_sss puts into the PAM environment for a login's ccache (SSSD's
+# krb5_child sends it as a PAM_ENV_ITEM).
+CCACHE_ENV = "KRB5CCNAME"
 
 
 def public_socket(config: Config) -> str:
@@ -149,6 +156,8 @@ class PamResponder:
         if req.cmd in _SUCCESS_COMMANDS:
             return PamStatus.SUCCESS, []
         if req.cmd in _CHPASS_COMMANDS:
+            if found.domain.chpass_provider in _KERBEROS_CHPASS:
+                return await self._chpass(req, found, uid)
             return PamStatus.MODULE_UNKNOWN, []
         return PamStatus.SYSTEM_ERR, []  # pragma: no cover - the codec serves no other
 
@@ -182,6 +191,42 @@ class PamResponder:
             return PamStatus.AUTHINFO_UNAVAIL, []
         return reply.status, list(self._items(reply))
 
+    async def _chpass(
+        self, req: p.PamRequest, found: Found[Initgroups], uid: int | None
+    ) -> tuple[int, list[p.ReplyItem]]:
+        """A password change by the backend's chpass_provider (the old password in
+        ``authtok``, the new one in ``new_authtok``; PRELIM carries only the old)."""
+        old, new = req.authtok, req.new_authtok
+        if old is None or old.type is not AuthTokType.PASSWORD:
+            return PamStatus.AUTH_ERR, []
+        prelim = req.cmd is Command.CHAUTHTOK_PRELIM
+        if not prelim and (new is None or new.type is not AuthTokType.PASSWORD):
+            return PamStatus.AUTHTOK_ERR, []
+        domain = found.domain
+        user = found.value.user
+        timeout = QUEUE_ALLOWANCE + 3 * (domain.ldap_network_timeout + domain.ldap_opt_timeout)
+        new_secret = None if prelim or new is None else new.secret.reveal()
+        try:
+            raw = await self.backends[domain.name].call(
+                Op.CHPASS, timeout=timeout,
+                **ChpassRequest(user.name, user.dn, old.secret.reveal(), new_secret,
+                                uid).args(),
+            )  # fmt: skip
+            reply = ChpassReply.parse(raw)
+        except (framing.RpcError, ValueError) as e:
+            limited.log(("chpass unavailable", domain.name), logging.WARNING,
+                        "pam: backend %s unavailable for a password change: %s",
+                        domain.name, e)  # fmt: skip
+            return PamStatus.AUTHINFO_UNAVAIL, []
+        items: list[p.ReplyItem] = []
+        if reply.offline:
+            items.append(p.offline_chpass_item())
+        if reply.message:
+            items.append(p.chpass_error_item(reply.message))
+        if reply.ccname and reply.status == PamStatus.SUCCESS:
+            items.append(p.env_item(CCACHE_ENV, reply.ccname))
+        return reply.status, items
+
     def _items(self, reply: AuthReply) -> Iterable[p.ReplyItem]:
         """The user-info an answer carries (PAM reference §1.6, §1.8)."""
         verbosity = self.pam.pam_verbosity
@@ -197,6 +242,8 @@ class PamResponder:
             yield p.expire_warn_item(reply.expires_in)
         if reply.locked:
             yield p.account_expired_item(self.pam.pam_account_locked_message)
+        if reply.ccname and reply.status == PamStatus.SUCCESS:
+            yield p.env_item(CCACHE_ENV, reply.ccname)
 
     # -- connections ---------------------------------------------------------------
 
