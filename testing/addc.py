@@ -132,8 +132,10 @@ class SambaDC(Service):
 
     # -- life cycle ----------------------------------------------------------------
 
-    def provision(self) -> None:
-        """A new domain in the work directory (rfc2307 attributes in the schema)."""
+    def provision(self, services: str = "ldap") -> None:
+        """A new domain in the work directory (rfc2307 attributes in the schema);
+        ``services``: Samba's ``server services`` (``ldap, kdc`` for Kerberos logins,
+        whose ``kdc`` also serves kpasswd on port 464)."""
         if self.conf.exists():
             raise SambaError(f"{self.workdir} is already provisioned")
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +166,8 @@ class SambaDC(Service):
         lines = []
         for line in text.splitlines():
             if line.strip().startswith("server services"):
-                line = "\tserver services = ldap\n\tldap server require strong auth = no"
+                line = (f"\tserver services = {services}\n"
+                        "\tldap server require strong auth = no")
             lines.append(line)
         self.conf.write_text("\n".join(lines) + "\n")
 
