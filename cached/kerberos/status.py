@@ -50,11 +50,13 @@ _STATUS = {
     KDC_ERR_NAME_EXP: ACCT_EXPIRED,  # ERR_ACCOUNT_EXPIRED
     KDC_ERR_KEY_EXP: NEW_AUTHTOK_REQD,  # ERR_CREDS_EXPIRED
     AP_ERR_BAD_INTEGRITY: AUTH_ERR,  # ERR_AUTH_FAILED
-    # ERR_CREDS_INVALID: SSSD answers a wrong password over Kerberos with
-    # PAM_CRED_ERR, not PAM_AUTH_ERR as its LDAP bind does.
-    PROG_ETYPE_NOSUPP: CRED_ERR,
-    PREAUTH_FAILED: CRED_ERR,
-    KDC_ERR_PREAUTH_FAILED: CRED_ERR,
+    # ERR_CREDS_INVALID is PAM_CRED_ERR in krb5_auth_done, a mark for the IPA
+    # provider's password migration that krb5_pam_handler_done turns into
+    # PAM_AUTH_ERR before it leaves the backend: a wrong password is AUTH_ERR
+    # (measured: SSSD 2.8.2 against Samba's KDC).
+    PROG_ETYPE_NOSUPP: AUTH_ERR,
+    PREAUTH_FAILED: AUTH_ERR,
+    KDC_ERR_PREAUTH_FAILED: AUTH_ERR,
 }
 
 _REASONS = {

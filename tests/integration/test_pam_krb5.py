@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() 
 
 SERVICE = "cached-krb5"
 SUCCESS, SYSTEM_ERR, PERM_DENIED, AUTH_ERR = 0, 4, 6, 7
-NEW_AUTHTOK_REQD, CRED_ERR = 12, 17
+NEW_AUTHTOK_REQD, AUTHTOK_ERR = 12, 20
 KLIST = shutil.which("klist") or "/usr/bin/klist"
 UIDS = {name: 30001 + n for n, name in enumerate(sorted(adkrb.PASSWORDS))}
 
@@ -125,14 +125,14 @@ def test_a_password_login_leaves_a_valid_tgt_in_a_ccache_the_user_owns(
     assert "Traceback" not in d.log_text(), d.log_tail()
 
 
-def test_a_wrong_password_is_cred_err_as_sssd(
+def test_a_wrong_password_is_auth_err_as_sssd(
     krb_login: Callable[..., tuple[CachedDaemon, PamEnv]],
 ) -> None:
-    """KDC_ERR_PREAUTH_FAILED is SSSD's ERR_CREDS_INVALID: PAM_CRED_ERR (its LDAP bind
-    says PAM_AUTH_ERR)."""
+    """KDC_ERR_PREAUTH_FAILED: SSSD's ERR_CREDS_INVALID, PAM_AUTH_ERR by the time it
+    leaves its backend."""
     d, env = krb_login()
     codes, penv = login(env, "kbob", "Not-The-Passw0rd")
-    assert codes == [CRED_ERR], d.log_tail()
+    assert codes == [AUTH_ERR], d.log_tail()
     assert "KRB5CCNAME" not in penv
     assert "wrong password (KDC_ERR_PREAUTH_FAILED)" in d.log_text(), d.log_tail()
     codes, _ = login(env, "kbob", adkrb.PASSWORDS["kbob"])
@@ -191,7 +191,7 @@ def test_an_expired_password_is_changed_through_the_pam_stack(
     assert codes == [SUCCESS, SUCCESS], d.log_tail()
     assert klist_as(user, penv["KRB5CCNAME"], "-s").returncode == 0
     codes, _ = login(env, user, old)
-    assert codes == [CRED_ERR], d.log_tail()
+    assert codes == [AUTH_ERR], d.log_tail()
 
 
 def test_offline_login_then_the_tgt_once_the_kdc_is_back(
@@ -226,3 +226,26 @@ def test_offline_login_then_the_tgt_once_the_kdc_is_back(
         time.sleep(0.5)
     assert f"krbtgt/{adkrb.REALM}@{adkrb.REALM}" in klist_as(user, ccname).stdout
     assert "logged in offline, is now in" in d.log_text(), d.log_tail()
+
+
+def test_a_change_the_server_refuses_shows_its_reason_and_a_wrong_old_password_fails(
+    krb_login: Callable[..., tuple[CachedDaemon, PamEnv]],
+) -> None:
+    """A user's own chauthtok (pam_sss asks the current password first): a new password
+    the domain's policy refuses is PAM_AUTHTOK_ERR with the kpasswd server's own text
+    (Samba's; SSSD shows it as well); a wrong current password is
+    PAM_SYSTEM_ERR with "Old password not accepted." (SSSD's changepw_child). The
+    password is unchanged."""
+    d, env = krb_login()
+    user, password = "kerin", adkrb.PASSWORDS["kerin"]
+    res = env.drive(SERVICE, user, ["chauthtok"], answers=[password, "short", "short"],
+                    as_user=True)  # fmt: skip
+    assert res.codes == [AUTHTOK_ERR], (res, d.log_tail())
+    assert ("Password change failed. Server message: Password too short, password must be "
+            "at least 7 characters long.") in res["chauthtok"].infos, res  # fmt: skip
+    res = env.drive(SERVICE, user, ["chauthtok"], answers=["Not-The-Passw0rd"], as_user=True)
+    assert res.codes == [SYSTEM_ERR], (res, d.log_tail())
+    assert ("Password change failed. Server message: Old password not accepted."
+            in res["chauthtok"].infos), res
+    codes, _ = login(env, user, password)
+    assert codes == [SUCCESS, SUCCESS], d.log_tail()
