@@ -14,7 +14,8 @@ the user. Blocking: it runs on the backend's login thread.
   with the new TGT and accepted with the keytab's key (GSSAPI, as
   ``krb5_verify_init_creds`` does with ``ap_req_nofail``). Only the real KDC knows the
   host's key, so a KDC that answered for the user's password without knowing it (a
-  rogue one, or a spoofed answer) logs no one in: PAM_SYSTEM_ERR, as SSSD's.
+  rogue one, or a spoofed answer) logs no one in: PAM_AUTH_ERR for a ticket the key
+  does not decrypt, PAM_SYSTEM_ERR for a keytab without a key to try, as SSSD's.
 """
 
 from __future__ import annotations
@@ -130,16 +131,19 @@ def validation_principal(ctx: krb5.Context, keytab: str, realm: str) -> str:
     return last
 
 
-def validate(ctx: krb5.Context, settings: Settings, creds: krb5.Creds) -> str:
-    """"" when the TGT ``creds`` is vouched for by the keytab, else why not."""
+def validate(ctx: krb5.Context, settings: Settings, creds: krb5.Creds) -> tuple[int, str]:
+    """``(0, "")`` when the TGT ``creds`` is vouched for by the keytab, else the
+    libkrb5 error code (0 when there is none) and why not."""
     realm = (creds.client.name or b"").decode("utf-8", "replace").rpartition("@")[2]
     keytab = settings.keytab or krb5.kt_default_name(ctx).decode()
     if keytab.startswith("FILE:"):
         keytab = keytab[5:]
     try:
         service = validation_principal(ctx, keytab, realm)
-    except (krb5.Krb5Error, LookupError, OSError) as e:
-        return f"cannot read the keytab {keytab}: {e}"
+    except krb5.Krb5Error as e:
+        return e.err_code, f"cannot read the keytab {keytab}: {e}"
+    except (LookupError, OSError) as e:
+        return 0, f"cannot read the keytab {keytab}: {e}"
     mem = b"MEMORY:cached-validate-" + secrets.token_hex(8).encode()
     cc = krb5.cc_resolve(ctx, mem)
     try:
@@ -156,10 +160,12 @@ def validate(ctx: krb5.Context, settings: Settings, creds: krb5.Creds) -> str:
         actx = gssapi.SecurityContext(creds=acceptor, usage="accept")
         actx.step(token)
         if not actx.complete:
-            return f"the ticket for {service} was not accepted"
-        return ""
+            return 0, f"the ticket for {service} was not accepted"
+        return 0, ""
     except gssapi.raw.GSSError as e:
-        return f"a ticket for {service} was not accepted with the keytab {keytab}: {e}"
+        # The minor status is libkrb5's error code (unsigned 32 bits).
+        minor = e.min_code - (1 << 32) if e.min_code >= (1 << 31) else e.min_code
+        return minor, f"a ticket for {service} was not accepted with the keytab {keytab}: {e}"
     finally:
         krb5.cc_destroy(ctx, cc)
 
@@ -190,9 +196,13 @@ def save(ctx: krb5.Context, settings: Settings, user: User, principal: str,
     """Validate ``creds`` when asked, then write them to the user's ccache
     (``ccname``, or a new one the template names)."""
     if settings.validate:
-        why = validate(ctx, settings, creds)
+        code, why = validate(ctx, settings, creds)
         if why:
-            return Result(st.SYSTEM_ERR, reason=f"TGT validation failed: {why}")
+            # SSSD maps validate_tgt's error as any other (map_krb5_error): a ticket the
+            # keytab's key cannot decrypt is KRB5KRB_AP_ERR_BAD_INTEGRITY, PAM_AUTH_ERR;
+            # a keytab without the key, PAM_SYSTEM_ERR.
+            return Result(st.verdict(code).status if code else st.SYSTEM_ERR,
+                          reason=f"TGT validation failed: {why}")  # fmt: skip
     name = ccname or template_name(settings, user, principal)
 
     def fill(staged: str) -> None:
