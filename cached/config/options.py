@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 
 from cached.config.errors import ConfigError
 from cached.config.parsers import (
+    RESPONSE_FILTER_DEFAULTS,
     boolean,
     ccname_template,
     closed,
@@ -30,6 +31,7 @@ from cached.config.parsers import (
     not_supported,
     one_char,
     provider,
+    response_filter,
     search_base,
     search_filter,
     str_list,
@@ -366,10 +368,11 @@ class PamConfig:
         "0 = until the next online login.",
     )
     pam_response_filter: list[str] = option(
-        str_list,
-        [],
+        response_filter,
+        list(RESPONSE_FILTER_DEFAULTS),
         "Environment items not to send to the client (SSSD's `ENV`, `ENV:NAME`, "
-        "`ENV:NAME:service`); cached sends none yet.",
+        "`ENV:NAME:service`); items all prefixed `+`/`-` add to or remove from the "
+        "default, which keeps KRB5CCNAME from sudo and sudo-i.",
     )
     pam_account_locked_message: str = option(
         string,

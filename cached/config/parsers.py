@@ -62,6 +62,30 @@ def krb5_delta(raw: str) -> int:
     return sum(int(n) * _DELTA_UNITS[u] for n, u in re.findall(r"(\d+)([smhd])", text))
 
 
+# SSSD's pam_response_filter when unset (pamsrv_cmd.c filter_responses): a ccache
+# name is not handed to sudo's PAM stack.
+RESPONSE_FILTER_DEFAULTS = ("ENV:KRB5CCNAME:sudo", "ENV:KRB5CCNAME:sudo-i")
+
+
+def response_filter(raw: str) -> list[str]:
+    """``pam_response_filter``: replaces SSSD's defaults, or, when every item starts
+    with ``+`` or ``-``, adds to them or removes from them (SSSD's mod_defaults_list)."""
+    items = str_list(raw)
+    prefixed = [i[0] in "+-" for i in items]
+    if any(prefixed) and not all(prefixed):
+        raise ValueError("either every item starts with + or -, or none does (SSSD's rule)")
+    if items and not any(prefixed):
+        return items
+    out = list(RESPONSE_FILTER_DEFAULTS)
+    for item in items:
+        name = item[1:].strip()
+        if item[0] == "+" and name not in out:
+            out.append(name)
+        elif item[0] == "-" and name in out:
+            out.remove(name)
+    return out
+
+
 def ccname_template(raw: str) -> str:
     """``krb5_ccname_template``: an absolute ``FILE:`` path with only the expansions
     cached makes (``cached/kerberos/ccache.py``: ``%u %U %p %r %h %d %%``)."""

@@ -77,6 +77,9 @@ _SUCCESS_COMMANDS = frozenset(
 )  # fmt: skip
 _CHPASS_COMMANDS = frozenset({Command.CHAUTHTOK, Command.CHAUTHTOK_PRELIM})
 _KERBEROS_CHPASS = (ChpassProvider.KRB5, ChpassProvider.AD)
+_ENV_ITEMS = frozenset(
+    {p.ResponseType.PAM_ENV_ITEM, p.ResponseType.ENV_ITEM, p.ResponseType.ALL_ENV_ITEM}
+)
 # The variable pam_sss puts into the PAM environment for a login's ccache (SSSD's
 # krb5_child sends it as a PAM_ENV_ITEM).
 CCACHE_ENV = "KRB5CCNAME"
@@ -129,6 +132,7 @@ class PamResponder:
                     self.logins_refused += 1
                 log.debug("pam: %s of %r (service %r, uid %s): status %d",
                          p.command_name(req.cmd), req.user, req.service, uid, status)  # fmt: skip
+            items = [i for i in items if not self._filtered(i, req.service)]
             return p.pam_reply(req.cmd, status, [p.domain_name_item(domain), *items])
 
     async def _resolve(self, name: str) -> Found[Initgroups] | None:
@@ -226,6 +230,24 @@ class PamResponder:
         if reply.ccname and reply.status == PamStatus.SUCCESS:
             items.append(p.env_item(CCACHE_ENV, reply.ccname))
         return reply.status, items
+
+    def _filtered(self, item: p.ReplyItem, service: str) -> bool:
+        """Whether ``pam_response_filter`` keeps ``item`` (an environment item) from
+        the client: ``ENV`` every one, ``ENV:NAME`` that variable, ``ENV:NAME:service``
+        that variable for that PAM service only (SSSD's filter_responses_env)."""
+        if item.type not in _ENV_ITEMS:
+            return False
+        name = item.data.split(b"=", 1)[0].decode("utf-8", "replace")
+        for rule in self.pam.pam_response_filter:
+            kind, _, rest = rule.partition(":")
+            if kind != "ENV":
+                continue
+            var, _, svc = rest.partition(":")
+            if svc and svc != service:
+                continue
+            if not var or var == name:
+                return True
+        return False
 
     def _items(self, reply: AuthReply) -> Iterable[p.ReplyItem]:
         """The user-info an answer carries (PAM reference §1.6, §1.8)."""

@@ -250,3 +250,16 @@ def test_a_change_the_server_refuses_shows_its_reason_and_a_wrong_old_password_f
             in res["chauthtok"].infos), res
     codes, _ = login(env, user, password)
     assert codes == [SUCCESS, SUCCESS], d.log_tail()
+
+
+def test_sudo_is_not_handed_the_ccache_by_default(
+    krb_login: Callable[..., tuple[CachedDaemon, PamEnv]],
+) -> None:
+    """SSSD's default pam_response_filter (ENV:KRB5CCNAME:sudo, ENV:KRB5CCNAME:sudo-i):
+    sudo's PAM stack authenticates the user, but does not get the ccache's name."""
+    d, _ = krb_login()
+    env = d.pam_env({"sudo": service_file(), SERVICE: service_file()})
+    res = env.drive("sudo", "kalice", ["authenticate"], answers=[adkrb.PASSWORDS["kalice"]])
+    assert res.codes == [SUCCESS] and "KRB5CCNAME" not in res.env, (res, d.log_tail())
+    res = env.drive(SERVICE, "kalice", ["authenticate"], answers=[adkrb.PASSWORDS["kalice"]])
+    assert res.codes == [SUCCESS] and "KRB5CCNAME" in res.env, (res, d.log_tail())

@@ -112,3 +112,15 @@ def test_passwords_stay_out_of_reprs_and_replies_round_trip() -> None:
     assert ChpassReply.parse(reply.fields()) == reply
     auth = AuthReply(0, ccname="FILE:/tmp/krb5cc_1_abcdef")
     assert AuthReply.parse(auth.fields()).ccname == "FILE:/tmp/krb5cc_1_abcdef"
+
+
+def test_the_response_filter_is_sssds() -> None:
+    from cached.config.parsers import RESPONSE_FILTER_DEFAULTS, response_filter
+
+    assert response_filter("") == list(RESPONSE_FILTER_DEFAULTS)
+    assert response_filter("ENV") == ["ENV"]
+    assert response_filter("-ENV:KRB5CCNAME:sudo, +ENV:KRB5CCNAME:su") == [
+        "ENV:KRB5CCNAME:sudo-i", "ENV:KRB5CCNAME:su"
+    ]  # fmt: skip
+    with pytest.raises(ValueError):
+        response_filter("ENV:X, +ENV:Y")
