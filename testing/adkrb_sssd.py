@@ -71,6 +71,7 @@ def _inner(spec: dict[str, Any]) -> dict[str, Any]:
                 "codes": r.codes,
                 "env": r.env,
                 "infos": [i for c in r.calls for i in c.infos],
+                "seconds": r.seconds,
             }
     return out
 

@@ -123,6 +123,11 @@ def test_a_password_login_leaves_a_valid_tgt_in_a_ccache_the_user_owns(
     # Validated against the keytab before it was stored.
     assert "TGT validation failed" not in d.log_text()
     assert "Traceback" not in d.log_text(), d.log_tail()
+    # The password is in no log (debug level) and no file of the daemon's.
+    secret = adkrb.PASSWORDS["kalice"].encode()
+    for f in d.workdir.rglob("*"):
+        if f.is_file():
+            assert secret not in f.read_bytes(), f
 
 
 def test_a_wrong_password_is_auth_err_as_sssd(
@@ -227,6 +232,10 @@ def test_offline_login_then_the_tgt_once_the_kdc_is_back(
         time.sleep(0.5)
     assert f"krbtgt/{adkrb.REALM}@{adkrb.REALM}" in klist_as(user, ccname).stdout
     assert "logged in offline, is now in" in d.log_text(), d.log_tail()
+    # Held in memory only: in no log and no file.
+    for f in d.workdir.rglob("*"):
+        if f.is_file():
+            assert password.encode() not in f.read_bytes(), f
 
 
 def test_a_change_the_server_refuses_shows_its_reason_and_a_wrong_old_password_fails(
