@@ -26,6 +26,15 @@ ACCEPTED_UNUSED = frozenset(
         "autofs_provider",
         "selinux_provider",
         "krb5_server",
+        # The KDCs and kpasswd servers are krb5.conf's; the principal is name@REALM
+        # (docs/compatibility.md, "Kerberos logins").
+        "krb5_backup_server",
+        "krb5_kpasswd",
+        "krb5_backup_kpasswd",
+        "krb5_use_kdcinfo",
+        "krb5_use_enterprise_principal",
+        "krb5_canonicalize",
+        "krb5_auth_timeout",
         "ldap_tls_reqsan",
         "ldap_pwd_policy",
         "ldap_chpass_uri",
