@@ -18,10 +18,13 @@ namespace (:mod:`testing.pamenv`) as ``python -I pamdriver.py SPEC``. ``SPEC`` i
      "uid": 65534}                     # optional: drop to this uid/gid before pam_start
 
 and it prints one JSON object: ``{"start": rc, "results": [{"op", "rc", "error",
-"messages": [[style, text], ...]}, ...], "unanswered": n, "seconds": s}``, where ``seconds``
+"messages": [[style, text], ...]}, ...], "unanswered": n, "seconds": s, "env":
+["NAME=value", ...]}`` (``env``: ``pam_getenvlist`` after the last call, what the
+modules put there, such as pam_sss's KRB5CCNAME), where ``seconds``
 is the wall time from ``pam_start`` to the return of ``pam_end`` (the transaction alone,
 without the interpreter's start-up or the namespace set-up). Like pamtester it stops after
-the first call that fails. Styles are PAM's: 1 PROMPT_ECHO_OFF, 2 PROMPT_ECHO_ON,
+the first call that fails, except acct_mgmt's NEW_AUTHTOK_REQD right before a
+chauthtok, which goes on as ``login`` does. Styles are PAM's: 1 PROMPT_ECHO_OFF, 2 PROMPT_ECHO_ON,
 3 ERROR_MSG, 4 TEXT_INFO. Prompts are recorded, answers are not.
 """
 
@@ -37,6 +40,7 @@ from typing import Any, Final
 
 PAM_SUCCESS: Final = 0
 PAM_CONV_ERR: Final = 19
+PAM_NEW_AUTHTOK_REQD: Final = 12
 PAM_BUF_ERR: Final = 5
 PROMPT_ECHO_OFF: Final = 1
 PROMPT_ECHO_ON: Final = 2
@@ -90,6 +94,8 @@ class Driver:
         lp.pam_strerror.restype = ctypes.c_char_p
         lp.pam_strerror.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lp.pam_end.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lp.pam_getenvlist.restype = ctypes.POINTER(ctypes.c_void_p)
+        lp.pam_getenvlist.argtypes = [ctypes.c_void_p]
         for op in OPS:
             getattr(lp, f"pam_{op}").argtypes = [ctypes.c_void_p, ctypes.c_int]
         self.answers = list(answers)
@@ -123,6 +129,31 @@ class Driver:
         resp[0] = replies
         return PAM_SUCCESS
 
+    @staticmethod
+    def _changes_next(ops: list[Any], op: Any, rc: int) -> bool:
+        """acct_mgmt's NEW_AUTHTOK_REQD followed by chauthtok goes on, as login and
+        sshd do: the change runs in the same transaction (pam_sss asks root for the
+        old password only there, where authenticate left its must-change mark)."""
+        if rc != PAM_NEW_AUTHTOK_REQD or op not in ("acct_mgmt", ["acct_mgmt", 0]):
+            return False
+        i = ops.index(op)
+        nxt = ops[i + 1] if i + 1 < len(ops) else None
+        return nxt == "chauthtok" or (isinstance(nxt, list) and nxt[0] == "chauthtok")
+
+    def _env(self, pamh: ctypes.c_void_p) -> list[str]:
+        """The PAM environment (pam_getenvlist), its copies freed."""
+        lst = self.libpam.pam_getenvlist(pamh)
+        out: list[str] = []
+        if not lst:
+            return out
+        i = 0
+        while lst[i]:
+            out.append(ctypes.string_at(lst[i]).decode("utf-8", "replace"))
+            self.libc.free(lst[i])
+            i += 1
+        self.libc.free(lst)
+        return out
+
     def run(self, spec: dict[str, Any]) -> dict[str, Any]:
         conv = PamConv(self.conv_func, None)
         pamh = ctypes.c_void_p()
@@ -149,8 +180,9 @@ class Driver:
                 out["results"].append(
                     {"op": name, "rc": last, "error": error, "messages": self.messages[before:]}
                 )
-                if last != PAM_SUCCESS:
+                if last != PAM_SUCCESS and not self._changes_next(spec["ops"], op, last):
                     break
+            out["env"] = self._env(pamh)
         finally:
             self.libpam.pam_end(pamh, last)
             out["seconds"] = time.perf_counter() - start

@@ -200,7 +200,8 @@ class Call:
 class DriverResult:
     """What :mod:`testing.pamdriver` reported: ``start`` (pam_start's code), ``calls``
     (stops after the first failure, like pamtester), ``unanswered`` answers and
-    ``seconds``, the transaction's wall time from pam_start to pam_end."""
+    ``seconds``, the transaction's wall time from pam_start to pam_end; ``env``, the PAM
+    environment after the last call (pam_getenvlist)."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         self.start: int = raw["start"]
@@ -210,6 +211,9 @@ class DriverResult:
         ]
         self.unanswered: int = raw.get("unanswered", 0)
         self.seconds: float = raw.get("seconds", 0.0)
+        self.env: dict[str, str] = dict(
+            e.split("=", 1) for e in raw.get("env", []) if "=" in e
+        )
 
     def __getitem__(self, op: str) -> Call:
         for call in self.calls:

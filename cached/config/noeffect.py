@@ -15,19 +15,28 @@ from __future__ import annotations
 _LOGGING = "logging only: cached logs through its own --log-level"
 _TUNING = "how SSSD's processes run, not what they answer"
 _KERBEROS = (
-    "Kerberos: cached neither binds with GSSAPI (ldap_sasl_mech refuses it) nor "
-    "authenticates with krb5 (auth_provider = ldap binds as the user)"
+    "Kerberos details cached leaves to MIT krb5 and krb5.conf (the KDCs, the replay "
+    "cache, the realm's spelling, the host ticket's lifetime): the host's GSSAPI bind "
+    "always takes its TGT from ldap_krb5_keytab as ldap_sasl_authid, and logins "
+    "(auth_provider = krb5 | ad) ask krb5.conf's KDCs; no passwd or group answer "
+    "depends on it"
 )
-_CHPASS = "password changes, which cached does not offer (chpass_provider)"
+_CHPASS = (
+    "DNS discovery of the password change servers (`_srv_`), which cached does not do: "
+    "ldap_chpass_uri names them (the lookup servers when unset)"
+)
 _SUBDOMAINS = "trusted subdomains, which cached does not serve (only the domains listed)"
 _OTHER_MAPS = (
-    "a map cached does not serve over NSS (hosts, services, networks, netgroups, sudo, "
-    "autofs, ssh keys): its lookups are never asked of cached's socket"
+    "a map cached does not serve (hosts, services, networks, autofs, SSH host keys): "
+    "its lookups are never asked of cached's sockets"
 )
 _PROXY = "id_provider = proxy, which cached refuses"
 _AD_PROVIDER = (
-    "id_provider = ad (and access_provider = ad), which cached refuses: an AD domain is "
-    "read with id_provider = ldap and ldap_schema = ad"
+    "an AD provider setting that changes no answer cached gives: it serves the one "
+    "domain of the section (no other enabled domains, no remote domain-local groups), "
+    "renews no machine password (keep `adcli update` in a timer), reads the DCs over a "
+    "sealed GSSAPI session instead of LDAPS, and ad_access_filter belongs to "
+    "access_provider = ad"
 )
 _ACCESS_ONLY = (
     "read only by access_provider = ldap (ldap_access_order) or ldap_pwd_policy checks "

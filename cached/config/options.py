@@ -20,18 +20,22 @@ from typing import Any, TypeVar, cast
 from cached.config.errors import ConfigError
 from cached.config.gpomap import DEFAULT_MAPS, GpoMode, GpoRight, map_items
 from cached.config.parsers import (
+    RESPONSE_FILTER_DEFAULTS,
     NotSupported,
     authz_filter,
     boolean,
+    ccname_template,
     closed,
     domain_sid,
     homedir_template,
     integer,
+    krb5_delta,
     name_format,
     name_regex,
     not_supported,
     one_char,
     provider,
+    response_filter,
     search_base,
     search_filter,
     space_list,
@@ -89,6 +93,8 @@ class AuthProvider(enum.StrEnum):
     also ``chpass_provider``: who changes them (SSSD's default is the auth provider)."""
 
     LDAP = "ldap"
+    KRB5 = "krb5"
+    AD = "ad"  # krb5 with AD's defaults: realm from ad_domain, krb5_validate = true
     NONE = "none"
 
 
@@ -181,6 +187,18 @@ class ExpirePolicy(enum.StrEnum):
     IPA = "ipa"
     DS389 = "389ds"
     NDS = "nds"
+
+
+class ChpassProvider(enum.StrEnum):
+    """``chpass_provider``: who changes passwords (SSSD's default is auth_provider)."""
+
+    LDAP = "ldap"
+    KRB5 = "krb5"
+    AD = "ad"
+    NONE = "none"
+
+
+KERBEROS_PROVIDERS = (AuthProvider.KRB5, AuthProvider.AD)
 
 
 # SSSD's responders (sssd.conf(5) ``services``): cached runs ``nss`` always, ``pam``
@@ -473,10 +491,11 @@ class PamConfig:
         "0 = until the next online login.",
     )
     pam_response_filter: list[str] = option(
-        str_list,
-        [],
+        response_filter,
+        list(RESPONSE_FILTER_DEFAULTS),
         "Environment items not to send to the client (SSSD's `ENV`, `ENV:NAME`, "
-        "`ENV:NAME:service`); cached sends none yet.",
+        "`ENV:NAME:service`); items all prefixed `+`/`-` add to or remove from the "
+        "default, which keeps KRB5CCNAME from sudo and sudo-i.",
     )
     pam_account_locked_message: str = option(
         string,
@@ -600,7 +619,10 @@ class DomainConfig:
         "SSSD uses for other domains of the forest and universal groups across them).",
     )
     krb5_realm: str = computed(
-        string, "Kerberos realm of the host's principal.", "ad_domain in upper case"
+        string,
+        "Kerberos realm of the host's principal and of the users' (`name@REALM`, "
+        "auth_provider = krb5 | ad); the KDCs are krb5.conf's.",
+        "ad_domain in upper case",
     )
     ldap_krb5_keytab: str = option(
         string, "/etc/krb5.keytab", "Keytab of the host's principal (GSSAPI binds)."
@@ -730,7 +752,40 @@ class DomainConfig:
         AuthProvider.LDAP,
         "Who checks passwords (PAM): `ldap` binds as the user's DN, over TLS only "
         "(`ldaps://`, or StartTLS, which a login runs on `ldap://` whatever "
-        "`ldap_id_use_start_tls` says); `none` refuses every password.",
+        "`ldap_id_use_start_tls` says); `krb5` gets the user's TGT from the KDC "
+        "(validated with `krb5_validate`) into the ccache krb5_ccname_template names; "
+        "`ad` is `krb5` with AD's defaults; `none` refuses every password.",
+    )
+    krb5_keytab: str = option(
+        string, "", "The host keytab `krb5_validate` checks TGTs with.", "/etc/krb5.keytab"
+    )
+    krb5_validate: bool = computed(
+        boolean,
+        "Validate each login's TGT: a ticket for the keytab's host principal, accepted "
+        "with its key, so that a KDC that does not know the host's key (a rogue one) "
+        "logs no one in.",
+        "false; true with auth_provider = ad",
+    )
+    krb5_ccname_template: str = option(
+        ccname_template,
+        "FILE:%d/krb5cc_%U_XXXXXX",
+        "The user's ccache, handed to the PAM stack as KRB5CCNAME: `FILE:` only; `%u` "
+        "login name, `%U` uid, `%p` principal, `%r` realm, `%h` home, `%d` "
+        "krb5_ccachedir; a trailing `XXXXXX` is made unique.",
+    )
+    krb5_ccachedir: str = option(string, "/tmp", "What `%d` in krb5_ccname_template is.")
+    krb5_lifetime: int = option(
+        krb5_delta, 0, "TGT lifetime asked for (`s`, `m`, `h`, `d`).", "krb5.conf's"
+    )
+    krb5_renewable_lifetime: int = option(
+        krb5_delta, 0, "Renewable lifetime asked for (`s`, `m`, `h`, `d`).", "krb5.conf's"
+    )
+    krb5_store_password_if_offline: bool = option(
+        boolean,
+        False,
+        "After an offline login (cached credentials), keep the password in the "
+        "backend's memory and get the user's TGT into the login's ccache once a KDC "
+        "answers again.",
     )
     cache_credentials: bool = option(
         boolean,
@@ -738,12 +793,13 @@ class DomainConfig:
         "Keep a SHA-512-crypt hash of each password an online login accepted, for "
         "logins while the servers are unreachable.",
     )
-    chpass_provider: AuthProvider = computed(
-        closed(AuthProvider),
+    chpass_provider: ChpassProvider = computed(
+        closed(ChpassProvider),
         "Who changes passwords (PAM `passwd`): `ldap` binds as the user (over TLS, on "
-        "`ldap_chpass_uri`) and changes the password as the user; `none` refuses every "
-        "change (PAM_MODULE_UNKNOWN).",
-        "auth_provider",
+        "`ldap_chpass_uri`) and changes the password as the user; `krb5` and `ad` through "
+        "the KDC's kpasswd service (RFC 3244) with the user's old password; `none` "
+        "refuses every change (PAM_MODULE_UNKNOWN).",
+        "auth_provider's",
     )
     ldap_chpass_uri: list[str] = option(
         uri_list, [], "Servers for password changes, tried in order.", "ldap_uri"

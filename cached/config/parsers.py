@@ -47,6 +47,62 @@ def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int
     return parse
 
 
+_DELTA_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def krb5_delta(raw: str) -> int:
+    """A Kerberos time span as SSSD's ``krb5_lifetime`` takes it: seconds, or numbers
+    each followed by ``s``, ``m``, ``h`` or ``d`` (``1d12h``)."""
+    text = raw.strip().lower()
+    if text.isdigit():
+        return int(text)
+    m = re.fullmatch(r"(?:\d+[smhd])+", text)
+    if not m:
+        raise ValueError("expected seconds, or numbers with s, m, h or d (e.g. 10h, 1d12h)")
+    return sum(int(n) * _DELTA_UNITS[u] for n, u in re.findall(r"(\d+)([smhd])", text))
+
+
+# SSSD's pam_response_filter when unset (pamsrv_cmd.c filter_responses): a ccache
+# name is not handed to sudo's PAM stack.
+RESPONSE_FILTER_DEFAULTS = ("ENV:KRB5CCNAME:sudo", "ENV:KRB5CCNAME:sudo-i")
+
+
+def response_filter(raw: str) -> list[str]:
+    """``pam_response_filter``: replaces SSSD's defaults, or, when every item starts
+    with ``+`` or ``-``, adds to them or removes from them (SSSD's mod_defaults_list)."""
+    items = str_list(raw)
+    prefixed = [i[0] in "+-" for i in items]
+    if any(prefixed) and not all(prefixed):
+        raise ValueError("either every item starts with + or -, or none does (SSSD's rule)")
+    if items and not any(prefixed):
+        return items
+    out = list(RESPONSE_FILTER_DEFAULTS)
+    for item in items:
+        name = item[1:].strip()
+        if item[0] == "+" and name not in out:
+            out.append(name)
+        elif item[0] == "-" and name in out:
+            out.remove(name)
+    return out
+
+
+def ccname_template(raw: str) -> str:
+    """``krb5_ccname_template``: an absolute ``FILE:`` path with only the expansions
+    cached makes (``cached/kerberos/ccache.py``: ``%u %U %p %r %h %d %%``)."""
+    template = raw.strip()
+    if not template.startswith("FILE:"):
+        raise ValueError(
+            "cached writes FILE: caches only (DIR:, KEYRING: and KCM: are not implemented)"
+        )
+    for m in re.finditer(r"%(.?)", template):
+        if m.group(1) not in tuple("uUprhd%"):
+            raise ValueError(f"unknown expansion {m.group(0)!r} (known: %u %U %p %r %h %d %%)")
+    path = template[5:]
+    if not (path.startswith("/") or path.startswith("%d") or path.startswith("%h")):
+        raise ValueError("the path must be absolute")
+    return template
+
+
 def string(raw: str) -> str:
     return raw.strip()
 

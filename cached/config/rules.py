@@ -12,7 +12,15 @@ from typing import Any
 from cached.config.errors import ConfigError
 from cached.config.gpomap import GpoRight, service_table
 from cached.config.ini import Ini
-from cached.config.options import DOMAIN_OPTIONS, AccessProvider, AccessRule, CaseSensitive, Schema
+from cached.config.options import (
+    DOMAIN_OPTIONS,
+    AccessProvider,
+    AccessRule,
+    AuthProvider,
+    CaseSensitive,
+    ChpassProvider,
+    Schema,
+)
 
 # SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
 # gen_ad2008r2_group_map, gen_ad_attr_map), declared with each option (``ad=``): used for
@@ -50,16 +58,15 @@ def complete_domain(ini: Ini, sname: str, vals: dict[str, Any], warnings: list[s
         "entry_cache_netgroup_timeout",
     ):
         vals.setdefault(timeout, vals["entry_cache_timeout"])
-    # SSSD's chpass_provider defaults to the auth provider (dp_targets.c), and the
-    # chpass servers to the lookup ones (ldap_init.c: no chpass service of its own).
-    vals.setdefault("chpass_provider", vals["auth_provider"])
-    # ldap_chpass_backup_uri counts only beside ldap_chpass_uri (ldap_common.c
+    _refresh_ahead_defaults(vals)
+    _kerberos_defaults(ini, sname, vals, given, warnings)
+    _login_defaults(ini, sname, vals, given)
+    # The chpass servers default to the lookup ones (ldap_init.c: no chpass service of
+    # its own); ldap_chpass_backup_uri counts only beside ldap_chpass_uri (ldap_common.c
     # sdap_service_init for the chpass service).
     if not vals["ldap_chpass_uri"]:
         vals["ldap_chpass_uri"] = list(vals["ldap_uri"])
         vals["ldap_chpass_backup_uri"] = list(vals["ldap_backup_uri"])
-    _refresh_ahead_defaults(vals)
-    _kerberos_defaults(ini, sname, vals, given, warnings)
     _schema_defaults(ini.where(sname), sname, vals, given, warnings)
     if "ldap_member_rdn_shortcut" in given:
         warnings.append(
@@ -178,6 +185,24 @@ def ad_uri(server: str) -> str:
     ``ldap://_srv_`` for the client to expand."""
     server = server.strip()
     return f"ldap://{server.lower()}" if "://" not in server else server
+
+
+def _login_defaults(ini: Ini, sname: str, vals: dict[str, Any], given: dict[str, str]) -> None:
+    """SSSD's: auth_provider is id_provider's (dp_targets.c), chpass_provider is
+    auth_provider's, and the AD provider validates TGTs and takes its realm from
+    ad_domain (ad_opts.c, ad_common.c)."""
+    if "auth_provider" not in given and vals["id_provider"] == "ad":
+        vals["auth_provider"] = AuthProvider.AD
+    auth = vals["auth_provider"]
+    vals.setdefault("chpass_provider", ChpassProvider(str(auth)))
+    vals.setdefault("krb5_validate", auth == AuthProvider.AD)
+    if auth == AuthProvider.AD and not vals["krb5_realm"]:
+        if not vals["ad_domain"]:
+            raise ConfigError(
+                f"{ini.where(sname, 'auth_provider')}: [{sname}] auth_provider = ad needs "
+                "ad_domain (or krb5_realm): the realm of the users' principals"
+            )
+        vals["krb5_realm"] = vals["ad_domain"].upper()
 
 
 def _refresh_ahead_defaults(vals: dict[str, Any]) -> None:

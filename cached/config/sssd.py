@@ -27,8 +27,15 @@ ACCEPTED_UNUSED = frozenset(
         "krb5_server",
         # realmd's own record of how it joined (`realm list` reads it).
         "realmd_tags",
-        # Kerberos logins (auth_provider = ad/krb5) keep the password to kinit later.
-        "krb5_store_password_if_offline",
+        # The KDCs and kpasswd servers are krb5.conf's; the principal is name@REALM
+        # (docs/compatibility.md, "Kerberos logins").
+        "krb5_backup_server",
+        "krb5_kpasswd",
+        "krb5_backup_kpasswd",
+        "krb5_use_kdcinfo",
+        "krb5_use_enterprise_principal",
+        "krb5_canonicalize",
+        "krb5_auth_timeout",
         "ldap_tls_reqsan",
         "timeout",
         "account_cache_expiration",
@@ -66,6 +73,11 @@ def _is_unset(raw: str) -> bool:
 
 
 UNSUPPORTED: dict[str, Unsupported] = {
+    "krb5_renew_interval": Unsupported(
+        lambda raw: _is_unset(raw) or raw.strip() in ("0", "0s"),
+        "cached does not renew users' tickets in the background yet: each login gets a "
+        "new TGT (renewable for krb5_renewable_lifetime, so `kinit -R` works); remove it",
+    ),
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,
         "cached lists only the members that the directory's users resolve to; remove it",

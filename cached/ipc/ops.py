@@ -119,6 +119,10 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _text(v: object) -> str:
+    return v if isinstance(v, str) else ""
+
+
 @dataclass(frozen=True, slots=True)
 class LookupRequest:
     """Refresh one object; ``uid`` is the NSS client's (SO_PEERCRED), None when unknown
@@ -292,7 +296,8 @@ class AuthReply:
     ``offline``: answered from cached credentials, ``expiry`` then says when they stop
     working (0: never); ``delayed_until``: offline logins refused until then (failed
     attempts); ``expires_in``/``grace``: the server's password policy; ``locked``: the
-    server said the account is locked."""
+    server said the account is locked; ``ccname``: the Kerberos ccache the login
+    wrote (KRB5CCNAME for the PAM stack), or ""."""
 
     status: int
     offline: bool = False
@@ -303,9 +308,11 @@ class AuthReply:
     locked: bool = False
     online: bool = True  # the domain's state after it (DomainStateNote)
     retry_in: float = 0.0
+    ccname: str = ""
 
     def fields(self) -> dict[str, Any]:
         return {
+            "ccname": self.ccname,
             "status": self.status,
             "offline": self.offline,
             "expiry": self.expiry,
@@ -337,6 +344,7 @@ class AuthReply:
             bool(reply.get("locked")),
             bool(reply.get("online", True)),
             float(reply.get("retry_in") or 0.0),
+            _text(reply.get("ccname")),
         )
 
 
@@ -379,16 +387,18 @@ class ChpassReply:
     """How a password check or change went: ``status`` a PAM status (0 done, 7 old
     password wrong, 9 no server: offline, 12 the new password refused by the
     server's policy, 20 refused otherwise, 28 no chpass provider); ``message``: the
-    text of a CHPASS_ERROR user-info (None: none)."""
+    text of a CHPASS_ERROR user-info (None: none); ``ccname``: the Kerberos ccache of
+    the TGT got with the new password (chpass_provider = krb5 | ad), or ""."""
 
     status: int
     message: str | None = None
     online: bool = True
     retry_in: float = 0.0
+    ccname: str = ""
 
     def fields(self) -> dict[str, Any]:
         return {"status": self.status, "message": self.message, "online": self.online,
-                "retry_in": self.retry_in}  # fmt: skip
+                "retry_in": self.retry_in, "ccname": self.ccname}  # fmt: skip
 
     @classmethod
     def parse(cls, reply: dict[str, Any]) -> ChpassReply:
@@ -398,7 +408,7 @@ class ChpassReply:
         if message is not None and not isinstance(message, str):
             raise BadMessage("change_password: the message is not text")
         return cls(status, message, bool(reply.get("online", True)),
-                   float(reply.get("retry_in") or 0.0))  # fmt: skip
+                   float(reply.get("retry_in") or 0.0), _text(reply.get("ccname")))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

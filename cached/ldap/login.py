@@ -10,6 +10,16 @@
   password is checked against the stored hash (``cached.auth.offline``), and a failure
   is counted in the record.
 
+With ``auth_provider = krb5`` or ``ad`` the online check is the user's TGT from the KDC
+(``cached.kerberos.kinit``: validated against the host keytab, written to the user's
+ccache, whose name the reply carries for KRB5CCNAME) instead of the bind; the cached
+credentials are the same. ``krb5_store_password_if_offline``: an offline login's
+password is kept in this process's memory only (never written), with the empty ccache
+the login was given, until the domain is online again; then the TGT is got into that
+ccache and the password wiped (SSSD's delayed online authentication). Password changes
+(``Op.CHPASS``, ``chpass_provider = krb5 | ad``) go through the KDC's kpasswd service
+(``cached.kerberos.kpasswd``) and then replace the cached hash.
+
 Logins wait in a queue of their own, per PAM client uid and taken in turn (the lookup
 queue's :class:`FairQueue`), and run on a thread of their own: a login never waits
 behind a 2,000-group initgroups on the lookup connection, and one local user's flood of
@@ -25,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from cached.auth.offline import (
@@ -36,7 +47,10 @@ from cached.auth.offline import (
 )
 from cached.cache import StoreWriteError
 from cached.config import Config, DomainConfig
+from cached.config.options import KERBEROS_PROVIDERS, ChpassProvider
 from cached.ipc.ops import AuthReply, AuthRequest, ChpassReply, ChpassRequest
+from cached.kerberos import kinit, kpasswd
+from cached.kerberos import status as krb5_status
 from cached.ldap import auth, chpass
 from cached.ldap.client import LdapClient
 from cached.ratelimit import RateLimitedLog
@@ -49,6 +63,32 @@ limited = RateLimitedLog(log)
 
 MODULE_UNKNOWN = 28  # PAM_MODULE_UNKNOWN: SSSD's answer when no provider is configured
 T = TypeVar("T")
+KERBEROS_CHPASS = (ChpassProvider.KRB5, ChpassProvider.AD)
+
+
+def kerberos_settings(domain: DomainConfig) -> kinit.Settings:
+    return kinit.Settings(
+        realm=domain.krb5_realm,
+        keytab=domain.krb5_keytab,
+        validate=domain.krb5_validate,
+        lifetime=domain.krb5_lifetime,
+        renewable_lifetime=domain.krb5_renewable_lifetime,
+        ccname_template=domain.krb5_ccname_template,
+        ccachedir=domain.krb5_ccachedir,
+    )
+
+
+@dataclass(slots=True)
+class Pending:
+    """An offline login whose TGT is to be got once the KDC answers
+    (``krb5_store_password_if_offline``): the password, in memory only."""
+
+    user: kinit.User
+    password: bytearray
+    ccname: str
+
+    def wipe(self) -> None:
+        self.password[:] = bytes(len(self.password))
 
 
 class Logins:
@@ -77,6 +117,9 @@ class Logins:
         self.offline_logins = 0
         self.failed = 0
         self.password_changes = 0
+        self.krb5 = kerberos_settings(domain)
+        self.pending: dict[str, Pending] = {}
+        self.delayed_kinits = 0
 
     async def authenticate(self, req: AuthRequest) -> AuthReply:
         """Queue ``req`` behind its uid's earlier logins, one uid in turn; run it."""
@@ -94,8 +137,18 @@ class Logins:
         finally:
             self.turns.release()
 
+    async def retry_pending(self) -> None:
+        """The domain is online again: get the TGTs of the offline logins kept for it."""
+        if not self.pending:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.executor, self._delayed_kinits)
+
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        for p in self.pending.values():
+            p.wipe()
+        self.pending.clear()
 
     # -- the check (on the login thread) -------------------------------------------
 
@@ -105,6 +158,8 @@ class Logins:
             return AuthReply(MODULE_UNKNOWN)
         if not req.password:
             return AuthReply(auth.AUTH_ERR)
+        if domain.auth_provider in KERBEROS_PROVIDERS:
+            return self._kerberos(req)
         if client.online:
             res = auth.bind_as_user(
                 domain, req.dn, req.password, self.pam_warning, list(client.uris)
@@ -135,6 +190,82 @@ class Logins:
             res.status, expires_in=res.expires_in, grace=res.grace, locked=res.locked,
             online=True,
         )  # fmt: skip
+
+    # -- Kerberos -------------------------------------------------------------------
+
+    def _user(self, name: str) -> kinit.User | None:
+        found = self.cache.user_by_name(name).value
+        if found is None:
+            return None
+        return kinit.User(found.name, found.uid, found.gid, found.home)
+
+    def _kerberos(self, req: AuthRequest) -> AuthReply:
+        domain = self.domain
+        user = self._user(req.name)
+        if user is None:  # the responder resolved it a moment ago
+            return AuthReply(krb5_status.SYSTEM_ERR)
+        if self.client.online:
+            res = kinit.login(self.krb5, user, req.password)
+            if res.reachable:
+                reply = self._online(req, auth.OnlineResult(res.status, reason=res.reason))
+                return replace(reply, ccname=res.ccname)
+            limited.log(("kdc unreachable", domain.name), logging.WARNING,
+                        "domain %s: no KDC answered the login of %r (%s); using cached "
+                        "credentials", domain.name, req.name, res.reason)  # fmt: skip
+        reply = self._offline(req)
+        if reply.status == auth.SUCCESS and domain.krb5_store_password_if_offline:
+            ccname = kinit.empty_ccache(self.krb5, user)
+            if ccname:
+                old = self.pending.pop(req.name, None)
+                if old is not None:
+                    old.wipe()
+                self.pending[req.name] = Pending(user, bytearray(req.password), ccname)
+                reply = replace(reply, ccname=ccname)
+        return reply
+
+    def _delayed_kinits(self) -> None:
+        for name in list(self.pending):
+            p = self.pending[name]
+            res = kinit.delayed(self.krb5, p.user, bytes(p.password), p.ccname)
+            if not res.reachable:
+                continue  # the next time the domain comes back
+            del self.pending[name]
+            p.wipe()
+            if res.status == auth.SUCCESS:
+                self.delayed_kinits += 1
+                log.info("domain %s: the TGT of %r, logged in offline, is now in %s",
+                         self.domain.name, name, res.ccname)  # fmt: skip
+            else:
+                log.warning("domain %s: the KDC refused the TGT of %r, logged in offline: "
+                            "%s", self.domain.name, name, res.reason)  # fmt: skip
+
+    def _kpasswd(self, req: ChpassRequest) -> ChpassReply:
+        """chpass_provider = krb5 | ad: the check of the old password (prelim) or the
+        change through the KDC's kpasswd service; then the cached hash replaced."""
+        domain = self.domain
+        if not req.prelim and not req.new:
+            return ChpassReply(krb5_status.SYSTEM_ERR)  # nothing typed: never sent
+        user = self._user(req.name)
+        if user is None:
+            return ChpassReply(krb5_status.SYSTEM_ERR)
+        res = kpasswd.change(self.krb5, user, req.old, None if req.prelim else req.new)
+        if not res.reachable:
+            # SSSD: no KDC for the change: PAM_AUTHTOK_LOCK_BUSY.
+            log.warning("domain %s: no KDC answered the password change of %r (%s)",
+                        domain.name, req.name, res.reason)  # fmt: skip
+            return ChpassReply(krb5_status.AUTHTOK_LOCK_BUSY)
+        if res.status != auth.SUCCESS:
+            log.info("domain %s: password change of %r refused: %s", domain.name, req.name,
+                     res.reason)  # fmt: skip
+        elif not req.prelim:
+            self.password_changes += 1
+            record = after_online_login(
+                self.cache.credentials(req.name), req.new, self.clock(),
+                cache=domain.cache_credentials,
+            )  # fmt: skip
+            self._store(req.name, record)
+            log.info("domain %s: password of %r changed", domain.name, req.name)
+        return ChpassReply(res.status, res.message or None, ccname=res.ccname)
 
     def _offline(self, req: AuthRequest) -> AuthReply:
         client = self.client
@@ -168,6 +299,8 @@ class Logins:
             # and LDAP has no reset by an administrator through PAM (SSSD: "Password
             # reset by root is not supported").
             return ChpassReply(auth.PERM_DENIED)
+        if domain.chpass_provider in KERBEROS_CHPASS:
+            return self._kpasswd(req)
         res = chpass.change_password(domain, req.dn, req.old, req.new, prelim=req.prelim)
         what = "old password check" if req.prelim else "password change"
         if not res.reachable:
@@ -204,6 +337,8 @@ class Logins:
             "failed_logins": self.failed,
             "password_changes": self.password_changes,
             "queued_logins": self.turns.queued,
+            "pending_kinits": len(self.pending),
+            "delayed_kinits": self.delayed_kinits,
         }
 
 

@@ -52,7 +52,7 @@ from cached.ipc.ops import (
     SudoRefreshKind,
     SudoRefreshReply,
 )
-from cached.jitter import REFRESH_AHEAD, SUDO_FULL, SUDO_SMART, Jitter
+from cached.jitter import OFFLINE_RETRY, REFRESH_AHEAD, SUDO_FULL, SUDO_SMART, Jitter
 from cached.ldap.access import AccessChecks
 from cached.ldap.ad import AdProvider
 from cached.ldap.client import LdapClient
@@ -186,6 +186,7 @@ class BackendService:
         # The online state the responder was last told of (it learns the
         # state from answers and from these announcements, never per object).
         self.announced_online = True
+        self._retrying: asyncio.Future[None] | None = None
         self.responder = aio.RpcClient(framing.responder_socket(config.daemon.pipes_dir))
         self._announcing: asyncio.Task[None] | None = None
         # Notes of groups stored early (_groups_stored), sent from the executor thread;
@@ -286,6 +287,9 @@ class BackendService:
         if online and self.sudo is not None:
             self.sudo.host_changed()
         self.announced_online = online
+        if online and self.logins.pending:
+            # Back online: the TGTs of the logins made offline (krb5_store_password_if_offline).
+            self._retrying = asyncio.ensure_future(self.logins.retry_pending())
         if self._announcing is None or self._announcing.done():
             self._announcing = asyncio.ensure_future(self._announce())
 
@@ -348,6 +352,7 @@ class BackendService:
             return answer.fields()
         if op is Op.CHANGE_PASSWORD:
             changed = await self.logins.change_password(ChpassRequest.parse(args))
+            self.announce()
             return changed.fields()
         if op is Op.ACCESS:
             decided = await self.access.check(AccessRequest.parse(args), self._in_worker)
@@ -699,6 +704,20 @@ class BackendService:
             "" if self.client.online else " (went offline)",
         )
 
+    async def _delayed_kinits(self) -> None:
+        """krb5_store_password_if_offline: while logins made offline wait for their
+        TGT, try the KDC again every offline_timeout (plus this host's offset), as
+        well as when the domain comes back online (``announce``): the KDC can be
+        unreachable while the directory is not."""
+        offset = self.jitter.offset(OFFLINE_RETRY, self.domain.offline_timeout_random_offset)
+        while True:
+            await asyncio.sleep(max(1.0, self.domain.offline_timeout + offset))
+            if self.logins.pending and self.client.online:
+                try:
+                    await self.logins.retry_pending()
+                except Exception as e:  # the next round tries again
+                    log.error("domain %s: delayed kinit failed: %s", self.domain.name, e)
+
     async def run(self, ready: Callable[[], None]) -> None:
         path = framing.backend_socket(self.config.daemon.pipes_dir, self.domain.name)
         server = await aio.serve(path, self.handle)
@@ -716,6 +735,11 @@ class BackendService:
             else None
         )
         sudo_task = asyncio.create_task(self._sudo_refresh_loop()) if self.sudo else None
+        kinits = (
+            asyncio.create_task(self._delayed_kinits())
+            if self.domain.krb5_store_password_if_offline
+            else None
+        )
         log.info("backend %s ready on %s", self.domain.name, path)
         ready()
         await stop.wait()
@@ -724,10 +748,9 @@ class BackendService:
         syncer.cancel()
         checker.cancel()
         warm_up.cancel()
-        if refresher is not None:
-            refresher.cancel()
-        if sudo_task is not None:
-            sudo_task.cancel()
+        for task in (refresher, sudo_task, kinits):
+            if task is not None:
+                task.cancel()
         if self._worker is not None:
             self._worker.cancel()
         # Let the request in progress finish its transaction, then close cleanly:

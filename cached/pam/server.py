@@ -25,10 +25,12 @@ ACCT_MGMT                         ``access_provider``: ``permit`` (SSSD's defaul
                                   backend (``Op.ACCESS``, ``ldap/access.py``)
 OPEN_SESSION, CLOSE_SESSION,      SUCCESS (no session provider)
 SETCRED, PREAUTH
-CHAUTHTOK_PRELIM, CHAUTHTOK       the domain's backend (``Op.CHANGE_PASSWORD``): the old
-                                  password checked by a bind, then the change as the
-                                  user (``chpass_provider = ldap``); offline: AUTHTOK_ERR
-                                  and "System is offline, password change not possible";
+CHAUTHTOK_PRELIM, CHAUTHTOK       the domain's backend (``Op.CHANGE_PASSWORD``): with
+                                  ``chpass_provider = ldap`` the old password checked
+                                  by a bind, then the change as the user; with ``krb5``
+                                  or ``ad`` through the KDC's kpasswd service (PRELIM
+                                  checks the old password); offline: AUTHTOK_ERR and
+                                  "System is offline, password change not possible";
                                   ``chpass_provider = none``: PAM_MODULE_UNKNOWN
 ================================  =====================================================
 
@@ -89,6 +91,12 @@ _SUCCESS_COMMANDS = frozenset(
     {Command.OPEN_SESSION, Command.CLOSE_SESSION, Command.SETCRED, Command.PREAUTH}
 )  # fmt: skip
 _CHPASS_COMMANDS = frozenset({Command.CHAUTHTOK, Command.CHAUTHTOK_PRELIM})
+_ENV_ITEMS = frozenset(
+    {p.ResponseType.PAM_ENV_ITEM, p.ResponseType.ENV_ITEM, p.ResponseType.ALL_ENV_ITEM}
+)
+# The variable pam_sss puts into the PAM environment for a login's ccache (SSSD's
+# krb5_child sends it as a PAM_ENV_ITEM).
+CCACHE_ENV = "KRB5CCNAME"
 
 
 def _password(tok: p.AuthTok | None) -> bytes:
@@ -146,6 +154,7 @@ class PamResponder:
                     self.logins_refused += 1
                 log.debug("pam: %s of %r (service %r, uid %s): status %d",
                          p.command_name(req.cmd), req.user, req.service, uid, status)  # fmt: skip
+            items = [i for i in items if not self._filtered(i, req.service)]
             return p.pam_reply(req.cmd, status, [p.domain_name_item(domain), *items])
 
     async def _resolve(self, name: str) -> Found[Initgroups] | None:
@@ -224,9 +233,10 @@ class PamResponder:
         if old is not None and old.type not in (AuthTokType.PASSWORD, AuthTokType.EMPTY):
             return PamStatus.SYSTEM_ERR, []  # SSSD's LDAP chpass takes passwords only
         prelim = req.cmd is Command.CHAUTHTOK_PRELIM
+        # Each chpass server's connect and operations, or kpasswd's three tries.
         uris = len(domain.ldap_chpass_uri) + len(domain.ldap_chpass_backup_uri)
         timeout = QUEUE_ALLOWANCE + (domain.ldap_network_timeout + domain.ldap_opt_timeout) * (
-            max(uris, 1) + 1
+            max(uris, 2) + 1
         )
         user = found.value.user
         # A token that is not a PASSWORD (EMPTY: nothing typed) travels as b"".
@@ -245,6 +255,9 @@ class PamResponder:
         if reply.status == PamStatus.AUTHINFO_UNAVAIL:
             return PamStatus.AUTHTOK_ERR, [p.offline_chpass_item()]
         items = [p.chpass_error_item(reply.message)] if reply.message is not None else []
+        if reply.ccname and reply.status == PamStatus.SUCCESS:
+            # chpass_provider = krb5 | ad: the TGT got with the new password.
+            items.append(p.env_item(CCACHE_ENV, reply.ccname))
         return reply.status, items
 
     async def _account(
@@ -312,6 +325,24 @@ class PamResponder:
             groups.append(primary.name)
         return rules.allows(user.name, groups)
 
+    def _filtered(self, item: p.ReplyItem, service: str) -> bool:
+        """Whether ``pam_response_filter`` keeps ``item`` (an environment item) from
+        the client: ``ENV`` every one, ``ENV:NAME`` that variable, ``ENV:NAME:service``
+        that variable for that PAM service only (SSSD's filter_responses_env)."""
+        if item.type not in _ENV_ITEMS:
+            return False
+        name = item.data.split(b"=", 1)[0].decode("utf-8", "replace")
+        for rule in self.pam.pam_response_filter:
+            kind, _, rest = rule.partition(":")
+            if kind != "ENV":
+                continue
+            var, _, svc = rest.partition(":")
+            if svc and svc != service:
+                continue
+            if not var or var == name:
+                return True
+        return False
+
     def _items(self, reply: AuthReply) -> Iterable[p.ReplyItem]:
         """The user-info an answer carries (PAM reference §1.6, §1.8)."""
         verbosity = self.pam.pam_verbosity
@@ -327,6 +358,8 @@ class PamResponder:
             yield p.expire_warn_item(reply.expires_in)
         if reply.locked:
             yield p.account_expired_item(self.pam.pam_account_locked_message)
+        if reply.ccname and reply.status == PamStatus.SUCCESS:
+            yield p.env_item(CCACHE_ENV, reply.ccname)
 
     # -- connections ---------------------------------------------------------------
 

@@ -17,12 +17,7 @@ must not see.
 
 from __future__ import annotations
 
-import ctypes
-import os
-import selectors
-import socket
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +26,7 @@ import pytest
 
 from testing import addc
 from testing.daemon import CachedDaemon
+from testing.netnsfwd import NetnsForwarder
 from testing.pamenv import PamEnv, service_file, skip_reason
 from testing.slapd import make_tls_material
 
@@ -53,69 +49,7 @@ EXPIRED = "adexp"
 # threshold: each test's right password, accepted, resets AD's badPwdCount.
 LOCKED = "adlena"
 LOCKOUT_THRESHOLD = 3
-CLONE_NEWNET = 0x40000000  # <sched.h>
 PORTS = {"ldaps": 636, "starttls": 389}  # compiled into Samba
-
-
-class NetnsForwarder:
-    """127.0.0.1:<port> on the host, forwarded to ``port`` on 127.0.0.1 in the network
-    namespace of process ``pid`` (each connection on a thread of its own)."""
-
-    def __init__(self, pid: int, port: int) -> None:
-        self._ns = f"/proc/{pid}/ns/net"
-        self._port = port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        return int(self._listener.getsockname()[1])
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
-
-    def _forward(self, client: socket.socket) -> None:
-        # setns(2) changes the namespace of this thread only; the socket made after it
-        # belongs to the DC's namespace for its whole life.
-        fd = os.open(self._ns, os.O_RDONLY)
-        try:
-            if self._libc.setns(fd, CLONE_NEWNET) != 0:
-                client.close()
-                return
-        finally:
-            os.close(fd)
-        try:
-            server = socket.create_connection(("127.0.0.1", self._port), timeout=30)
-        except OSError:
-            client.close()
-            return
-        server.settimeout(None)
-        sel = selectors.DefaultSelector()
-        sel.register(client, selectors.EVENT_READ, server)
-        sel.register(server, selectors.EVENT_READ, client)
-        try:
-            while True:
-                for key, _ in sel.select():
-                    src: socket.socket = key.fileobj  # type: ignore[assignment]
-                    data = src.recv(65536)
-                    if not data:
-                        return
-                    key.data.sendall(data)
-        except OSError:
-            return
-        finally:
-            sel.close()
-            client.close()
-            server.close()
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 def _samba_tool(dc: addc.SambaDC, *args: str) -> None:

@@ -46,7 +46,7 @@ def test_chpass_servers() -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["chpass_provider = krb5\n", "ldap_pwmodify_mode = exop_force\n",
+    ["chpass_provider = ipa\n", "ldap_pwmodify_mode = exop_force\n",
      "ldap_pwd_policy = ppolicy\n", "pwd_expiration_warning = -2\n"],
 )  # fmt: skip
 def test_bad_values_are_refused_naming_the_option(line: str) -> None:

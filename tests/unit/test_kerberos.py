@@ -1,0 +1,126 @@
+"""The pure parts of Kerberos logins: SSSD's reading of KDC errors, the ccache template
+and the file written for the user, the krb5_* option parsers, the messages of a refused
+password change."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cached.config.parsers import ccname_template, krb5_delta
+from cached.ipc.ops import AuthReply, ChpassReply, ChpassRequest
+from cached.kerberos import ccache, kpasswd
+from cached.kerberos import status as st
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "reachable"),
+    [
+        (st.KDC_ERR_PREAUTH_FAILED, st.AUTH_ERR, True),  # wrong password
+        (st.AP_ERR_BAD_INTEGRITY, st.AUTH_ERR, True),  # a ticket the keytab cannot decrypt
+        (st.KDC_ERR_CLIENT_REVOKED, st.PERM_DENIED, True),  # disabled, locked
+        (st.KDC_ERR_KEY_EXP, st.NEW_AUTHTOK_REQD, True),
+        (st.KDC_ERR_NAME_EXP, st.ACCT_EXPIRED, True),
+        (st.KDC_ERR_C_PRINCIPAL_UNKNOWN, st.SYSTEM_ERR, True),  # no case in SSSD
+        (st.ERR_GENERIC, st.SYSTEM_ERR, True),
+        (st.KDC_UNREACH, st.AUTHINFO_UNAVAIL, False),
+        (st.REALM_CANT_RESOLVE, st.AUTHINFO_UNAVAIL, False),
+        (st.AP_ERR_SKEW, st.AUTHINFO_UNAVAIL, False),
+    ],
+)
+def test_kdc_errors_read_as_sssd_reads_them(code: int, status: int, reachable: bool) -> None:
+    assert st.verdict(code) == st.Verdict(status, reachable)
+
+
+def test_the_ccache_template_expands_as_sssds() -> None:
+    got = ccache.expand(
+        "FILE:%d/krb5cc_%U_%u_%r_%p%%_XXXXXX", name="kalice", uid=30001,
+        principal="kalice@CACHED.TEST", home="/home/kalice", ccachedir="/tmp",
+    )  # fmt: skip
+    assert got == "FILE:/tmp/krb5cc_30001_kalice_CACHED.TEST_kalice@CACHED.TEST%_XXXXXX"
+    assert ccache.expand("FILE:%h/.cc", name="a", uid=1, principal="a@R", home="/h",
+                         ccachedir="/tmp") == "FILE:/h/.cc"  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["KEYRING:persistent:%U", "DIR:/run/user/%U", "FILE:/tmp/cc_%P", "FILE:cc_%U", "FILE:/x%"],
+)
+def test_a_template_cached_cannot_write_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        ccname_template(bad)
+
+
+def test_lifetimes_take_krb5_units() -> None:
+    assert krb5_delta("3600") == 3600
+    assert krb5_delta("10h") == 36000
+    assert krb5_delta("1d12h") == 129600
+    assert krb5_delta(" 90m ") == 5400
+    with pytest.raises(ValueError):
+        krb5_delta("ten hours")
+
+
+def _fill_with(data: bytes) -> Callable[[str], None]:
+    def fill(name: str) -> None:
+        Path(name.removeprefix("FILE:")).write_bytes(data)
+
+    return fill
+
+
+def test_a_unique_ccache_is_new_and_the_users_alone(tmp_path: Path) -> None:
+    uid, gid = os.getuid(), os.getgid()
+    name = ccache.write(f"FILE:{tmp_path}/krb5cc_1_XXXXXX", uid, gid, _fill_with(b"tickets"))
+    path = Path(name.removeprefix("FILE:"))
+    assert path.parent == tmp_path and path.name.startswith("krb5cc_1_")
+    assert len(path.name) == len("krb5cc_1_XXXXXX") and "XXXXXX" not in path.name
+    assert path.read_bytes() == b"tickets"
+    assert path.stat().st_mode & 0o777 == 0o600
+    other = ccache.write(f"FILE:{tmp_path}/krb5cc_1_XXXXXX", uid, gid, _fill_with(b"x"))
+    assert other != name
+
+
+def test_a_fixed_name_replaces_a_symlink_never_its_target(tmp_path: Path) -> None:
+    """A user may put a symbolic link where a fixed ccache name will be (their own file
+    in a sticky /tmp can be replaced): the rename replaces the link, the target stays."""
+    target = tmp_path / "etc-shadow"
+    target.write_bytes(b"precious")
+    link = tmp_path / "krb5cc_1"
+    link.symlink_to(target)
+    name = ccache.write(f"FILE:{link}", os.getuid(), os.getgid(), _fill_with(b"tickets"))
+    assert name == f"FILE:{link}"
+    assert not link.is_symlink() and link.read_bytes() == b"tickets"
+    assert target.read_bytes() == b"precious"
+
+
+def test_a_refused_change_says_what_sssd_says() -> None:
+    assert kpasswd._message(4, b"Password change rejected", b"Too short.") == "Too short."
+    # AD's policy block starts with a NUL: SSSD's hint for a soft error instead.
+    assert kpasswd._message(4, b"Password change rejected", b"\0\0" + bytes(28)) == (
+        kpasswd.COMPLEXITY
+    )
+    assert kpasswd._message(5, b"Access denied", b"") == "Access denied"
+
+
+def test_passwords_stay_out_of_reprs_and_replies_round_trip() -> None:
+    req = ChpassRequest("kalice", "CN=kalice", b"old-secret", b"new-secret", False, 0)
+    assert "secret" not in repr(req)
+    assert ChpassRequest.parse(req.args()) == req
+    reply = ChpassReply(20, "Too short.", ccname="FILE:/tmp/krb5cc_1_abcdef")
+    assert ChpassReply.parse(reply.fields()) == reply
+    auth = AuthReply(0, ccname="FILE:/tmp/krb5cc_1_abcdef")
+    assert AuthReply.parse(auth.fields()).ccname == "FILE:/tmp/krb5cc_1_abcdef"
+
+
+def test_the_response_filter_is_sssds() -> None:
+    from cached.config.parsers import RESPONSE_FILTER_DEFAULTS, response_filter
+
+    assert response_filter("") == list(RESPONSE_FILTER_DEFAULTS)
+    assert response_filter("ENV") == ["ENV"]
+    assert response_filter("-ENV:KRB5CCNAME:sudo, +ENV:KRB5CCNAME:su") == [
+        "ENV:KRB5CCNAME:sudo-i", "ENV:KRB5CCNAME:su"
+    ]  # fmt: skip
+    with pytest.raises(ValueError):
+        response_filter("ENV:X, +ENV:Y")
