@@ -163,7 +163,7 @@ class SudoResponder:
     async def serve_client(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        await self.clients.serve(reader, writer, p.ServerConnection(), self._respond)
+        await self.clients.serve(reader, writer, p.server_connection(), self._respond)
 
     async def _respond(self, req: p.Request, _uid: int | None) -> bytes | None:
         if isinstance(req, p.GetVersion):
