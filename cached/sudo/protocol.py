@@ -95,11 +95,7 @@ class Command(enum.IntEnum):
 _SERVED = {c.value: c for c in Command}
 
 
-def command_name(code: int) -> str:
-    try:
-        return Command(code).name
-    except ValueError:
-        return f"{code:#06x}"
+command_name: Final = wire.command_namer(Command)
 
 
 @dataclass(frozen=True, slots=True)
