@@ -71,13 +71,13 @@ from cached.ipc.ops import (
 from cached.pam import protocol as p
 from cached.pam.protocol import AuthTokType, Command, PamStatus
 from cached.ratelimit import RateLimitedLog
-from cached.responder.flow import INITGR, Backend, Found, Lookups
+from cached.responder import streams
+from cached.responder.flow import INITGR, Backend, Found, Lookups, groups_of
 from cached.responder.streams import StreamClients
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
-BACKLOG = 128
 # Beyond the backend's own deadlines (each server's connect + StartTLS and bind), the
 # time a login may wait for its turn in the backend's login queue.
 QUEUE_ALLOWANCE = 30.0
@@ -307,12 +307,7 @@ class PamResponder:
         user = found.value.user
         if not rules.needs_groups:
             return rules.allows(user.name)
-        groups = list(found.value.groups)
-        # The primary group counts, as in SSSD (by its gid, from the cache).
-        primary = found.cache.group_by_gid(user.gid).value
-        if primary is not None:
-            groups.append(primary.name)
-        return rules.allows(user.name, groups)
+        return rules.allows(user.name, groups_of(found))
 
     def _items(self, reply: AuthReply) -> Iterable[p.ReplyItem]:
         """The user-info an answer carries (PAM reference §1.6, §1.8)."""
@@ -373,10 +368,5 @@ async def serve_pam(config: Config, responder: PamResponder) -> list[asyncio.Ser
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     servers = []
     for path, mode in ((public_socket(config), 0o666), (private_socket(config), 0o600)):
-        framing.prepare_socket_path(path)
-        server = await asyncio.start_unix_server(
-            responder.serve_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
-        )
-        os.chmod(path, mode)
-        servers.append(server)
+        servers.append(await streams.listen(path, responder.serve_client, mode))
     return servers

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
@@ -29,6 +30,7 @@ limited = RateLimitedLog(log)
 # A request must arrive whole within this many seconds of its first byte (the clients
 # write header and body at once); trickling cannot keep a connection.
 REQUEST_TIMEOUT: Final = 10.0
+BACKLOG: Final = 128
 
 
 class Codec(Protocol):
@@ -163,3 +165,25 @@ class StreamClients:
                     return False
             writer.write(reply)
             await writer.drain()
+
+
+async def listen(
+    path: str,
+    client: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    mode: int,
+) -> asyncio.Server:
+    """Listen on ``path`` (a stale socket there removed), the socket's mode ``mode``. A
+    socket for its owner alone (sudo's 0600) is created so, under a narrowed umask,
+    never briefly wider than the chmod; a wider one is created as the umask has it."""
+    framing.prepare_socket_path(path)
+    narrow = not mode & 0o077
+    old = os.umask(0o777 & ~mode) if narrow else None
+    try:
+        server = await asyncio.start_unix_server(
+            client, path=path, backlog=BACKLOG, limit=MAX_REQUEST_SIZE * 4
+        )
+    finally:
+        if old is not None:
+            os.umask(old)
+    os.chmod(path, mode)
+    return server

@@ -31,8 +31,8 @@ import time
 from typing import Any, Final
 
 from cached.config import Config
-from cached.ipc import framing
 from cached.ratelimit import RateLimitedLog
+from cached.responder import streams
 from cached.responder.flow import GETPWNAM, Lookups
 from cached.responder.streams import StreamClients
 from cached.ssh import protocol as p
@@ -40,7 +40,6 @@ from cached.ssh import protocol as p
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
-BACKLOG: Final = 128
 PASSWD_FILE: Final = "/etc/passwd"
 
 
@@ -133,9 +132,4 @@ async def serve_ssh(config: Config, responder: SshResponder) -> asyncio.Server:
     ``AuthorizedKeysCommandUser`` (nobody), any local user may run it."""
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     path = ssh_socket(config)
-    framing.prepare_socket_path(path)
-    server = await asyncio.start_unix_server(
-        responder.serve_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
-    )
-    os.chmod(path, 0o666)
-    return server
+    return await streams.listen(path, responder.serve_client, 0o666)

@@ -40,7 +40,8 @@ from cached.ipc.ops import (
 )
 from cached.model import SudoRule
 from cached.ratelimit import RateLimitedLog
-from cached.responder.flow import INITGR, Backend, Found, Lookups
+from cached.responder import streams
+from cached.responder.flow import INITGR, Backend, Found, Lookups, groups_of
 from cached.responder.streams import StreamClients
 from cached.sudo import protocol as p
 from cached.sudo import rules as r
@@ -48,7 +49,6 @@ from cached.sudo import rules as r
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
-BACKLOG = 128
 # How long a sudo call waits for the backend's refresh of its expired rules before the
 # cached ones are answered (a full refresh of thousands of rules may take longer: it
 # goes on and serves the next call).
@@ -112,13 +112,9 @@ class SudoResponder:
     def _user(found: Found[Initgroups]) -> r.SudoUser:
         """The user as SSSD's filter sees it (``sysdb_get_sudo_user_info``): its groups
         from initgroups, nesting included, and its primary group by gid."""
-        ig = found.value
-        groups = list(ig.groups)
-        primary = found.cache.group_by_gid(ig.user.gid).value
-        if primary is not None and primary.name not in groups:
-            groups.append(primary.name)
+        user = found.value.user
         return r.SudoUser(
-            ig.user.name, ig.user.uid, tuple(groups), found.domain.name,
+            user.name, user.uid, tuple(groups_of(found)), found.domain.name,
             case_sensitive=not found.domain.case_insensitive,
         )  # fmt: skip
 
@@ -198,14 +194,4 @@ async def serve_sudo(config: Config, responder: SudoResponder) -> asyncio.Server
     """Listen on ``<pipes_dir>/sudo``, root's, mode 0600 (as SSSD's)."""
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     path = sudo_socket(config)
-    framing.prepare_socket_path(path)
-    # Created 0600 (umask), never briefly wider than the chmod below.
-    old = os.umask(0o177)
-    try:
-        server = await asyncio.start_unix_server(
-            responder.serve_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
-        )
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    return server
+    return await streams.listen(path, responder.serve_client, 0o600)
