@@ -294,7 +294,6 @@ class Measure:
         self.login_users: dict[str, str] = {}
         self.access_group = ""
         self.pamd = tmp / "pam.d"
-        self.netgroup: Path | None = None  # sudo scenarios: their /etc/netgroup
 
     def prepare_logins(self, scenarios: list[str]) -> None:
         """Passwords for the login users, the fault proxy and the PAM service."""
@@ -316,11 +315,6 @@ class Measure:
         port = int(self.server.ldaps_uri.rsplit(":", 1)[1])
         self.proxy = FaultProxy("127.0.0.1", port).start()
         pamenv.make_pamd(self.pamd, {pammatrix.SERVICE: pamenv.service_file()})
-
-    def prepare_sudo(self, scenarios: list[str]) -> None:
-        """The sudo scenarios' /etc/netgroup (the rules are in the LDIF: perf/targets.py)."""
-        if set(scenarios) & set(SUDO_SCENARIOS):
-            self.netgroup = targets.sudo_netgroup_file(self.tmp)
 
     def close(self) -> None:
         if self.proxy is not None:
@@ -532,7 +526,6 @@ class Measure:
         wanted = [s for s in SUDO_SCENARIOS if s in scenarios]
         if not wanted:
             return
-        assert self.netgroup is not None
         workdir = self.tmp / f"{side.label}{r}-sudo"
         with FaultProxy("127.0.0.1", self.server.port) as proxy:
             offset = self.server.log_offset()
@@ -569,7 +562,6 @@ class Measure:
                 d.stop()
 
     def _sudo_l(self, d: CachedDaemon | sssd.SssdDaemon) -> Sample:
-        assert self.netgroup is not None
         pids = list(d.pids().values()) if isinstance(d, sssd.SssdDaemon) else [
             d.pid, *(x.pid for x in procstat.children(d.pid))
         ]  # fmt: skip
@@ -579,7 +571,7 @@ class Measure:
             return sum(map(_schedstat, pids)) + sum(procstat.cpu_seconds(slapd).values())
 
         offset, cpu0 = self.server.log_offset(), cpu()
-        cmd = [*TIMECMD, *targets.sudo_l_command(self.exp.big_user, self.netgroup)]
+        cmd = [*TIMECMD, *targets.sudo_l_command(self.exp.big_user)]
         r = nsenv.run_nss(cmd, d.pipes_dir, d.mc_dir, env=self.env, timeout=1800,
                           nsswitch=targets.SUDO_NSSWITCH)  # fmt: skip
         timing = parse(r.stderr)[0]
@@ -763,7 +755,6 @@ def _run(
             m = Measure(server, gen.expected(), tmp, env, args.warm_reps, args.log_level)
             try:
                 m.prepare_logins(scenarios)
-                m.prepare_sudo(scenarios)
                 if set(scenarios) & set(LOGIN_SCENARIOS):
                     users = ", ".join(f"{p}-*: {u}" for p, u in m.login_users.items())
                     say(f"* logins: {users}; `{' '.join(pammatrix.LOGIN)}` through pam_sss.so")

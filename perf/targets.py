@@ -241,7 +241,8 @@ def stop_quietly(target: Target) -> None:
 # level 2 or below, the others not), every tenth also for a user, every fiftieth for a
 # ``+netgroup``; each runs ``/usr/bin/cmd<i>``, ``sudoHost: ALL``. ``sudo -l -U
 # bigroupuser`` must list exactly the commands of the rules of its groups (the netgroup
-# rules are sent to sudo, which finds no such netgroup: ``netgroup: files``). They
+# rules are sent to sudo, whose ``innetgr`` asks the daemon through libnss_sss,
+# ``netgroup: sss``: ``perf-ng``, in the directory, does not hold bigroupuser). They
 # were written long ago (SUDO_WRITTEN): a smart refresh finds them as in steady state.
 #
 # Each side's daemon (``services = nss, sudo``) reaches slapd through a FaultProxy of its
@@ -253,7 +254,7 @@ SUDO_SMART = 30  # seconds between smart refreshes, both sides
 SUDO_WRITTEN = "20251201000000Z"  # when the rules were written
 SUDO_NSSWITCH = (
     "passwd: files sss\ngroup: files sss\ninitgroups: files sss\n"
-    "sudoers: files sss\nnetgroup: files\n"
+    "sudoers: files sss\nnetgroup: sss\n"
 )
 _CMD = re.compile(r"/usr/bin/cmd(\d+)")
 
@@ -278,6 +279,8 @@ def sudo_rules_ldif(exp: gendir.Expected) -> str:
         f"dn: {base}\nobjectClass: organizationalUnit\nou: sudoers\n{old}",
         f"dn: cn=defaults,{base}\nobjectClass: sudoRole\ncn: defaults\n"
         f"sudoOption: !lecture\n{old}",
+        f"dn: cn=perf-ng,{exp.base_dn}\nobjectClass: nisNetgroup\ncn: perf-ng\n"
+        "nisNetgroupTriple: (-,nobody-here,)\n",
     ]
     for i in range(SUDO_RULES):
         who = [f"%{groups[(i * 3) % len(groups)]}"]
@@ -363,17 +366,7 @@ def wait_until(cond: Any, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def sudo_netgroup_file(tmp: Path) -> Path:
-    path = tmp / "netgroup"
-    path.write_text("perf-ng (-,nobody-here,)\n")
-    path.chmod(0o644)
-    if not Path("/etc/netgroup").exists():
-        Path("/etc/netgroup").touch(mode=0o644)  # a bind mount's target; empty: none
-    return path
-
-
-def sudo_l_command(user: str, netgroup: Path) -> list[str]:
-    """``sudo -l -U user`` with the test's /etc/netgroup, for nsenv.run_nss."""
-    return ["/bin/sh", "-c", 'mount --bind "$0" /etc/netgroup && exec "$@"', str(netgroup),
-            "sudo", "-l", "-U", user]  # fmt: skip
+def sudo_l_command(user: str) -> list[str]:
+    """``sudo -l -U user``, for nsenv.run_nss with SUDO_NSSWITCH."""
+    return ["sudo", "-l", "-U", user]
 

@@ -40,7 +40,7 @@ from cached.ldap import wire
 from cached.ldap.client import LdapClient, LdapOffline
 from cached.ldap.exchange import Entry, LdapError, LdapLimitExceeded, Search
 from cached.ldap.login import RoundRobin
-from cached.ldap.schema import SchemaMap, escape
+from cached.ldap.schema import SchemaMap, escape, first
 from cached.ratelimit import RateLimitedLog
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class AccessChecks:
         """The ``ppolicy``/``lockout`` rule: the first policy entry found must say
         ``pwdLockout: TRUE`` for a lock to count (SSSD grants access otherwise)."""
         policy = next((p for p in policies if p is not None), None)
-        if policy is None or _text(policy.get(LOCKOUT)).upper() != "TRUE" or entry is None:
+        if policy is None or first(policy.get(LOCKOUT)).upper() != "TRUE" or entry is None:
             return False
         locked_time = entry.get(LOCKED_TIME)
         if not locked_time:
@@ -242,7 +242,7 @@ class AccessChecks:
         # it; the policy's own is what the server applies (docs/compatibility.md).
         duration = entry.get(LOCKOUT_DURATION) or policy.get(LOCKOUT_DURATION)
         return rules.locked(
-            _text(locked_time), _text(duration) if duration else None, self.clock(),
+            first(locked_time), first(duration) if duration else None, self.clock(),
             permanent_only=AccessRule.PPOLICY not in self.order,
         )  # fmt: skip
 
@@ -289,9 +289,3 @@ def _one(got: list[Entry] | LdapLimitExceeded) -> Entry | None:
 def _found(got: list[Entry] | LdapLimitExceeded) -> bool:
     # A size limit reached: there were entries.
     return isinstance(got, LdapLimitExceeded) or bool(got)
-
-
-def _text(values: list[bytes]) -> str:
-    return values[0].decode("utf-8", "replace") if values else ""
-
-

@@ -302,6 +302,19 @@ class LdapClient:
             and self.clock() - self.connected_at >= self.cfg.failover_primary_timeout
         )
 
+    def naming_context(self, option: str) -> str:
+        """The search base for ``option`` when it is not set: the server's default
+        naming context from its root DSE (SSSD's ``sdap_set_search_base``), connecting
+        first; LdapError naming the option when the server publishes none."""
+        self.connect()
+        base = self.info.default_base if self.info is not None else ""
+        if not base:
+            raise LdapError(
+                f"domain {self.cfg.name}: {option} is not set and the server publishes "
+                f"no naming context; set {option}"
+            )
+        return base
+
     def connect(self) -> Connection:
         """The bound connection, connecting (with failover) when needed."""
         if self._warm is not None:

@@ -61,6 +61,7 @@ from cached.ldap.gpo_parse import (
     parse_security_descriptor,
     split_sysvol_path,
 )
+from cached.ldap.schema import escape
 from cached.ldap.sid import sid_to_str
 
 log = logging.getLogger(__name__)
@@ -270,7 +271,7 @@ def _int(e: Entry, attr: str) -> int | None:
 def _computer(ldap: Searcher, domain_dn: str, host: str) -> tuple[str, str]:
     """The host's computer object: its DN and SID."""
     account = host.split(".", 1)[0].upper() + "$"
-    filt = f"(&(objectClass=user)(sAMAccountName={_escape(account)}))"
+    filt = f"(&(objectClass=user)(sAMAccountName={escape(account)}))"
     found = ldap.search(domain_dn, filt, ["distinguishedName", "userAccountControl", "objectSid"])
     if len(found) != 1:
         raise LdapError(f"{len(found)} computer objects named {account} under {domain_dn}")
@@ -287,11 +288,6 @@ def _computer(ldap: Searcher, domain_dn: str, host: str) -> tuple[str, str]:
         raise GpoFormatError(f"objectSid of {e.dn}: {err}") from None
 
 
-def _escape(value: str) -> str:
-    """RFC 4515 3: an assertion value's special characters escaped."""
-    return "".join(f"\\{ord(c):02x}" if c in "*()\\\0" else c for c in value)
-
-
 def _site_dn(ldap: Searcher, domain: str, override: str) -> str:
     """The host's site's DN under the configuration naming context."""
     root = ldap.search("", "(objectClass=*)", ["configurationNamingContext"], scope="base")
@@ -301,7 +297,7 @@ def _site_dn(ldap: Searcher, domain: str, override: str) -> str:
     site = override
     if not site:
         ntver = "".join(f"\\{b:02x}" for b in struct.pack("<I", 0x4 | 0x10))
-        filt = f"(&(DnsDomain={_escape(domain)})(NtVer={ntver}))"
+        filt = f"(&(DnsDomain={escape(domain)})(NtVer={ntver}))"
         answer = ldap.search("", filt, ["netlogon"], scope="base")
         raw = answer[0].get("netlogon") if answer else []
         site = netlogon_client_site(raw[0]) if raw else ""

@@ -122,13 +122,7 @@ class LdapProvider:
         ctx = self.ctx
         ctx.client.connect()
         if not self._bases_known:
-            info = ctx.client.info
-            base = info.default_base if info is not None else ""
-            if not base:
-                raise LdapError(
-                    f"domain {ctx.cfg.name}: ldap_search_base is not set and the server "
-                    "publishes no naming context; set ldap_search_base"
-                )
+            base = ctx.client.naming_context("ldap_search_base")
             ctx.schema = ctx.schema.with_default_base(base)
             self._bases_known = True
         self.hooks.prepare()

@@ -290,15 +290,7 @@ class SudoProvider:
 
     def _base_list(self) -> tuple[SearchBase, ...]:
         if not self._bases:
-            self.client.connect()
-            info = self.client.info
-            base = info.default_base if info is not None else ""
-            if not base:
-                raise LdapError(
-                    f"domain {self.domain.name}: ldap_sudo_search_base is not set and the "
-                    "server publishes no naming context; set ldap_sudo_search_base"
-                )
-            self._bases = (SearchBase(base),)
+            self._bases = (SearchBase(self.client.naming_context("ldap_sudo_search_base")),)
         return self._bases
 
     def _search(self, filt: str, attrs: list[str]) -> list[Entry]:

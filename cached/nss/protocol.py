@@ -244,12 +244,7 @@ _GROUP_REPLY_COMMANDS: Final = frozenset({Command.GETGRNAM, Command.GETGRGID, Co
 _SERVED_BY_VALUE: Final[dict[int, Command]] = {int(c): c for c in SERVED_COMMANDS}
 
 
-def command_name(code: int) -> str:
-    """``"GETPWNAM"`` for a known code, ``"0x1234"`` for any other (for logs)."""
-    try:
-        return Command(code).name
-    except ValueError:
-        return f"0x{code:04x}"
+command_name: Final = wire.command_namer(Command)
 
 
 # ----------------------------------------------------------------------- errors

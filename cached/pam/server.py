@@ -37,9 +37,10 @@ CHAUTHTOK_PRELIM, CHAUTHTOK       the domain's backend (``Op.CHANGE_PASSWORD``):
 Every reply carries the domain's name, as SSSD's. The socket is open to every local
 user, so connections are counted per uid as the NSS socket's (``max_clients``,
 ``max_clients_per_uid``, ``root_reserved_clients``), a request must arrive whole within
-``REQUEST_TIMEOUT`` and an idle connection is closed after ``client_idle_timeout``; the
-logins themselves queue per uid in the backend (``ldap/login.py``), so one user's flood
-waits behind itself, not in front of root's login.
+``REQUEST_TIMEOUT`` and an idle connection is closed after ``client_idle_timeout``
+(``responder/streams.py``, the loop the SSH and sudo sockets share); the logins
+themselves queue per uid in the backend (``ldap/login.py``), so one user's flood waits
+behind itself, not in front of root's login.
 
 The passwords (old and new) are read from their :class:`~cached.pam.protocol.Secret`
 only to be sent to the backend, never logged, and wiped when the request is answered
@@ -49,7 +50,6 @@ only to be sent to the backend, never logged, and wiped when the request is answ
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -60,7 +60,7 @@ from cached.access.simple import SimpleRules
 from cached.cache import Initgroups
 from cached.config import Config, DomainConfig
 from cached.config.options import AccessProvider
-from cached.ipc import aio, framing
+from cached.ipc import framing
 from cached.ipc.ops import (
     AccessReply,
     AccessRequest,
@@ -73,16 +73,13 @@ from cached.ipc.ops import (
 from cached.pam import protocol as p
 from cached.pam.protocol import AuthTokType, Command, PamStatus
 from cached.ratelimit import RateLimitedLog
-from cached.responder import admission
-from cached.responder.flow import CLIENT_UID, INITGR, Backend, Found, Lookups
+from cached.responder import streams
+from cached.responder.flow import INITGR, Backend, Found, Lookups, groups_of
+from cached.responder.streams import StreamClients
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
-# A request must arrive whole within this many seconds of its first byte (pam_sss
-# writes header and body at once); trickling cannot keep a connection.
-REQUEST_TIMEOUT = 10.0
-BACKLOG = 128
 # Beyond the backend's own deadlines (each server's connect + StartTLS and bind), the
 # time a login may wait for its turn in the backend's login queue.
 QUEUE_ALLOWANCE = 30.0
@@ -104,6 +101,14 @@ def _password(tok: p.AuthTok | None) -> bytes:
     return tok.secret.reveal() if tok is not None and tok.type is AuthTokType.PASSWORD else b""
 
 
+def _salvage(error: p.ProtocolError) -> bytes | None:
+    """A request whose body cannot be parsed is answered SYSTEM_ERR, as SSSD's; the
+    connection goes on (a broken frame closes it)."""
+    if isinstance(error, p.MalformedRequest):
+        return p.system_error_reply(error.cmd or 0)
+    return None
+
+
 def public_socket(config: Config) -> str:
     return os.path.join(config.daemon.pipes_dir, "pam")
 
@@ -122,10 +127,7 @@ class PamResponder:
         self.clock = time.monotonic
         # pam_id_timeout: name -> (until, what the flow answered)
         self._resolved: dict[str, tuple[float, Found[Initgroups]]] = {}
-        self.active = 0
-        self.nonroot = 0
-        self.per_uid: dict[int | None, int] = {}
-        self.refused_connections = 0
+        self.clients = StreamClients(config.nss, "PAM")
         self.logins_ok = 0
         self.logins_refused = 0
         self.requests = 0
@@ -318,12 +320,7 @@ class PamResponder:
         user = found.value.user
         if not rules.needs_groups:
             return rules.allows(user.name)
-        groups = list(found.value.groups)
-        # The primary group counts, as in SSSD (by its gid, from the cache).
-        primary = found.cache.group_by_gid(user.gid).value
-        if primary is not None:
-            groups.append(primary.name)
-        return rules.allows(user.name, groups)
+        return rules.allows(user.name, groups_of(found))
 
     def _filtered(self, item: p.ReplyItem, service: str) -> bool:
         """Whether ``pam_response_filter`` keeps ``item`` (an environment item) from
@@ -363,96 +360,28 @@ class PamResponder:
 
     # -- connections ---------------------------------------------------------------
 
-    def admit(self, uid: int | None) -> str:
-        """Why a new connection of ``uid`` is refused, or "" (the NSS socket's rules)."""
-        conns = self.per_uid.get(uid, 0)
-        return admission.refusal(self.config.nss, self.active, self.nonroot, uid, conns)
-
     async def serve_client(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        try:
-            uid: int | None = aio.peer_uid(writer)
-        except OSError:
-            uid = None
-        why = self.admit(uid)
-        if why:
-            self.refused_connections += 1
-            limited.log(("refused", uid), logging.WARNING, "refusing a PAM client: %s", why)
-            writer.close()
-            return
-        self.active += 1
-        self.nonroot += uid != 0
-        self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
-        CLIENT_UID.set(uid)
-        conn = p.ServerConnection()
-        idle = float(self.config.nss.client_idle_timeout)
-        loop = asyncio.get_running_loop()
-        first_byte = 0.0  # when the request being received began
-        try:
-            while True:
-                # Idle between requests; a request begun must be whole REQUEST_TIMEOUT
-                # after its first byte, however its bytes trickle in.
-                begun = conn.buffered_bytes > 0
-                wait = first_byte + REQUEST_TIMEOUT - loop.time() if begun else idle
-                try:
-                    data = await asyncio.wait_for(reader.read(p.MAX_REQUEST_SIZE), max(wait, 0))
-                except TimeoutError:
-                    break
-                if not data:
-                    break
-                if not conn.buffered_bytes:
-                    first_byte = loop.time()
-                conn.receive_data(data)
-                if not await self._process(conn, writer, uid):
-                    break
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            self.active -= 1
-            self.nonroot -= uid != 0
-            self.per_uid[uid] -= 1
-            if not self.per_uid[uid]:
-                del self.per_uid[uid]
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        await self.clients.serve(reader, writer, p.ServerConnection(), self._respond, _salvage)
 
-    async def _process(
-        self, conn: p.ServerConnection, writer: asyncio.StreamWriter, uid: int | None
-    ) -> bool:
-        """Answer the complete requests buffered; False: close the connection."""
-        while True:
-            try:
-                req = conn.next_request()
-            except p.MalformedRequest as e:
-                limited.log(("malformed",), logging.DEBUG, "pam: malformed request: %s", e)
-                writer.write(p.system_error_reply(e.cmd or 0))
-                continue
-            except p.ProtocolError as e:
-                limited.log(("protocol",), logging.DEBUG, "pam: closing a client: %s", e)
-                return False
-            if isinstance(req, p.NeedData):
-                return True
-            if isinstance(req, p.GetVersion):
-                writer.write(p.version_reply())
-            else:
-                try:
-                    reply = await self.answer(req, uid)
-                except Exception as e:
-                    # Never the request's content: it may hold a password.
-                    limited.log(("answer", type(e).__name__), logging.ERROR,
-                                "pam: answering %s failed: %s", p.command_name(req.cmd),
-                                type(e).__name__)  # fmt: skip
-                    reply = p.system_error_reply(req.cmd)
-                writer.write(reply)
-            await writer.drain()
+    async def _respond(self, req: p.Request, uid: int | None) -> bytes:
+        if isinstance(req, p.GetVersion):
+            return p.version_reply()
+        try:
+            return await self.answer(req, uid)
+        except Exception as e:
+            # Never the request's content: it may hold a password.
+            limited.log(("answer", type(e).__name__), logging.ERROR,
+                        "pam: answering %s failed: %s", p.command_name(req.cmd),
+                        type(e).__name__)  # fmt: skip
+            return p.system_error_reply(req.cmd)
 
     def status(self) -> dict[str, Any]:
         return {
             "started": self.started,
-            "connections": self.active,
-            "refused_connections": self.refused_connections,
+            "connections": self.clients.active,
+            "refused_connections": self.clients.refused,
             "requests": self.requests,
             "logins_ok": self.logins_ok,
             "logins_refused": self.logins_refused,
@@ -472,10 +401,5 @@ async def serve_pam(config: Config, responder: PamResponder) -> list[asyncio.Ser
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     servers = []
     for path, mode in ((public_socket(config), 0o666), (private_socket(config), 0o600)):
-        framing.prepare_socket_path(path)
-        server = await asyncio.start_unix_server(
-            responder.serve_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
-        )
-        os.chmod(path, mode)
-        servers.append(server)
+        servers.append(await streams.listen(path, responder.serve_client, mode))
     return servers

@@ -148,6 +148,18 @@ class Found(Generic[V]):
     early: int = 0
 
 
+def groups_of(found: Found[Initgroups]) -> list[str]:
+    """The names of a resolved user's groups, nesting included, and of its primary
+    group (by its gid, from the cache) when stored, once each: what SSSD matches group
+    rules against (the simple access provider's lists, ``sysdb_get_sudo_user_info``)."""
+    ig = found.value
+    groups = list(ig.groups)
+    primary = found.cache.group_by_gid(ig.user.gid).value
+    if primary is not None and primary.name not in groups:
+        groups.append(primary.name)
+    return groups
+
+
 # The uid of the NSS client whose request is being answered (SO_PEERCRED, set by the
 # responder for each connection's task); it travels to the backend so that one uid's
 # flood of cold lookups queues behind itself, not in front of the others (docs/threat-model.md).

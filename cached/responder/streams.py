@@ -1,24 +1,28 @@
-"""The connections of a responder socket every local user can reach, served as asyncio
-streams one request at a time (the SSH socket; the PAM sockets keep a loop of their
-own shaped the same way): each is charged to its peer's uid (``admission``: the NSS
-socket's limits), a request must arrive whole within ``REQUEST_TIMEOUT`` of its first
-byte however its bytes trickle in, and a connection idle for ``client_idle_timeout``
-is closed (docs/threat-model.md)."""
+"""The connections of a responder socket served as asyncio streams one request at a
+time (the SSH, PAM and sudo sockets): each is admitted by its peer's uid (the NSS
+socket's limits, ``admission``, for a socket every local user can reach; root alone
+for a root-only one), a request must arrive whole within ``REQUEST_TIMEOUT`` of its
+first byte however its bytes trickle in, and a connection idle for
+``client_idle_timeout`` is closed (docs/threat-model.md). What a request is answered
+with is the responder's: the loop reads, feeds the sans-IO codec, and writes each
+reply before the next request is parsed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from cached.config import NssConfig
-from cached.ipc import aio
+from cached.ipc import aio, framing
 from cached.ratelimit import RateLimitedLog
 from cached.responder import admission
 from cached.responder.flow import CLIENT_UID
-from cached.responder.wire import MAX_REQUEST_SIZE
+from cached.responder.wire import MAX_REQUEST_SIZE, NeedData, ProtocolError
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
@@ -26,44 +30,72 @@ limited = RateLimitedLog(log)
 # A request must arrive whole within this many seconds of its first byte (the clients
 # write header and body at once); trickling cannot keep a connection.
 REQUEST_TIMEOUT: Final = 10.0
+BACKLOG: Final = 128
 
 
 class Codec(Protocol):
-    """What the loop needs of a connection's sans-IO codec."""
+    """What the loop needs of a connection's sans-IO codec: ``next_request`` raises
+    :class:`~cached.responder.wire.ProtocolError` when the peer broke the protocol."""
 
     @property
     def buffered_bytes(self) -> int: ...
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None: ...
 
+    def next_request(self) -> object: ...
+
+
+#: The reply to a request (what the codec's ``next_request`` returned, never
+#: NEED_DATA) from a client of a uid; None: close the connection. (``Any``: mypy
+#: cannot solve a request type from ``next_request``'s union with NeedData.)
+Respond = Callable[[Any, int | None], Awaitable[bytes | None]]
+#: The reply to a request the codec could not parse but the connection survives
+#: (PAM's MalformedRequest); None: close the connection.
+Salvage = Callable[[ProtocolError], bytes | None]
+
+
+def _close(_error: ProtocolError) -> bytes | None:
+    return None
+
 
 class StreamClients:
-    """The connections of one socket: how many, whose, and the loop serving each."""
+    """The connections of one socket: how many, whose, and the loop serving each.
 
-    def __init__(self, limits: NssConfig, what: str) -> None:
+    ``root_only``: only root (or the user the daemon runs as, in tests) is served, the
+    socket's mode being the protection (sudo); else the NSS socket's per-uid limits.
+    """
+
+    def __init__(self, limits: NssConfig, what: str, *, root_only: bool = False) -> None:
         self.limits = limits
-        self.what = what  # "SSH": for log lines
+        self.what = what  # "SSH", "PAM", "sudo": for log lines
+        self.root_only = root_only
         self.active = 0
         self.nonroot = 0
         self.per_uid: dict[int | None, int] = {}
         self.refused = 0
+
+    def refusal(self, uid: int | None) -> str:
+        """Why a new connection of ``uid`` is refused, or "" when it is admitted."""
+        if self.root_only:
+            return "" if framing.trusted_uid(uid) else f"uid {uid}: the socket is root's"
+        conns = self.per_uid.get(uid, 0)
+        return admission.refusal(self.limits, self.active, self.nonroot, uid, conns)
 
     async def serve(
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         conn: Codec,
-        process: Callable[[int | None], Awaitable[bool]],
+        respond: Respond,
+        salvage: Salvage = _close,
     ) -> None:
-        """Feed ``conn`` what the client sends; after each read ``process(uid)``
-        answers the complete requests buffered (False: close)."""
+        """Feed ``conn`` what the client sends and answer each complete request with
+        ``respond(request, uid)``, in order."""
         try:
             uid: int | None = aio.peer_uid(writer)
         except OSError:
             uid = None
-        why = admission.refusal(
-            self.limits, self.active, self.nonroot, uid, self.per_uid.get(uid, 0)
-        )
+        why = self.refusal(uid)
         if why:
             self.refused += 1
             limited.log(("refused", self.what, uid), logging.WARNING,
@@ -90,7 +122,7 @@ class StreamClients:
                 if not conn.buffered_bytes:
                     first_byte = loop.time()
                 conn.receive_data(data)
-                if not await process(uid):
+                if not await self._answer(writer, conn, respond, salvage, uid):
                     break
         except (ConnectionError, OSError):
             pass
@@ -103,3 +135,55 @@ class StreamClients:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        conn: Codec,
+        respond: Respond,
+        salvage: Salvage,
+        uid: int | None,
+    ) -> bool:
+        """Answer the complete requests buffered; False: close the connection."""
+        what = self.what.lower()
+        while True:
+            try:
+                req = conn.next_request()
+            except ProtocolError as e:
+                reply = salvage(e)
+                if reply is None:
+                    limited.log(("protocol", what), logging.DEBUG,
+                                "%s: closing a client: %s", what, e)  # fmt: skip
+                    return False
+                limited.log(("malformed", what), logging.DEBUG,
+                            "%s: malformed request: %s", what, e)  # fmt: skip
+            else:
+                if isinstance(req, NeedData):
+                    return True
+                reply = await respond(req, uid)
+                if reply is None:
+                    return False
+            writer.write(reply)
+            await writer.drain()
+
+
+async def listen(
+    path: str,
+    client: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    mode: int,
+) -> asyncio.Server:
+    """Listen on ``path`` (a stale socket there removed), the socket's mode ``mode``. A
+    socket for its owner alone (sudo's 0600) is created so, under a narrowed umask,
+    never briefly wider than the chmod; a wider one is created as the umask has it."""
+    framing.prepare_socket_path(path)
+    narrow = not mode & 0o077
+    old = os.umask(0o777 & ~mode) if narrow else None
+    try:
+        server = await asyncio.start_unix_server(
+            client, path=path, backlog=BACKLOG, limit=MAX_REQUEST_SIZE * 4
+        )
+    finally:
+        if old is not None:
+            os.umask(old)
+    os.chmod(path, mode)
+    return server

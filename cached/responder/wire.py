@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Final, Generic, NoReturn, TypeVar
 
 #: Every message starts with ``len, cmd, status, reserved``, four uint32 (§1.2).
@@ -63,6 +63,19 @@ NEED_DATA: Final = NeedData.NEED_DATA
 
 def hex_name(code: int) -> str:
     return f"{code:#06x}"
+
+
+def command_namer(commands: type[IntEnum]) -> Callable[[int], str]:
+    """A codec's ``command_name``: the member's name for a known code (``"GETPWNAM"``),
+    ``"0x1234"`` for any other (for logs and protocol errors)."""
+
+    def command_name(code: int) -> str:
+        try:
+            return commands(code).name
+        except ValueError:
+            return hex_name(code)
+
+    return command_name
 
 
 def request_frame(

@@ -91,11 +91,7 @@ _MASK: Final = int(Flags.ALIAS | Flags.DOMAIN)
 _SERVED_BY_VALUE: Final[dict[int, Command]] = {int(c): c for c in Command}
 
 
-def command_name(code: int) -> str:
-    try:
-        return Command(code).name
-    except ValueError:
-        return f"{code:#06x}"
+command_name: Final = wire.command_namer(Command)
 
 
 @dataclass(frozen=True, slots=True)

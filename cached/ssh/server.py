@@ -31,19 +31,15 @@ import time
 from typing import Any, Final
 
 from cached.config import Config
-from cached.ipc import framing
 from cached.ratelimit import RateLimitedLog
+from cached.responder import streams
 from cached.responder.flow import GETPWNAM, Lookups
 from cached.responder.streams import StreamClients
-from cached.responder.wire import ServerConnection
 from cached.ssh import protocol as p
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
-SshConnection = ServerConnection[p.Command, p.Request]
-
-BACKLOG: Final = 128
 PASSWD_FILE: Final = "/etc/passwd"
 
 
@@ -103,37 +99,20 @@ class SshResponder:
     async def serve_client(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        conn = p.server_connection()
+        await self.clients.serve(reader, writer, p.server_connection(), self._respond)
 
-        async def process(_uid: int | None) -> bool:
-            return await self._process(conn, writer)
-
-        await self.clients.serve(reader, writer, conn, process)
-
-    async def _process(self, conn: SshConnection, writer: asyncio.StreamWriter) -> bool:
-        """Answer the complete requests buffered; False: close the connection."""
-        while True:
-            try:
-                req = conn.next_request()
-            except p.ProtocolError as e:
-                limited.log(("protocol",), logging.DEBUG, "ssh: closing a client: %s", e)
-                return False
-            if isinstance(req, p.NeedData):
-                return True
-            if isinstance(req, p.GetVersion):
-                reply = p.version_reply()
-            elif isinstance(req, p.BadRequest):
-                limited.log(("bad",), logging.DEBUG, "ssh: bad request: %s", req.reason)
-                reply = p.error_reply(req.cmd, p.EINVAL)
-            else:
-                try:
-                    reply = await self.answer(req)
-                except Exception:
-                    limited.log(("answer",), logging.ERROR, "ssh: answering %s of %r failed",
-                                req.cmd.name, req.name, exc_info=True)  # fmt: skip
-                    reply = p.error_reply(req.cmd, errno.EIO)
-            writer.write(reply)
-            await writer.drain()
+    async def _respond(self, req: p.Request, _uid: int | None) -> bytes:
+        if isinstance(req, p.GetVersion):
+            return p.version_reply()
+        if isinstance(req, p.BadRequest):
+            limited.log(("bad",), logging.DEBUG, "ssh: bad request: %s", req.reason)
+            return p.error_reply(req.cmd, p.EINVAL)
+        try:
+            return await self.answer(req)
+        except Exception:
+            limited.log(("answer",), logging.ERROR, "ssh: answering %s of %r failed",
+                        req.cmd.name, req.name, exc_info=True)  # fmt: skip
+            return p.error_reply(req.cmd, errno.EIO)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -153,9 +132,4 @@ async def serve_ssh(config: Config, responder: SshResponder) -> asyncio.Server:
     ``AuthorizedKeysCommandUser`` (nobody), any local user may run it."""
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     path = ssh_socket(config)
-    framing.prepare_socket_path(path)
-    server = await asyncio.start_unix_server(
-        responder.serve_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
-    )
-    os.chmod(path, 0o666)
-    return server
+    return await streams.listen(path, responder.serve_client, 0o666)

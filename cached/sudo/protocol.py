@@ -43,7 +43,7 @@ import errno
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, NoReturn
+from typing import Final
 
 from cached.responder import wire
 from cached.responder.wire import (
@@ -52,7 +52,6 @@ from cached.responder.wire import (
     NEED_DATA,
     NeedData,
     ProtocolError,
-    request_frame,
 )
 
 __all__ = [
@@ -66,11 +65,11 @@ __all__ = [
     "ProtocolError",
     "Query",
     "Rule",
-    "ServerConnection",
     "decode_reply",
     "error_reply",
     "query_body",
     "rules_reply",
+    "server_connection",
     "version_reply",
 ]
 
@@ -96,11 +95,7 @@ class Command(enum.IntEnum):
 _SERVED = {c.value: c for c in Command}
 
 
-def command_name(code: int) -> str:
-    try:
-        return Command(code).name
-    except ValueError:
-        return f"{code:#06x}"
+command_name: Final = wire.command_namer(Command)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,48 +144,17 @@ def parse_query(cmd: Command, body: bytes | bytearray | memoryview) -> Query | B
     return Query(cmd, uid, name)
 
 
-class ServerConnection:
-    """One client connection as the sudo responder sees it: :meth:`receive_data`, then
-    :meth:`next_request` until :data:`NEED_DATA`. :class:`ProtocolError` means the
-    connection is dead (close it)."""
+def parse_request(cmd: Command, body: bytes) -> Request:
+    if cmd is Command.GET_VERSION:
+        return GetVersion()
+    return parse_query(cmd, body)
 
-    __slots__ = ("_buf", "_error")
 
-    def __init__(self) -> None:
-        self._buf = bytearray()
-        self._error: ProtocolError | None = None
-
-    @property
-    def buffered_bytes(self) -> int:
-        return len(self._buf)
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        self._buf += data
-
-    def next_request(self) -> Request | NeedData:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        buf = self._buf
-        try:
-            framed = request_frame(buf, _SERVED, command_name)
-        except ProtocolError as e:
-            self._fail(str(e), e.cmd)
-        if isinstance(framed, NeedData):
-            return NEED_DATA
-        cmd, length = framed
-        body = bytes(buf[HEADER_SIZE:length])
-        del buf[:length]
-        if cmd is Command.GET_VERSION:
-            return GetVersion()
-        return parse_query(cmd, body)
-
-    def _fail(self, message: str, cmd: int | None = None) -> NoReturn:
-        error = ProtocolError(message, cmd)
-        self._error = error
-        self._buf = bytearray()
-        raise error
+def server_connection() -> wire.ServerConnection[Command, Request]:
+    """One client connection as the sudo responder sees it (the shared framing's
+    :class:`~cached.responder.wire.ServerConnection` with this codec's commands):
+    :class:`ProtocolError` means the connection is dead (close it)."""
+    return wire.ServerConnection(_SERVED, parse_request, command_name)
 
 
 # ------------------------------------------------------------------------ replies

@@ -21,7 +21,6 @@ of rules and their encoding are ``rules.py`` and ``protocol.py``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -41,15 +40,15 @@ from cached.ipc.ops import (
 )
 from cached.model import SudoRule
 from cached.ratelimit import RateLimitedLog
-from cached.responder.flow import CLIENT_UID, INITGR, Backend, Found, Lookups
+from cached.responder import streams
+from cached.responder.flow import INITGR, Backend, Found, Lookups, groups_of
+from cached.responder.streams import StreamClients
 from cached.sudo import protocol as p
 from cached.sudo import rules as r
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
-REQUEST_TIMEOUT = 10.0
-BACKLOG = 128
 # How long a sudo call waits for the backend's refresh of its expired rules before the
 # cached ones are answered (a full refresh of thousands of rules may take longer: it
 # goes on and serves the next call).
@@ -74,8 +73,7 @@ class SudoResponder:
         self.backends = backends
         self.sudo = config.sudo
         self.started = time.time()
-        self.active = 0
-        self.refused_connections = 0
+        self.clients = StreamClients(config.nss, "sudo", root_only=True)
         self.requests = 0
         self.not_found = 0
         self.rules_sent = 0
@@ -114,13 +112,9 @@ class SudoResponder:
     def _user(found: Found[Initgroups]) -> r.SudoUser:
         """The user as SSSD's filter sees it (``sysdb_get_sudo_user_info``): its groups
         from initgroups, nesting included, and its primary group by gid."""
-        ig = found.value
-        groups = list(ig.groups)
-        primary = found.cache.group_by_gid(ig.user.gid).value
-        if primary is not None and primary.name not in groups:
-            groups.append(primary.name)
+        user = found.value.user
         return r.SudoUser(
-            ig.user.name, ig.user.uid, tuple(groups), found.domain.name,
+            user.name, user.uid, tuple(groups_of(found)), found.domain.name,
             case_sensitive=not found.domain.case_insensitive,
         )  # fmt: skip
 
@@ -165,76 +159,28 @@ class SudoResponder:
     async def serve_client(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        try:
-            uid = framing.peer_uid(writer.get_extra_info("socket"))
-        except (OSError, AttributeError):
-            uid = None  # refused below
-        if not framing.trusted_uid(uid):
-            self.refused_connections += 1
-            limited.log(("refused", uid), logging.WARNING,
-                        "refusing a sudo client of uid %s: the socket is root's", uid)  # fmt: skip
-            writer.close()
-            return
-        self.active += 1
-        CLIENT_UID.set(uid)
-        conn = p.ServerConnection()
-        idle = float(self.config.nss.client_idle_timeout)
-        loop = asyncio.get_running_loop()
-        first_byte = 0.0
-        try:
-            while True:
-                begun = conn.buffered_bytes > 0
-                wait = first_byte + REQUEST_TIMEOUT - loop.time() if begun else idle
-                try:
-                    data = await asyncio.wait_for(reader.read(p.MAX_REQUEST_SIZE), max(wait, 0))
-                except TimeoutError:
-                    break
-                if not data:
-                    break
-                if not conn.buffered_bytes:
-                    first_byte = loop.time()
-                conn.receive_data(data)
-                if not await self._process(conn, writer):
-                    break
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            self.active -= 1
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        await self.clients.serve(reader, writer, p.server_connection(), self._respond)
 
-    async def _process(self, conn: p.ServerConnection, writer: asyncio.StreamWriter) -> bool:
-        while True:
-            try:
-                req = conn.next_request()
-            except p.ProtocolError as e:
-                limited.log(("protocol",), logging.DEBUG, "sudo: closing a client: %s", e)
-                return False
-            if isinstance(req, p.NeedData):
-                return True
-            if isinstance(req, p.GetVersion):
-                writer.write(p.version_reply())
-            elif isinstance(req, p.BadQuery):
-                limited.log(("bad",), logging.DEBUG, "sudo: bad query: %s", req.why)
-                writer.write(p.error_reply(req.cmd, p.EINVAL))
-            else:
-                try:
-                    reply = await self.answer(req)
-                except Exception as e:
-                    limited.log(("answer", type(e).__name__), logging.ERROR,
-                                "sudo: answering %s for %r failed: %s: %s", req.cmd.name,
-                                req.user, type(e).__name__, e)  # fmt: skip
-                    # SSSD closes the connection on an internal failure (EFAULT).
-                    return False
-                writer.write(reply)
-            await writer.drain()
+    async def _respond(self, req: p.Request, _uid: int | None) -> bytes | None:
+        if isinstance(req, p.GetVersion):
+            return p.version_reply()
+        if isinstance(req, p.BadQuery):
+            limited.log(("bad",), logging.DEBUG, "sudo: bad query: %s", req.why)
+            return p.error_reply(req.cmd, p.EINVAL)
+        try:
+            return await self.answer(req)
+        except Exception as e:
+            limited.log(("answer", type(e).__name__), logging.ERROR,
+                        "sudo: answering %s for %r failed: %s: %s", req.cmd.name,
+                        req.user, type(e).__name__, e)  # fmt: skip
+            # SSSD closes the connection on an internal failure (EFAULT).
+            return None
 
     def status(self) -> dict[str, Any]:
         return {
             "started": self.started,
-            "connections": self.active,
-            "refused_connections": self.refused_connections,
+            "connections": self.clients.active,
+            "refused_connections": self.clients.refused,
             "requests": self.requests,
             "users_not_found": self.not_found,
             "rules_sent": self.rules_sent,
@@ -248,14 +194,4 @@ async def serve_sudo(config: Config, responder: SudoResponder) -> asyncio.Server
     """Listen on ``<pipes_dir>/sudo``, root's, mode 0600 (as SSSD's)."""
     os.makedirs(config.daemon.pipes_dir, mode=0o755, exist_ok=True)
     path = sudo_socket(config)
-    framing.prepare_socket_path(path)
-    # Created 0600 (umask), never briefly wider than the chmod below.
-    old = os.umask(0o177)
-    try:
-        server = await asyncio.start_unix_server(
-            responder.serve_client, path=path, backlog=BACKLOG, limit=p.MAX_REQUEST_SIZE * 4
-        )
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    return server
+    return await streams.listen(path, responder.serve_client, 0o600)

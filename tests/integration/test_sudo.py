@@ -1,11 +1,11 @@
 """Sudo rules from the directory through Debian's real ``sudo`` and ``libsss_sudo``.
 
 The daemon runs with ``services = nss, sudo``; each command runs in a private mount
-namespace (testing/nsenv.py) with ``sudoers: files sss`` and ``netgroup: files`` and an
-``/etc/netgroup`` of the test's own bind-mounted over the host's (created empty on the
-host when it has none: a bind mount needs a target, and an empty file means no
-netgroups, as a missing one). sudo runs setuid root there as everywhere; ``sudo -l -U
-NAME`` as root, ``sudo -n`` as the user through ``setpriv``.
+namespace (testing/nsenv.py) with ``sudoers: files sss`` and ``netgroup: sss``: a
+``+netgroup`` rule is matched by sudo itself through ``innetgr(3)``, which libnss_sss
+asks of the NSS responder, the netgroup an entry in the test's directory. sudo runs
+setuid root there as everywhere; ``sudo -l -U NAME`` as root, ``sudo -n`` as the user
+through ``setpriv``.
 """
 
 from __future__ import annotations
@@ -44,10 +44,8 @@ BASE = "dc=sudo,dc=t"
 SUDOERS = f"ou=sudoers,{BASE}"
 NSSWITCH = (
     "passwd: files sss\ngroup: files sss\ninitgroups: files sss\n"
-    "sudoers: files sss\nnetgroup: files\n"
+    "sudoers: files sss\nnetgroup: sss\n"
 )
-NETGROUP = "sudoers-ng (-,carol,)\n"
-ETC_NETGROUP = Path("/etc/netgroup")
 
 
 def _user(uid: str, number: int) -> str:
@@ -87,6 +85,9 @@ LDIF = (
     f"\ndn: ou=people,{BASE}\nobjectClass: organizationalUnit\nou: people\n"
     f"\ndn: ou=groups,{BASE}\nobjectClass: organizationalUnit\nou: groups\n"
     f"\ndn: {SUDOERS}\nobjectClass: organizationalUnit\nou: sudoers\n"
+    f"\ndn: ou=netgroups,{BASE}\nobjectClass: organizationalUnit\nou: netgroups\n"
+    f"\ndn: cn=sudoers-ng,ou=netgroups,{BASE}\nobjectClass: nisNetgroup\ncn: sudoers-ng\n"
+    "nisNetgroupTriple: (-,carol,)\n"
     + _user("alice", 10001)
     + _user("bob", 10002)
     + _user("carol", 10003)
@@ -106,16 +107,6 @@ LDIF = (
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def netgroup_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not ETC_NETGROUP.exists():
-        ETC_NETGROUP.touch(mode=0o644)
-    path = tmp_path_factory.mktemp("netgroup") / "netgroup"
-    path.write_text(NETGROUP)
-    path.chmod(0o644)
-    return path
-
-
 @pytest.fixture
 def slapd(tmp_path: Path) -> Iterator[Slapd]:
     (tmp_path / "d.ldif").write_text(LDIF)
@@ -130,18 +121,18 @@ def daemon(tmp_path: Path, slapd: Slapd, **opts: Any) -> CachedDaemon:
 
 
 def sudo(
-    d: CachedDaemon | sssd.SssdDaemon, netgroup: Path, *args: str, as_uid: int | None = None
+    d: CachedDaemon | sssd.SssdDaemon, *args: str, as_uid: int | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``sudo ARGS`` in the namespace, as root or as ``as_uid`` (its groups from NSS)."""
     who = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", "--regid=20000",
                                      "--init-groups", "--"]  # fmt: skip
-    argv = ["/bin/sh", "-c", 'mount --bind "$0" /etc/netgroup && exec "$@"', str(netgroup),
-            *who, "sudo", *args]  # fmt: skip
-    return nsenv.run_nss(argv, d.pipes_dir, d.mc_dir, nsswitch=NSSWITCH, timeout=120)
+    return nsenv.run_nss(
+        [*who, "sudo", *args], d.pipes_dir, d.mc_dir, nsswitch=NSSWITCH, timeout=120
+    )
 
 
-def rules_of(d: CachedDaemon | sssd.SssdDaemon, netgroup: Path, user: str) -> str:
-    r = sudo(d, netgroup, "-l", "-U", user)
+def rules_of(d: CachedDaemon | sssd.SssdDaemon, user: str) -> str:
+    r = sudo(d, "-l", "-U", user)
     assert r.returncode in (0, 1), r.stderr
     return r.stdout
 
@@ -190,26 +181,24 @@ def wait_for(cond: object, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
-def test_rules_through_sudo_and_libsss_sudo(
-    tmp_path: Path, slapd: Slapd, netgroup_file: Path
-) -> None:
+def test_rules_through_sudo_and_libsss_sudo(tmp_path: Path, slapd: Slapd) -> None:
     d = started(daemon(tmp_path, slapd))
     try:
-        out = rules_of(d, netgroup_file, "alice")
+        out = rules_of(d, "alice")
         # The %admins rule, reached through inner, and the LDAP defaults.
         assert "(ALL) NOPASSWD: ALL" in out, out
         assert "/usr/bin/id" not in out and "/bin/true" not in out and "/bin/false" not in out
-        ran = sudo(d, netgroup_file, "-n", "-u", "root", "id", "-u", as_uid=10001)
+        ran = sudo(d, "-n", "-u", "root", "id", "-u", as_uid=10001)
         assert (ran.returncode, ran.stdout.strip()) == (0, "0"), ran.stderr
         # bob: his own rule only; nothing else runs.
-        out = rules_of(d, netgroup_file, "bob")
+        out = rules_of(d, "bob")
         assert "NOPASSWD: /bin/true" in out and "ALL" not in out.split("may run")[-1], out
-        denied = sudo(d, netgroup_file, "-n", "-u", "root", "id", "-u", as_uid=10002)
+        denied = sudo(d, "-n", "-u", "root", "id", "-u", as_uid=10002)
         assert denied.returncode != 0
-        # carol: the +netgroup rule, matched by sudo itself through innetgr (files).
-        out = rules_of(d, netgroup_file, "carol")
+        # carol: the +netgroup rule, matched by sudo itself through innetgr (sss).
+        out = rules_of(d, "carol")
         assert "NOPASSWD: /usr/bin/id" in out, out
-        ran = sudo(d, netgroup_file, "-n", "/usr/bin/id", "-u", as_uid=10003)
+        ran = sudo(d, "-n", "/usr/bin/id", "-u", as_uid=10003)
         assert (ran.returncode, ran.stdout.strip()) == (0, "0"), ran.stderr
         # `sudo -l` does not list the sss defaults (nor with SSSD): asked on the socket.
         (defaults,) = ask(d.pipes_dir, GET_DEFAULTS, 10001, "alice").rules
@@ -229,7 +218,7 @@ def test_rules_through_sudo_and_libsss_sudo(
 
 
 def test_smart_refresh_sees_changes_by_stamps_and_deletions_wait_for_a_full_one(
-    tmp_path: Path, slapd: Slapd, netgroup_file: Path
+    tmp_path: Path, slapd: Slapd
 ) -> None:
     d = started(daemon(tmp_path, slapd, ldap_sudo_smart_refresh_interval=1))
     try:
@@ -247,7 +236,7 @@ def test_smart_refresh_sees_changes_by_stamps_and_deletions_wait_for_a_full_one(
             f"\ndn: cn=bob-true,{SUDOERS}\nchangetype: delete\n"
         )
         wait_for(lambda: sudo_status(d)["runs"]["smart"]["fetched"] == 1)
-        assert "/usr/bin/whoami" in rules_of(d, netgroup_file, "carol")
+        assert "/usr/bin/whoami" in rules_of(d, "carol")
         # Within the clock-skew margin of the newest stamp, its second is asked for
         # again: the changed rule's stamps come back, equal, and nothing is read whole.
         last = sudo_status(d)["last_smart"]
@@ -257,25 +246,23 @@ def test_smart_refresh_sees_changes_by_stamps_and_deletions_wait_for_a_full_one(
         # SSSD's smart refresh cannot see a deletion, nor can this one: bob keeps the
         # rule until a full refresh, or until it expires and his next sudo call
         # refreshes his rules by name (`cached cache -r` expires it now).
-        assert "/bin/true" in rules_of(d, netgroup_file, "bob")
+        assert "/bin/true" in rules_of(d, "bob")
         r = d.cli("cache", "-r", "bob-true")
         assert r.returncode == 0, r.stderr
-        assert "/bin/true" not in rules_of(d, netgroup_file, "bob")
+        assert "/bin/true" not in rules_of(d, "bob")
         assert sudo_status(d)["rules"] == 3
     finally:
         d.stop()
 
 
-def test_a_full_refresh_drops_deleted_rules(
-    tmp_path: Path, slapd: Slapd, netgroup_file: Path
-) -> None:
+def test_a_full_refresh_drops_deleted_rules(tmp_path: Path, slapd: Slapd) -> None:
     d = started(daemon(tmp_path, slapd, ldap_sudo_full_refresh_interval=2,
                        ldap_sudo_smart_refresh_interval=0))  # fmt: skip
     try:
-        assert "/bin/true" in rules_of(d, netgroup_file, "bob")
+        assert "/bin/true" in rules_of(d, "bob")
         slapd.ldap_modify(f"dn: cn=bob-true,{SUDOERS}\nchangetype: delete\n")
         wait_for(lambda: sudo_status(d)["runs"]["full"]["deleted"] == 1)
-        assert "/bin/true" not in rules_of(d, netgroup_file, "bob")
+        assert "/bin/true" not in rules_of(d, "bob")
         # The next full refresh finds nothing changed: timestamps only.
         last = sudo_status(d)["last_full"]
         wait_for(lambda: sudo_status(d)["last_full"] > last)
@@ -285,22 +272,20 @@ def test_a_full_refresh_drops_deleted_rules(
         d.stop()
 
 
-def test_rules_apply_with_the_server_down(
-    tmp_path: Path, slapd: Slapd, netgroup_file: Path
-) -> None:
+def test_rules_apply_with_the_server_down(tmp_path: Path, slapd: Slapd) -> None:
     d = started(daemon(tmp_path, slapd))
     try:
-        assert "(ALL) NOPASSWD: ALL" in rules_of(d, netgroup_file, "alice")
-        assert "/usr/bin/id" in rules_of(d, netgroup_file, "carol")  # carol cached too
+        assert "(ALL) NOPASSWD: ALL" in rules_of(d, "alice")
+        assert "/usr/bin/id" in rules_of(d, "carol")  # carol cached too
         slapd.stop()
         # Expired rules, the server down: the refresh a sudo call asks for fails, the
         # cached rules apply.
         r = d.cli("cache", "-E")
         assert r.returncode == 0, r.stderr
-        assert "(ALL) NOPASSWD: ALL" in rules_of(d, netgroup_file, "alice")
-        ran = sudo(d, netgroup_file, "-n", "-u", "root", "id", "-u", as_uid=10001)
+        assert "(ALL) NOPASSWD: ALL" in rules_of(d, "alice")
+        ran = sudo(d, "-n", "-u", "root", "id", "-u", as_uid=10001)
         assert (ran.returncode, ran.stdout.strip()) == (0, "0"), ran.stderr
-        ran = sudo(d, netgroup_file, "-n", "/usr/bin/id", "-u", as_uid=10003)
+        ran = sudo(d, "-n", "/usr/bin/id", "-u", as_uid=10003)
         assert (ran.returncode, ran.stdout.strip()) == (0, "0"), ran.stderr
     finally:
         d.stop()
@@ -308,9 +293,7 @@ def test_rules_apply_with_the_server_down(
 
 
 @pytest.mark.skipif(sssd.skip_reason() is not None, reason=sssd.skip_reason() or "")
-def test_sudo_l_and_the_wire_replies_are_sssd_s(
-    tmp_path: Path, slapd: Slapd, netgroup_file: Path
-) -> None:
+def test_sudo_l_and_the_wire_replies_are_sssd_s(tmp_path: Path, slapd: Slapd) -> None:
     ours = started(daemon(tmp_path, slapd))
     theirs = sssd.SssdDaemon(tmp_path / "sssd", slapd.uri, BASE, responders={"sudo": {}},
                              ldap_sudo_search_base=SUDOERS)  # fmt: skip
@@ -319,7 +302,7 @@ def test_sudo_l_and_the_wire_replies_are_sssd_s(
         # SSSD's first full refresh runs in the background too: wait for its rules.
         wait_for(lambda: ask(theirs.pipes_dir, GET_DEFAULTS, 10001, "alice").rules != [])
         for user, uid in (("alice", 10001), ("bob", 10002), ("carol", 10003)):
-            assert rules_of(ours, netgroup_file, user) == rules_of(theirs, netgroup_file, user)
+            assert rules_of(ours, user) == rules_of(theirs, user)
             for cmd in (GET_SUDORULES, GET_DEFAULTS):
                 assert ask(ours.pipes_dir, cmd, uid, user) == ask(theirs.pipes_dir, cmd, uid, user)
         assert ask(ours.pipes_dir, GET_SUDORULES, 1, "nobody-here") == ask(
@@ -330,9 +313,7 @@ def test_sudo_l_and_the_wire_replies_are_sssd_s(
         ours.stop()
 
 
-def test_sudo_timed_leaves_out_rules_outside_their_window(
-    tmp_path: Path, slapd: Slapd, netgroup_file: Path
-) -> None:
+def test_sudo_timed_leaves_out_rules_outside_their_window(tmp_path: Path, slapd: Slapd) -> None:
     slapd.ldap_modify(
         f"dn: cn=past,{SUDOERS}\nchangetype: add\nobjectClass: sudoRole\ncn: past\n"
         "sudoUser: %admins\nsudoHost: ALL\nsudoCommand: /usr/bin/past\n"
@@ -342,7 +323,7 @@ def test_sudo_timed_leaves_out_rules_outside_their_window(
     try:
         rules = ask(d.pipes_dir, GET_SUDORULES, 10001, "alice").rules
         assert sorted(dict(r)["cn"][0] for r in rules) == ["admins-all", "ng-id"]
-        assert "/usr/bin/past" not in rules_of(d, netgroup_file, "alice")
+        assert "/usr/bin/past" not in rules_of(d, "alice")
     finally:
         d.stop()
     untimed = started(daemon(tmp_path / "untimed", slapd))
@@ -350,6 +331,6 @@ def test_sudo_timed_leaves_out_rules_outside_their_window(
         rules = ask(untimed.pipes_dir, GET_SUDORULES, 10001, "alice").rules
         assert sorted(dict(r)["cn"][0] for r in rules) == ["admins-all", "ng-id", "past"]
         # Not timed, the rule is sudo's to judge: `sudo -l` lists it with its window.
-        assert "NOTAFTER=20200101000000Z /usr/bin/past" in rules_of(untimed, netgroup_file, "alice")
+        assert "NOTAFTER=20200101000000Z /usr/bin/past" in rules_of(untimed, "alice")
     finally:
         untimed.stop()

@@ -24,6 +24,7 @@ from cached.responder.flow import (
     Backend,
     Found,
     Lookups,
+    groups_of,
 )
 
 CONF = """[cached]
@@ -547,3 +548,19 @@ def test_qualified_members_each_format(fmt: str, users: str) -> None:
         count, blob = policy.members(domain, g)
         want = {policy.output_name(domain, n) for n in members if n not in drop}
         assert (count, set(split_members(blob))) == (len(want), want), members
+
+
+def test_groups_of_adds_the_stored_primary_group_once() -> None:
+    cache = FakeCache()
+    cfg = config()
+    domain = cfg.domains[0]
+    ig = Initgroups(ALICE, b"", ("staff", "inner"))
+
+    def found() -> Found[Initgroups]:
+        return Found(domain, cache, ig, State.VALID)  # type: ignore[arg-type]
+
+    assert groups_of(found()) == ["staff", "inner"]  # primary gid 1000 not stored
+    cache.groups[1000] = (State.VALID, GroupView("alice-primary", 1000, "", b"", 0))
+    assert groups_of(found()) == ["staff", "inner", "alice-primary"]
+    cache.groups[1000] = (State.VALID, GroupView("inner", 1000, "", b"", 0))
+    assert groups_of(found()) == ["staff", "inner"]

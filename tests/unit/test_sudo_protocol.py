@@ -20,7 +20,7 @@ def _request(cmd: int, body: bytes) -> bytes:
 
 
 def test_get_version_is_answered_with_version_1_whatever_is_asked() -> None:
-    conn = p.ServerConnection()
+    conn = p.server_connection()
     conn.receive_data(_request(p.Command.GET_VERSION, U32.pack(7)))
     assert isinstance(conn.next_request(), p.GetVersion)
     reply = p.version_reply()
@@ -29,7 +29,7 @@ def test_get_version_is_answered_with_version_1_whatever_is_asked() -> None:
 
 
 def test_a_query_is_uid_and_name_and_arrives_in_pieces() -> None:
-    conn = p.ServerConnection()
+    conn = p.server_connection()
     data = _request(p.Command.GET_SUDORULES, p.query_body(10001, "alice"))
     for i in range(len(data) - 1):
         conn.receive_data(data[i : i + 1])
@@ -50,7 +50,7 @@ def test_a_query_is_uid_and_name_and_arrives_in_pieces() -> None:
     ],
 )
 def test_a_bad_query_is_answered_einval_and_the_connection_goes_on(body: bytes, why: str) -> None:
-    conn = p.ServerConnection()
+    conn = p.server_connection()
     conn.receive_data(_request(p.Command.GET_DEFAULTS, body))
     got = conn.next_request()
     assert isinstance(got, p.BadQuery) and why in got.why
@@ -71,7 +71,7 @@ def test_a_bad_query_is_answered_einval_and_the_connection_goes_on(body: bytes, 
     ],
 )
 def test_bad_framing_closes(data: bytes) -> None:
-    conn = p.ServerConnection()
+    conn = p.server_connection()
     conn.receive_data(data)
     with pytest.raises(p.ProtocolError):
         conn.next_request()
