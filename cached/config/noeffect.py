@@ -184,7 +184,7 @@ NO_EFFECT: dict[str, str] = {
     **{
         name: _AD_PROVIDER
         for name in (
-            "ad_enabled_domains", "ad_access_filter", "ad_maximum_machine_account_password_age",
+            "ad_enabled_domains", "ad_maximum_machine_account_password_age",
             "ad_machine_account_password_renewal_opts",
             "ad_update_samba_machine_account_password", "ad_use_ldaps",
             "ad_allow_remote_domain_local_groups",

@@ -115,10 +115,10 @@ class AccessProvider(enum.StrEnum):
     DENY = "deny"
     SIMPLE = "simple"
     LDAP = "ldap"
+    AD = "ad"
 
 
 _ACCESS_PROVIDERS_REFUSED = {
-    "ad": "access_provider = ad is not implemented yet; use `simple` or `ldap`",
     "ipa": "cached has no IPA provider",
     "krb5": "cached has no Kerberos provider",
     "proxy": "cached has no proxy provider",
@@ -787,7 +787,8 @@ class DomainConfig:
         closed(AccessProvider, _ACCESS_PROVIDERS_REFUSED),
         AccessProvider.PERMIT,
         "Who may log in (PAM account check): `permit` everyone, `deny` no one, `simple` "
-        "by the simple_* lists, `ldap` by ldap_access_order.",
+        "by the simple_* lists, `ldap` by ldap_access_order, `ad` (id_provider = ad) by "
+        "the account's expiry, ad_access_filter and the GPOs (ad_gpo_access_control).",
     )
     simple_allow_users: list[str] = option(
         str_list,
@@ -1059,14 +1060,20 @@ class DomainConfig:
         str_list, [], "Groups of this domain never answered, in addition to [nss] filter_groups."
     )
 
-    # -- GPO-based access control (sssd-ad(5); ad_gpo.c). Read for `access_provider = ad`,
-    # which cached refuses until its access check runs them (cached/ldap/gpo.py).
+    # -- access_provider = ad (sssd-ad(5); ad_access.c, ad_gpo.c; cached/ldap/adaccess.py).
+    ad_access_filter: str = option(
+        string,
+        "",
+        "access_provider = ad: the user may log in when a base search of its entry with "
+        "this filter finds it. `?`-separated entries, each `FILTER`, `DOM:<domain>:FILTER` "
+        "or `FOREST:<forest>:FILTER`; the most specific that names this domain applies "
+        "(none: everyone is denied). Unset: no filter is checked.",
+    )
     ad_gpo_access_control: GpoMode = option(
         closed(GpoMode),
         GpoMode.ENFORCING,
-        "GPO-based login rights of `access_provider = ad` (not supported yet: cached "
-        "refuses that access provider): `enforcing` denies what the GPOs deny, "
-        "`permissive` logs it and allows, `disabled` does not evaluate GPOs.",
+        "GPO-based login rights of `access_provider = ad`: `enforcing` denies what the "
+        "GPOs deny, `permissive` logs it and allows, `disabled` does not evaluate GPOs.",
     )
     ad_gpo_implicit_deny: bool = option(
         boolean,

@@ -12,7 +12,14 @@ from typing import Any
 from cached.config.errors import ConfigError
 from cached.config.gpomap import GpoRight, service_table
 from cached.config.ini import Ini
-from cached.config.options import DOMAIN_OPTIONS, AccessProvider, AccessRule, CaseSensitive, Schema
+from cached.config.options import (
+    DOMAIN_OPTIONS,
+    AccessProvider,
+    AccessRule,
+    CaseSensitive,
+    ExpirePolicy,
+    Schema,
+)
 
 # SSSD's defaults for ldap_schema = ad (ldap_opts.c gen_ad2008r2_user_map,
 # gen_ad2008r2_group_map, gen_ad_attr_map), declared with each option (``ad=``): used for
@@ -130,6 +137,10 @@ def _kerberos_defaults(
         vals["ldap_schema"] = Schema.AD
         if "ldap_id_mapping" not in given:
             vals["ldap_id_mapping"] = True
+        if "ldap_account_expire_policy" not in given:
+            # ad_opts.c ad_def_ldap_opts: the AD provider's expire rule reads
+            # userAccountControl and accountExpires (access_provider = ad).
+            vals["ldap_account_expire_policy"] = ExpirePolicy.AD
         if "case_sensitive" not in given:
             # sssd.conf(5): "Default: True (False for AD provider)".
             vals["case_sensitive"] = CaseSensitive.FALSE
@@ -234,7 +245,16 @@ def _schema_defaults(
 
 def _access_warnings(path: str, sname: str, vals: dict[str, Any], warnings: list[str]) -> None:
     """SSSD's start-up warnings of an ``ldap`` access order that lets nobody in
-    (ldap_init.c set_access_rules): said at load, where the administrator looks."""
+    (ldap_init.c set_access_rules): said at load, where the administrator looks.
+    ``access_provider = ad`` needs the AD provider's identity, as SSSD's
+    (ad_init.c: its access context is built on the AD id context)."""
+    if vals["access_provider"] == AccessProvider.AD and vals["id_provider"] != "ad":
+        raise ConfigError(
+            f"{path}: [{sname}] access_provider = ad needs id_provider = ad (the host's "
+            "keytab, its computer account and the DC's SYSVOL); with id_provider = "
+            f"{vals['id_provider']} use access_provider = ldap with "
+            "ldap_account_expire_policy = ad"
+        )
     if vals["access_provider"] != AccessProvider.LDAP:
         return
     order = vals["ldap_access_order"]

@@ -100,8 +100,11 @@ class AccessChecks:
         self.prepare = prepare
         self.clock = clock
         self.hostnames = hostnames
-        self.order = tuple(domain.ldap_access_order)
+        self.order: tuple[AccessRule, ...] = tuple(domain.ldap_access_order)
         self.policy = domain.ldap_account_expire_policy
+        # The `filter` rule's filter ("": none, the rule denies).
+        self.access_filter = domain.ldap_access_filter
+        self.filter_option = "ldap_access_filter"  # named in the log
         self.turns = RoundRobin()
         self.checks = 0
         self.denied = 0
@@ -151,7 +154,7 @@ class AccessChecks:
 
     def _evaluate(self, state: AccessState, login: Login, hosts: Sequence[str]) -> Verdict:
         return rules.evaluate(self.order, self.policy, state, login, hosts, self.clock(),
-                              has_filter=bool(self.domain.ldap_access_filter))  # fmt: skip
+                              has_filter=bool(self.access_filter))  # fmt: skip
 
     def _reply(self, req: AccessRequest, v: Verdict, offline: bool) -> AccessReply:
         if not v.allowed:
@@ -185,10 +188,10 @@ class AccessChecks:
             names += [LOCKED_TIME, LOCKOUT_DURATION]
         entry_s = Search(req.dn, "(objectClass=*)", names, "base", paged=False) if names else None
         filter_s = None
-        if AccessRule.FILTER in order and d.ldap_access_filter:
+        if AccessRule.FILTER in order and self.access_filter:
             filt = (f"(&({schema.user_name}={escape(req.name)})"
-                    f"(objectclass={schema.user_oc}){d.ldap_access_filter})")  # fmt: skip
-            if self._valid(filt, "ldap_access_filter"):
+                    f"(objectclass={schema.user_oc}){self.access_filter})")  # fmt: skip
+            if self._valid(filt, self.filter_option):
                 filter_s = Search(req.dn, filt, [NO_ATTRIBUTES], "base", paged=False)
         policy_s = []
         if lock:

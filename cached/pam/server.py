@@ -21,8 +21,9 @@ AUTHENTICATE                      the domain's backend (``Op.AUTHENTICATE``): an
 ACCT_MGMT                         ``access_provider``: ``permit`` (SSSD's default)
                                   SUCCESS; ``deny`` PERM_DENIED; ``simple`` decided
                                   here from the user's resolved groups
-                                  (``cached.access.simple``); ``ldap`` the domain's
-                                  backend (``Op.ACCESS``, ``ldap/access.py``)
+                                  (``cached.access.simple``); ``ldap`` and ``ad``
+                                  the domain's backend (``Op.ACCESS``,
+                                  ``ldap/access.py``, ``ldap/adaccess.py``)
 OPEN_SESSION, CLOSE_SESSION,      SUCCESS (no session provider)
 SETCRED, PREAUTH
 CHAUTHTOK_PRELIM, CHAUTHTOK       the domain's backend (``Op.CHANGE_PASSWORD``): the old
