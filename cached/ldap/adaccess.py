@@ -202,6 +202,14 @@ class AdAccessChecks(AccessChecks):
                 host=host, user_sid=sids[0], group_sids=sids[1:], service=req.service,
                 settings=self.gpo_settings, state_dir=self.state_dir,
             )  # fmt: skip
+        except Exception as e:  # the SMB and SPNEGO stack raises its own errors
+            # Whatever failed, the GPOs were not evaluated: as gpo.decide's errors,
+            # denied under enforcing, allowed (logged) under permissive.
+            log.error("domain %s: GPO evaluation for %r failed: %s: %s", self.domain.name,
+                      req.name, type(e).__name__, e)  # fmt: skip
+            permissive = self.gpo_settings.mode == GpoMode.PERMISSIVE
+            return gpo.GpoDecision(permissive, f"GPO evaluation failed: {e}",
+                                   would_deny=permissive, error=True)  # fmt: skip
         finally:
             for r in readers:
                 close = getattr(r, "close", None)

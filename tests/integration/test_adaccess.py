@@ -10,12 +10,16 @@ One DC and one join for the module; each test its own daemon (its own options).
 from __future__ import annotations
 
 import datetime
+import re
+import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testing import addir, adjoin
+from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles
+from testing import addc, addir, adgpo, adjoin
 from testing.addc import ADEntry
 from testing.adjoin import DOMAIN, JoinedHost
 from testing.daemon import CachedDaemon
@@ -102,3 +106,129 @@ def test_ad_access_filter_of_another_domain_denies(host: JoinedHost, tmp_path: P
     with _daemon(host, tmp_path, "ad_access_filter = DOM:other.test:(objectClass=user)\n"
                  "ad_gpo_access_control = disabled\n") as d:  # fmt: skip
         assert _account(d, "alice") == PERM_DENIED, d.log_tail()
+
+
+
+# -- GPO-based login rights --------------------------------------------------------------
+#
+# SYSVOL is not read over SMB here: the DC of testing/adjoin.py serves no SMB (with
+# `s3fs winbindd` added to its services, its smbd fails every session setup after the
+# host's Kerberos authentication succeeded, STATUS_INTERNAL_ERROR at
+# smb2_sesssetup.c:147, Samba 4.17.12). The host's GPO file store is filled from the
+# DC's SYSVOL directory by the same GpoFiles the backend uses (DirectorySysvol), with
+# an ad_gpo_cache_timeout that keeps it fresh; everything else — the computer object,
+# the site and domain links, the GPOs' security filtering, the user's SIDs from the
+# cache — is read from the DC by the daemon.
+
+FRESH = 10**8  # ad_gpo_cache_timeout: the filled store stays fresh
+SITE_DN = f"CN={adjoin.SITE},CN=Sites,CN=Configuration,{addc.BASE_DN}"
+
+
+def _sid(host: JoinedHost, name: str) -> str:
+    assert host.dc is not None
+    out = subprocess.run(
+        ["ldbsearch", "-H", str(host.dc.workdir / "private" / "sam.ldb"),
+         f"(sAMAccountName={name})", "objectSid"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    (sid,) = re.findall(r"^objectSid: (S-[0-9-]+)$", out, re.M)
+    return str(sid)
+
+
+@pytest.fixture(scope="module")
+def deny_gpo(host: JoinedHost) -> adgpo.Gpo:
+    """A GPO linked to the host's site denying interactive logon to `team`, which
+    alice is in through `eng` (nesting) and carol is not; made while the DC is stopped
+    (its LDAP refuses simple binds without TLS: strong auth, as a real DC)."""
+    dc = host.dc
+    assert dc is not None
+    guid = "{" + str(uuid.uuid4()).upper() + "}"
+    dn = f"CN={guid},CN=Policies,CN=System,{addc.BASE_DN}"
+    folder = adgpo.sysvol(dc) / DOMAIN / "Policies" / guid
+    (folder / "Machine").mkdir(parents=True)
+    (folder / "User").mkdir()
+    gpo = adgpo.Gpo(guid, dn, folder)
+    adgpo.write_rights(gpo, {"SeDenyInteractiveLogonRight": [_sid(host, "team")]})
+    dc.stop()
+    dc.load(
+        [ADEntry(dn, {"objectClass": "groupPolicyContainer", "displayName": "deny team",
+                      "gPCFileSysPath": f"\\\\{DOMAIN}\\SysVol\\{DOMAIN}\\Policies\\{guid}",
+                      "gPCFunctionalityVersion": "2", "flags": "0",
+                      "versionNumber": str(gpo.version),
+                      "gPCMachineExtensionNames": adgpo.MACHINE_EXTENSIONS}),
+         ADEntry(f"CN=User,{dn}", {"objectClass": "container"}),
+         ADEntry(f"CN=Machine,{dn}", {"objectClass": "container"})],
+        modify=[ADEntry(SITE_DN, {"gPLink": f"[LDAP://{dn};0]"})],
+    )  # fmt: skip
+    dc.start()
+    return gpo
+
+
+def _gpo_daemon(host: JoinedHost, work: Path, extra: str = "") -> CachedDaemon:
+    """A daemon whose GPO file store holds every GPO of the DC's SYSVOL, fresh."""
+    assert host.dc is not None
+    sysvol = adgpo.sysvol(host.dc)
+    policies = sysvol / DOMAIN / "Policies"
+    files = GpoFiles(work / "db" / f"gpo_{DOMAIN}" / "files", FRESH,
+                     lambda: DirectorySysvol({"sysvol": sysvol}))  # fmt: skip
+    for folder in policies.iterdir():
+        files.rights(folder.name, "sysvol", f"{DOMAIN}/Policies/{folder.name}")
+    return _daemon(host, work, f"ad_gpo_cache_timeout = {FRESH}\n{extra}")
+
+
+def test_gpo_denies_interactive_logon_to_a_nested_member(
+    host: JoinedHost, deny_gpo: adgpo.Gpo, tmp_path: Path
+) -> None:
+    """SeDenyInteractiveLogonRight names `team`: alice (eng, in team) may not log in
+    through login or su (interactive), may through sshd (remote interactive);
+    carol, not in team, may."""
+    with _gpo_daemon(host, tmp_path) as d:
+        assert _account(d, "alice", "login") == PERM_DENIED, d.log_tail()
+        assert _account(d, "alice", "su") == PERM_DENIED, d.log_tail()
+        assert _account(d, "alice", "sshd") == SUCCESS, d.log_tail()
+        assert _account(d, "carol", "login") == SUCCESS, d.log_tail()
+        assert "SeDenyInteractiveLogonRight lists the user" in d.log_text(), d.log_tail()
+        assert "Traceback" not in d.log_text(), d.log_tail()
+
+
+def test_gpo_permissive_allows_and_logs(
+    host: JoinedHost, deny_gpo: adgpo.Gpo, tmp_path: Path
+) -> None:
+    with _gpo_daemon(host, tmp_path, "ad_gpo_access_control = permissive\n") as d:
+        assert _account(d, "alice", "login") == SUCCESS, d.log_tail()
+        assert "would have been denied GPO-based logon access" in d.log_text(), d.log_tail()
+
+
+def test_gpo_disabled_is_not_evaluated(
+    host: JoinedHost, deny_gpo: adgpo.Gpo, tmp_path: Path
+) -> None:
+    with _daemon(host, tmp_path, "ad_gpo_access_control = disabled\n") as d:
+        assert _account(d, "alice", "login") == SUCCESS, d.log_tail()
+        assert "GPO access of" not in d.log_text(), d.log_tail()
+
+
+def test_gpo_unreadable_sysvol_denies_under_enforcing(host: JoinedHost, tmp_path: Path) -> None:
+    """No GPO file stored and no SMB on the DC: the evaluation fails, SYSTEM_ERR (as
+    SSSD's, whose gpo_child cannot read SYSVOL either); permissive lets the user in."""
+    with _daemon(host, tmp_path / "e") as d:
+        assert _account(d, "carol", "login") == SYSTEM_ERR, d.log_tail()
+        assert "GPO evaluation for login failed" in d.log_text(), d.log_tail()
+    with _daemon(host, tmp_path / "p", "ad_gpo_access_control = permissive\n") as d:
+        assert _account(d, "carol", "login") == SUCCESS, d.log_tail()
+
+
+def test_gpo_offline_uses_the_last_rights(
+    host: JoinedHost, deny_gpo: adgpo.Gpo, tmp_path: Path
+) -> None:
+    """With the DC stopped, the stored rights and the user's stored SIDs decide."""
+    assert host.dc is not None
+    with _gpo_daemon(host, tmp_path) as d:
+        assert _account(d, "alice", "login") == PERM_DENIED, d.log_tail()
+        assert _account(d, "carol", "login") == SUCCESS, d.log_tail()
+        host.dc.stop()
+        try:
+            assert _account(d, "alice", "login") == PERM_DENIED, d.log_tail()
+            assert _account(d, "carol", "login") == SUCCESS, d.log_tail()
+            assert "offline: last stored GPO rights" in d.log_text(), d.log_tail()
+        finally:
+            host.dc.start()
