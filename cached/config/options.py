@@ -20,7 +20,6 @@ from typing import Any, TypeVar, cast
 from cached.config.errors import ConfigError
 from cached.config.gpomap import DEFAULT_MAPS, GpoMode, GpoRight, map_items
 from cached.config.parsers import (
-    NotSupported,
     authz_filter,
     boolean,
     closed,
@@ -135,17 +134,13 @@ class AccessRule(enum.StrEnum):
     AUTHORIZED_SERVICE = "authorized_service"
     HOST = "host"
     RHOST = "rhost"
+    # ldap_pwd_policy's verdict at the account check (sdap_access.c
+    # perform_pwexpire_policy): an expired password denies, warns or asks for a new one.
+    PWD_EXPIRE_REJECT = "pwd_expire_policy_reject"
+    PWD_EXPIRE_WARN = "pwd_expire_policy_warn"
+    PWD_EXPIRE_RENEW = "pwd_expire_policy_renew"
     # cached's own: nslcd's pam_authz_search (cached/access/rules.py).
     AUTHZ_SEARCH = "pam_authz_search"
-
-
-# ldap_access_order entries SSSD has that cached refuses, with the reason.
-_REFUSED_RULES = {
-    name: "it is evaluated with ldap_pwd_policy at the account check, which cached does "
-    "not do yet; remove it (password expiry is still enforced by the server's own "
-    "policy at the password bind)"
-    for name in ("pwd_expire_policy_reject", "pwd_expire_policy_warn", "pwd_expire_policy_renew")
-}
 
 
 def access_order(raw: str) -> list[AccessRule]:
@@ -156,8 +151,6 @@ def access_order(raw: str) -> list[AccessRule]:
         return [AccessRule.FILTER]
     out: list[AccessRule] = []
     for name in (n.lower() for n in str_list(raw)):
-        if name in _REFUSED_RULES:
-            raise NotSupported(f"{name!r}: {_REFUSED_RULES[name]}")
         try:
             rule = AccessRule(name)
         except ValueError:
@@ -816,7 +809,9 @@ class DomainConfig:
         [AccessRule.FILTER],
         "access_provider = ldap: the rules, in order; the first that denies decides. "
         "`filter`, `expire`, `ppolicy`, `lockout`, `authorized_service`, `host`, `rhost`, "
-        "and cached's `pam_authz_search`.",
+        "`pwd_expire_policy_reject`/`_warn`/`_renew` (ldap_pwd_policy: an expired "
+        "password denies, allows without the later rules, or asks for a new one), and "
+        "cached's `pam_authz_search`.",
         "filter",
     )
     ldap_access_filter: str = option(

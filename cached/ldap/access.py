@@ -154,7 +154,8 @@ class AccessChecks:
 
     def _evaluate(self, state: AccessState, login: Login, hosts: Sequence[str]) -> Verdict:
         return rules.evaluate(self.order, self.policy, state, login, hosts, self.clock(),
-                              has_filter=bool(self.access_filter))  # fmt: skip
+                              has_filter=bool(self.access_filter),
+                              pwd_policy=self.domain.ldap_pwd_policy)  # fmt: skip
 
     def _reply(self, req: AccessRequest, v: Verdict, offline: bool) -> AccessReply:
         if not v.allowed:
@@ -182,8 +183,9 @@ class AccessChecks:
         d, order = self.domain, self.order
         schema = self.prepare()
         lock = AccessRule.PPOLICY in order or AccessRule.LOCKOUT in order
-        roles = rules.attribute_roles(order, self.policy)
-        names = [getattr(d, ROLE_OPTIONS[r]) for r in roles]
+        pwd = rules.pwd_attributes(order, d.ldap_pwd_policy)
+        roles = rules.attribute_roles(order, self.policy) + tuple(rules.PWD_ROLE + n for n in pwd)
+        names = [getattr(d, ROLE_OPTIONS[r]) for r in roles if r in ROLE_OPTIONS] + list(pwd)
         if lock:
             names += [LOCKED_TIME, LOCKOUT_DURATION]
         entry_s = Search(req.dn, "(objectClass=*)", names, "base", paged=False) if names else None
