@@ -26,8 +26,9 @@ _OTHER_MAPS = (
 )
 _PROXY = "id_provider = proxy, which cached refuses"
 _AD_PROVIDER = (
-    "id_provider = ad (and access_provider = ad), which cached refuses: an AD domain is "
-    "read with id_provider = ldap and ldap_schema = ad"
+    "a part of SSSD's AD provider cached does not have (trusted domains, machine "
+    "account password renewal, LDAPS to the DCs); see docs/compatibility.md, "
+    "\"AD-joined hosts\""
 )
 _ACCESS_ONLY = (
     "read only by access_provider = ldap (ldap_access_order) or ldap_pwd_policy checks "
