@@ -30,11 +30,6 @@ _AD_PROVIDER = (
     "account password renewal, LDAPS to the DCs); see docs/compatibility.md, "
     "\"AD-joined hosts\""
 )
-_ACCESS_ONLY = (
-    "read only by access_provider = ldap (ldap_access_order) or ldap_pwd_policy checks "
-    "at login, which cached refuses or does not offer: no passwd or group answer "
-    "depends on it"
-)
 _IFP_ONLY = (
     "an attribute SSSD keeps for its InfoPipe (D-Bus) and lookups by it; no passwd or "
     "group answer shows it"
@@ -165,13 +160,6 @@ NO_EFFECT: dict[str, str] = {
     "ldap_user_fullname": _IFP_ONLY,
     "ldap_user_certificate": _IFP_ONLY,
     "ldap_user_email": _IFP_ONLY,
-    "ldap_user_shadow_last_change": _ACCESS_ONLY,
-    "ldap_user_shadow_min": _ACCESS_ONLY,
-    "ldap_user_shadow_max": _ACCESS_ONLY,
-    "ldap_user_shadow_warning": _ACCESS_ONLY,
-    "ldap_user_shadow_inactive": _ACCESS_ONLY,
-    "ldap_user_krb_last_pwd_change": _ACCESS_ONLY,
-    "ldap_user_krb_password_expiration": _ACCESS_ONLY,
     "ldap_user_principal": "Kerberos principal names: SSSD also finds a user by it "
     "(name@REALM); cached looks a name up as given or as name@DOMAIN "
     "(docs/compatibility.md, \"Qualified lookups\"), and refuses %P in home templates",

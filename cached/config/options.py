@@ -845,6 +845,29 @@ class DomainConfig:
     ldap_user_shadow_expire: str = option(
         string, "shadowExpire", "Account expiry, days since 1970 (`expire`, `shadow`)."
     )
+    # The password policy's attributes (ldap_pwd_policy at login and in the
+    # pwd_expire_policy rules; cached/auth/pwexpire.py OPTION_OF).
+    ldap_user_shadow_last_change: str = option(
+        string, "shadowLastChange", "Day of the last password change (`ldap_pwd_policy = shadow`)."
+    )
+    ldap_user_shadow_min: str = option(
+        string, "shadowMin", "Days before the password may change (`shadow`; unused, as SSSD)."
+    )
+    ldap_user_shadow_max: str = option(
+        string, "shadowMax", "Days the password is valid (`ldap_pwd_policy = shadow`)."
+    )
+    ldap_user_shadow_warning: str = option(
+        string, "shadowWarning", "Days of warning before the password expires (`shadow`)."
+    )
+    ldap_user_shadow_inactive: str = option(
+        string, "shadowInactive", "Days after expiry before the account expires (`shadow`)."
+    )
+    ldap_user_krb_last_pwd_change: str = option(
+        string, "krbLastPwdChange", "Time of the last password change (`mit_kerberos`)."
+    )
+    ldap_user_krb_password_expiration: str = option(
+        string, "krbPasswordExpiration", "Time the password expires (`mit_kerberos`)."
+    )
     ldap_ns_account_lock: str = option(
         string, "nsAccountLock", "Account lock flag (`expire`, `rhds`/`ipa`/`389ds`)."
     )

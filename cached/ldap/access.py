@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from cached.access import rules
 from cached.access.authz import expand
 from cached.access.rules import AccessState, Login, Verdict
+from cached.auth import pwexpire
 from cached.cache import StoreWriteError
 from cached.config import DomainConfig, SearchBase, parse_search_bases
 from cached.config.options import AccessRule
@@ -185,7 +186,8 @@ class AccessChecks:
         lock = AccessRule.PPOLICY in order or AccessRule.LOCKOUT in order
         pwd = rules.pwd_attributes(order, d.ldap_pwd_policy)
         roles = rules.attribute_roles(order, self.policy) + tuple(rules.PWD_ROLE + n for n in pwd)
-        names = [getattr(d, ROLE_OPTIONS[r]) for r in roles if r in ROLE_OPTIONS] + list(pwd)
+        names = [getattr(d, ROLE_OPTIONS[r]) for r in roles if r in ROLE_OPTIONS] + [
+            getattr(d, pwexpire.OPTION_OF[n]) for n in pwd]  # fmt: skip
         if lock:
             names += [LOCKED_TIME, LOCKOUT_DURATION]
         entry_s = Search(req.dn, "(objectClass=*)", names, "base", paged=False) if names else None

@@ -265,6 +265,23 @@ def test_pwd_expire_policy_shadow(
     assert account(env, THIRD) == ACCT_EXPIRED
 
 
+def test_pwd_expire_policy_reads_the_attributes_the_options_name(
+    access_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory
+) -> None:
+    """ldap_user_shadow_max names the attribute holding the maximum age: here
+    shadowMin (USER has no shadowMax, so by the standard name its password never
+    expires)."""
+    s = directory.slapd
+    today = int(time.time()) // DAY
+    s.ldap_modify(f"dn: {dn(s, USER)}\nchangetype: modify\nadd: objectClass\n"
+                  "objectClass: shadowAccount\n")  # fmt: skip
+    set_attrs(s, USER, shadowLastChange=str(today - 40), shadowMin="30")
+    _, env = access_daemon(access_provider="ldap", ldap_pwd_policy="shadow",
+                           ldap_access_order="pwd_expire_policy_reject",
+                           ldap_user_shadow_max="shadowMin")  # fmt: skip
+    assert account(env, USER) == PERM_DENIED
+
+
 @pytest.mark.parametrize("policy", ["rhds", "ipa", "389ds"])
 def test_expire_nsaccountlock(
     access_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory,
