@@ -101,6 +101,10 @@ class AdAccessChecks(AccessChecks):
             log.warning("domain %s: no entry of ad_access_filter applies to this domain, "
                         "so every user is denied (as SSSD)", domain.name)  # fmt: skip
         self.gpo_settings = gpo.GpoSettings.of(domain, site=domain.ad_site)
+        # smbprotocol and pyspnego log every SMB message at DEBUG, the session setup's
+        # Kerberos tokens included: never into the daemon's log.
+        for name in ("smbprotocol", "smbclient", "spnego"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.gpo_checks = 0
         self.gpo_denied = 0
         self._read_sids: tuple[str, ...] | None = None
