@@ -159,6 +159,7 @@ class Verdict:
     info: str = ""  # SYSTEM_INFO for the client's syslog, "" none
     why: str = ""  # for the log
     final: bool = False  # allowed, and no later rule is checked (pwd_expire_policy_warn)
+    warn: int | None = None  # allowed: seconds before the password expires, to tell
 
     @property
     def allowed(self) -> bool:
@@ -178,23 +179,33 @@ def evaluate(
     *,
     has_filter: bool = True,
     pwd_policy: PwdPolicy = PwdPolicy.NONE,
+    warning: int | None = None,
 ) -> Verdict:
     """The decision of ``order`` for a user whose entry and server answers are
-    ``state``; ``hostnames``: this host's name and canonical name (``host``)."""
+    ``state``; ``hostnames``: this host's name and canonical name (``host``);
+    ``warning``: the password expiry warning period in seconds (mit_kerberos's;
+    None its default). An allowed verdict carries the expiry warning a
+    pwd_expire_policy rule found (SSSD adds it to the answer: add_expired_warning)."""
     if not order:
         return Verdict(PERM_DENIED, why="ldap_access_order is empty")
+    warn = None
     for rule in order:
         if rule in PWD_EXPIRED:
-            v = pwd_expire(rule, pwd_policy, state.attrs, now)
+            v = pwd_expire(rule, pwd_policy, state.attrs, now, warning)
+            warn = v.warn if v.warn is not None else warn
         else:
             v = _rule(rule, policy, state, login, hostnames, now, has_filter)
         if not v.allowed or v.final:
             return v
-    return ALLOW
+    return ALLOW if warn is None else Verdict(SUCCESS, warn=warn)
 
 
 def pwd_expire(
-    rule: AccessRule, pwd_policy: PwdPolicy, attrs: Mapping[str, Sequence[bytes]], now: float
+    rule: AccessRule,
+    pwd_policy: PwdPolicy,
+    attrs: Mapping[str, Sequence[bytes]],
+    now: float,
+    warning: int | None = None,
 ) -> Verdict:
     """A pwd_expire_policy rule (sdap_access.c perform_pwexpire_policy with
     ldap_auth.c check_pwexpire_policy): ``attrs`` holds the policy's attributes
@@ -205,14 +216,14 @@ def pwd_expire(
     values = {n: t for n in names if (t := _text(attrs.get(PWD_ROLE + n, ()))) is not None}
     try:
         v = (pwexpire.shadow(values, now) if pwd_policy == PwdPolicy.SHADOW
-             else pwexpire.kerberos(values, now, None))  # fmt: skip
+             else pwexpire.kerberos(values, now, warning))  # fmt: skip
     except pwexpire.PolicyDataError as e:
         return Verdict(SYSTEM_ERR, why=f"{rule}: {e}")
     if v.status == pwexpire.ACCT_EXPIRED:
         return Verdict(ACCT_EXPIRED, why=f"{rule}: {v.reason}")
     if v.status == pwexpire.NEW_AUTHTOK_REQD:
         return Verdict(PWD_EXPIRED[rule], why=f"{rule}: {v.reason}", final=True)
-    return ALLOW
+    return ALLOW if v.warn is None else Verdict(SUCCESS, warn=v.warn)
 
 
 def _rule(

@@ -94,8 +94,12 @@ class AccessChecks:
         prepare: Callable[[], SchemaMap],
         clock: Callable[[], float] = time.time,
         hostnames: Callable[[], list[str]] = host_names,
+        warning: int | None = None,
     ) -> None:
+        """``warning``: the password expiry warning period in seconds
+        (cached.ldap.auth.warning_seconds), for the pwd_expire_policy rules."""
         self.domain = domain
+        self.warning = warning
         self.client = client
         self.cache = cache
         self.prepare = prepare
@@ -156,7 +160,8 @@ class AccessChecks:
     def _evaluate(self, state: AccessState, login: Login, hosts: Sequence[str]) -> Verdict:
         return rules.evaluate(self.order, self.policy, state, login, hosts, self.clock(),
                               has_filter=bool(self.access_filter),
-                              pwd_policy=self.domain.ldap_pwd_policy)  # fmt: skip
+                              pwd_policy=self.domain.ldap_pwd_policy,
+                              warning=self.warning)  # fmt: skip
 
     def _reply(self, req: AccessRequest, v: Verdict, offline: bool) -> AccessReply:
         if not v.allowed:
@@ -165,7 +170,8 @@ class AccessChecks:
                   self.domain.name, req.name, req.service, req.rhost,
                   " offline" if offline else "", v.status,
                   f" ({v.why})" if v.why else "")  # fmt: skip
-        return AccessReply(v.status, v.info, offline, self.client.online, self.client.retry_in)
+        return AccessReply(v.status, v.info, offline, self.client.online, self.client.retry_in,
+                           v.warn if v.allowed else None)  # fmt: skip
 
     def _store(self, name: str, state: AccessState) -> None:
         try:

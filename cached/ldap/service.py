@@ -58,6 +58,7 @@ from cached.jitter import REFRESH_AHEAD, SUDO_FULL, SUDO_SMART, Jitter
 from cached.ldap.access import AccessChecks
 from cached.ldap.ad import AdProvider
 from cached.ldap.adaccess import AdAccessChecks
+from cached.ldap.auth import warning_seconds
 from cached.ldap.client import LdapClient
 from cached.ldap.idmap import IdMapper
 from cached.ldap.login import Logins
@@ -202,11 +203,13 @@ class BackendService:
         self.logins = Logins(config, domain, self.client, self.cache)
         # The account check of access_provider = ldap: on the lookup thread, whose
         # connection it uses, the checks of each PAM client uid taken in turn.
+        warning = warning_seconds(domain, config.pam.pam_pwd_expiration_warning)
         self.access = (
             AdAccessChecks(domain, self.client, self.cache, self.provider._prepare,
                            self._idmap, Path(config.daemon.db_dir) / f"gpo_{domain.name}")
             if domain.access_provider is AccessProvider.AD
-            else AccessChecks(domain, self.client, self.cache, self.provider._prepare)
+            else AccessChecks(domain, self.client, self.cache, self.provider._prepare,
+                              warning=warning)
         )  # fmt: skip
         # Sudo rules only for `services = ..., sudo`: SSSD loads its sudo provider only
         # when the sudo responder is configured.

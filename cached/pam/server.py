@@ -282,6 +282,9 @@ class PamResponder:
                         domain.name, e)  # fmt: skip
             return PamStatus.SYSTEM_ERR, []
         items = [p.system_info_item(reply.info)] if reply.info else []
+        if reply.expires_in is not None and reply.status == PamStatus.SUCCESS:
+            # A pwd_expire_policy rule's warning (SSSD's add_expired_warning).
+            items.append(p.expire_warn_item(reply.expires_in))
         # SSSD's pam_reply: the expired message to sshd, or to every service from
         # pam_verbosity 2 (PAM reference §1.8).
         if reply.status == PamStatus.ACCT_EXPIRED and (

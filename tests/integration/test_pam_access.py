@@ -246,22 +246,26 @@ def test_pwd_expire_policy_shadow(
 ) -> None:
     """ldap_pwd_policy = shadow at the account check (sdap_access.c
     perform_pwexpire_policy): USER's password is older than shadowMax, OTHER's is
-    not; THIRD's account is past shadowMax + shadowInactive (ACCT_EXPIRED). _warn
-    allows the expired password and checks no later rule (the filter that would
-    deny USER)."""
+    not but within its warning days; THIRD's account is past shadowMax +
+    shadowInactive (ACCT_EXPIRED). _warn allows the expired password and checks no
+    later rule (the filter that would deny USER)."""
     s = directory.slapd
     today = int(time.time()) // DAY
     for user in (USER, OTHER, THIRD):
         s.ldap_modify(f"dn: {dn(s, user)}\nchangetype: modify\nadd: objectClass\n"
                       "objectClass: shadowAccount\n")  # fmt: skip
     set_attrs(s, USER, shadowLastChange=str(today - 40), shadowMax="30")
-    set_attrs(s, OTHER, shadowLastChange=str(today - 10), shadowMax="30")
+    set_attrs(s, OTHER, shadowLastChange=str(today - 10), shadowMax="30",
+              shadowWarning="25")  # fmt: skip
     set_attrs(s, THIRD, shadowLastChange=str(today - 40), shadowMax="30", shadowInactive="5")
     _, env = access_daemon(access_provider="ldap", ldap_pwd_policy="shadow",
                            ldap_access_order=f"{rule}, filter",
                            ldap_access_filter=f"(uid={OTHER})")  # fmt: skip
     assert account(env, USER) == expired_status
-    assert account(env, OTHER) == OK
+    # Within shadowWarning days of shadowMax: allowed, with the warning SSSD adds.
+    r = env.drive(SERVICE, OTHER, ["acct_mgmt"])
+    assert r.codes == [OK], r
+    assert r["acct_mgmt"].infos == ["Your password will expire in 20 day(s)."], r
     assert account(env, THIRD) == ACCT_EXPIRED
 
 

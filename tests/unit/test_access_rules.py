@@ -267,3 +267,13 @@ def test_pwd_expire_policy_account_expired_missing_and_none() -> None:
                    r.PWD_ROLE + "krbPasswordExpiration": ["20260201000000Z"]})  # fmt: skip
     assert r.evaluate([RENEW], ExpirePolicy.UNSET, krb, SSHD, (), NOW,
                       pwd_policy=PwdPolicy.MIT_KERBEROS).status == r.NEW_AUTHTOK_REQD
+
+
+def test_pwd_expire_policy_carries_the_expiry_warning() -> None:
+    """Within shadowWarning days of shadowMax the verdict allows with the seconds left
+    (SSSD's add_expired_warning), through the later rules."""
+    st = shadow_state(TODAY - 10, 30, shadowWarning="25")
+    v = r.evaluate([REJECT, F], ExpirePolicy.UNSET, st, SSHD, (), NOW,
+                   pwd_policy=PwdPolicy.SHADOW)  # fmt: skip
+    assert v.allowed and v.warn == 20 * DAY, v
+    assert not decide([F], st, has_filter=False).allowed
