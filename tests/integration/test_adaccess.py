@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles
-from testing import addc, addir, adgpo, adjoin
+from testing import addc, addir, adgpo, adjoin, pamenv, sssd
 from testing.addc import ADEntry
 from testing.adjoin import DOMAIN, JoinedHost
 from testing.daemon import CachedDaemon
@@ -107,6 +107,31 @@ def test_ad_access_filter_of_another_domain_denies(host: JoinedHost, tmp_path: P
                  "ad_gpo_access_control = disabled\n") as d:  # fmt: skip
         assert _account(d, "alice") == PERM_DENIED, d.log_tail()
 
+
+
+def test_expiry_and_filter_as_sssd(host: JoinedHost, tmp_path: Path) -> None:
+    """SSSD 2.8.2's AD provider beside cached, the same sssd.conf and keytab: the
+    same acct_mgmt statuses for the expiry and the filter (GPOs disabled: SSSD's
+    gpo_child needs the DC's SMB too)."""
+    reason = sssd.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    eng = f"CN=eng,{addir.GROUPS}"
+    extra = (f"ad_access_filter = (objectClass=nomatch)?DOM:{DOMAIN}:(|(memberOf={eng})"
+             "(sAMAccountName=ac*))\nad_gpo_access_control = disabled\n")  # fmt: skip
+    conf = adjoin.REALMD_SSSD_CONF.replace(f"[domain/{DOMAIN}]\n",
+                                           f"[domain/{DOMAIN}]\n{extra}", 1)  # fmt: skip
+    s = sssd.SssdDaemon(tmp_path / "sssd", "", "", pam={})
+    s.config = conf
+    s.prefix = host.prefix
+    users = ("alice", "bob", "acdisabled", "acexpired")
+    with _daemon(host, tmp_path / "cached", extra) as d, s:
+        ours = {u: _account(d, u) for u in users}
+        env = pamenv.PamEnv(s.pipes_dir, pamenv.make_pamd(tmp_path / "pamd", {
+            sv: service_file() for sv in SERVICES}), s.mc_dir)  # fmt: skip
+        theirs = {u: env.drive("login", f"{u}@{DOMAIN}", ["acct_mgmt"]).codes[0] for u in users}
+    assert ours == theirs == {"alice": SUCCESS, "bob": PERM_DENIED,
+                              "acdisabled": PERM_DENIED, "acexpired": ACCT_EXPIRED}, d.log_tail()
 
 
 # -- GPO-based login rights --------------------------------------------------------------
