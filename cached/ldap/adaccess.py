@@ -65,17 +65,17 @@ SIDS = "sids"
 BUILTIN_PREFIX = "S-1-5-32-"
 
 
-def dn_to_domain(dn: str) -> str:
-    """``DC=a,DC=b`` -> ``a.b`` (the DC= components of a naming context)."""
-    parts = [p.split("=", 1)[1] for p in dn.split(",") if p.strip().upper().startswith("DC=")]
-    return ".".join(p.strip() for p in parts)
-
-
 def domain_to_dn(domain: str) -> str:
+    """``a.b`` -> ``DC=a,DC=b``: the domain's naming context when the root DSE named
+    none."""
     return ",".join(f"DC={label}" for label in domain.split(".") if label)
 
 
 class AdAccessChecks(AccessChecks):
+    """``idmap``: the AD provider's ID mapping, None without it; ``state_dir``: where
+    the GPO files and the last rights are kept; ``sysvol``: the SYSVOL reader of a DC
+    by name (default: SMB with the host's ticket)."""
+
     def __init__(
         self,
         domain: DomainConfig,
@@ -93,7 +93,7 @@ class AdAccessChecks(AccessChecks):
         self.order = (AccessRule.EXPIRE, AccessRule.FILTER) if domain.ad_access_filter else (
             AccessRule.EXPIRE,)  # fmt: skip
         # SSSD compares a FOREST: entry with the domain's forest; cached serves one
-        # domain and names its forest by the domain (docs/compatibility.md §9.9).
+        # domain and names its forest by ad_domain (docs/compatibility.md §9.10).
         self.access_filter = applicable(domain.ad_access_filter, domain.name,
                                         domain.ad_domain or domain.name) or ""  # fmt: skip
         self.filter_option = "ad_access_filter"
