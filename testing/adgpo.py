@@ -147,6 +147,21 @@ def _write_gpt_ini(gpo: Gpo, name: str = "") -> None:
 def set_logon_rights(dc: addc.SambaDC, gpo: Gpo, rights: dict[str, list[str]]) -> None:
     """Write the GPO's ``[Privilege Rights]`` (each key to its SIDs, written ``*SID``)
     as the Group Policy editor saves them."""
+    write_rights(gpo, rights)
+    _modify(dc, gpo.dn, {
+        "versionNumber": [(ldap3.MODIFY_REPLACE, [str(gpo.version)])],
+        "gPCMachineExtensionNames": [(ldap3.MODIFY_REPLACE, [MACHINE_EXTENSIONS])],
+    })  # fmt: skip
+
+
+# gPCMachineExtensionNames of a GPO with Security settings.
+MACHINE_EXTENSIONS = f"[{SECURITY_CSE}{SECURITY_TOOL}]"
+
+
+def write_rights(gpo: Gpo, rights: dict[str, list[str]]) -> None:
+    """The files of :func:`set_logon_rights` in SYSVOL (GptTmpl.inf, GPT.INI with the
+    machine version raised); the GPO's object takes ``gpo.version`` and
+    MACHINE_EXTENSIONS."""
     lines = ["[Unicode]", "Unicode=yes", "[Version]", 'signature="$CHICAGO$"', "Revision=1",
              "[Privilege Rights]"]  # fmt: skip
     lines += [f"{key} = " + ",".join(f"*{sid}" for sid in sids) for key, sids in rights.items()]
@@ -155,12 +170,6 @@ def set_logon_rights(dc: addc.SambaDC, gpo: Gpo, rights: dict[str, list[str]]) -
     path.write_bytes(codecs.BOM_UTF16_LE + ("\r\n".join(lines) + "\r\n").encode("utf-16-le"))
     gpo.version += 1  # the machine part's version: the low 16 bits
     _write_gpt_ini(gpo)
-    _modify(dc, gpo.dn, {
-        "versionNumber": [(ldap3.MODIFY_REPLACE, [str(gpo.version)])],
-        "gPCMachineExtensionNames": [
-            (ldap3.MODIFY_REPLACE, [f"[{SECURITY_CSE}{SECURITY_TOOL}]"])
-        ],
-    })  # fmt: skip
 
 
 def set_flags(dc: addc.SambaDC, gpo: Gpo, flags: int) -> None:

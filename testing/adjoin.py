@@ -208,11 +208,8 @@ class JoinedHost(Service):
 
     def cached_config(self, workdir: Path, sssd_conf: str | None = None) -> str:
         """The host's sssd.conf as cached's configuration: realmd's lines unchanged,
-        with the daemon's directories in ``workdir`` (pipes, memory cache, db) and
-        ``access_provider = ad`` left out (refused until cached enforces AD access
-        control)."""
+        with the daemon's directories in ``workdir`` (pipes, memory cache, db)."""
         text = sssd_conf if sssd_conf is not None else REALMD_SSSD_CONF
-        text = text.replace("access_provider = ad\n", "")
         head = (
             f"pipes_dir = {workdir / 'pipes'}\nmc_dir = {workdir / 'mc'}\n"
             f"db_dir = {workdir / 'db'}\npid_file = {workdir / 'cached.pid'}\n"

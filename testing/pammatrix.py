@@ -52,12 +52,15 @@ PASSWORDS: dict[str, str] = {
 }
 #: What the access rules read on each user's entry (extensibleObject; testing's
 #: access.schema): alice may log in by every rule; bob is refused by each (denied
-#: group, locked, disabled, expired in 1970, no service); carol's AD account expired.
+#: group, locked, disabled, expired in 1970, no service, a password changed on day 1
+#: that lasts 30 days); carol's AD account expired, and she has no shadowLastChange.
 ACCESS_ATTRS: dict[str, dict[str, tuple[str, ...]]] = {
     "alice": {"employeeType": ("staff",), "authorizedService": ("cached-pam", "sshd"),
-              "accountExpires": ("9223372036854775807",)},
+              "accountExpires": ("9223372036854775807",), "shadowLastChange": ("99999",),
+              "shadowMax": ("30",)},
     "bob": {"nsAccountLock": ("TRUE",), "userAccountControl": ("514",),
-            "shadowExpire": ("1",), "authorizedService": ("*", "!cached-pam")},
+            "shadowExpire": ("1",), "authorizedService": ("*", "!cached-pam"),
+            "shadowLastChange": ("1",), "shadowMax": ("30",)},
     "carol": {"userAccountControl": ("512",), "accountExpires": ("116444736000000000",)},
 }  # fmt: skip
 #: Groups nested above alice (acc-l1 > acc-l2 > acc-l3 > alice) and bob's acc-deny.
@@ -318,6 +321,14 @@ CASES: tuple[Case, ...] = (
             ("ad", "expire, ad: userAccountControl disabled, accountExpires past",
              (_account("alice"), _account("bob"), _account("carol")), _expire("ad"),
              _EXPIRED_MESSAGE),
+            ("pwd-reject", "pwd_expire_policy_reject, shadow: expired, current, missing",
+             (_account("alice"), _account("bob"), _account("carol")),
+             {"access_provider": "ldap", "ldap_pwd_policy": "shadow",
+              "ldap_access_order": "pwd_expire_policy_reject"}, {}),
+            ("pwd-renew", "pwd_expire_policy_renew, shadow: a new password asked",
+             (_account("alice"), _account("bob")),
+             {"access_provider": "ldap", "ldap_pwd_policy": "shadow",
+              "ldap_access_order": "pwd_expire_policy_renew"}, {}),
             ("service", "authorized_service: listed, !denied, missing",
              (_account("alice"), _account("bob"), _account("carol")),
              {"access_provider": "ldap", "ldap_access_order": "authorized_service"}, {}),

@@ -26,6 +26,11 @@ rule                        allows when
                             ``*``, and not ``!name``
 ``rhost``                   the login has no remote host, or ``rhost`` has it or ``*``,
                             and not ``!rhost``
+``pwd_expire_policy_*``      ``ldap_pwd_policy`` (cached.auth.pwexpire) on the entry's
+                            shadow or Kerberos attributes: an expired account
+                            ACCT_EXPIRED; an expired password ``_reject`` PERM_DENIED,
+                            ``_warn`` allowed and no later rule checked, ``_renew``
+                            NEW_AUTHTOK_REQD; policy ``none``: allowed
 ``pam_authz_search``        (cached's, nslcd's option) a search of the user bases with
                             the filter, its ``$`` variables replaced, found an entry;
                             offline: the last online answer
@@ -39,13 +44,25 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cached.config.options import AccessRule, ExpirePolicy
+from cached.auth import pwexpire
+from cached.config.options import AccessRule, ExpirePolicy, PwdPolicy
 
 # PAM status values (Linux-PAM's): the verdict carries the number.
 SUCCESS = 0
 SYSTEM_ERR = 4
 PERM_DENIED = 6
+NEW_AUTHTOK_REQD = 12
 ACCT_EXPIRED = 13
+
+# The pwd_expire_policy rules: the status of an expired password (ldap_access.c
+# sdap_pam_access_handler_done: ERR_PASSWORD_EXPIRED_REJECT, _WARN, _RENEW).
+PWD_EXPIRED = {
+    AccessRule.PWD_EXPIRE_REJECT: PERM_DENIED,
+    AccessRule.PWD_EXPIRE_WARN: SUCCESS,
+    AccessRule.PWD_EXPIRE_RENEW: NEW_AUTHTOK_REQD,
+}
+# The role of each password policy attribute: "pwd:" and its (standard) name.
+PWD_ROLE = "pwd:"
 
 # The roles of the attributes the rules read, keys of :attr:`AccessState.attrs`
 # (the LDAP names are the domain's options, ``attribute_names``).
@@ -105,6 +122,15 @@ def attribute_roles(
     return tuple(roles)
 
 
+def pwd_attributes(order: Sequence[AccessRule], pwd_policy: PwdPolicy) -> tuple[str, ...]:
+    """The password policy attributes the pwd_expire_policy rules of ``order`` read."""
+    if pwd_policy == PwdPolicy.NONE or not any(r in PWD_EXPIRED for r in order):
+        return ()
+    if pwd_policy == PwdPolicy.SHADOW:
+        return pwexpire.SHADOW_ATTRS
+    return pwexpire.KERBEROS_ATTRS
+
+
 @dataclass(frozen=True, slots=True)
 class AccessState:
     """What the last online check learnt of a user: the attributes the rules read (by
@@ -132,6 +158,8 @@ class Verdict:
     status: int
     info: str = ""  # SYSTEM_INFO for the client's syslog, "" none
     why: str = ""  # for the log
+    final: bool = False  # allowed, and no later rule is checked (pwd_expire_policy_warn)
+    warn: int | None = None  # allowed: seconds before the password expires, to tell
 
     @property
     def allowed(self) -> bool:
@@ -150,16 +178,52 @@ def evaluate(
     now: float,
     *,
     has_filter: bool = True,
+    pwd_policy: PwdPolicy = PwdPolicy.NONE,
+    warning: int | None = None,
 ) -> Verdict:
     """The decision of ``order`` for a user whose entry and server answers are
-    ``state``; ``hostnames``: this host's name and canonical name (``host``)."""
+    ``state``; ``hostnames``: this host's name and canonical name (``host``);
+    ``warning``: the password expiry warning period in seconds (mit_kerberos's;
+    None its default). An allowed verdict carries the expiry warning a
+    pwd_expire_policy rule found (SSSD adds it to the answer: add_expired_warning)."""
     if not order:
         return Verdict(PERM_DENIED, why="ldap_access_order is empty")
+    warn = None
     for rule in order:
-        v = _rule(rule, policy, state, login, hostnames, now, has_filter)
-        if not v.allowed:
+        if rule in PWD_EXPIRED:
+            v = pwd_expire(rule, pwd_policy, state.attrs, now, warning)
+            warn = v.warn if v.warn is not None else warn
+        else:
+            v = _rule(rule, policy, state, login, hostnames, now, has_filter)
+        if not v.allowed or v.final:
             return v
-    return ALLOW
+    return ALLOW if warn is None else Verdict(SUCCESS, warn=warn)
+
+
+def pwd_expire(
+    rule: AccessRule,
+    pwd_policy: PwdPolicy,
+    attrs: Mapping[str, Sequence[bytes]],
+    now: float,
+    warning: int | None = None,
+) -> Verdict:
+    """A pwd_expire_policy rule (sdap_access.c perform_pwexpire_policy with
+    ldap_auth.c check_pwexpire_policy): ``attrs`` holds the policy's attributes
+    under PWD_ROLE + name."""
+    if pwd_policy == PwdPolicy.NONE:
+        return ALLOW
+    names = pwd_attributes([rule], pwd_policy)
+    values = {n: t for n in names if (t := _text(attrs.get(PWD_ROLE + n, ()))) is not None}
+    try:
+        v = (pwexpire.shadow(values, now) if pwd_policy == PwdPolicy.SHADOW
+             else pwexpire.kerberos(values, now, warning))  # fmt: skip
+    except pwexpire.PolicyDataError as e:
+        return Verdict(SYSTEM_ERR, why=f"{rule}: {e}")
+    if v.status == pwexpire.ACCT_EXPIRED:
+        return Verdict(ACCT_EXPIRED, why=f"{rule}: {v.reason}")
+    if v.status == pwexpire.NEW_AUTHTOK_REQD:
+        return Verdict(PWD_EXPIRED[rule], why=f"{rule}: {v.reason}", final=True)
+    return ALLOW if v.warn is None else Verdict(SUCCESS, warn=v.warn)
 
 
 def _rule(

@@ -50,6 +50,18 @@ SHADOW_ATTRS = (
     "shadowExpire",
 )  # fmt: skip
 KERBEROS_ATTRS = ("krbLastPwdChange", "krbPasswordExpiration")
+# The domain option naming each attribute on the server (sssd-ldap(5)); the functions
+# here take them by their standard names.
+OPTION_OF = {
+    "shadowLastChange": "ldap_user_shadow_last_change",
+    "shadowMin": "ldap_user_shadow_min",
+    "shadowMax": "ldap_user_shadow_max",
+    "shadowWarning": "ldap_user_shadow_warning",
+    "shadowInactive": "ldap_user_shadow_inactive",
+    "shadowExpire": "ldap_user_shadow_expire",
+    "krbLastPwdChange": "ldap_user_krb_last_pwd_change",
+    "krbPasswordExpiration": "ldap_user_krb_password_expiration",
+}
 
 
 _DAYS = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+").fullmatch

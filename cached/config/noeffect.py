@@ -34,14 +34,9 @@ _PROXY = "id_provider = proxy, which cached refuses"
 _AD_PROVIDER = (
     "an AD provider setting that changes no answer cached gives: it serves the one "
     "domain of the section (no other enabled domains, no remote domain-local groups), "
-    "renews no machine password (keep `adcli update` in a timer), reads the DCs over a "
-    "sealed GSSAPI session instead of LDAPS, and ad_access_filter belongs to "
-    "access_provider = ad"
-)
-_ACCESS_ONLY = (
-    "read only by access_provider = ldap (ldap_access_order) or ldap_pwd_policy checks "
-    "at login, which cached refuses or does not offer: no passwd or group answer "
-    "depends on it"
+    "renews no machine password (keep `adcli update` in a timer) and reads the DCs "
+    "over a sealed GSSAPI session instead of LDAPS; see docs/compatibility.md, "
+    "\"AD-joined hosts\""
 )
 _IFP_ONLY = (
     "an attribute SSSD keeps for its InfoPipe (D-Bus) and lookups by it; no passwd or "
@@ -173,13 +168,6 @@ NO_EFFECT: dict[str, str] = {
     "ldap_user_fullname": _IFP_ONLY,
     "ldap_user_certificate": _IFP_ONLY,
     "ldap_user_email": _IFP_ONLY,
-    "ldap_user_shadow_last_change": _ACCESS_ONLY,
-    "ldap_user_shadow_min": _ACCESS_ONLY,
-    "ldap_user_shadow_max": _ACCESS_ONLY,
-    "ldap_user_shadow_warning": _ACCESS_ONLY,
-    "ldap_user_shadow_inactive": _ACCESS_ONLY,
-    "ldap_user_krb_last_pwd_change": _ACCESS_ONLY,
-    "ldap_user_krb_password_expiration": _ACCESS_ONLY,
     "ldap_user_principal": "Kerberos principal names: SSSD also finds a user by it "
     "(name@REALM); cached looks a name up as given or as name@DOMAIN "
     "(docs/compatibility.md, \"Qualified lookups\"), and refuses %P in home templates",
@@ -193,7 +181,7 @@ NO_EFFECT: dict[str, str] = {
     **{
         name: _AD_PROVIDER
         for name in (
-            "ad_enabled_domains", "ad_access_filter", "ad_maximum_machine_account_password_age",
+            "ad_enabled_domains", "ad_maximum_machine_account_password_age",
             "ad_machine_account_password_renewal_opts",
             "ad_update_samba_machine_account_password", "ad_use_ldaps",
             "ad_allow_remote_domain_local_groups",

@@ -21,7 +21,6 @@ from cached.config.errors import ConfigError
 from cached.config.gpomap import DEFAULT_MAPS, GpoMode, GpoRight, map_items
 from cached.config.parsers import (
     RESPONSE_FILTER_DEFAULTS,
-    NotSupported,
     authz_filter,
     boolean,
     ccname_template,
@@ -121,10 +120,10 @@ class AccessProvider(enum.StrEnum):
     DENY = "deny"
     SIMPLE = "simple"
     LDAP = "ldap"
+    AD = "ad"
 
 
 _ACCESS_PROVIDERS_REFUSED = {
-    "ad": "access_provider = ad is not implemented yet; use `simple` or `ldap`",
     "ipa": "cached has no IPA provider",
     "krb5": "cached has no Kerberos provider",
     "proxy": "cached has no proxy provider",
@@ -141,17 +140,13 @@ class AccessRule(enum.StrEnum):
     AUTHORIZED_SERVICE = "authorized_service"
     HOST = "host"
     RHOST = "rhost"
+    # ldap_pwd_policy's verdict at the account check (sdap_access.c
+    # perform_pwexpire_policy): an expired password denies, warns or asks for a new one.
+    PWD_EXPIRE_REJECT = "pwd_expire_policy_reject"
+    PWD_EXPIRE_WARN = "pwd_expire_policy_warn"
+    PWD_EXPIRE_RENEW = "pwd_expire_policy_renew"
     # cached's own: nslcd's pam_authz_search (cached/access/rules.py).
     AUTHZ_SEARCH = "pam_authz_search"
-
-
-# ldap_access_order entries SSSD has that cached refuses, with the reason.
-_REFUSED_RULES = {
-    name: "it is evaluated with ldap_pwd_policy at the account check, which cached does "
-    "not do yet; remove it (password expiry is still enforced by the server's own "
-    "policy at the password bind)"
-    for name in ("pwd_expire_policy_reject", "pwd_expire_policy_warn", "pwd_expire_policy_renew")
-}
 
 
 def access_order(raw: str) -> list[AccessRule]:
@@ -162,8 +157,6 @@ def access_order(raw: str) -> list[AccessRule]:
         return [AccessRule.FILTER]
     out: list[AccessRule] = []
     for name in (n.lower() for n in str_list(raw)):
-        if name in _REFUSED_RULES:
-            raise NotSupported(f"{name!r}: {_REFUSED_RULES[name]}")
         try:
             rule = AccessRule(name)
         except ValueError:
@@ -843,7 +836,8 @@ class DomainConfig:
         closed(AccessProvider, _ACCESS_PROVIDERS_REFUSED),
         AccessProvider.PERMIT,
         "Who may log in (PAM account check): `permit` everyone, `deny` no one, `simple` "
-        "by the simple_* lists, `ldap` by ldap_access_order.",
+        "by the simple_* lists, `ldap` by ldap_access_order, `ad` (id_provider = ad) by "
+        "the account's expiry, ad_access_filter and the GPOs (ad_gpo_access_control).",
     )
     simple_allow_users: list[str] = option(
         str_list,
@@ -871,7 +865,9 @@ class DomainConfig:
         [AccessRule.FILTER],
         "access_provider = ldap: the rules, in order; the first that denies decides. "
         "`filter`, `expire`, `ppolicy`, `lockout`, `authorized_service`, `host`, `rhost`, "
-        "and cached's `pam_authz_search`.",
+        "`pwd_expire_policy_reject`/`_warn`/`_renew` (ldap_pwd_policy: an expired "
+        "password denies, allows without the later rules, or asks for a new one), and "
+        "cached's `pam_authz_search`.",
         "filter",
     )
     ldap_access_filter: str = option(
@@ -904,6 +900,29 @@ class DomainConfig:
     )
     ldap_user_shadow_expire: str = option(
         string, "shadowExpire", "Account expiry, days since 1970 (`expire`, `shadow`)."
+    )
+    # The password policy's attributes (ldap_pwd_policy at login and in the
+    # pwd_expire_policy rules; cached/auth/pwexpire.py OPTION_OF).
+    ldap_user_shadow_last_change: str = option(
+        string, "shadowLastChange", "Day of the last password change (`ldap_pwd_policy = shadow`)."
+    )
+    ldap_user_shadow_min: str = option(
+        string, "shadowMin", "Days before the password may change (`shadow`; unused, as SSSD)."
+    )
+    ldap_user_shadow_max: str = option(
+        string, "shadowMax", "Days the password is valid (`ldap_pwd_policy = shadow`)."
+    )
+    ldap_user_shadow_warning: str = option(
+        string, "shadowWarning", "Days of warning before the password expires (`shadow`)."
+    )
+    ldap_user_shadow_inactive: str = option(
+        string, "shadowInactive", "Days after expiry before the account expires (`shadow`)."
+    )
+    ldap_user_krb_last_pwd_change: str = option(
+        string, "krbLastPwdChange", "Time of the last password change (`mit_kerberos`)."
+    )
+    ldap_user_krb_password_expiration: str = option(
+        string, "krbPasswordExpiration", "Time the password expires (`mit_kerberos`)."
     )
     ldap_ns_account_lock: str = option(
         string, "nsAccountLock", "Account lock flag (`expire`, `rhds`/`ipa`/`389ds`)."
@@ -1115,14 +1134,20 @@ class DomainConfig:
         str_list, [], "Groups of this domain never answered, in addition to [nss] filter_groups."
     )
 
-    # -- GPO-based access control (sssd-ad(5); ad_gpo.c). Read for `access_provider = ad`,
-    # which cached refuses until its access check runs them (cached/ldap/gpo.py).
+    # -- access_provider = ad (sssd-ad(5); ad_access.c, ad_gpo.c; cached/ldap/adaccess.py).
+    ad_access_filter: str = option(
+        string,
+        "",
+        "access_provider = ad: the user may log in when a base search of its entry with "
+        "this filter finds it. `?`-separated entries, each `FILTER`, `DOM:<domain>:FILTER` "
+        "or `FOREST:<forest>:FILTER`; the most specific that names this domain applies "
+        "(none: everyone is denied). Unset: no filter is checked.",
+    )
     ad_gpo_access_control: GpoMode = option(
         closed(GpoMode),
         GpoMode.ENFORCING,
-        "GPO-based login rights of `access_provider = ad` (not supported yet: cached "
-        "refuses that access provider): `enforcing` denies what the GPOs deny, "
-        "`permissive` logs it and allows, `disabled` does not evaluate GPOs.",
+        "GPO-based login rights of `access_provider = ad`: `enforcing` denies what the "
+        "GPOs deny, `permissive` logs it and allows, `disabled` does not evaluate GPOs.",
     )
     ad_gpo_implicit_deny: bool = option(
         boolean,

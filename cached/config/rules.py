@@ -19,6 +19,7 @@ from cached.config.options import (
     AuthProvider,
     CaseSensitive,
     ChpassProvider,
+    ExpirePolicy,
     Schema,
 )
 
@@ -137,6 +138,10 @@ def _kerberos_defaults(
         vals["ldap_schema"] = Schema.AD
         if "ldap_id_mapping" not in given:
             vals["ldap_id_mapping"] = True
+        if "ldap_account_expire_policy" not in given:
+            # ad_opts.c ad_def_ldap_opts: the AD provider's expire rule reads
+            # userAccountControl and accountExpires (access_provider = ad).
+            vals["ldap_account_expire_policy"] = ExpirePolicy.AD
         if "case_sensitive" not in given:
             # sssd.conf(5): "Default: True (False for AD provider)".
             vals["case_sensitive"] = CaseSensitive.FALSE
@@ -259,7 +264,16 @@ def _schema_defaults(
 
 def _access_warnings(path: str, sname: str, vals: dict[str, Any], warnings: list[str]) -> None:
     """SSSD's start-up warnings of an ``ldap`` access order that lets nobody in
-    (ldap_init.c set_access_rules): said at load, where the administrator looks."""
+    (ldap_init.c set_access_rules): said at load, where the administrator looks.
+    ``access_provider = ad`` needs the AD provider's identity, as SSSD's
+    (ad_init.c: its access context is built on the AD id context)."""
+    if vals["access_provider"] == AccessProvider.AD and vals["id_provider"] != "ad":
+        raise ConfigError(
+            f"{path}: [{sname}] access_provider = ad needs id_provider = ad (the host's "
+            "keytab, its computer account and the DC's SYSVOL); with id_provider = "
+            f"{vals['id_provider']} use access_provider = ldap with "
+            "ldap_account_expire_policy = ad"
+        )
     if vals["access_provider"] != AccessProvider.LDAP:
         return
     order = vals["ldap_access_order"]

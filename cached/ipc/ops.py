@@ -458,10 +458,12 @@ class AccessReply:
     offline: bool = False
     online: bool = True  # the domain's state after it (DomainStateNote)
     retry_in: float = 0.0
+    expires_in: int | None = None  # allowed: seconds before the password expires
 
     def fields(self) -> dict[str, Any]:
         return {"status": self.status, "info": self.info, "offline": self.offline,
-                "online": self.online, "retry_in": self.retry_in}  # fmt: skip
+                "online": self.online, "retry_in": self.retry_in,
+                "expires_in": self.expires_in}  # fmt: skip
 
     @classmethod
     def parse(cls, reply: dict[str, Any]) -> AccessReply:
@@ -471,8 +473,12 @@ class AccessReply:
         info = reply.get("info") or ""
         if not isinstance(info, str):
             raise BadMessage("access: info is not text")
+        expires_in = reply.get("expires_in")
+        if expires_in is not None and (not isinstance(expires_in, int) or isinstance(
+                expires_in, bool) or not 0 <= expires_in < 1 << 32):  # fmt: skip
+            raise BadMessage(f"access: bad expires_in {expires_in!r}")
         return cls(status, info, bool(reply.get("offline")), bool(reply.get("online", True)),
-                   float(reply.get("retry_in") or 0.0))  # fmt: skip
+                   float(reply.get("retry_in") or 0.0), expires_in)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from cached.access import rules
 from cached.access.authz import expand
 from cached.access.rules import AccessState, Login, Verdict
+from cached.auth import pwexpire
 from cached.cache import StoreWriteError
 from cached.config import DomainConfig, SearchBase, parse_search_bases
 from cached.config.options import AccessRule
@@ -93,15 +94,22 @@ class AccessChecks:
         prepare: Callable[[], SchemaMap],
         clock: Callable[[], float] = time.time,
         hostnames: Callable[[], list[str]] = host_names,
+        warning: int | None = None,
     ) -> None:
+        """``warning``: the password expiry warning period in seconds
+        (cached.ldap.auth.warning_seconds), for the pwd_expire_policy rules."""
         self.domain = domain
+        self.warning = warning
         self.client = client
         self.cache = cache
         self.prepare = prepare
         self.clock = clock
         self.hostnames = hostnames
-        self.order = tuple(domain.ldap_access_order)
+        self.order: tuple[AccessRule, ...] = tuple(domain.ldap_access_order)
         self.policy = domain.ldap_account_expire_policy
+        # The `filter` rule's filter ("": none, the rule denies).
+        self.access_filter = domain.ldap_access_filter
+        self.filter_option = "ldap_access_filter"  # named in the log
         self.turns = RoundRobin()
         self.checks = 0
         self.denied = 0
@@ -151,7 +159,9 @@ class AccessChecks:
 
     def _evaluate(self, state: AccessState, login: Login, hosts: Sequence[str]) -> Verdict:
         return rules.evaluate(self.order, self.policy, state, login, hosts, self.clock(),
-                              has_filter=bool(self.domain.ldap_access_filter))  # fmt: skip
+                              has_filter=bool(self.access_filter),
+                              pwd_policy=self.domain.ldap_pwd_policy,
+                              warning=self.warning)  # fmt: skip
 
     def _reply(self, req: AccessRequest, v: Verdict, offline: bool) -> AccessReply:
         if not v.allowed:
@@ -160,7 +170,8 @@ class AccessChecks:
                   self.domain.name, req.name, req.service, req.rhost,
                   " offline" if offline else "", v.status,
                   f" ({v.why})" if v.why else "")  # fmt: skip
-        return AccessReply(v.status, v.info, offline, self.client.online, self.client.retry_in)
+        return AccessReply(v.status, v.info, offline, self.client.online, self.client.retry_in,
+                           v.warn if v.allowed else None)  # fmt: skip
 
     def _store(self, name: str, state: AccessState) -> None:
         try:
@@ -179,16 +190,18 @@ class AccessChecks:
         d, order = self.domain, self.order
         schema = self.prepare()
         lock = AccessRule.PPOLICY in order or AccessRule.LOCKOUT in order
-        roles = rules.attribute_roles(order, self.policy)
-        names = [getattr(d, ROLE_OPTIONS[r]) for r in roles]
+        pwd = rules.pwd_attributes(order, d.ldap_pwd_policy)
+        roles = rules.attribute_roles(order, self.policy) + tuple(rules.PWD_ROLE + n for n in pwd)
+        names = [getattr(d, ROLE_OPTIONS[r]) for r in roles if r in ROLE_OPTIONS] + [
+            getattr(d, pwexpire.OPTION_OF[n]) for n in pwd]  # fmt: skip
         if lock:
             names += [LOCKED_TIME, LOCKOUT_DURATION]
         entry_s = Search(req.dn, "(objectClass=*)", names, "base", paged=False) if names else None
         filter_s = None
-        if AccessRule.FILTER in order and d.ldap_access_filter:
+        if AccessRule.FILTER in order and self.access_filter:
             filt = (f"(&({schema.user_name}={escape(req.name)})"
-                    f"(objectclass={schema.user_oc}){d.ldap_access_filter})")  # fmt: skip
-            if self._valid(filt, "ldap_access_filter"):
+                    f"(objectclass={schema.user_oc}){self.access_filter})")  # fmt: skip
+            if self._valid(filt, self.filter_option):
                 filter_s = Search(req.dn, filt, [NO_ATTRIBUTES], "base", paged=False)
         policy_s = []
         if lock:

@@ -200,9 +200,11 @@ def expiry(
     if cfg.ldap_pwd_policy == PwdPolicy.NONE:
         return dataclasses.replace(res, expires_in=None, grace=None)
     shadow = cfg.ldap_pwd_policy == PwdPolicy.SHADOW
-    names = pwexpire.SHADOW_ATTRS if shadow else pwexpire.KERBEROS_ATTRS
+    standard = pwexpire.SHADOW_ATTRS if shadow else pwexpire.KERBEROS_ATTRS
+    names = {std: getattr(cfg, pwexpire.OPTION_OF[std]) for std in standard}
     try:
-        attrs = read_entry(conn, dn, list(names), cfg.ldap_opt_timeout)
+        read = read_entry(conn, dn, list(dict.fromkeys(names.values())), cfg.ldap_opt_timeout)
+        attrs = {std: read[n] for std, n in names.items() if n in read}
         now = time.time()
         v = pwexpire.shadow(attrs, now) if shadow else pwexpire.kerberos(attrs, now, warning)
     except pwexpire.PolicyDataError as e:

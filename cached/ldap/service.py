@@ -28,11 +28,13 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from cached.cache import StoreWriteError
 from cached.cache.writer import open_backend_cache
 from cached.config import Config, DomainConfig
+from cached.config.options import AccessProvider
 from cached.counters import COUNTERS, format_profile
 from cached.ipc import aio, framing
 from cached.ipc.ops import (
@@ -55,7 +57,10 @@ from cached.ipc.ops import (
 from cached.jitter import OFFLINE_RETRY, REFRESH_AHEAD, SUDO_FULL, SUDO_SMART, Jitter
 from cached.ldap.access import AccessChecks
 from cached.ldap.ad import AdProvider
+from cached.ldap.adaccess import AdAccessChecks
+from cached.ldap.auth import warning_seconds
 from cached.ldap.client import LdapClient
+from cached.ldap.idmap import IdMapper
 from cached.ldap.login import Logins
 from cached.ldap.provider import LdapProvider, Result
 from cached.ldap.sudo import SudoProvider, SudoResult
@@ -199,7 +204,14 @@ class BackendService:
         self.logins = Logins(config, domain, self.client, self.cache)
         # The account check of access_provider = ldap: on the lookup thread, whose
         # connection it uses, the checks of each PAM client uid taken in turn.
-        self.access = AccessChecks(domain, self.client, self.cache, self.provider._prepare)
+        warning = warning_seconds(domain, config.pam.pam_pwd_expiration_warning)
+        self.access = (
+            AdAccessChecks(domain, self.client, self.cache, self.provider._prepare,
+                           self._idmap, Path(config.daemon.db_dir) / f"gpo_{domain.name}")
+            if domain.access_provider is AccessProvider.AD
+            else AccessChecks(domain, self.client, self.cache, self.provider._prepare,
+                              warning=warning)
+        )  # fmt: skip
         # Sudo rules only for `services = ..., sudo`: SSSD loads its sudo provider only
         # when the sudo responder is configured.
         self.sudo = (
@@ -209,6 +221,10 @@ class BackendService:
         )
         self._sudo_retry = 0.0  # no scheduled sudo refresh before (after a failure)
         self._sudo_running: asyncio.Future[SudoResult] | None = None
+
+    def _idmap(self) -> IdMapper | None:
+        """The AD provider's ID mapping (its domain SID read at the first lookup)."""
+        return self.provider.ad.idmap if isinstance(self.provider, AdProvider) else None
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)

@@ -21,8 +21,9 @@ AUTHENTICATE                      the domain's backend (``Op.AUTHENTICATE``): an
 ACCT_MGMT                         ``access_provider``: ``permit`` (SSSD's default)
                                   SUCCESS; ``deny`` PERM_DENIED; ``simple`` decided
                                   here from the user's resolved groups
-                                  (``cached.access.simple``); ``ldap`` the domain's
-                                  backend (``Op.ACCESS``, ``ldap/access.py``)
+                                  (``cached.access.simple``); ``ldap`` and ``ad``
+                                  the domain's backend (``Op.ACCESS``,
+                                  ``ldap/access.py``, ``ldap/adaccess.py``)
 OPEN_SESSION, CLOSE_SESSION,      SUCCESS (no session provider)
 SETCRED, PREAUTH
 CHAUTHTOK_PRELIM, CHAUTHTOK       the domain's backend (``Op.CHANGE_PASSWORD``): with
@@ -296,6 +297,9 @@ class PamResponder:
                         domain.name, e)  # fmt: skip
             return PamStatus.SYSTEM_ERR, []
         items = [p.system_info_item(reply.info)] if reply.info else []
+        if reply.expires_in is not None and reply.status == PamStatus.SUCCESS:
+            # A pwd_expire_policy rule's warning (SSSD's add_expired_warning).
+            items.append(p.expire_warn_item(reply.expires_in))
         # SSSD's pam_reply: the expired message to sshd, or to every service from
         # pam_verbosity 2 (PAM reference §1.8).
         if reply.status == PamStatus.ACCT_EXPIRED and (

@@ -70,15 +70,15 @@ def test_join_wrote_the_host_keytab(host: JoinedHost) -> None:
     assert host.keytab.stat().st_mode & 0o077 == 0
 
 
-def test_realmd_sssd_conf_loads_but_access_provider_ad(host: JoinedHost) -> None:
-    """realmd's file as it is: every line understood; access_provider = ad is refused
-    (cached does not enforce AD access control yet), so it never lets in whom SSSD
-    would keep out."""
-    with pytest.raises(Exception, match=r"access_provider = 'ad' is not supported"):
-        parse_config(adjoin.REALMD_SSSD_CONF)
-    cfg = parse_config(adjoin.REALMD_SSSD_CONF.replace("access_provider = ad\n", ""))
+def test_realmd_sssd_conf_loads_unchanged(host: JoinedHost) -> None:
+    """realmd's file as it is: every line understood, access_provider = ad with its
+    AD defaults (the expire rule reads userAccountControl and accountExpires, GPOs
+    enforced; tests/integration/test_adaccess.py)."""
+    cfg = parse_config(adjoin.REALMD_SSSD_CONF)
     assert cfg.warnings == []
     d = cfg.domains[0]
+    assert d.access_provider == "ad" and d.ldap_account_expire_policy == "ad"
+    assert d.ad_gpo_access_control == "enforcing"
     assert (d.id_provider, d.ad_domain, d.krb5_realm) == ("ad", DOMAIN, "CACHED.TEST")
     assert d.ldap_schema == "ad" and d.ldap_id_mapping and d.ldap_sasl_mech == "gssapi"
     assert d.ldap_uri == ["ldap://_srv_"] and not d.ldap_default_bind_dn

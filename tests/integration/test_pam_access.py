@@ -29,7 +29,7 @@ USER = "user00001"
 OTHER = "user00002"
 THIRD = "user00003"
 PASSWORD = "Zq7-acc-Secret-xK4"
-OK, PERM_DENIED, ACCT_EXPIRED = 0, 6, 13
+OK, PERM_DENIED, NEW_AUTHTOK_REQD, ACCT_EXPIRED = 0, 6, 12, 13
 DAY = 86400
 # AD time: 100 ns since 1601-01-01.
 AD_EPOCH = 11644473600
@@ -233,6 +233,57 @@ def test_expire_shadow(
     assert r["acct_mgmt"].infos == ["Permission denied. Server message: Ask the help desk."]
     p = env.pamtester(SERVICE, USER, ["acct_mgmt"])
     assert p.returncode == 1 and "User account has expired" in p.stderr + p.stdout, p
+
+
+@pytest.mark.parametrize(
+    ("rule", "expired_status"),
+    [("pwd_expire_policy_reject", PERM_DENIED), ("pwd_expire_policy_warn", OK),
+     ("pwd_expire_policy_renew", NEW_AUTHTOK_REQD)],
+)  # fmt: skip
+def test_pwd_expire_policy_shadow(
+    access_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory,
+    rule: str, expired_status: int,
+) -> None:
+    """ldap_pwd_policy = shadow at the account check (sdap_access.c
+    perform_pwexpire_policy): USER's password is older than shadowMax, OTHER's is
+    not but within its warning days; THIRD's account is past shadowMax +
+    shadowInactive (ACCT_EXPIRED). _warn allows the expired password and checks no
+    later rule (the filter that would deny USER)."""
+    s = directory.slapd
+    today = int(time.time()) // DAY
+    for user in (USER, OTHER, THIRD):
+        s.ldap_modify(f"dn: {dn(s, user)}\nchangetype: modify\nadd: objectClass\n"
+                      "objectClass: shadowAccount\n")  # fmt: skip
+    set_attrs(s, USER, shadowLastChange=str(today - 40), shadowMax="30")
+    set_attrs(s, OTHER, shadowLastChange=str(today - 10), shadowMax="30",
+              shadowWarning="25")  # fmt: skip
+    set_attrs(s, THIRD, shadowLastChange=str(today - 40), shadowMax="30", shadowInactive="5")
+    _, env = access_daemon(access_provider="ldap", ldap_pwd_policy="shadow",
+                           ldap_access_order=f"{rule}, filter",
+                           ldap_access_filter=f"(uid={OTHER})")  # fmt: skip
+    assert account(env, USER) == expired_status
+    # Within shadowWarning days of shadowMax: allowed, with the warning SSSD adds.
+    r = env.drive(SERVICE, OTHER, ["acct_mgmt"])
+    assert r.codes == [OK], r
+    assert r["acct_mgmt"].infos == ["Your password will expire in 20 day(s)."], r
+    assert account(env, THIRD) == ACCT_EXPIRED
+
+
+def test_pwd_expire_policy_reads_the_attributes_the_options_name(
+    access_daemon: Callable[..., tuple[CachedDaemon, PamEnv]], directory: LiveDirectory
+) -> None:
+    """ldap_user_shadow_max names the attribute holding the maximum age: here
+    shadowMin (USER has no shadowMax, so by the standard name its password never
+    expires)."""
+    s = directory.slapd
+    today = int(time.time()) // DAY
+    s.ldap_modify(f"dn: {dn(s, USER)}\nchangetype: modify\nadd: objectClass\n"
+                  "objectClass: shadowAccount\n")  # fmt: skip
+    set_attrs(s, USER, shadowLastChange=str(today - 40), shadowMin="30")
+    _, env = access_daemon(access_provider="ldap", ldap_pwd_policy="shadow",
+                           ldap_access_order="pwd_expire_policy_reject",
+                           ldap_user_shadow_max="shadowMin")  # fmt: skip
+    assert account(env, USER) == PERM_DENIED
 
 
 @pytest.mark.parametrize("policy", ["rhds", "ipa", "389ds"])

@@ -31,7 +31,11 @@ def test_the_request_round_trips_and_takes_no_wrong_types() -> None:
 def test_the_reply_round_trips_and_takes_no_wrong_types() -> None:
     reply = AccessReply(13, "The user account is expired on the AD server", True, False, 2.5)
     assert AccessReply.parse(reply.fields()) == reply
-    bad: list[dict[str, Any]] = [{}, {"status": "0"}, {"status": True}, {"status": 0, "info": 7}]
+    warned = AccessReply(0, expires_in=86400)
+    assert AccessReply.parse(warned.fields()) == warned
+    bad: list[dict[str, Any]] = [{}, {"status": "0"}, {"status": True}, {"status": 0, "info": 7},
+                                 {"status": 0, "expires_in": -1},
+                                 {"status": 0, "expires_in": "5"}]  # fmt: skip
     for b in bad:
         with pytest.raises(BadMessage):
             AccessReply.parse(b)

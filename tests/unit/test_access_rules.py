@@ -11,7 +11,7 @@ import pytest
 from cached.access import rules as r
 from cached.access.authz import expand
 from cached.access.rules import AccessState, Login
-from cached.config.options import AccessRule, ExpirePolicy
+from cached.config.options import AccessRule, ExpirePolicy, PwdPolicy
 from cached.ldap.schema import escape
 
 NOW = calendar.timegm((2026, 12, 7, 10, 15, 0, 0, 0, 0))  # a Monday
@@ -225,3 +225,55 @@ def test_generalized_time() -> None:
     assert r.generalized_time("20261207101500.5Z") == NOW + 0.5
     for bad in ("20261207101500", "2026120710150Z", "2026120710150aZ", "20261307101500Z"):
         assert r.generalized_time(bad) is None
+
+
+TODAY = NOW // DAY
+REJECT, WARN, RENEW = (AccessRule.PWD_EXPIRE_REJECT, AccessRule.PWD_EXPIRE_WARN,
+                       AccessRule.PWD_EXPIRE_RENEW)  # fmt: skip
+
+
+def shadow_state(last: int, max_: int = 30, **more: str) -> AccessState:
+    attrs = {"shadowLastChange": str(last), "shadowMax": str(max_), **more}
+    st = state(**{r.PWD_ROLE + k: [v] for k, v in attrs.items()})
+    return st
+
+
+@pytest.mark.parametrize(
+    ("rule", "status"), [(REJECT, r.PERM_DENIED), (WARN, r.SUCCESS), (RENEW, r.NEW_AUTHTOK_REQD)]
+)
+def test_pwd_expire_policy_of_an_expired_shadow_password(rule: AccessRule, status: int) -> None:
+    """sdap_access.c: ERR_PASSWORD_EXPIRED_REJECT/_WARN/_RENEW; _warn allows and
+    checks no later rule (here a filter that would deny)."""
+    v = r.evaluate([rule, F], ExpirePolicy.UNSET, shadow_state(TODAY - 40), SSHD, (), NOW,
+                   has_filter=False, pwd_policy=PwdPolicy.SHADOW)  # fmt: skip
+    assert v.status == status, v
+
+
+def test_pwd_expire_policy_allows_a_current_password_and_checks_on() -> None:
+    v = r.evaluate([REJECT, F], ExpirePolicy.UNSET, shadow_state(TODAY - 10), SSHD, (), NOW,
+                   has_filter=False, pwd_policy=PwdPolicy.SHADOW)  # fmt: skip
+    assert v.status == r.PERM_DENIED and v.why.startswith("filter"), v
+
+
+def test_pwd_expire_policy_account_expired_missing_and_none() -> None:
+    def run(st: AccessState, policy: PwdPolicy = PwdPolicy.SHADOW) -> int:
+        return r.evaluate([WARN], ExpirePolicy.UNSET, st, SSHD, (), NOW,
+                          pwd_policy=policy).status  # fmt: skip
+
+    assert run(shadow_state(TODAY - 40, shadowInactive="5")) == r.ACCT_EXPIRED
+    assert run(state()) == r.SYSTEM_ERR  # no shadowLastChange: SSSD denies
+    assert run(state(), PwdPolicy.NONE) == r.SUCCESS
+    krb = state(**{r.PWD_ROLE + "krbLastPwdChange": ["20260101000000Z"],
+                   r.PWD_ROLE + "krbPasswordExpiration": ["20260201000000Z"]})  # fmt: skip
+    assert r.evaluate([RENEW], ExpirePolicy.UNSET, krb, SSHD, (), NOW,
+                      pwd_policy=PwdPolicy.MIT_KERBEROS).status == r.NEW_AUTHTOK_REQD
+
+
+def test_pwd_expire_policy_carries_the_expiry_warning() -> None:
+    """Within shadowWarning days of shadowMax the verdict allows with the seconds left
+    (SSSD's add_expired_warning), through the later rules."""
+    st = shadow_state(TODAY - 10, 30, shadowWarning="25")
+    v = r.evaluate([REJECT, F], ExpirePolicy.UNSET, st, SSHD, (), NOW,
+                   pwd_policy=PwdPolicy.SHADOW)  # fmt: skip
+    assert v.allowed and v.warn == 20 * DAY, v
+    assert not decide([F], st, has_filter=False).allowed

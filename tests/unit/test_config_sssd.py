@@ -28,20 +28,17 @@ def test_tls_reqcert_try_verifies_as_demand(reqcert: str, verified: bool) -> Non
     ("line", "message"),
     [
         ("access_provider = krb5", "is not supported: cached has no Kerberos provider"),
-        ("access_provider = ad",
-         "is not supported: access_provider = ad is not implemented yet; use `simple` or "
-         "`ldap`"),
         ("access_provider = sometimes",
-         "is invalid: expected one of permit, deny, simple, ldap"),
-        ("ldap_access_order = filter, pwd_expire_policy_reject",
-         "is not supported: 'pwd_expire_policy_reject': it is evaluated with "
-         "ldap_pwd_policy at the account check, which cached does not do yet; remove it "
-         "(password expiry is still enforced by the server's own policy at the password "
-         "bind)"),
+         "is invalid: expected one of permit, deny, simple, ldap, ad"),
         ("ldap_access_order = filter, expire, filter", "is invalid: 'filter' is listed twice"),
         ("ldap_access_order = filter, hosts",
          "is invalid: 'hosts' is not an access rule (filter, lockout, ppolicy, expire, "
-         "authorized_service, host, rhost, pam_authz_search)"),
+         "authorized_service, host, rhost, pwd_expire_policy_reject, "
+         "pwd_expire_policy_warn, pwd_expire_policy_renew, pam_authz_search)"),
+        ("access_provider = ad",
+         "access_provider = ad needs id_provider = ad (the host's keytab, its computer "
+         "account and the DC's SYSVOL); with id_provider = ldap use access_provider = "
+         "ldap with ldap_account_expire_policy = ad"),
         ("ldap_account_expire_policy = never",
          "is invalid: expected shadow, ad, rhds, ipa, 389ds or nds"),
         ("pam_authz_search = (uid=$user)",
@@ -63,6 +60,7 @@ def test_access_values_sssd_refuses_or_cached_does_not_implement(line: str, mess
         "access_provider = deny",
         "ldap_access_filter = (employeeType=staff)",
         "ldap_access_order = expire, ppolicy, lockout, authorized_service, host, rhost",
+        "ldap_access_order = filter, pwd_expire_policy_reject",
         "ldap_account_expire_policy = 389ds",
         "simple_allow_users = alice",
         "simple_allow_groups = admins",
