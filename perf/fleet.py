@@ -105,13 +105,14 @@ def _id_ok(p: subprocess.CompletedProcess[str], exp: gendir.Expected, user: str)
 
 class CachedHost:
     def __init__(self, workdir: Path, uri: str, base: str, user: str, exp: gendir.Expected,
-                 lifetime: int, index: int) -> None:  # fmt: skip
+                 lifetime: int, index: int,
+                 extra: dict[str, str] | None = None) -> None:  # fmt: skip
         self.name, self.user, self.exp = f"cached{index:03d}", user, exp
         workdir.mkdir(parents=True, exist_ok=True)
         machine_id = workdir / "machine-id"
         # A distinct id per host, as machine-id(5) spells one: 32 hex digits.
         machine_id.write_text(f"{index + 1:08x}{'c0ffee00' * 3}\n")
-        opts = {**DOMAIN_OPTIONS, "entry_cache_timeout": lifetime}
+        opts = {**DOMAIN_OPTIONS, "entry_cache_timeout": lifetime, **(extra or {})}
         self.daemon = CachedDaemon(
             workdir, [uri], base, log_level="info",
             daemon={"machine_id_file": machine_id},
@@ -424,6 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--period", type=float, default=15.0, help="seconds between a host's lookups")
     ap.add_argument("--steady", type=float, default=3.0, help="steady period, in lifetimes")
     ap.add_argument("--recovery", type=float, default=60.0, help="seconds watched after the outage")
+    ap.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="a domain option of the cached hosts (repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, help="results directory (results.json, report.md)")
     ap.add_argument("--workdir", type=Path, help="daemons' directories (default: a temporary one)")
     args = ap.parse_args(argv)
@@ -464,11 +467,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Slapd(work / "slapd", gen.ldif, gendir.BIGROUPUSER.base_dn) as server:
             proxy = FaultProxy("127.0.0.1", server.port).start() if args.sssd else None
             run = Run(server, proxy, say)
+            extra = dict(kv.split("=", 1) for kv in args.opt)
             users = _users(exp, args.user, max(args.hosts, args.sssd))
             try:
                 hosts: list[Any] = [
                     CachedHost(
-                        work / f"c{i}", server.uri, server.base_dn, users[i], exp, args.lifetime, i
+                        work / f"c{i}",
+                        server.uri,
+                        server.base_dn,
+                        users[i],
+                        exp,
+                        args.lifetime,
+                        i,
+                        extra,
                     )
                     for i in range(args.hosts)
                 ]
