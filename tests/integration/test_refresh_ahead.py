@@ -234,7 +234,7 @@ def test_no_lookup_waits_on_expiry_over_several_lifetimes(
         daemon={"machine_id_file": mid},
         refresh_expired_interval=None,
         entry_cache_timeout=lifetime,
-        entry_cache_nowait_percentage=0,
+        nss={"entry_cache_nowait_percentage": 0},
     )
     env = {"SSS_NSS_USE_MEMCACHE": "NO"}
     want = d.run_nss(["id", user], env=env)
@@ -274,7 +274,7 @@ def test_restart_answers_from_the_stores_and_revalidates_in_the_background(
         daemon={"machine_id_file": mid},
         refresh_expired_interval=None,
         entry_cache_timeout=20,
-        entry_cache_nowait_percentage=0,
+        nss={"entry_cache_nowait_percentage": 0},
     )
     env = {"SSS_NSS_USE_MEMCACHE": "NO"}
     want = d.run_nss(["id", user], env=env)
