@@ -112,10 +112,12 @@ class CachedHost:
         machine_id = workdir / "machine-id"
         # A distinct id per host, as machine-id(5) spells one: 32 hex digits.
         machine_id.write_text(f"{index + 1:08x}{'c0ffee00' * 3}\n")
-        opts = {**DOMAIN_OPTIONS, "entry_cache_timeout": lifetime, **(extra or {})}
+        extra = dict(extra or {})
+        nss = dict(kv.split("=", 1) for kv in extra.pop("[nss]", "").split(",") if kv)
+        opts = {**DOMAIN_OPTIONS, "entry_cache_timeout": lifetime, **extra}
         self.daemon = CachedDaemon(
             workdir, [uri], base, log_level="info",
-            daemon={"machine_id_file": machine_id},
+            daemon={"machine_id_file": machine_id}, nss=nss,
             # The defaults, not the tests' pinned values: refresh ahead on, the host's
             # own offline retry offset.
             refresh_expired_interval=None, offline_timeout_random_offset=None, **opts,
@@ -427,6 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--recovery", type=float, default=60.0, help="seconds watched after the outage")
     ap.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                     help="a domain option of the cached hosts (repeatable)")  # fmt: skip
+    ap.add_argument("--nss-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="an [nss] option of the cached hosts (repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, help="results directory (results.json, report.md)")
     ap.add_argument("--workdir", type=Path, help="daemons' directories (default: a temporary one)")
     args = ap.parse_args(argv)
@@ -468,6 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             proxy = FaultProxy("127.0.0.1", server.port).start() if args.sssd else None
             run = Run(server, proxy, say)
             extra = dict(kv.split("=", 1) for kv in args.opt)
+            if args.nss_opt:  # carried to the hosts under a key no option has
+                extra["[nss]"] = ",".join(args.nss_opt)
             users = _users(exp, args.user, max(args.hosts, args.sssd))
             try:
                 hosts: list[Any] = [
