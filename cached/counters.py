@@ -57,6 +57,9 @@ VALIDATE_FETCHED = "be.validate.fetched"  # amount: groups of those fetched whol
 NSS_REQUEST = "nss.request"  # responder requests answered
 NSS_BACKEND = "nss.backend"  # responder -> backend refresh requests (count, seconds)
 NSS_STALE = "nss.stale"  # expired entries answered without waiting for a refresh
+# Lookups that waited on a refresh by the backend (count, seconds): a missing or
+# expired entry; a midpoint refresh, answered at once, is not one.
+NSS_WAIT = "nss.wait"
 NSS_EARLY = "nss.prefill.early"  # notes of groups stored early; amount: groups fed from them
 # INITGR answers whose prefill its request's notes spared groups; amount: those groups.
 NSS_SPARED = "nss.prefill.spared"

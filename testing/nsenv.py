@@ -40,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -90,20 +91,25 @@ def ensure_mount_points() -> None:
 
 
 _nsswitch_dir: Path | None = None
+_nsswitch_lock = threading.Lock()
 
 
 def nsswitch_file(content: str) -> Path:
     """A file with this nsswitch.conf content, kept until the interpreter exits."""
     global _nsswitch_dir
-    if _nsswitch_dir is None:
-        _nsswitch_dir = Path(tempfile.mkdtemp(prefix="cached-nsenv-"))
-        atexit.register(shutil.rmtree, _nsswitch_dir, True)
-    path = _nsswitch_dir / f"nsswitch-{hashlib.sha256(content.encode()).hexdigest()[:16]}.conf"
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(content)
-        tmp.chmod(0o644)
-        tmp.replace(path)
+    # Under a lock: threads running commands at once (perf.fleet's hosts) would make
+    # two directories, or one thread rename the temporary file another still writes.
+    with _nsswitch_lock:
+        if _nsswitch_dir is None:
+            _nsswitch_dir = Path(tempfile.mkdtemp(prefix="cached-nsenv-"))
+            atexit.register(shutil.rmtree, _nsswitch_dir, True)
+        name = f"nsswitch-{hashlib.sha256(content.encode()).hexdigest()[:16]}.conf"
+        path = _nsswitch_dir / name
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(content)
+            tmp.chmod(0o644)
+            tmp.replace(path)
     return path
 
 

@@ -24,7 +24,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from cached.cache import DomainCache, GroupView, Initgroups, Lookup, State
 from cached.config import Config, DomainConfig, PrivateGroups
-from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE
+from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE, NSS_WAIT
 from cached.ipc import framing
 from cached.ipc.ops import BadMessage, DomainStateNote, LookupReply, LookupRequest, Op, Outcome
 from cached.model import Kind, Netgroup, User
@@ -102,6 +102,8 @@ SETNETGRENT: Plugin[str, Netgroup] = Plugin(
     "setnetgrent", Kind.NETGROUP, str, lambda c, k: c.netgroup_by_name(k), Op.NETGROUP_BY_NAME,
     lambda _p, _d, _k: True, lambda _p, _d, _v: True,
 )  # fmt: skip
+
+
 def _private(got: Lookup[User], hybrid: bool) -> Lookup[GroupView]:
     """A user lookup as the lookup of its private group (auto_private_groups): with
     ``hybrid``, only a user whose gid is its uid has one (SSSD's
@@ -575,9 +577,7 @@ class Lookups:
                 return domain
         return None
 
-    def _domains(
-        self, plugin: Plugin[K, V], key: K
-    ) -> Iterator[tuple[DomainConfig, K, NegKey]]:
+    def _domains(self, plugin: Plugin[K, V], key: K) -> Iterator[tuple[DomainConfig, K, NegKey]]:
         """The domains to ask for ``key``, in order, with the key to look up there
         (``_candidates``): those whose filters and id ranges admit it and whose
         negative cache does not hold it."""
@@ -642,6 +642,7 @@ class Lookups:
         st = self.states[domain.name]
         stale = got.value if got.value is not None and plugin.stale_ok(got.value) else None
         fut = self.refresh(domain.name, plugin.backend_op, key)
+        waited = time.perf_counter()
         if stale is not None and self.first_wait > 0:
             # Bounded wait (cache_first_wait, a deliberate difference from SSSD): the
             # refresh goes on in the background, the cached entry is answered now.
@@ -657,9 +658,11 @@ class Lookups:
                         domain.name, plugin.name, key, self.first_wait,
                     )  # fmt: skip
                 COUNTERS.add(NSS_STALE)
+                COUNTERS.add(NSS_WAIT, 1, time.perf_counter() - waited)
                 return Found(domain, cache, stale, got.state)
         else:
             outcome = await fut
+        COUNTERS.add(NSS_WAIT, 1, time.perf_counter() - waited)
         again = plugin.read(cache, key)
         if again.value is not None:
             # Even still expired: after a failed or offline refresh, stale data is the

@@ -10,7 +10,14 @@ from pathlib import Path
 from cached.cache import State, open_domain_cache
 from cached.cache.integrity import cache_paths, remove_store
 from cached.config import parse_config
-from cached.counters import REQ_GROUP, REQ_INITGR, REQ_USER, VALIDATE, VALIDATE_FETCHED
+from cached.counters import (
+    NSS_WAIT,
+    REQ_GROUP,
+    REQ_INITGR,
+    REQ_USER,
+    VALIDATE,
+    VALIDATE_FETCHED,
+)
 from cached.jitter import CONNECTION_EXPIRE, OFFLINE_RETRY, REFRESH_AHEAD
 from cached.ldap.service import BackendService
 from testing.backend import config_text
@@ -204,3 +211,86 @@ def test_connection_is_replaced_after_its_lifetime(daemon_factory, slapd_small) 
     # Replaced again after another lifetime: not once only.
     _wait("renewed again", lambda: d.log_text().count(renewed) >= 2, d)
     assert conns_of(users[2]) not in (first, second)
+
+
+@requires_nss
+def test_no_lookup_waits_on_expiry_over_several_lifetimes(
+    daemon_factory, slapd_small, tmp_path: Path
+) -> None:
+    """Refresh ahead at its default schedule (70 % of the entry lifetime, this host's
+    offset up to 10 % of that): entries are revalidated before they expire, so over
+    several lifetimes no lookup waits on the backend (``nss.wait``) once the cold lookup
+    has filled the cache. The midpoint refresh is off, so that refresh ahead alone keeps
+    the entries valid; every lookup reaches the responder (no memory cache)."""
+    user = slapd_small.expected.big_user
+    mid = tmp_path / "machine-id"
+    mid.write_text(ID_A)
+    # 15 s: a run begins at most 11.6 s after the previous one and refreshes what
+    # expires before the next, so each entry is revalidated at least 3.4 s before it
+    # expires.
+    lifetime = 15
+    d = daemon_factory(
+        slapd_small,
+        daemon={"machine_id_file": mid},
+        refresh_expired_interval=None,
+        entry_cache_timeout=lifetime,
+        nss={"entry_cache_nowait_percentage": 0},
+    )
+    env = {"SSS_NSS_USE_MEMCACHE": "NO"}
+    want = d.run_nss(["id", user], env=env)
+    assert want.returncode == 0, want.stderr
+    cold = d.counters()[NSS_WAIT][0]
+    assert cold > 0  # the cold lookup itself waited: the counter counts waits
+
+    # Lookups for three lifetimes of the cold lookup's entries, none waiting.
+    lookups = 0
+    end = time.monotonic() + 3 * lifetime
+    while time.monotonic() < end:
+        got = d.run_nss(["id", user], env=env)
+        assert got.stdout == want.stdout
+        lookups += 1
+        assert d.counters()[NSS_WAIT][0] == cold, f"lookup {lookups} waited:\n{d.log_tail()}"
+    # The entries were revalidated in the background meanwhile (at least once per
+    # lifetime), by their stamps: nothing changed, nothing fetched whole.
+    assert d.log_text().count("background refresh: 1 initgroups") >= 2
+    assert _amount(d, VALIDATE_FETCHED) == 0
+
+
+@requires_nss
+def test_restart_answers_from_the_stores_and_revalidates_in_the_background(
+    daemon_factory, slapd_small, tmp_path: Path
+) -> None:
+    """The persistent cache as the storm shield: a host restarted with a full cache
+    answers from its stores, with no search before the answer and no wait on the
+    backend, and the refresh ahead revalidates the entries afterwards, by stamps, with
+    no lookup asking."""
+    s, user = slapd_small.slapd, slapd_small.expected.big_user
+    mid = tmp_path / "machine-id"
+    mid.write_text(ID_A)
+    # The first background run 14 s (70 % of the lifetime) plus this host's offset
+    # after the start: the lookup after the restart comes long before it.
+    d = daemon_factory(
+        slapd_small,
+        daemon={"machine_id_file": mid},
+        refresh_expired_interval=None,
+        entry_cache_timeout=20,
+        nss={"entry_cache_nowait_percentage": 0},
+    )
+    env = {"SSS_NSS_USE_MEMCACHE": "NO"}
+    want = d.run_nss(["id", user], env=env)
+    assert want.returncode == 0, want.stderr
+    d.stop()
+    d.start()
+    offset = s.log_offset()
+    got = d.run_nss(["id", user], env=env)
+    assert got.stdout == want.stdout
+    # No search of a lookup before the answer (the start's root DSE read has base "")
+    # and no lookup waited on the backend.
+    assert [op.filter for op in s.searches(offset) if op.base] == []
+    assert d.counters().get(NSS_WAIT, [0])[0] == 0
+    # Then the background run revalidates what would expire, by stamps.
+    ran = "background refresh: 1 initgroups, 1 users"
+    _wait("revalidated in the background", lambda: ran in d.log_text(), d)
+    assert _amount(d, VALIDATE) > 0 and _amount(d, VALIDATE_FETCHED) == 0
+    assert _member_searches(s, offset) == []
+    assert d.counters().get(NSS_WAIT, [0])[0] == 0
