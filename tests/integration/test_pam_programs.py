@@ -66,6 +66,48 @@ def test_su_typed_at_a_terminal(
         assert PASSWORD not in screen
 
 
+def test_passwd_typed_at_a_terminal_by_the_user(
+    login_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
+) -> None:
+    env, directory = login_env
+    directory.reset()
+    new = pammatrix.NEW_PASSWORD
+    # Before the tests that stop the server: after one, the daemon answers a change as
+    # offline until it has found the server again (SSSD after its offline_timeout, a
+    # minute). Polled all the same: a wrong current password is answered by the
+    # server once it is reachable.
+    deadline = time.monotonic() + 300
+    while True:
+        r = env.drive("passwd", USER, ["chauthtok"], answers=["not-the-password"],
+                      as_user=True)  # fmt: skip
+        if "Old password not accepted." in " ".join(r["chauthtok"].infos):
+            break
+        assert time.monotonic() < deadline, r
+        time.sleep(1)
+    try:
+        with pamprograms.passwd_session(env, tmp_path / "wrong", UID, GID) as term:
+            term.wait_for(r"^Current Password: ?$")
+            term.type("not-the-password")
+            screen = term.wait_for(r"^\[passwd exit \d+\]")
+            assert "Old password not accepted." in screen, screen
+            assert "[passwd exit 0]" not in screen, screen
+        with pamprograms.passwd_session(env, tmp_path / "right", UID, GID) as term:
+            term.wait_for(r"^Current Password: ?$")
+            term.type(PASSWORD)
+            term.wait_for(r"^New Password: ?$")
+            term.type(new)
+            term.wait_for(r"^Reenter new Password: ?$")
+            term.type(new)
+            screen = term.wait_for(r"^\[passwd exit \d+\]")
+            assert "password updated successfully" in screen, screen
+            assert "[passwd exit 0]" in screen, screen
+            assert PASSWORD not in screen and new not in screen
+        assert env.drive("su", USER, ["authenticate"], answers=[new]).codes == [0]
+        assert env.drive("su", USER, ["authenticate"], answers=[PASSWORD]).codes == [7]
+    finally:
+        directory.reset()
+
+
 def test_su_offline_with_cached_credentials(
     login_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
 ) -> None:
@@ -97,44 +139,3 @@ def test_sshd_password_login(
     right = pamprograms.ssh_login(env, tmp_path / "ssh", USER, PASSWORD)
     assert right.returncode == 0, (right, pamprograms.sshd_log(tmp_path / "ssh"))
     assert right.stdout.split() == [USER]
-
-
-def test_passwd_typed_at_a_terminal_by_the_user(
-    login_env: tuple[pamenv.PamEnv, pammatrix.MatrixDirectory], tmp_path: Path
-) -> None:
-    env, directory = login_env
-    directory.reset()
-    new = pammatrix.NEW_PASSWORD
-    # An earlier test stopped the server: the daemon answers a change as offline until
-    # it has found the server again (SSSD after its offline_timeout). Polled: a wrong
-    # current password is answered by the server once it is back.
-    deadline = time.monotonic() + 300
-    while True:
-        r = env.drive("passwd", USER, ["chauthtok"], answers=["not-the-password"],
-                      as_user=True)  # fmt: skip
-        if "Old password not accepted." in " ".join(r["chauthtok"].infos):
-            break
-        assert time.monotonic() < deadline, r
-        time.sleep(1)
-    try:
-        with pamprograms.passwd_session(env, tmp_path / "wrong", UID, GID) as term:
-            term.wait_for(r"^Current Password: ?$")
-            term.type("not-the-password")
-            screen = term.wait_for(r"^\[passwd exit \d+\]")
-            assert "Old password not accepted." in screen, screen
-            assert "[passwd exit 0]" not in screen, screen
-        with pamprograms.passwd_session(env, tmp_path / "right", UID, GID) as term:
-            term.wait_for(r"^Current Password: ?$")
-            term.type(PASSWORD)
-            term.wait_for(r"^New Password: ?$")
-            term.type(new)
-            term.wait_for(r"^Reenter new Password: ?$")
-            term.type(new)
-            screen = term.wait_for(r"^\[passwd exit \d+\]")
-            assert "password updated successfully" in screen, screen
-            assert "[passwd exit 0]" in screen, screen
-            assert PASSWORD not in screen and new not in screen
-        assert env.drive("su", USER, ["authenticate"], answers=[new]).codes == [0]
-        assert env.drive("su", USER, ["authenticate"], answers=[PASSWORD]).codes == [7]
-    finally:
-        directory.reset()
