@@ -20,6 +20,7 @@ the host's Kerberos credentials, as SSSD's gpo_child does with libsmbclient.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -27,7 +28,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from cached.ldap.gpo_parse import (
     MAX_FILE_BYTES,
@@ -190,7 +191,7 @@ class SmbSysvol:
     ) -> None:
         self.server, self.port, self.timeout = server, port, timeout
         self.auth_protocol, self.username, self.password = auth_protocol, username, password
-        self._cache: dict[str, object] = {}
+        self._cache: dict[str, Any] = {}  # smbclient's connection cache (untyped)
 
     def read(self, share: str, path: str) -> bytes | None:
         # smbprotocol is imported here: only a backend that reads GPOs loads it.
@@ -225,6 +226,14 @@ class SmbSysvol:
         return bytes(data)
 
     def close(self) -> None:
-        import smbclient
-
-        smbclient.reset_connection_cache(connection_cache=self._cache)
+        """Log off and close the socket; never raises. A server may refuse the tree
+        disconnect or logoff (Samba answers ACCESS_DENIED for a share it could not
+        enter as the session's user): the socket is closed all the same, and the
+        evaluation's outcome, already decided, stands."""
+        for name in list(self._cache):
+            conn = self._cache.pop(name)
+            try:
+                conn.disconnect()
+            except Exception:  # smbprotocol raises the server's status as its own types
+                with contextlib.suppress(Exception):
+                    conn.disconnect(close=False)  # the socket only

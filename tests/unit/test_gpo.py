@@ -30,7 +30,7 @@ from cached.ldap.gpo import (
     resultant,
     som_dns,
 )
-from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles
+from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles, SmbSysvol
 from cached.ldap.gpo_parse import (
     ACCESS_ALLOWED,
     ACCESS_ALLOWED_OBJECT,
@@ -640,3 +640,24 @@ def test_unreadable_gpo_fails_unless_ignored(tmp_path):
     del d.entries[GPO_DN].attrs["flags"]
     assert run(d, f, tmp_path).allowed
     assert f.asked == []
+
+
+class _RefusingConnection:
+    """An smbprotocol connection whose server refuses the logoff: disconnect() raises
+    unless asked to close the socket only."""
+
+    def __init__(self) -> None:
+        self.socket_closed = False
+
+    def disconnect(self, close: bool = True) -> None:
+        if close:
+            raise OSError("STATUS_ACCESS_DENIED")
+        self.socket_closed = True
+
+
+def test_smb_close_never_raises_and_closes_the_socket():
+    reader = SmbSysvol("dc1.example.test")
+    conn = _RefusingConnection()
+    reader._cache["dc1.example.test:445"] = conn
+    reader.close()
+    assert conn.socket_closed and not reader._cache
