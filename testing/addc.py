@@ -16,6 +16,11 @@ bolted onto slapd. What this takes on Debian 12, measured on the 2-core machine:
 * ports 389/636/3268/3269 are compiled in, so the DC runs in its own network namespace
   (``unshare -n``, loopback up): it can never clash with a port on the host. Clients on
   the host reach it through its ``private/ldapi`` socket, which accepts simple binds;
+* with ``s3fs winbindd`` in ``server services`` the DC serves SMB (SYSVOL). smbd maps
+  each session's SIDs to Unix IDs through winbindd, found by libwbclient only at its
+  compiled-in ``/run/samba/winbindd``, and enters a share as the session's Unix user:
+  so samba runs in a mount namespace of its own where ``/run/samba`` is the work
+  directory's ``run/`` and SYSVOL is mounted below it (start());
 * data is written with Samba's own Python bindings (``/usr/bin/python3``, not the
   project's venv) into ``sam.ldb`` while the DC is stopped, so objectSid, RIDs and
   ``primaryGroupID`` are assigned by Samba exactly as for ``samba-tool user add``
@@ -45,6 +50,8 @@ from testing.service import Service
 
 SAMBA = "/usr/sbin/samba"
 SAMBA_TOOL = "/usr/bin/samba-tool"
+# libwbclient (smbd's client of winbindd) looks for winbindd's socket in its winbindd/.
+WBCLIENT_DIR = "/run/samba"
 SYSTEM_PYTHON = "/usr/bin/python3"  # has python3-samba; the venv does not
 LOADER = Path(__file__).resolve().parent / "addc_load.py"
 
@@ -129,6 +136,11 @@ class SambaDC(Service):
         return "ldapi://" + urllib.parse.quote(str(self.socket_path), safe="")
 
     @property
+    def smb_sysvol(self) -> Path:
+        """The mount point of SYSVOL for smbd (start()), under its run directory."""
+        return self.workdir / "run" / "sysvol"
+
+    @property
     def pid(self) -> int | None:
         if self._proc is None or self._proc.poll() is not None:
             return None
@@ -194,6 +206,13 @@ class SambaDC(Service):
             lines.append(line)
         if ours:  # provisioned with DNS: no such line to replace
             lines.insert(lines.index("[global]") + 1, ours)
+        if "s3fs" in services.split():
+            # The shares at SYSVOL's mount point (start()), as smbd sees it: its run
+            # directory is WBCLIENT_DIR in samba's mount namespace.
+            sysvol = str(self.workdir / "state" / "sysvol")
+            mounted = f"{WBCLIENT_DIR}/{self.smb_sysvol.name}"
+            lines = [line.replace(f"path = {sysvol}", f"path = {mounted}") for line in lines]
+            self.smb_sysvol.mkdir(parents=True, exist_ok=True)
         self.conf.write_text("\n".join(lines) + "\n")
 
     def load(self, entries: list[ADEntry], *, modify: list[ADEntry] | None = None) -> None:
@@ -219,12 +238,32 @@ class SambaDC(Service):
             self.socket_path.unlink()
         log = self.log_path.open("ab")
         # exec: the Popen's pid is samba itself, so stop() ends exactly it.
-        script = f"ip link set lo up && exec {SAMBA} -i -M single -s {self.conf}"
+        # The bind mount: smbd maps a session's SIDs to a Unix token through winbindd
+        # (source4/auth/unix_token.c, wbcSidsToUnixIds), and libwbclient finds
+        # winbindd's socket only at its compiled-in /run/samba/winbindd — it does not
+        # read "winbindd socket directory" (nsswitch/wb_common.c). Without this every
+        # SMB session setup fails after authentication with STATUS_INTERNAL_ERROR
+        # (smb2_sesssetup.c:147). A mount namespace of samba's own puts this DC's
+        # run directory there without touching the machine's /run/samba.
+        run = self.workdir / "run"
+        script = (
+            f"ip link set lo up && mkdir -p {WBCLIENT_DIR} {run}"
+            f" && mount --bind {run} {WBCLIENT_DIR}"
+        )
+        if self.smb_sysvol.is_dir():
+            # SYSVOL's share (provision(): the path smb.conf names) is the work
+            # directory's, reached without its parents: smbd enters the share as the
+            # session's Unix user, who may not search a temporary directory's
+            # ancestors (pytest's are 0700).
+            mounted = f"{WBCLIENT_DIR}/{self.smb_sysvol.name}"
+            script += f" && mount --bind {self.workdir / 'state' / 'sysvol'} {mounted}"
+        script += f" && exec {SAMBA} -i -M single -s {self.conf}"
         into = ["unshare", "-n"]
         if self.netns_pid is not None:
             into = ["nsenter", f"--net=/proc/{self.netns_pid}/ns/net"]
+        mount_ns = ["unshare", "-m", "--propagation", "private"]
         self._proc = subprocess.Popen(
-            [*into, "--", "sh", "-c", script],
+            [*into, "--", *mount_ns, "--", "sh", "-c", script],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
