@@ -12,17 +12,20 @@ mark, adds the Security extension to ``gPCMachineExtensionNames`` and raises the
 machine version in both GPT.INI and ``versionNumber``, as the Group Policy editor
 does. Links are ``gPLink`` values of the site, the domain or an OU.
 
-``samba-tool gpo create`` is not used: it copies the folder to the DC over SMB, and
-the DC's SMB server in its network namespace (``server services = s3fs, winbindd``)
-fails every session setup after a successful authentication with
-STATUS_INTERNAL_ERROR (Samba 4.17.12, smb2_sesssetup.c:147); the objects and files
-made here are the ones samba-tool makes. Everything goes over the DC's ldapi socket,
-as Administrator, while it runs.
+The functions taking a ``SambaDC`` write over its ldapi socket, as Administrator, and
+into its SYSVOL directory: for a DC reached only over ldapi (tests/integration/
+test_gpo_ad.py). Those taking a ``JoinedHost`` (testing/adjoin.py, with ``smb=True``) do
+what an administrator does on a joined host: ``samba-tool gpo create`` and ``setlink``,
+and the ``[Privilege Rights]`` saved into SYSVOL over the DC's SMB (signed),
+as the Group Policy editor saves them (testing/adgpo_edit.py).
 """
 
 from __future__ import annotations
 
+import base64
 import codecs
+import json
+import re
 import socket
 import subprocess
 import time
@@ -33,7 +36,7 @@ from pathlib import Path
 import ldap3
 
 from cached.ldap.sid import sid_to_str
-from testing import addc, procstat
+from testing import addc, adjoin, procstat
 from testing.service import Service
 
 # The Security extension and the Security editor's tool GUID ([MS-GPSB] 2.2.1).
@@ -162,14 +165,19 @@ def write_rights(gpo: Gpo, rights: dict[str, list[str]]) -> None:
     """The files of :func:`set_logon_rights` in SYSVOL (GptTmpl.inf, GPT.INI with the
     machine version raised); the GPO's object takes ``gpo.version`` and
     MACHINE_EXTENSIONS."""
+    path = gpo.folder.joinpath(*SECURITY_INF)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_rights_inf(rights))
+    gpo.version += 1  # the machine part's version: the low 16 bits
+    _write_gpt_ini(gpo)
+
+
+def _rights_inf(rights: dict[str, list[str]]) -> bytes:
+    """GptTmpl.inf with ``[Privilege Rights]``: UTF-16LE with a byte-order mark."""
     lines = ["[Unicode]", "Unicode=yes", "[Version]", 'signature="$CHICAGO$"', "Revision=1",
              "[Privilege Rights]"]  # fmt: skip
     lines += [f"{key} = " + ",".join(f"*{sid}" for sid in sids) for key, sids in rights.items()]
-    path = gpo.folder.joinpath(*SECURITY_INF)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(codecs.BOM_UTF16_LE + ("\r\n".join(lines) + "\r\n").encode("utf-16-le"))
-    gpo.version += 1  # the machine part's version: the low 16 bits
-    _write_gpt_ini(gpo)
+    return codecs.BOM_UTF16_LE + ("\r\n".join(lines) + "\r\n").encode("utf-16-le")
 
 
 def set_flags(dc: addc.SambaDC, gpo: Gpo, flags: int) -> None:
@@ -198,9 +206,9 @@ class SysvolServer(Service):
     """A standalone Samba file server (``smbd``, not the DC) sharing a directory as
     ``SysVol`` on 127.0.0.1:<port>, with one account (``root``, NTLM, the password
     below) to read it: the SMB client's reads (cached/ldap/gpo_fetch.py SmbSysvol)
-    against a real server, since the DC's own SMB server fails session setup in its
-    network namespace (module doc). Signing is required, as SYSVOL's UNC hardening
-    asks of a DC."""
+    with NTLM and a refused logon, from the test process, which cannot reach a DC in
+    its loopback-only namespace (the joined host's tests read the DC's own SMB with
+    Kerberos). Signing is required, as SYSVOL's UNC hardening asks of a DC."""
 
     user = "root"
     password = "Sysvol-Test-Passw0rd"
@@ -268,3 +276,74 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# -- on a joined host (testing/adjoin.py), as an administrator does it -----------------
+
+EDITOR = Path(__file__).resolve().parent / "adgpo_edit.py"
+
+
+def samba_tool_gpo(host: adjoin.JoinedHost, *args: str) -> str:
+    """``samba-tool gpo ARGS`` run on the joined host against the DC (LDAP and SMB
+    as Administrator, whose password goes on standard input, never in argv)."""
+    proc = adjoin.run(
+        host.command([addc.SAMBA_TOOL, "gpo", *args, "-H", f"ldap://{adjoin.DC_FQDN}",
+                      "-U", "Administrator", "-s", str(_client_conf(host))]),
+        input=addc.ADMIN_PW + "\n", timeout=120,
+    )  # fmt: skip
+    return proc.stdout + proc.stderr
+
+
+def create_gpo_on(host: adjoin.JoinedHost, name: str) -> Gpo:
+    """``samba-tool gpo create``: the GPO's objects, and its folder copied into SYSVOL
+    over the DC's SMB."""
+    out = samba_tool_gpo(host, "create", name)
+    m = re.search(r"created as (\{[0-9A-Fa-f-]+\})", out)
+    if m is None:
+        raise adjoin.AdJoinError(f"samba-tool gpo create: no GUID in {out[-500:]!r}")
+    guid = m.group(1).upper()
+    assert host.dc is not None
+    folder = sysvol(host.dc) / adjoin.DOMAIN / "Policies" / guid
+    return Gpo(guid, f"CN={guid},CN=Policies,CN=System,{addc.BASE_DN}", folder)
+
+
+def link_on(host: adjoin.JoinedHost, som_dn: str, gpo: Gpo) -> None:
+    """``samba-tool gpo setlink``: ``gpo`` linked to the site, domain or OU."""
+    samba_tool_gpo(host, "setlink", som_dn, gpo.guid)
+
+
+def set_logon_rights_on(host: adjoin.JoinedHost, gpo: Gpo, rights: dict[str, list[str]]
+                        ) -> None:  # fmt: skip
+    """The GPO's ``[Privilege Rights]`` saved as the Group Policy editor saves them:
+    GptTmpl.inf and GPT.INI into SYSVOL over the DC's SMB, the GPO object's version
+    and extension names over LDAP. (``samba-tool gpo manage security set`` writes only
+    the Kerberos and password policies, not privilege rights.)"""
+    gpo.version += 1
+    files = {
+        "\\".join(SECURITY_INF): _rights_inf(rights),
+        "GPT.INI": f"[General]\r\nVersion={gpo.version}\r\n".encode(),
+    }
+    request = {
+        "password": addc.ADMIN_PW,
+        "folder": f"{adjoin.DOMAIN}\\Policies\\{gpo.guid}",
+        "files": {k: base64.b64encode(v).decode() for k, v in files.items()},
+        "dn": gpo.dn,
+        "replace": {"versionNumber": str(gpo.version),
+                    "gPCMachineExtensionNames": MACHINE_EXTENSIONS},
+    }  # fmt: skip
+    adjoin.run(
+        host.command([addc.SYSTEM_PYTHON, "-I", str(EDITOR), adjoin.DC_FQDN,
+                      str(_client_conf(host))]),
+        input=json.dumps(request), timeout=120,
+    )  # fmt: skip
+
+
+def _client_conf(host: adjoin.JoinedHost) -> Path:
+    """An smb.conf for Samba's client tools on the host: the domain, nothing else."""
+    path = host.workdir / "client-smb.conf"
+    if not path.exists():
+        path.write_text(
+            f"[global]\n\tworkgroup = {addc.NETBIOS_DOMAIN}\n\trealm = {addc.REALM}\n"
+            "\tclient signing = required\n"
+        )
+    return path

@@ -60,6 +60,9 @@ HOST_FQDN = f"{HOST_NAME}.{DOMAIN}"
 # the KDC (kinit, kpasswd for the computer password) and DNS (SRV discovery); and
 # RPC, through which samba-tool dns changes records (add_srv).
 DC_SERVICES = "ldap cldap kdc dns rpc"
+# With SMB (JoinedHost(smb=True)): SYSVOL for GPOs (smbd, "s3fs") and the SID to
+# Unix ID mapping its sessions need (winbindd).
+SMB_SERVICES = "s3fs winbindd"
 JOIN_TIMEOUT = 180.0
 
 # What realmd writes for `realm join` with adcli (realmd's service/realm-sssd-ad.c,
@@ -161,9 +164,12 @@ class JoinedHost(Service):
     """The DC and a host joined to it; start() provisions, loads ``data`` (an
     testing.addir directory), starts the DC and joins."""
 
-    def __init__(self, workdir: str | os.PathLike[str], data: ADDirectory | None = None) -> None:
+    def __init__(self, workdir: str | os.PathLike[str], data: ADDirectory | None = None,
+                 *, smb: bool = False) -> None:  # fmt: skip
+        """``smb``: the DC serves SMB too (SYSVOL), as a real DC does."""
         self.workdir = Path(workdir).resolve()
         self.data = data
+        self.smb = smb
         self.etc = self.workdir / "host-etc"
         self._dc_ns: subprocess.Popen[bytes] | None = None
         self._host_ns: subprocess.Popen[bytes] | None = None
@@ -242,8 +248,9 @@ class JoinedHost(Service):
         self._network()
         self._host_files()
         dc = addc.SambaDC(self.workdir / "dc", netns_pid=self.dc_ns_pid)
+        services = f"{DC_SERVICES} {SMB_SERVICES}" if self.smb else DC_SERVICES
         dc.provision(
-            services=DC_SERVICES, strong_auth=True, host_name=DC_NAME.upper(), host_ip=DC_IP
+            services=services, strong_auth=True, host_name=DC_NAME.upper(), host_ip=DC_IP
         )
         self.dc = dc
         if self.data is not None:

@@ -9,16 +9,15 @@ One DC and one join for the module; each test its own daemon (its own options).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles
 from testing import addc, addir, adgpo, adjoin, pamenv, sssd
 from testing.addc import ADEntry
 from testing.adjoin import DOMAIN, JoinedHost
@@ -59,7 +58,7 @@ def _directory() -> addir.ADDirectory:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedHost]:
     work = tmp_path_factory.mktemp("ada", numbered=True)
-    with JoinedHost(work, _directory()) as h:
+    with JoinedHost(work, _directory(), smb=True) as h:
         yield h
 
 
@@ -111,8 +110,8 @@ def test_ad_access_filter_of_another_domain_denies(host: JoinedHost, tmp_path: P
 
 def test_expiry_and_filter_as_sssd(host: JoinedHost, tmp_path: Path) -> None:
     """SSSD 2.8.2's AD provider beside cached, the same sssd.conf and keytab: the
-    same acct_mgmt statuses for the expiry and the filter (GPOs disabled: SSSD's
-    gpo_child needs the DC's SMB too)."""
+    same acct_mgmt statuses for the expiry and the filter (GPOs disabled here: they
+    are compared in test_gpo_as_sssd)."""
     reason = sssd.skip_reason()
     if reason:
         pytest.skip(reason)
@@ -136,16 +135,13 @@ def test_expiry_and_filter_as_sssd(host: JoinedHost, tmp_path: Path) -> None:
 
 # -- GPO-based login rights --------------------------------------------------------------
 #
-# SYSVOL is not read over SMB here: the DC of testing/adjoin.py serves no SMB (with
-# `s3fs winbindd` added to its services, its smbd fails every session setup after the
-# host's Kerberos authentication succeeded, STATUS_INTERNAL_ERROR at
-# smb2_sesssetup.c:147, Samba 4.17.12). The host's GPO file store is filled from the
-# DC's SYSVOL directory by the same GpoFiles the backend uses (DirectorySysvol), with
-# an ad_gpo_cache_timeout that keeps it fresh; everything else — the computer object,
-# the site and domain links, the GPOs' security filtering, the user's SIDs from the
-# cache — is read from the DC by the daemon.
+# The DC serves SYSVOL over SMB (JoinedHost(smb=True)): the GPO is made with samba-tool
+# on the host (gpo create, setlink), its rights saved into SYSVOL over SMB as the Group
+# Policy editor saves them (testing/adgpo.py), and the daemon reads GPT.INI and
+# GptTmpl.inf from the DC over SMB with the host's Kerberos ticket (from its keytab), as
+# SSSD's gpo_child does; the computer object, the site and domain links, the GPOs'
+# security filtering and the user's SIDs come from the DC's LDAP.
 
-FRESH = 10**8  # ad_gpo_cache_timeout: the filled store stays fresh
 SITE_DN = f"CN={adjoin.SITE},CN=Sites,CN=Configuration,{addc.BASE_DN}"
 
 
@@ -163,42 +159,11 @@ def _sid(host: JoinedHost, name: str) -> str:
 @pytest.fixture(scope="module")
 def deny_gpo(host: JoinedHost) -> adgpo.Gpo:
     """A GPO linked to the host's site denying interactive logon to `team`, which
-    alice is in through `eng` (nesting) and carol is not; made while the DC is stopped
-    (its LDAP refuses simple binds without TLS: strong auth, as a real DC)."""
-    dc = host.dc
-    assert dc is not None
-    guid = "{" + str(uuid.uuid4()).upper() + "}"
-    dn = f"CN={guid},CN=Policies,CN=System,{addc.BASE_DN}"
-    folder = adgpo.sysvol(dc) / DOMAIN / "Policies" / guid
-    (folder / "Machine").mkdir(parents=True)
-    (folder / "User").mkdir()
-    gpo = adgpo.Gpo(guid, dn, folder)
-    adgpo.write_rights(gpo, {"SeDenyInteractiveLogonRight": [_sid(host, "team")]})
-    dc.stop()
-    dc.load(
-        [ADEntry(dn, {"objectClass": "groupPolicyContainer", "displayName": "deny team",
-                      "gPCFileSysPath": f"\\\\{DOMAIN}\\SysVol\\{DOMAIN}\\Policies\\{guid}",
-                      "gPCFunctionalityVersion": "2", "flags": "0",
-                      "versionNumber": str(gpo.version),
-                      "gPCMachineExtensionNames": adgpo.MACHINE_EXTENSIONS}),
-         ADEntry(f"CN=User,{dn}", {"objectClass": "container"}),
-         ADEntry(f"CN=Machine,{dn}", {"objectClass": "container"})],
-        modify=[ADEntry(SITE_DN, {"gPLink": f"[LDAP://{dn};0]"})],
-    )  # fmt: skip
-    dc.start()
+    alice is in through `eng` (nesting) and carol is not."""
+    gpo = adgpo.create_gpo_on(host, "deny team")
+    adgpo.set_logon_rights_on(host, gpo, {"SeDenyInteractiveLogonRight": [_sid(host, "team")]})
+    adgpo.link_on(host, SITE_DN, gpo)
     return gpo
-
-
-def _gpo_daemon(host: JoinedHost, work: Path, extra: str = "") -> CachedDaemon:
-    """A daemon whose GPO file store holds every GPO of the DC's SYSVOL, fresh."""
-    assert host.dc is not None
-    sysvol = adgpo.sysvol(host.dc)
-    policies = sysvol / DOMAIN / "Policies"
-    files = GpoFiles(work / "db" / f"gpo_{DOMAIN}" / "files", FRESH,
-                     lambda: DirectorySysvol({"sysvol": sysvol}))  # fmt: skip
-    for folder in policies.iterdir():
-        files.rights(folder.name, "sysvol", f"{DOMAIN}/Policies/{folder.name}")
-    return _daemon(host, work, f"ad_gpo_cache_timeout = {FRESH}\n{extra}")
 
 
 def test_gpo_denies_interactive_logon_to_a_nested_member(
@@ -206,20 +171,22 @@ def test_gpo_denies_interactive_logon_to_a_nested_member(
 ) -> None:
     """SeDenyInteractiveLogonRight names `team`: alice (eng, in team) may not log in
     through login or su (interactive), may through sshd (remote interactive);
-    carol, not in team, may."""
-    with _gpo_daemon(host, tmp_path) as d:
+    carol, not in team, may. The GPO's files come over the DC's SMB."""
+    with _daemon(host, tmp_path) as d:
         assert _account(d, "alice", "login") == PERM_DENIED, d.log_tail()
         assert _account(d, "alice", "su") == PERM_DENIED, d.log_tail()
         assert _account(d, "alice", "sshd") == SUCCESS, d.log_tail()
         assert _account(d, "carol", "login") == SUCCESS, d.log_tail()
         assert "SeDenyInteractiveLogonRight lists the user" in d.log_text(), d.log_tail()
         assert "Traceback" not in d.log_text(), d.log_tail()
+    stored = tmp_path / "db" / f"gpo_{DOMAIN}" / "files"
+    assert any(p.name.lower() == "gpttmpl.inf" for p in stored.rglob("*")), "not read over SMB"
 
 
 def test_gpo_permissive_allows_and_logs(
     host: JoinedHost, deny_gpo: adgpo.Gpo, tmp_path: Path
 ) -> None:
-    with _gpo_daemon(host, tmp_path, "ad_gpo_access_control = permissive\n") as d:
+    with _daemon(host, tmp_path, "ad_gpo_access_control = permissive\n") as d:
         assert _account(d, "alice", "login") == SUCCESS, d.log_tail()
         assert "would have been denied GPO-based logon access" in d.log_text(), d.log_tail()
 
@@ -232,16 +199,31 @@ def test_gpo_disabled_is_not_evaluated(
         assert "GPO access of" not in d.log_text(), d.log_tail()
 
 
-def test_gpo_unreadable_sysvol_denies_under_enforcing(host: JoinedHost, tmp_path: Path) -> None:
-    """No GPO file stored and no SMB on the DC: the evaluation fails, SYSTEM_ERR (as
-    SSSD's, whose gpo_child cannot read SYSVOL either); permissive lets the user in."""
-    with _daemon(host, tmp_path / "e") as d:
-        assert _account(d, "carol", "login") == SYSTEM_ERR, d.log_tail()
-        assert "GPO evaluation for login failed" in d.log_text(), d.log_tail()
-        # The SMB library's messages (its session setup's tokens) stay out of the log.
-        assert "smbprotocol" not in d.log_text(), d.log_tail()
-    with _daemon(host, tmp_path / "p", "ad_gpo_access_control = permissive\n") as d:
-        assert _account(d, "carol", "login") == SUCCESS, d.log_tail()
+@contextlib.contextmanager
+def _unreadable(gpo: adgpo.Gpo) -> Iterator[None]:
+    """The GPO's SYSVOL folder closed to everyone but root on the DC's disk: smbd,
+    which opens files as the session's user, answers ACCESS_DENIED."""
+    mode = gpo.folder.stat().st_mode
+    gpo.folder.chmod(0o700)
+    try:
+        yield
+    finally:
+        gpo.folder.chmod(mode)
+
+
+def test_gpo_unreadable_sysvol_denies_under_enforcing(
+    host: JoinedHost, deny_gpo: adgpo.Gpo, tmp_path: Path
+) -> None:
+    """A GPO whose files cannot be read: the evaluation fails, SYSTEM_ERR (as SSSD's);
+    permissive lets the user in."""
+    with _unreadable(deny_gpo):
+        with _daemon(host, tmp_path / "e") as d:
+            assert _account(d, "carol", "login") == SYSTEM_ERR, d.log_tail()
+            assert "GPO evaluation for login failed" in d.log_text(), d.log_tail()
+            # The SMB library's messages (its session setup's tokens) stay out of the log.
+            assert "smbprotocol" not in d.log_text(), d.log_tail()
+        with _daemon(host, tmp_path / "p", "ad_gpo_access_control = permissive\n") as d:
+            assert _account(d, "carol", "login") == SUCCESS, d.log_tail()
 
 
 def test_gpo_offline_uses_the_last_rights(
@@ -249,7 +231,7 @@ def test_gpo_offline_uses_the_last_rights(
 ) -> None:
     """With the DC stopped, the stored rights and the user's stored SIDs decide."""
     assert host.dc is not None
-    with _gpo_daemon(host, tmp_path) as d:
+    with _daemon(host, tmp_path) as d:
         assert _account(d, "alice", "login") == PERM_DENIED, d.log_tail()
         assert _account(d, "carol", "login") == SUCCESS, d.log_tail()
         host.dc.stop()
@@ -259,3 +241,27 @@ def test_gpo_offline_uses_the_last_rights(
             assert "offline: last stored GPO rights" in d.log_text(), d.log_tail()
         finally:
             host.dc.start()
+
+
+def test_gpo_as_sssd(host: JoinedHost, deny_gpo: adgpo.Gpo, tmp_path: Path) -> None:
+    """SSSD 2.8.2 beside cached with realmd's sssd.conf unchanged (GPOs enforcing, its
+    default) and the same keytab: its gpo_child reads the same GPO over the DC's SMB;
+    the same acct_mgmt status for each user and service."""
+    reason = sssd.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    s = sssd.SssdDaemon(tmp_path / "sssd", "", "", pam={})
+    s.config = adjoin.REALMD_SSSD_CONF
+    s.prefix = host.prefix
+    users = ("alice", "carol")
+    with _daemon(host, tmp_path / "cached") as d, s:
+        ours = {(u, sv): _account(d, u, sv) for u in users for sv in SERVICES}
+        env = pamenv.PamEnv(s.pipes_dir, pamenv.make_pamd(tmp_path / "pamd", {
+            sv: service_file() for sv in SERVICES}), s.mc_dir)  # fmt: skip
+        theirs = {(u, sv): env.drive(sv, f"{u}@{DOMAIN}", ["acct_mgmt"]).codes[0]
+                  for u in users for sv in SERVICES}  # fmt: skip
+        sssd_log = s.log_tail(80)
+    expected = {(u, sv): SUCCESS for u in users for sv in SERVICES}
+    expected[("alice", "login")] = expected[("alice", "su")] = PERM_DENIED
+    assert ours == expected, d.log_tail()
+    assert theirs == expected, sssd_log

@@ -5,8 +5,10 @@ the site) and the GptTmpl.inf files from the DC's SYSVOL directory, decided for 
 whose SIDs are the DC's tokenGroups (nesting resolved by the DC).
 
 SYSVOL is read from the DC's directory (gpo_fetch.DirectorySysvol), and over SMB
-(gpo_fetch.SmbSysvol) from a standalone smbd sharing that directory: the DC's own SMB
-server fails session setup in its network namespace (testing/adgpo.py).
+(gpo_fetch.SmbSysvol, NTLM) from a standalone smbd sharing that directory: this DC
+runs in a loopback-only network namespace that the test process reaches over ldapi
+only. Reading the DC's own SMB with the host's Kerberos ticket, as the daemon does,
+is tested on a joined host (tests/integration/test_adaccess.py).
 
 The DC is private to this module (provisioning takes 6-11 s): the tests add OUs,
 users, groups, a computer and GPOs.
