@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -100,12 +101,15 @@ class ADEntry:
 class SambaDC(Service):
     """A provisioned Samba AD DC in ``workdir``; start()/stop() or a context manager."""
 
-    def __init__(self, workdir: str | os.PathLike[str], *, netns_pid: int | None = None) -> None:
+    def __init__(self, workdir: str | os.PathLike[str], *, netns_pid: int | None = None,
+                 etc: Path | None = None) -> None:  # fmt: skip
         """``netns_pid``: run samba in the network namespace of that process (one the
         caller made, e.g. with a veth pair to a client's namespace) rather than in a
-        new one of its own with loopback only."""
+        new one of its own with loopback only. ``etc``: a directory samba sees as
+        ``/etc`` (its resolv.conf and hosts: a DC that finds another by name)."""
         self.workdir = Path(workdir).resolve()
         self.netns_pid = netns_pid
+        self.etc = etc
         self.conf = self.workdir / "etc" / "smb.conf"
         self.socket_path = self.workdir / "private" / "ldapi"
         self.log_path = self.workdir / "samba.out"
@@ -164,11 +168,53 @@ class SambaDC(Service):
         server require strong auth = yes`` (simple binds only over TLS or ldapi, SASL
         binds signed or sealed), as a real DC has it. ``host_name``: the DC's own
         name (default: this machine's)."""
+        empty = self._new()
+        w = self.workdir
+        cmd = [
+            SAMBA_TOOL, "domain", "provision", "-s", str(empty), f"--targetdir={w}",
+            "--dns-backend=" + ("SAMBA_INTERNAL" if "dns" in services.split() else "NONE"),
+            "--use-rfc2307", "--server-role=dc",
+            f"--realm={REALM}", f"--domain={NETBIOS_DOMAIN}", f"--adminpass={ADMIN_PW}",
+        ]  # fmt: skip
+        cmd += self._path_options()
+        if host_name:
+            cmd.append(f"--host-name={host_name}")
+        if host_ip:
+            cmd.append(f"--host-ip={host_ip}")
+        out = _run(cmd, PROVISION_TIMEOUT)
+        for line in out.splitlines():
+            if "DOMAIN SID:" in line:
+                self.domain_sid = line.rsplit(None, 1)[-1]
+        self._configure(services, strong_auth)
+
+    def join(self, server: str, *, services: str, host_name: str) -> None:
+        """``samba-tool domain join REALM DC`` (a second DC of the domain, its
+        directory replicated from ``server`` at the join) into the work directory,
+        run in this DC's namespaces (``netns_pid``, ``etc``: ``server`` found by
+        name), the Administrator's password on standard input. ``services`` and
+        strong authentication as :meth:`provision`."""
+        empty = self._new()
+        cmd = [
+            SAMBA_TOOL, "domain", "join", REALM.lower(), "DC", "-s", str(empty),
+            f"--targetdir={self.workdir}", f"--server={server}", "-U", "Administrator",
+            "--dns-backend=" + ("SAMBA_INTERNAL" if "dns" in services.split() else "NONE"),
+            f"--option=netbios name={host_name.upper()}",
+        ]  # fmt: skip
+        cmd += self._path_options()
+        script = self._mounts() + " && exec " + " ".join(shlex.quote(c) for c in cmd)
+        _run([*self._into(), "--", "sh", "-c", script], PROVISION_TIMEOUT, input=ADMIN_PW + "\n")
+        self._configure(services, True)
+
+    def _new(self) -> Path:
         if self.conf.exists():
             raise SambaError(f"{self.workdir} is already provisioned")
         self.workdir.mkdir(parents=True, exist_ok=True)
         empty = self.workdir / "empty.conf"
         empty.write_text("")
+        return empty
+
+    def _path_options(self) -> list[str]:
+        """Every run-time path of samba in the work directory, as ``--option``s."""
         w = self.workdir
         paths = {
             "pid directory": w / "run",
@@ -180,21 +226,10 @@ class SambaDC(Service):
             "cache directory": w / "cache",
             "log file": w / "log.%m",
         }
-        cmd = [
-            SAMBA_TOOL, "domain", "provision", "-s", str(empty), f"--targetdir={w}",
-            "--dns-backend=" + ("SAMBA_INTERNAL" if "dns" in services.split() else "NONE"),
-            "--use-rfc2307", "--server-role=dc",
-            f"--realm={REALM}", f"--domain={NETBIOS_DOMAIN}", f"--adminpass={ADMIN_PW}",
-        ]  # fmt: skip
-        cmd += [f"--option={k}={v}" for k, v in paths.items()]
-        if host_name:
-            cmd.append(f"--host-name={host_name}")
-        if host_ip:
-            cmd.append(f"--host-ip={host_ip}")
-        out = _run(cmd, PROVISION_TIMEOUT)
-        for line in out.splitlines():
-            if "DOMAIN SID:" in line:
-                self.domain_sid = line.rsplit(None, 1)[-1]
+        return [f"--option={k}={v}" for k, v in paths.items()]
+
+    def _configure(self, services: str, strong_auth: bool) -> None:
+        """smb.conf after provision or join: ``server services``, strong auth, SMB."""
         text = self.conf.read_text()
         ours = f"\tserver services = {services}"
         if not strong_auth:
@@ -245,11 +280,7 @@ class SambaDC(Service):
         # SMB session setup fails after authentication with STATUS_INTERNAL_ERROR
         # (smb2_sesssetup.c:147). A mount namespace of samba's own puts this DC's
         # run directory there without touching the machine's /run/samba.
-        run = self.workdir / "run"
-        script = (
-            f"ip link set lo up && mkdir -p {WBCLIENT_DIR} {run}"
-            f" && mount --bind {run} {WBCLIENT_DIR}"
-        )
+        script = "ip link set lo up && " + self._mounts()
         if self.smb_sysvol.is_dir():
             # SYSVOL's share (provision(): the path smb.conf names) is the work
             # directory's, reached without its parents: smbd enters the share as the
@@ -258,12 +289,8 @@ class SambaDC(Service):
             mounted = f"{WBCLIENT_DIR}/{self.smb_sysvol.name}"
             script += f" && mount --bind {self.workdir / 'state' / 'sysvol'} {mounted}"
         script += f" && exec {SAMBA} -i -M single -s {self.conf}"
-        into = ["unshare", "-n"]
-        if self.netns_pid is not None:
-            into = ["nsenter", f"--net=/proc/{self.netns_pid}/ns/net"]
-        mount_ns = ["unshare", "-m", "--propagation", "private"]
         self._proc = subprocess.Popen(
-            [*into, "--", *mount_ns, "--", "sh", "-c", script],
+            [*self._into(), "--", "sh", "-c", script],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -295,6 +322,28 @@ class SambaDC(Service):
             time.sleep(0.1)
         self.stop()
         raise SambaError(f"samba did not answer within {START_TIMEOUT:.0f} s ({last})")
+
+    def run_inside(self, argv: list[str]) -> str:
+        """``argv`` in samba's namespaces (network; /etc and the run directory)."""
+        script = self._mounts() + " && exec " + " ".join(shlex.quote(a) for a in argv)
+        return _run([*self._into(), "--", "sh", "-c", script], PROVISION_TIMEOUT)
+
+    def _into(self) -> list[str]:
+        """The command prefix into samba's network namespace and a new mount
+        namespace of its own (:meth:`_mounts`)."""
+        net = ["unshare", "-n"]
+        if self.netns_pid is not None:
+            net = ["nsenter", f"--net=/proc/{self.netns_pid}/ns/net"]
+        return [*net, "--", "unshare", "-m", "--propagation", "private"]
+
+    def _mounts(self) -> str:
+        """Shell commands for samba's mount namespace: its run directory at
+        WBCLIENT_DIR (start()), ``etc`` over /etc."""
+        run = self.workdir / "run"
+        script = f"mkdir -p {WBCLIENT_DIR} {run} && mount --bind {run} {WBCLIENT_DIR}"
+        if self.etc is not None:
+            script += f" && mount --bind {self.etc} /etc"
+        return script
 
     def stop(self) -> None:
         proc = self._proc
@@ -348,9 +397,10 @@ class SambaDC(Service):
         shutil.copytree(self.workdir, to, symlinks=True)
 
 
-def _run(cmd: list[str], timeout: float) -> str:
+def _run(cmd: list[str], timeout: float, input: str | None = None) -> str:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              input=input, check=False)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise SambaError(f"{' '.join(cmd[:3])} did not finish within {timeout:.0f} s") from None
     if proc.returncode != 0:

@@ -53,6 +53,14 @@ FROZEN_PORT = 3389
 # The address of a second DC that relays to dc1 (JoinedHost.relay).
 RELAY_IP = f"{SUBNET}.4"
 DC_NAME = "dc1"
+# A second real DC (JoinedHost.add_dc): `samba-tool domain join` in a namespace of its
+# own, on a subnet of its own linked to the host, which routes between it and dc1's
+# (each DC then sees the other's packets come from the address it answers: samba's
+# UDP services reply from a wildcard socket, whose source is the route's).
+DC2_NAME = "dc2"
+DC2_SUBNET = "10.89.2"
+DC2_GATEWAY = f"{DC2_SUBNET}.1"
+DC2_IP = f"{DC2_SUBNET}.2"
 DC_FQDN = f"{DC_NAME}.{DOMAIN}"
 HOST_NAME = "client1"
 HOST_FQDN = f"{HOST_NAME}.{DOMAIN}"
@@ -177,6 +185,8 @@ class JoinedHost(Service):
         self.join_output = ""
         self._frozen: list[socket.socket] = []
         self._relays: list[FaultProxy] = []
+        self._dc2_ns: subprocess.Popen[bytes] | None = None
+        self.dc2: addc.SambaDC | None = None
 
     # -- namespaces --------------------------------------------------------------
 
@@ -356,6 +366,68 @@ class JoinedHost(Service):
                  "-s", str(self.dc.conf)]
             ))  # fmt: skip
 
+    def add_dc(self) -> addc.SambaDC:
+        """A second DC, ``dc2`` at DC2_IP, joined to the domain with ``samba-tool
+        domain join`` as an administrator joins one (the directory, users' keys
+        included, replicated from dc1 at the join), serving the same services, with
+        the DNS records its dnsupdate would register in dc1's zone (its name, the
+        domain's and site's ``_ldap`` and ``_kerberos`` SRV records), and the host's
+        resolv.conf naming its DNS after dc1's. Stopped by stop()."""
+        assert self.dc is not None
+        self._dc2_ns = _holder(["-n"])
+        _wait_unshared(self._dc2_ns, "net")
+        pid = str(self._dc2_ns.pid)
+        dc2 = ["nsenter", "-t", pid, "-n", "--"]
+        host = self.command([], net_only=True)
+        run([*host, "ip", "link", "add", "veth-dc2", "type", "veth", "peer", "name", "veth-in",
+             "netns", pid])  # fmt: skip
+        run([*host, "ip", "addr", "add", f"{DC2_GATEWAY}/24", "dev", "veth-dc2"])
+        run([*host, "ip", "link", "set", "veth-dc2", "up"])
+        run([*host, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])  # this namespace's only
+        for cmd in (["ip", "link", "set", "lo", "up"],
+                    ["ip", "addr", "add", f"{DC2_IP}/24", "dev", "veth-in"],
+                    ["ip", "link", "set", "veth-in", "up"],
+                    ["ip", "route", "add", "default", "via", DC2_GATEWAY]):  # fmt: skip
+            run([*dc2, *cmd])
+        run(self.dc_command(["ip", "route", "add", f"{DC2_SUBNET}.0/24", "via", HOST_IP]))
+        # dc1 stopped (its namespace up) refuses each DNS and KDC packet with an ICMP
+        # port unreachable, which Linux sends at most once a second per destination
+        # (icmp_ratelimit): the rest of a burst of lookups (a kinit asks DNS 4-6 times)
+        # would wait out the resolver's 5 s each. Refused at once, every time, in
+        # dc1's namespace only.
+        run(self.dc_command(["sysctl", "-q", "-w", "net.ipv4.icmp_ratelimit=0"]))
+        # dc2's /etc: the host's, naming itself and dc1 (its DNS, its KDC).
+        etc = self.workdir / "dc2-etc"
+        shutil.copytree(self.etc, etc, symlinks=True, ignore_dangling_symlinks=True)
+        (etc / "hosts").write_text(
+            f"127.0.0.1 localhost\n{DC2_IP} {DC2_NAME}.{DOMAIN} {DC2_NAME}\n"
+            f"{DC_IP} {DC_FQDN} {DC_NAME}\n"
+        )
+        (etc / "hostname").write_text(f"{DC2_NAME}.{DOMAIN}\n")
+        new = addc.SambaDC(self.workdir / "dc2", netns_pid=self._dc2_ns.pid, etc=etc)
+        services = f"{DC_SERVICES} {SMB_SERVICES}" if self.smb else DC_SERVICES
+        new.join(DC_FQDN, services=services, host_name=DC2_NAME)
+        new.start()
+        self.dc2 = new
+        new.run_inside(["/usr/sbin/samba_spnupdate", "-s", str(new.conf)])
+        fqdn = f"{DC2_NAME}.{DOMAIN}"
+        auth = ["-U", f"Administrator%{addc.ADMIN_PW}"]
+        records = [(DC2_NAME, "A", DC2_IP)]
+        for srv, port in (("_ldap._tcp", 389), ("_kerberos._tcp", 88), ("_kerberos._udp", 88)):
+            for rname in (srv, f"{srv}.{SITE}._sites"):
+                records.append((rname, "SRV", f"{fqdn} {port} 0 100"))
+        # Into both DCs' zones: the DCs run no replication service (drepl), so what
+        # dc1 learns after the join stays dc1's, and the host asks dc2's DNS once dc1
+        # is down.
+        for server in (DC_IP, DC2_IP):
+            for rname, rtype, data in records:
+                with contextlib.suppress(AdJoinError):  # the join may have added it
+                    run(self.dc_command([addc.SAMBA_TOOL, "dns", "add", server, DOMAIN, rname,
+                                         rtype, data, *auth, "-s", str(self.dc.conf)]))  # fmt: skip
+        resolv = self.etc / "resolv.conf"
+        resolv.write_text(resolv.read_text() + f"nameserver {DC2_IP}\n")
+        return new
+
     def relay(self, ip: str) -> FaultProxy:
         """``ip`` on the DC's side, where a proxy (testing/faultproxy.py) forwards to
         dc1's LDAP port: a second DC for the host, with dc1's data and keys, that a
@@ -379,12 +451,14 @@ class JoinedHost(Service):
         for proxy in self._relays:
             proxy.stop()
         self._relays.clear()
+        if self.dc2 is not None:
+            self.dc2.stop()
         if self.dc is not None:
             self.dc.stop()
-        for holder in (self._host_ns, self._dc_ns):
+        for holder in (self._host_ns, self._dc_ns, self._dc2_ns):
             if holder is not None:
                 procstat.terminate(holder, 10.0)
-        self._host_ns = self._dc_ns = None
+        self._host_ns = self._dc_ns = self._dc2_ns = None
         self._stopped()
 
 
