@@ -279,7 +279,8 @@ class SambaDC(Service):
         # read "winbindd socket directory" (nsswitch/wb_common.c). Without this every
         # SMB session setup fails after authentication with STATUS_INTERNAL_ERROR
         # (smb2_sesssetup.c:147). A mount namespace of samba's own puts this DC's
-        # run directory there without touching the machine's /run/samba.
+        # run directory there; the machine's /run/samba is left as it is (made,
+        # empty, only on a machine that has none, as the mount point).
         script = "ip link set lo up && " + self._mounts()
         if self.smb_sysvol.is_dir():
             # SYSVOL's share (provision(): the path smb.conf names) is the work
