@@ -22,6 +22,8 @@ one creates its own objects with unique names or restores what it changed:
 * ``ad``: the small AD directory (testing/addir.py) on a plain DC, read only;
 * ``kerberos_dc``: the DC with its KDC and the host keytab (testing/adkrb.py);
   ``kdc``, per module, is it with ``KRB5_CONFIG`` naming its KDC for the module;
+* ``joined_host``: a DC and a host joined to it with adcli (testing/adjoin.py),
+  serving :func:`testing.adjoin.joined_directory`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from testing import addc, addir, adkrb
+from testing import addc, addir, adjoin, adkrb
 from testing.backend import close_clients
 from testing.daemon import CachedDaemon
 from testing.gendir import BIGROUPUSER, BIGROUPUSER_CN, SMALL, SMALL_CN, Scenario, generate
@@ -244,3 +246,13 @@ def kdc(kerberos_dc: adkrb.KerberosDC) -> Iterator[adkrb.KerberosDC]:
         else:
             os.environ["KRB5_CONFIG"] = old
 
+
+@pytest.fixture(scope="session")
+def joined_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[adjoin.JoinedHost]:
+    """A DC and a host joined to it (testing/adjoin.py), one per run: provisioning,
+    loading and joining take 20-60 s. Tests that change the DC restore it (a GPO
+    linked by a fixture is unlinked when its module ends)."""
+    # A short path: the DC's <dir>/private/ldapi must fit in sun_path.
+    work = tmp_path_factory.mktemp("adj", numbered=True)
+    with adjoin.JoinedHost(work, adjoin.joined_directory()) as h:
+        yield h
