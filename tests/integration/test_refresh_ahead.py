@@ -268,13 +268,14 @@ def test_restart_answers_from_the_stores_and_revalidates_in_the_background(
     s, user = slapd_small.slapd, slapd_small.expected.big_user
     mid = tmp_path / "machine-id"
     mid.write_text(ID_A)
-    # The first background run 14 s (70 % of the lifetime) plus this host's offset
-    # after the start: the lookup after the restart comes long before it.
+    # The first background run 8 s (70 % of the lifetime, in whole seconds; the
+    # offset, 10 % of that, is 0) after the start: the lookup after the restart comes
+    # long before it.
     d = daemon_factory(
         slapd_small,
         daemon={"machine_id_file": mid},
         refresh_expired_interval=None,
-        entry_cache_timeout=20,
+        entry_cache_timeout=12,
         nss={"entry_cache_nowait_percentage": 0},
     )
     env = {"SSS_NSS_USE_MEMCACHE": "NO"}
