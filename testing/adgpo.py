@@ -196,6 +196,39 @@ def block_inheritance(dc: addc.SambaDC, som_dn: str, block: bool = True) -> None
     _modify(dc, som_dn, {"gPOptions": [(ldap3.MODIFY_REPLACE, ["1" if block else "0"])]})
 
 
+# LDAP_SERVER_TREE_DELETE_OID ([MS-ADTS] 3.1.1.3.4.1.3): an object and its subtree.
+TREE_DELETE = "1.2.840.113556.1.4.805"
+
+
+def delete_tree(dc: addc.SambaDC, dn: str) -> None:
+    """``dn`` and every object under it."""
+    conn = dc.connect()
+    try:
+        conn.delete(dn, controls=[(TREE_DELETE, True, None)])
+    finally:
+        conn.unbind()
+
+
+def gpo_guids(dc: addc.SambaDC) -> set[str]:
+    """The ``cn`` (GUID) of every GPO on the DC."""
+    found = dc.search(f"CN=Policies,CN=System,{addc.BASE_DN}", "(objectClass=groupPolicyContainer)",
+                      ["cn"], scope=ldap3.LEVEL)  # fmt: skip
+    return {r["raw_attributes"]["cn"][0].decode() for r in found}
+
+
+def values(dc: addc.SambaDC, dn: str, attrs: list[str]) -> dict[str, list[str]]:
+    """``attrs`` of ``dn`` as they are (an attribute it lacks: no values), for
+    :func:`restore`."""
+    (entry,) = dc.search(dn, "(objectClass=*)", attrs, scope=ldap3.BASE)
+    raw = entry["raw_attributes"]
+    return {a: [v.decode() for v in raw.get(a, [])] for a in attrs}
+
+
+def restore(dc: addc.SambaDC, dn: str, saved: dict[str, list[str]]) -> None:
+    """Put back what :func:`values` saved (no values: the attribute removed)."""
+    _modify(dc, dn, {a: [(ldap3.MODIFY_REPLACE, v)] for a, v in saved.items()})
+
+
 SMBD = "/usr/sbin/smbd"
 SMBPASSWD = "/usr/bin/smbpasswd"
 SMB_START_TIMEOUT = 60.0

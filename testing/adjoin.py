@@ -25,6 +25,7 @@ frozen "first" DC that takes connections and never answers.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import shutil
 import socket
@@ -34,7 +35,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from testing import addc, nsenv, procstat
+from testing import addc, addir, nsenv, procstat
+from testing.addc import ADEntry
 from testing.addir import ADDirectory
 from testing.faultproxy import FaultProxy, enter_netns
 from testing.service import Service
@@ -72,6 +74,9 @@ DC_SERVICES = "ldap cldap kdc dns rpc"
 # Unix ID mapping its sessions need (winbindd).
 SMB_SERVICES = "s3fs winbindd"
 JOIN_TIMEOUT = 180.0
+UF_NORMAL_ACCOUNT, UF_ACCOUNTDISABLE, UF_PASSWD_NOTREQD = 0x200, 0x2, 0x20
+# Accounts of joined_directory(): one disabled on the DC, one past its accountExpires.
+DISABLED_USER, EXPIRED_USER = "acdisabled", "acexpired"
 
 # What realmd writes for `realm join` with adcli (realmd's service/realm-sssd-ad.c,
 # realm-sssd-config.c), for DOMAIN.
@@ -117,6 +122,28 @@ KRB5_CONF = f"""\
 
 class AdJoinError(RuntimeError):
     pass
+
+
+def joined_directory() -> ADDirectory:
+    """What the DC of the shared joined host serves (tests/conftest.py joined_host;
+    tests/integration/test_adjoin.py, test_adaccess.py): the small directory with 20
+    members in ``big``, its users enabled (without a password), an account disabled on
+    the DC and one past its accountExpires (yesterday)."""
+    d = addir.small(big_members=20)
+    enabled = UF_NORMAL_ACCOUNT | UF_PASSWD_NOTREQD
+    # Accounts made without a password are disabled (as AD makes them): these enabled.
+    for e in d.entries:
+        if e.attrs.get("objectClass") == "user" and e.dn.endswith(addir.PEOPLE):
+            d.modify.append(ADEntry(e.dn, {"userAccountControl": str(enabled)}))
+    yesterday = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
+    ticks = int((yesterday.timestamp() + 11644473600) * 10_000_000)
+    for name, attrs in {
+        DISABLED_USER: {"userAccountControl": str(enabled | UF_ACCOUNTDISABLE)},
+        EXPIRED_USER: {"userAccountControl": str(enabled), "accountExpires": str(ticks)},
+    }.items():
+        d.entries.append(ADEntry(f"CN={name},{addir.PEOPLE}", {
+            "objectClass": "user", "sAMAccountName": name, **attrs}))  # fmt: skip
+    return d
 
 
 def skip_reason() -> str | None:

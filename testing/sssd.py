@@ -33,12 +33,14 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from cached.responder import wire
 from testing import nsenv, procstat
 from testing.service import Service
 
@@ -48,6 +50,9 @@ SSS_CACHE = "/usr/sbin/sss_cache"
 PACKAGES = ("sssd-common", "sssd-ldap", "sssd-tools", "sssd-ad")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
+# How long a probe of a responder socket waits for the GET_VERSION reply before it
+# tries again (the responder answers nothing while it registers with the monitor).
+PROBE_TIMEOUT = 0.5
 # libnss_sss waits up to 300 s for a reply (reference §1.8); a cold id of a user in
 # 4,000 groups takes SSSD minutes, so client commands get a long leash.
 CLIENT_TIMEOUT = 1800.0
@@ -123,6 +128,31 @@ def config_text(
         *(f"{k} = {v}" for k, v in dom.items()),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _answers(path: Path) -> bool:
+    """The responder behind ``path`` answers GET_VERSION: its event loop runs, so its
+    start-up is over. Its socket listens before it has registered with the monitor
+    (a blocking D-Bus call); a monitor stopped in between waits for that responder,
+    which waits out D-Bus's 20 s reply timeout for the monitor, so a stop right
+    after a start took 21 s."""
+    request = wire.HEADER.pack(wire.HEADER_SIZE + 4, 1, 0, 0) + wire.U32.pack(1)
+    # Through the directory's descriptor: a work directory's path may be longer than
+    # sun_path holds (108 bytes, unix(7)).
+    try:
+        parent = os.open(path.parent, os.O_PATH)
+    except OSError:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(PROBE_TIMEOUT)
+            sock.connect(f"/proc/self/fd/{parent}/{path.name}")
+            sock.sendall(request)
+            return len(sock.recv(wire.HEADER_SIZE)) > 0
+    except OSError:  # not listening yet, or no answer within PROBE_TIMEOUT
+        return False
+    finally:
+        os.close(parent)
 
 
 class SssdDaemon(Service):
@@ -226,7 +256,11 @@ class SssdDaemon(Service):
                     f"sssd exited with {self.proc.returncode} while starting:\n{self.log_tail()}"
                 )
             kids = {i.comm: i.pid for i in procstat.children(self.proc.pid)}
-            if all(s.exists() for s in sockets) and all(w in kids for w in wanted):
+            if (
+                all(s.exists() for s in sockets)
+                and all(w in kids for w in wanted)
+                and all(_answers(s) for s in sockets)
+            ):
                 break
             if time.monotonic() > deadline:
                 self.stop()

@@ -14,17 +14,29 @@ on first use), so a run that needs no bigroupuser server pays nothing for it.
   modify, pause or restart it.
 * ``tls_files`` / ``slapd_small_tls``: a throwaway CA and server certificate, and a
   small rfc2307bis server that also listens on ldaps:// (StartTLS works on ldap://).
+
+The Samba AD DCs, one per shape, each shared by every module that uses that shape
+(provisioning a DC takes 5-10 s, joining a host to one 20-60 s); a test that changes
+one creates its own objects with unique names or restores what it changed:
+
+* ``ad``: the small AD directory (testing/addir.py) on a plain DC, also where
+  test_gpo_ad.py makes its GPOs;
+* ``kerberos_dc``: the DC with its KDC and the host keytab (testing/adkrb.py);
+  ``kdc``, per module, is it with ``KRB5_CONFIG`` naming its KDC for the module;
+* ``joined_host``: a DC and a host joined to it with adcli (testing/adjoin.py),
+  serving :func:`testing.adjoin.joined_directory`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testing import addc, addir
+from testing import addc, addir, adjoin, adkrb
 from testing.backend import close_clients
 from testing.daemon import CachedDaemon
 from testing.gendir import BIGROUPUSER, BIGROUPUSER_CN, SMALL, SMALL_CN, Scenario, generate
@@ -197,7 +209,8 @@ def ad(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[addc.SambaDC, addir.ADDirectory]]:
     """A real Samba AD DC serving the small AD directory (testing/addir.py), one per run:
-    provisioning and loading take 10-20 s. Tests read it; none writes to it."""
+    provisioning and loading take 10-20 s. Tests that write to it add objects of their own
+    and delete them (test_ad.py's scratch groups, test_gpo_ad.py's OUs and GPOs)."""
     missing = addc.available()
     assert missing is None, missing
     # A short path: <dir>/private/ldapi must fit in sun_path.
@@ -208,3 +221,40 @@ def ad(
     dc.load(data.entries, modify=data.modify)
     with dc:
         yield dc, data
+
+
+@pytest.fixture(scope="session")
+def kerberos_dc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[adkrb.KerberosDC]:
+    """The DC with its KDC, its users and the host's keytab (testing/adkrb.py), one per
+    run. A test that changes a user's password or state restores it; one that stops
+    the DC starts it again."""
+    work = Path(tmp_path_factory.mktemp("krb5", numbered=True))
+    with adkrb.kerberos_dc(work) as k:
+        yield k
+
+
+@pytest.fixture(scope="module")
+def kdc(kerberos_dc: adkrb.KerberosDC) -> Iterator[adkrb.KerberosDC]:
+    """:func:`kerberos_dc`, with ``KRB5_CONFIG`` naming its KDC while the module runs:
+    the daemons started there inherit it (CachedDaemon passes this environment);
+    modules after it see the machine's own krb5.conf again."""
+    old = os.environ.get("KRB5_CONFIG")
+    os.environ["KRB5_CONFIG"] = str(kerberos_dc.krb5_conf)
+    try:
+        yield kerberos_dc
+    finally:
+        if old is None:
+            os.environ.pop("KRB5_CONFIG", None)
+        else:
+            os.environ["KRB5_CONFIG"] = old
+
+
+@pytest.fixture(scope="session")
+def joined_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[adjoin.JoinedHost]:
+    """A DC and a host joined to it (testing/adjoin.py), one per run: provisioning,
+    loading and joining take 20-60 s. Tests that change the DC restore it (a GPO
+    linked by a fixture is unlinked when its module ends)."""
+    # A short path: the DC's <dir>/private/ldapi must fit in sun_path.
+    work = tmp_path_factory.mktemp("adj", numbered=True)
+    with adjoin.JoinedHost(work, adjoin.joined_directory(), smb=True) as h:
+        yield h

@@ -4,13 +4,13 @@ expiry (a disabled account, an expired one), ``ad_access_filter`` (with its ``DO
 entries) and the GPO-based login rights (``ad_gpo_access_control``), each an
 ``acct_mgmt`` of pam_sss against ``cached serve`` running in the host's namespaces.
 
-One DC and one join for the module; each test its own daemon (its own options).
+One DC and one join for the run, shared with test_adjoin.py (tests/conftest.py
+joined_host); each test its own daemon (its own options).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import re
 import subprocess
 from collections.abc import Iterator
@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from testing import addc, addir, adgpo, adjoin, pamenv, sssd
-from testing.addc import ADEntry
 from testing.adjoin import DOMAIN, JoinedHost
 from testing.daemon import CachedDaemon
 from testing.pamenv import service_file
@@ -31,35 +30,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 SUCCESS, SYSTEM_ERR, PERM_DENIED, ACCT_EXPIRED = 0, 4, 6, 13
-UF_NORMAL_ACCOUNT, UF_ACCOUNTDISABLE, UF_PASSWD_NOTREQD = 0x200, 0x2, 0x20
 SERVICES = ("login", "su", "sshd")
 
 
-def _directory() -> addir.ADDirectory:
-    """The small directory, its users enabled (without a password), with an account
-    disabled on the DC and one past its accountExpires (yesterday)."""
-    d = addir.small(big_members=5)
-    enabled = UF_NORMAL_ACCOUNT | UF_PASSWD_NOTREQD
-    # Accounts made without a password are disabled (as AD makes them): these enabled.
-    for e in d.entries:
-        if e.attrs.get("objectClass") == "user" and e.dn.endswith(addir.PEOPLE):
-            d.modify.append(ADEntry(e.dn, {"userAccountControl": str(enabled)}))
-    yesterday = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
-    ticks = int((yesterday.timestamp() + 11644473600) * 10_000_000)
-    for name, attrs in {
-        "acdisabled": {"userAccountControl": str(enabled | UF_ACCOUNTDISABLE)},
-        "acexpired": {"userAccountControl": str(enabled), "accountExpires": str(ticks)},
-    }.items():
-        d.entries.append(ADEntry(f"CN={name},{addir.PEOPLE}", {
-            "objectClass": "user", "sAMAccountName": name, **attrs}))  # fmt: skip
-    return d
-
-
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedHost]:
-    work = tmp_path_factory.mktemp("ada", numbered=True)
-    with JoinedHost(work, _directory(), smb=True) as h:
-        yield h
+def host(joined_host: JoinedHost) -> JoinedHost:
+    """The shared joined host (tests/conftest.py), whose DC serves
+    adjoin.joined_directory(): the accounts below, disabled and expired."""
+    return joined_host
 
 
 def _daemon(host: JoinedHost, work: Path, extra: str = "") -> CachedDaemon:
@@ -157,13 +135,16 @@ def _sid(host: JoinedHost, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def deny_gpo(host: JoinedHost) -> adgpo.Gpo:
+def deny_gpo(host: JoinedHost) -> Iterator[adgpo.Gpo]:
     """A GPO linked to the host's site denying interactive logon to `team`, which
-    alice is in through `eng` (nesting) and carol is not."""
+    alice is in through `eng` (nesting) and carol is not. Unlinked when the module
+    ends: the joined host is shared (tests/conftest.py), and the site had no link
+    before."""
     gpo = adgpo.create_gpo_on(host, "deny team")
     adgpo.set_logon_rights_on(host, gpo, {"SeDenyInteractiveLogonRight": [_sid(host, "team")]})
     adgpo.link_on(host, SITE_DN, gpo)
-    return gpo
+    yield gpo
+    adgpo.samba_tool_gpo(host, "dellink", SITE_DN, gpo.guid)
 
 
 def test_gpo_denies_interactive_logon_to_a_nested_member(

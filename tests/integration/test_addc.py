@@ -9,6 +9,8 @@ ids, and the large group holds every member.
 
 from __future__ import annotations
 
+from typing import Any
+
 import ldap3
 
 from testing import addc, addir
@@ -34,19 +36,31 @@ def test_token_groups_equal_the_expected_initgroups(
         for g in groups
         if g["raw_attributes"].get("gidNumber")
     }
-    for login, want in data.initgroups.items():
-        (user,) = dc.search(
-            addir.PEOPLE, f"(sAMAccountName={login})", ["objectSid", "primaryGroupID"]
-        )
-        (tok,) = dc.search(user["dn"], "(objectClass=*)", ["tokenGroups"], scope=ldap3.BASE)
-        sids = [_sid(v) for v in tok["raw_attributes"]["tokenGroups"]]
-        # The domain's groups, plus BUILTIN ones (S-1-5-32-545 Users, through Domain
-        # Users): the AD schema must skip those, as SSSD does (they have no ids).
-        assert all(s.startswith((dc.domain_sid + "-", "S-1-5-32-")) for s in sids), sids
-        assert any(s.startswith("S-1-5-32-") for s in sids)
-        assert sorted(by_sid[s] for s in sids if s in by_sid) == want, login
-        assert user["raw_attributes"]["primaryGroupID"] == [b"513"]
-        assert _sid(user["raw_attributes"]["objectSid"][0]).startswith(dc.domain_sid + "-")
+    # One connection for the two searches of each of the ~1,600 users: a connection
+    # and a bind apiece took most of the test's time.
+    conn = dc.connect()
+
+    def search(base: str, filt: str, attrs: list[str], scope: str = ldap3.SUBTREE
+               ) -> list[dict[str, Any]]:  # fmt: skip
+        conn.search(base, filt, scope, attributes=attrs)
+        return [r for r in conn.response or [] if r.get("type") == "searchResEntry"]
+
+    try:
+        for login, want in data.initgroups.items():
+            (user,) = search(
+                addir.PEOPLE, f"(sAMAccountName={login})", ["objectSid", "primaryGroupID"]
+            )
+            (tok,) = search(user["dn"], "(objectClass=*)", ["tokenGroups"], scope=ldap3.BASE)
+            sids = [_sid(v) for v in tok["raw_attributes"]["tokenGroups"]]
+            # The domain's groups, plus BUILTIN ones (S-1-5-32-545 Users, through Domain
+            # Users): the AD schema must skip those, as SSSD does (they have no ids).
+            assert all(s.startswith((dc.domain_sid + "-", "S-1-5-32-")) for s in sids), sids
+            assert any(s.startswith("S-1-5-32-") for s in sids)
+            assert sorted(by_sid[s] for s in sids if s in by_sid) == want, login
+            assert user["raw_attributes"]["primaryGroupID"] == [b"513"]
+            assert _sid(user["raw_attributes"]["objectSid"][0]).startswith(dc.domain_sid + "-")
+    finally:
+        conn.unbind()
 
 
 def test_posix_attributes_and_members_as_loaded(ad: tuple[addc.SambaDC, addir.ADDirectory]) -> None:

@@ -4,7 +4,8 @@ sealed as the DC requires (Samba's ``ldap server require strong auth = yes``), t
 from DNS SRV records, and the answers through glibc + libnss_sss in the host's own
 namespaces; SSSD 2.8.2's AD provider beside it with the same file and keytab.
 
-One DC and one join per module (provisioning, loading and joining take 20-60 s).
+One DC and one join for the run, shared with test_adaccess.py (tests/conftest.py
+joined_host: provisioning, loading and joining take 20-60 s).
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedHost]:
-    # A short path: the DC's <dir>/private/ldapi must fit in sun_path.
-    work = tmp_path_factory.mktemp("adj", numbered=True)
-    with JoinedHost(work, addir.small(big_members=20)) as h:
-        yield h
+def host(joined_host: JoinedHost) -> JoinedHost:
+    """The shared joined host (tests/conftest.py), serving adjoin.joined_directory()."""
+    return joined_host
 
 
 def _daemon(host: JoinedHost, work: Path, extra: str = "") -> CachedDaemon:

@@ -10,12 +10,14 @@ runs in a loopback-only network namespace that the test process reaches over lda
 only. Reading the DC's own SMB with the host's Kerberos ticket, as the daemon does,
 is tested on a joined host (tests/integration/test_adaccess.py).
 
-The DC is private to this module (provisioning takes 6-11 s): the tests add OUs,
-users, groups, a computer and GPOs.
+The DC is the run's shared one (tests/conftest.py ``ad``; provisioning takes 6-11 s):
+the tests add OUs, users, groups, a computer and GPOs of their own, and delete them
+when the module ends.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,7 @@ from cached.ldap import gpo
 from cached.ldap.client import LdapClient
 from cached.ldap.gpo_fetch import DirectorySysvol, GpoFiles, SmbSysvol
 from testing import addc, adgpo
+from testing.addir import ADDirectory
 from testing.backend import make_domain
 
 HOST = "gpohost"
@@ -46,25 +49,40 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    missing = addc.available()
-    assert missing is None, missing
-    work = Path(tmp_path_factory.mktemp("adgpo", numbered=True))
-    dc = addc.SambaDC(work / "dc")
-    dc.provision()
-    with dc:
+def site(ad: tuple[addc.SambaDC, ADDirectory]) -> Iterator[Site]:
+    """The GPO's objects on the shared DC (tests/conftest.py ``ad``), named as no
+    other module names its own. When the module ends they are deleted, with the GPOs
+    its tests made, and the domain's gPLink and gPOptions, which tests change, are
+    as before."""
+    dc, _ = ad
+    domain_links = adgpo.values(dc, addc.BASE_DN, ["gPLink", "gPOptions"])
+    gpos_before = adgpo.gpo_guids(dc)
+    made: list[str] = []
+    try:
         parent = adgpo.add_ou(dc, "Linux")
+        made.append(parent)
         ou = adgpo.add_ou(dc, "Servers", parent)
         adgpo.add_computer(dc, HOST.upper(), ou)
         member = adgpo.add_user(dc, "gpomember")
+        made.append(member)
         outsider = adgpo.add_user(dc, "gpooutsider")
+        made.append(outsider)
         inner = adgpo.add_group(dc, "gpo-inner", [member])
+        made.append(inner)
         denied = adgpo.add_group(dc, "gpo-denied", [inner])
+        made.append(denied)
         denied_sid, _ = adgpo.sids_of(dc, denied)
         g = adgpo.create_gpo(dc, "Deny interactive logon")
         adgpo.set_logon_rights(dc, g, {INTERACTIVE_DENY: [denied_sid]})
         yield Site(dc, ou, parent, denied_sid, adgpo.sids_of(dc, member),
                    adgpo.sids_of(dc, outsider), g)  # fmt: skip
+    finally:
+        adgpo.restore(dc, addc.BASE_DN, domain_links)
+        for guid in adgpo.gpo_guids(dc) - gpos_before:
+            adgpo.delete_tree(dc, f"CN={guid},CN=Policies,CN=System,{addc.BASE_DN}")
+            shutil.rmtree(adgpo.sysvol(dc) / addc.REALM.lower() / "Policies" / guid)
+        for dn in reversed(made):
+            adgpo.delete_tree(dc, dn)
 
 
 @pytest.fixture

@@ -481,8 +481,8 @@ def test_one_users_flood_of_logins_does_not_hold_up_roots(
         )  # fmt: skip
         assert login(env, USER, PASSWORD) == [AUTH_OK, AUTH_OK]
         # A slow server: every login's StartTLS, TLS handshake and bind take round trips
-        # of a second each, one login at a time on the login thread.
-        proxy.set(delay_up=0.5, delay_down=0.5)
+        # of half a second each, one login at a time on the login thread.
+        proxy.set(delay_up=0.25, delay_down=0.25)
         flood = 6
         request = pp.encode_request(
             pp.Command.AUTHENTICATE,

@@ -3,14 +3,14 @@
 Samba AD DC's KDC, validates it against the host keytab, and writes it to a ccache the
 user owns, named in the PAM environment (KRB5CCNAME) as SSSD names it.
 
-The DC, its KDC and the host's keytab are :mod:`testing.adkrb`'s; the KDC is reached
+The DC, its KDC and the host's keytab are :mod:`testing.adkrb`'s, shared with
+test_pam_krb5_sssd.py (tests/conftest.py ``kdc``); the KDC is reached
 through a private krb5.conf (``KRB5_CONFIG``, in the daemon's environment as in
 klist's). Each ccache is checked by ``klist`` run as the user.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -32,22 +32,6 @@ SUCCESS, SYSTEM_ERR, PERM_DENIED, AUTH_ERR = 0, 4, 6, 7
 NEW_AUTHTOK_REQD, AUTHTOK_ERR = 12, 20
 KLIST = shutil.which("klist") or "/usr/bin/klist"
 UIDS = {name: 30001 + n for n, name in enumerate(sorted(adkrb.PASSWORDS))}
-
-
-@pytest.fixture(scope="module")
-def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[adkrb.KerberosDC]:
-    work = Path(tmp_path_factory.mktemp("krb5", numbered=True))
-    old = os.environ.get("KRB5_CONFIG")
-    with adkrb.kerberos_dc(work) as k:
-        # The daemons started here inherit it (CachedDaemon passes this environment).
-        os.environ["KRB5_CONFIG"] = str(k.krb5_conf)
-        try:
-            yield k
-        finally:
-            if old is None:
-                os.environ.pop("KRB5_CONFIG", None)
-            else:
-                os.environ["KRB5_CONFIG"] = old
 
 
 @pytest.fixture
@@ -81,6 +65,17 @@ def krb_login(
     yield make
     for d in started:
         d.stop()
+
+
+@pytest.fixture
+def expired_again(kdc: adkrb.KerberosDC) -> Iterator[None]:
+    """EXPIRED's password and "must change at next logon" as testing/adkrb.py made
+    them, after a test that changes them: the DC is shared by the run
+    (test_pam_krb5_sssd.py's cases find that user expired)."""
+    yield
+    kdc.samba_tool("user", "setpassword", adkrb.EXPIRED,
+                   f"--newpassword={adkrb.PASSWORDS[adkrb.EXPIRED]}",
+                   "--must-change-at-next-login")  # fmt: skip
 
 
 def klist_as(user: str, ccname: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -171,7 +166,8 @@ def test_a_tgt_the_keytab_cannot_vouch_for_logs_no_one_in(
 
 
 def test_an_expired_password_is_changed_through_the_pam_stack(
-    krb_login: Callable[..., tuple[CachedDaemon, PamEnv]], kdc: adkrb.KerberosDC
+    krb_login: Callable[..., tuple[CachedDaemon, PamEnv]], kdc: adkrb.KerberosDC,
+    expired_again: None,
 ) -> None:
     """pwdLastSet = 0: the KDC answers KDC_ERR_KEY_EXP; the right password makes it
     NEW_AUTHTOK_REQD (pam_sss: authenticate succeeds, acct_mgmt says must change),

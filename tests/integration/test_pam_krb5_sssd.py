@@ -8,10 +8,8 @@ logins").
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,21 +72,6 @@ def _options(kdc: adkrb.KerberosDC, ccdir: Path, keytab: Path) -> dict[str, Any]
         "krb5_ccachedir": str(ccdir),
         "cache_credentials": "true",
     }
-
-
-@pytest.fixture(scope="module")
-def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[adkrb.KerberosDC]:
-    work = Path(tmp_path_factory.mktemp("krb5sssd", numbered=True))
-    old = os.environ.get("KRB5_CONFIG")
-    with adkrb.kerberos_dc(work) as k:
-        os.environ["KRB5_CONFIG"] = str(k.krb5_conf)
-        try:
-            yield k
-        finally:
-            if old is None:
-                os.environ.pop("KRB5_CONFIG", None)
-            else:
-                os.environ["KRB5_CONFIG"] = old
 
 
 def _cached(kdc: adkrb.KerberosDC, work: Path, opts: dict[str, Any],

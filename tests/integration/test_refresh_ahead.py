@@ -225,10 +225,11 @@ def test_no_lookup_waits_on_expiry_over_several_lifetimes(
     user = slapd_small.expected.big_user
     mid = tmp_path / "machine-id"
     mid.write_text(ID_A)
-    # 15 s: a run begins at most 11.6 s after the previous one and refreshes what
-    # expires before the next, so each entry is revalidated at least 3.4 s before it
-    # expires.
-    lifetime = 15
+    # 8 s: the interval is 5 s (70 %, in whole seconds) and the offset 0 (10 % of
+    # that, in whole seconds), so a run begins 5 s after the previous one and
+    # refreshes what expires before the next: each entry is revalidated 3 s before it
+    # expires. Two lifetimes hold three runs.
+    lifetime = 8
     d = daemon_factory(
         slapd_small,
         daemon={"machine_id_file": mid},
@@ -242,9 +243,9 @@ def test_no_lookup_waits_on_expiry_over_several_lifetimes(
     cold = d.counters()[NSS_WAIT][0]
     assert cold > 0  # the cold lookup itself waited: the counter counts waits
 
-    # Lookups for three lifetimes of the cold lookup's entries, none waiting.
+    # Lookups for two lifetimes of the cold lookup's entries, none waiting.
     lookups = 0
-    end = time.monotonic() + 3 * lifetime
+    end = time.monotonic() + 2 * lifetime
     while time.monotonic() < end:
         got = d.run_nss(["id", user], env=env)
         assert got.stdout == want.stdout
@@ -267,13 +268,14 @@ def test_restart_answers_from_the_stores_and_revalidates_in_the_background(
     s, user = slapd_small.slapd, slapd_small.expected.big_user
     mid = tmp_path / "machine-id"
     mid.write_text(ID_A)
-    # The first background run 14 s (70 % of the lifetime) plus this host's offset
-    # after the start: the lookup after the restart comes long before it.
+    # The first background run 8 s (70 % of the lifetime, in whole seconds; the
+    # offset, 10 % of that, is 0) after the start: the lookup after the restart comes
+    # long before it.
     d = daemon_factory(
         slapd_small,
         daemon={"machine_id_file": mid},
         refresh_expired_interval=None,
-        entry_cache_timeout=20,
+        entry_cache_timeout=12,
         nss={"entry_cache_nowait_percentage": 0},
     )
     env = {"SSS_NSS_USE_MEMCACHE": "NO"}
