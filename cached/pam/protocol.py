@@ -72,7 +72,6 @@ from cached.responder.wire import (
     NeedData,
     ProtocolError,
     encode_request,
-    request_frame,
 )
 
 __all__ = [
@@ -568,7 +567,11 @@ def _once(cmd: Command, name: str, seen: Mapping[str, object]) -> None:
         raise MalformedRequest(f"{name} item sent twice", cmd)
 
 
-class ServerConnection:
+def _malformed(error: ProtocolError) -> bool:
+    return isinstance(error, MalformedRequest)
+
+
+class ServerConnection(wire.ServerConnection[Command, Request]):
     """One client connection as the PAM responder sees it.
 
     Feed what the socket delivered to :meth:`receive_data`, then call :meth:`next_request`
@@ -576,54 +579,15 @@ class ServerConnection:
     is dead: close it) or :class:`MalformedRequest` (answer :func:`system_error_reply`
     with its ``cmd``; the connection goes on). The bytes of every request are zeroed in the
     buffer once it has been parsed, so a password lives on only in its :class:`Secret`.
+    The framing is the shared one (:class:`cached.responder.wire.ServerConnection`).
     """
 
-    __slots__ = ("_buf", "_error")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._error: ProtocolError | None = None
-
-    @property
-    def dead(self) -> bool:
-        return self._error is not None
-
-    @property
-    def buffered_bytes(self) -> int:
-        return len(self._buf)
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        self._buf += data
-
-    def next_request(self) -> Request | NeedData:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        buf = self._buf
-        try:
-            framed = request_frame(buf, _SERVED_BY_VALUE, command_name)
-        except ProtocolError as e:
-            self._fail(str(e), e.cmd)
-        if isinstance(framed, NeedData):
-            return NEED_DATA
-        code, length = framed
-        # The request may hold a password: move it out, zero its bytes in the buffer,
-        # parse the copy and zero that too (in place: a traceback may still view it).
-        body = buf[HEADER_SIZE:length]
-        buf[:length] = bytes(length)
-        del buf[:length]
-        try:
-            return parse_request(code, body)
-        finally:
-            body[:] = bytes(len(body))
-
-    def _fail(self, message: str, cmd: int | None = None) -> NoReturn:
-        error = ProtocolError(message, cmd)
-        self._error = error
-        self._buf[:] = bytes(len(self._buf))
-        self._buf = bytearray()
-        raise error
+        super().__init__(
+            _SERVED_BY_VALUE, parse_request, command_name, salvage=_malformed, wipe=True
+        )
 
 
 # ------------------------------------------------------------------------ replies

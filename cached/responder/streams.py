@@ -35,10 +35,14 @@ BACKLOG: Final = 128
 
 class Codec(Protocol):
     """What the loop needs of a connection's sans-IO codec: ``next_request`` raises
-    :class:`~cached.responder.wire.ProtocolError` when the peer broke the protocol."""
+    :class:`~cached.responder.wire.ProtocolError` when the peer broke the protocol,
+    after which the codec is ``dead`` unless it salvaged the request."""
 
     @property
     def buffered_bytes(self) -> int: ...
+
+    @property
+    def dead(self) -> bool: ...
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None: ...
 
@@ -49,8 +53,9 @@ class Codec(Protocol):
 #: NEED_DATA) from a client of a uid; None: close the connection. (``Any``: mypy
 #: cannot solve a request type from ``next_request``'s union with NeedData.)
 Respond = Callable[[Any, int | None], Awaitable[bytes | None]]
-#: The reply to a request the codec could not parse but the connection survives
-#: (PAM's MalformedRequest); None: close the connection.
+#: The reply to a request the codec could not parse but salvaged, the connection
+#: surviving (PAM's MalformedRequest); None: close the connection. Not asked when the
+#: codec is dead.
 Salvage = Callable[[ProtocolError], bytes | None]
 
 
@@ -150,7 +155,7 @@ class StreamClients:
             try:
                 req = conn.next_request()
             except ProtocolError as e:
-                reply = salvage(e)
+                reply = None if conn.dead else salvage(e)
                 if reply is None:
                     limited.log(("protocol", what), logging.DEBUG,
                                 "%s: closing a client: %s", what, e)  # fmt: skip

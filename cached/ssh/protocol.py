@@ -120,7 +120,9 @@ class BadRequest:
 Request: TypeAlias = GetVersion | KeysRequest | BadRequest
 
 
-def _string(body: bytes, pos: int, what: str, *, empty_ok: bool = False) -> tuple[str | None, int]:
+def _string(
+    body: bytes | bytearray, pos: int, what: str, *, empty_ok: bool = False
+) -> tuple[str | None, int]:
     """``u32 len`` then ``len`` bytes ending in NUL, at ``pos``: (text, next position).
     None for a length of 0 where ``empty_ok`` (the domain). ValueError otherwise."""
     if len(body) - pos < 4:
@@ -141,7 +143,7 @@ def _string(body: bytes, pos: int, what: str, *, empty_ok: bool = False) -> tupl
     return text, pos + length
 
 
-def parse_request(cmd: Command, body: bytes) -> Request:
+def parse_request(cmd: Command, body: bytes | bytearray) -> Request:
     if cmd is Command.GET_VERSION:
         return GetVersion(_U32.unpack(body)[0] if len(body) == 4 else None)
     try:

@@ -144,7 +144,7 @@ def parse_query(cmd: Command, body: bytes | bytearray | memoryview) -> Query | B
     return Query(cmd, uid, name)
 
 
-def parse_request(cmd: Command, body: bytes) -> Request:
+def parse_request(cmd: Command, body: bytes | bytearray) -> Request:
     if cmd is Command.GET_VERSION:
         return GetVersion()
     return parse_query(cmd, body)
