@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from cached.config import NssConfig
@@ -61,6 +62,51 @@ Salvage = Callable[[ProtocolError], bytes | None]
 
 def _close(_error: ProtocolError) -> bytes | None:
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Answering:
+    """How a responder of these sockets answers a parsed request (its ``Respond``):
+    the codec's GET_VERSION request (``version``) with ``version_reply()``; a request
+    whose body the codec refused (``refused``: it has ``cmd`` and ``reason``, SSH's and
+    sudo's EINVAL) with ``refusal(cmd)``; any other with the responder's ``answer``.
+    When that raises (a bug, a store that cannot be read) the reply is
+    ``failed(cmd)``, None closing the connection, and an ERROR line names the
+    command and the exception's type; with ``subject`` also what the request asked
+    for (``subject(request)``), the exception's message and traceback, never for a
+    request that may hold a password (PAM's)."""
+
+    what: str  # "ssh", "pam", "sudo": for log lines
+    version: type[Any]
+    version_reply: Callable[[], bytes]
+    failed: Callable[[Any], bytes | None]
+    refused: type[Any] | None = None
+    refusal: Callable[[Any], bytes] | None = None
+    subject: Callable[[Any], str] | None = None
+
+    async def respond(
+        self, req: Any, answer: Callable[[Any], Awaitable[bytes | None]]
+    ) -> bytes | None:
+        if isinstance(req, self.version):
+            return self.version_reply()
+        what = self.what
+        if self.refused is not None and isinstance(req, self.refused):
+            assert self.refusal is not None
+            limited.log(("bad", what), logging.DEBUG, "%s: bad request: %s", what, req.reason)
+            return self.refusal(req.cmd)
+        try:
+            return await answer(req)
+        except Exception as e:
+            command = req.cmd.name
+            if self.subject is None:
+                limited.log((what, "answer", type(e).__name__), logging.ERROR,
+                            "%s: answering %s failed: %s", what, command,
+                            type(e).__name__)  # fmt: skip
+            else:
+                limited.log((what, "answer", type(e).__name__), logging.ERROR,
+                            "%s: answering %s for %r failed: %s: %s", what, command,
+                            self.subject(req), type(e).__name__, e, exc_info=True)  # fmt: skip
+            return self.failed(req.cmd)
 
 
 class StreamClients:

@@ -116,10 +116,10 @@ class Query:
 @dataclass(frozen=True, slots=True)
 class BadQuery:
     """A framed rules/defaults request whose body does not parse: answered with
-    :func:`error_reply` (``EINVAL``), as SSSD does; ``why`` is for the log."""
+    :func:`error_reply` (``EINVAL``), as SSSD does; ``reason`` is for the log."""
 
     cmd: Command
-    why: str
+    reason: str
 
 
 Request = GetVersion | Query | BadQuery

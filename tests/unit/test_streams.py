@@ -6,15 +6,18 @@ and asyncio streams; the codec is the shared frame with a body parser that echoe
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 
 import pytest
 
 from cached.config import NssConfig, parse_config
 from cached.responder import wire
-from cached.responder.streams import StreamClients
+from cached.responder.streams import Answering, StreamClients
 
 CONF = """\
 [cached]
@@ -186,3 +189,66 @@ def test_a_wiping_codec_zeroes_the_request_and_the_parsed_copy(fails: bool) -> N
         assert conn.next_request() == secret
         assert secret not in buf and buf.endswith(b"n")
     assert len(seen) == 1 and secret not in seen[0] and not any(seen[0])
+
+
+# -- Answering: the replies that need no lookup, and the guard around the answer
+
+
+@dataclass(frozen=True)
+class Version:
+    cmd: int = 0x0001
+
+
+@dataclass(frozen=True)
+class Refused:
+    cmd: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ask:
+    cmd: IntEnum
+    name: str
+
+
+class Cmd(IntEnum):
+    LOOKUP = 0x00F0
+
+
+def answering(subject: bool) -> Answering:
+    # its own name per case: log lines are rate-limited per responder and kind
+    return Answering(
+        f"test{int(subject)}", Version, lambda: b"version", lambda cmd: b"failed",
+        refused=Refused, refusal=lambda cmd: b"einval %d" % cmd,
+        subject=(lambda req: req.name) if subject else None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("subject", [False, True])
+def test_answering_dispatches_and_guards(
+    subject: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def answer(req: Ask) -> bytes:
+        if req.name == "boom":
+            raise ValueError("the secret detail")
+        return b"answer " + req.name.encode()
+
+    a = answering(subject)
+
+    async def main() -> list[bytes | None]:
+        return [
+            await a.respond(Version(), answer),
+            await a.respond(Refused(7, "bad body"), answer),
+            await a.respond(Ask(Cmd.LOOKUP, "alice"), answer),
+            await a.respond(Ask(Cmd.LOOKUP, "boom"), answer),
+        ]
+
+    with caplog.at_level(logging.DEBUG, logger="cached.responder.streams"):
+        got = asyncio.run(main())
+    assert got == [b"version", b"einval 7", b"answer alice", b"failed"]
+    assert f"test{int(subject)}: bad request: bad body" in caplog.text
+    assert f"test{int(subject)}: answering LOOKUP" in caplog.text and "ValueError" in caplog.text
+    # Without a subject (PAM's: a request may hold a password) nothing of the request
+    # or the exception's message is logged.
+    assert ("the secret detail" in caplog.text) is subject
+    assert ("'boom'" in caplog.text) is subject
