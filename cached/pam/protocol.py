@@ -451,16 +451,10 @@ _AUTHTOK_TYPES: Final[dict[int, AuthTokType]] = {int(t): t for t in AuthTokType}
 def _string(cmd: Command, name: str, data: memoryview) -> str:
     # §1.4: strings are sent with their NUL, counted in len; SSSD checks the terminator
     # and UTF-8. A NUL inside is refused (see the module docstring).
-    raw = bytes(data)
-    if not raw or raw[-1] != 0:
-        raise MalformedRequest(f"{name} item is not NUL-terminated", cmd)
-    raw = raw[:-1]
-    if b"\0" in raw:
-        raise MalformedRequest(f"NUL inside the {name} item", cmd)
     try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MalformedRequest(f"{name} item is not valid UTF-8", cmd) from None
+        return wire.nul_terminated(bytes(data), f"{name} item")
+    except ValueError as e:
+        raise MalformedRequest(str(e), cmd) from None
 
 
 def _token(cmd: Command, name: str, data: memoryview) -> AuthTok:

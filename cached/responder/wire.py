@@ -78,6 +78,30 @@ def command_namer(commands: type[IntEnum]) -> Callable[[int], str]:
     return command_name
 
 
+def nul_terminated(
+    raw: bytes | bytearray, what: str, *, empty: bool = True, max_bytes: int | None = None
+) -> str:
+    """The text of ``raw``, a string as SSSD's clients send it in a request: UTF-8 and
+    its terminating NUL. ValueError, its message naming ``what``, for no final NUL, a
+    NUL inside (a C responder would read only the part before it: refused rather than
+    read otherwise), bytes that are not UTF-8 and, where the codec refuses them, an
+    empty string (not ``empty``) or one of more than ``max_bytes`` bytes without its
+    NUL (checked before decoding)."""
+    if not raw or raw[-1] != 0:
+        raise ValueError(f"{what} is not NUL-terminated")
+    text = raw[:-1]
+    if not text and not empty:
+        raise ValueError(f"{what} is empty")
+    if max_bytes is not None and len(text) > max_bytes:
+        raise ValueError(f"{what} is {len(text)} bytes, longer than {max_bytes}")
+    if 0 in text:
+        raise ValueError(f"{what} holds a NUL")
+    try:
+        return text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} is not UTF-8") from None
+
+
 def request_frame(
     buf: bytearray, served: Mapping[int, C], name: Callable[[int], str] = hex_name
 ) -> tuple[C, int] | NeedData:

@@ -133,14 +133,7 @@ def _string(
         return None, pos
     if length == 0 or length > len(body) - pos:
         raise ValueError(f"invalid {what} length {length}")
-    raw = body[pos : pos + length]
-    if raw[-1] != 0 or 0 in raw[:-1]:
-        raise ValueError(f"{what} is not one NUL-terminated string")
-    try:
-        text = raw[:-1].decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{what} is not valid UTF-8") from None
-    return text, pos + length
+    return wire.nul_terminated(body[pos : pos + length], what), pos + length
 
 
 def parse_request(cmd: Command, body: bytes | bytearray) -> Request:

@@ -131,16 +131,10 @@ def parse_query(cmd: Command, body: bytes | bytearray | memoryview) -> Query | B
     if len(view) < _UID.size + 2:
         return BadQuery(cmd, f"body of {len(view)} bytes holds no uid and name")
     (uid,) = _UID.unpack_from(view, 0)
-    raw = view[_UID.size :]
-    if raw[-1] != 0:
-        return BadQuery(cmd, "the name is not NUL-terminated")
-    raw = raw[:-1]
-    if b"\0" in raw:
-        return BadQuery(cmd, "the name holds a NUL")
     try:
-        name = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return BadQuery(cmd, "the name is not UTF-8")
+        name = wire.nul_terminated(view[_UID.size :], "the name")
+    except ValueError as e:
+        return BadQuery(cmd, str(e))
     return Query(cmd, uid, name)
 
 
