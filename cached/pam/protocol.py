@@ -4,8 +4,9 @@ The shape is :mod:`cached.nss.protocol`'s (h11's): :class:`ServerConnection` buf
 the socket delivered and hands out one parsed request at a time or :data:`NEED_DATA`; reply
 encoders turn values into bytes. No sockets, clocks or tasks, so every edge case is a unit
 test and the parser can be fuzzed. The framing is the NSS socket's (a 16-byte header of
-host-endian ``len, cmd, status, reserved``): its constants, :class:`ProtocolError` and the
-client side are the responders' shared framing (``cached.responder.wire``).
+host-endian ``len, cmd, status, reserved``): its constants, :class:`ProtocolError`, the
+server's connection and the client side are the responders' shared framing
+(``cached.responder.wire``).
 
 Section numbers (§) refer to the team's PAM reference notes, which paraphrase SSSD 2.8.2
 (``src/sss_client/sss_cli.h``, ``pam_message.c``, ``pam_sss.c``,

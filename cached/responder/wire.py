@@ -2,8 +2,9 @@
 every message is a 16-byte header of host-endian ``u32 len, cmd, status, reserved``
 and a body, a request is at most 1024 bytes, and a peer that breaks the framing is
 disconnected (reference §1.2; PAM reference §1.1). Sans-IO, like the codecs that
-build on it (``cached.nss.protocol``, ``cached.pam.protocol``): those add their
-commands and bodies, this module the frame both read and write.
+build on it (``cached.nss.protocol``, ``cached.pam.protocol``, the SSH and sudo
+codecs): those add their commands and bodies, this module the frame both read and
+write, the server's connection and the NUL-terminated strings of requests.
 """
 
 from __future__ import annotations
