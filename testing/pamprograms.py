@@ -9,12 +9,9 @@ socket lives in the test's work directory, outside the bind mounts, so ``send-ke
 is setuid root, so ``pam_sss`` sees a caller uid of 65534 and uses the public socket),
 then prints ``[su exit N]``; ``remain-on-exit`` keeps the pane's text after that.
 
-``sshd``: run in a network namespace of its own (``unshare --net``; only its loopback,
-brought up inside), with its own configuration, host key and pid file in the work
-directory and a tmpfs over ``/run`` for its privilege-separation directory. The client is
+``sshd``: run in a network namespace of its own (:mod:`testing.sshd`). The client is
 ``ssh`` under ``sshpass`` (the password from the environment, never the command line),
-keyboard-interactive only, so the password reaches PAM's conversation. sshd is started
-and ended by the script that started it, by its pid.
+keyboard-interactive only, so the password reaches PAM's conversation.
 """
 
 from __future__ import annotations
@@ -26,24 +23,22 @@ import time
 from pathlib import Path
 from typing import Final
 
+from testing import sshd
 from testing.asuser import as_nobody
 from testing.nsenv import nss_env
 from testing.pamenv import PamEnv, service_file
 
 TMUX: Final = "tmux"
-SSHD: Final = "/usr/sbin/sshd"
-SSH: Final = "ssh"
 SSHPASS: Final = "sshpass"
-SSH_KEYGEN: Final = "ssh-keygen"
-SSH_PORT: Final = 2222  # in a network namespace of its own: always free
 #: PAM services of the programs: ``su`` uses ``su-l`` for ``su -``.
 SERVICES: Final = ("su", "su-l", "sshd", "passwd")
 TIMEOUT: Final = 120.0
 
 
 def skip_reason() -> str | None:
-    for prog, package in ((TMUX, "tmux"), (SSHD, "openssh-server"), (SSH, "openssh-client"),
-                          (SSHPASS, "sshpass"), (SSH_KEYGEN, "openssh-client")):  # fmt: skip
+    for prog, package in ((TMUX, "tmux"), (sshd.SSHD, "openssh-server"),
+                          (sshd.SSH, "openssh-client"), (SSHPASS, "sshpass"),
+                          (sshd.SSH_KEYGEN, "openssh-client")):  # fmt: skip
         if shutil.which(prog) is None:
             return f"{prog} is missing: install Debian's {package}"
     return None
@@ -126,66 +121,29 @@ def passwd_session(env: PamEnv, workdir: Path, uid: int, gid: int) -> Tmux:
     return Tmux(env, workdir, ["/bin/sh", "-c", script])
 
 
-_SSH_SCRIPT = r"""
-set -u
-workdir=$1 user=$2 port=$3; shift 3
-ip link set lo up || exit 125
-mount -t tmpfs -o mode=0755 tmpfs /run && mkdir -m 0755 /run/sshd || exit 125
-/usr/sbin/sshd -D -e -f "$workdir/sshd_config" 2>>"$workdir/sshd.log" &
-sshd=$!
-n=0
-until ss -Htln "sport = :$port" | grep -q LISTEN; do
-    n=$((n + 1))
-    if [ "$n" -gt 1200 ] || ! kill -0 "$sshd" 2>/dev/null; then
-        echo "pamprograms: sshd did not listen" >&2; kill "$sshd" 2>/dev/null; exit 125
-    fi
-    sleep 0.05
-done
-sshpass -e ssh -F /dev/null -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-    -o PubkeyAuthentication=no -o PreferredAuthentications=keyboard-interactive \
-    -o NumberOfPasswordPrompts=1 -o ConnectTimeout=60 -p "$port" "$user@127.0.0.1" "$@"
-rc=$?
-kill "$sshd"
-wait "$sshd"
-exit $rc
-"""
-
-
-def sshd_config(workdir: Path, port: int = SSH_PORT) -> Path:
-    """sshd_config, host key and pid file in ``workdir``: PAM does every password."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    key = workdir / "ssh_host_ed25519_key"
-    if not key.exists():
-        subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                       check=True, capture_output=True, timeout=TIMEOUT)  # fmt: skip
-    conf = workdir / "sshd_config"
-    conf.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {key}\nPidFile {workdir}/sshd.pid\n"
-        "UsePAM yes\nKbdInteractiveAuthentication yes\nPasswordAuthentication no\n"
-        "PubkeyAuthentication no\nAuthorizedKeysFile none\nPermitRootLogin no\n"
-        "StrictModes no\nLogLevel VERBOSE\n"
-    )
-    return conf
-
-
 def ssh_login(
     env: PamEnv, workdir: Path, user: str, password: str, command: tuple[str, ...] = ("id", "-un")
 ) -> subprocess.CompletedProcess[str]:
     """Log ``user`` in over ssh with ``password`` and run ``command``; sshpass's exit
-    status (255: the login failed; otherwise ``command``'s)."""
-    sshd_config(workdir)
-    inner = ["/bin/sh", "-c", _SSH_SCRIPT, "ssh-login", str(workdir), user, str(SSH_PORT),
-             *command]  # fmt: skip
+    status (255: the login failed; otherwise ``command``'s). PAM does every password."""
+    sshd.sshd_config(
+        workdir,
+        "UsePAM yes\nKbdInteractiveAuthentication yes\nPasswordAuthentication no\n"
+        "PubkeyAuthentication no\n",
+    )
+    client = [SSHPASS, "-e", *sshd.ssh_client(user, _SSH_OPTIONS), *command]
     environ = {k: v for k, v in nss_env().items() if k != "_SSS_LOOPS"}
     environ["SSHPASS"] = password
     return subprocess.run(
-        ["unshare", "--net", "--", *env.command(inner)],
+        ["unshare", "--net", "--", *env.command(sshd.login_command(workdir, client))],
         env=environ, capture_output=True, text=True, check=False, timeout=TIMEOUT * 2,
     )  # fmt: skip
 
 
-def sshd_log(workdir: Path) -> str:
-    try:
-        return (workdir / "sshd.log").read_text(errors="replace")
-    except FileNotFoundError:
-        return "(no sshd log)"
+#: Keyboard-interactive only, one prompt: the password reaches PAM's conversation.
+_SSH_OPTIONS: Final = (
+    "-o", "PubkeyAuthentication=no", "-o", "PreferredAuthentications=keyboard-interactive",
+    "-o", "NumberOfPasswordPrompts=1",
+)  # fmt: skip
+
+sshd_log = sshd.sshd_log

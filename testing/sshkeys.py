@@ -4,12 +4,10 @@ run in the private namespace of :mod:`testing.nsenv` (``/var/lib/sss/pipes`` is 
 daemon's pipes directory), and a key login into a real ``sshd`` whose
 ``AuthorizedKeysCommand`` is ``sss_ssh_authorizedkeys``.
 
-sshd runs as :mod:`testing.pamprograms` runs it for password logins: in a network
-namespace of its own (only its loopback), its configuration, host key and pid file in
-the work directory, a tmpfs over ``/run`` for its privilege-separation directory, ended
-by the script that started it, by its pid. NSS is ``files sss`` there (sshd resolves
-the user through libnss_sss; ``nobody``, the ``AuthorizedKeysCommandUser``, through
-files). Authentication is by public key alone (no PAM, no password).
+sshd runs as for :mod:`testing.pamprograms`' password logins, in a network namespace
+of its own (:mod:`testing.sshd`). NSS is ``files sss`` there (sshd resolves the user
+through libnss_sss; ``nobody``, the ``AuthorizedKeysCommandUser``, through files).
+Authentication is by public key alone (no PAM, no password).
 """
 
 from __future__ import annotations
@@ -24,13 +22,11 @@ from pathlib import Path
 from typing import Final
 
 from cached.ssh import protocol as sshp
+from testing import sshd
 from testing.nsenv import nss_command, nss_env
 
 AUTHORIZEDKEYS: Final = "/usr/bin/sss_ssh_authorizedkeys"
-SSHD: Final = "/usr/sbin/sshd"
-SSH: Final = "ssh"
-SSH_KEYGEN: Final = "ssh-keygen"
-SSH_PORT: Final = 2222  # in a network namespace of its own: always free
+SSH_KEYGEN: Final = sshd.SSH_KEYGEN
 BASE: Final = "dc=ssh,dc=test"
 TIMEOUT: Final = 120.0
 #: Users: name -> uid. alice has keys, bob none; carol's are an RFC 4253 blob.
@@ -38,8 +34,9 @@ USERS: Final = {"alice": 30001, "bob": 30002, "carol": 30003}
 
 
 def skip_reason() -> str | None:
-    for prog, package in ((AUTHORIZEDKEYS, "sssd-common"), (SSHD, "openssh-server"),
-                          (SSH, "openssh-client"), (SSH_KEYGEN, "openssh-client")):  # fmt: skip
+    for prog, package in ((AUTHORIZEDKEYS, "sssd-common"),
+                          (sshd.SSHD, "openssh-server"), (sshd.SSH, "openssh-client"),
+                          (SSH_KEYGEN, "openssh-client")):  # fmt: skip
         if shutil.which(prog) is None:
             return f"{prog} is missing: install Debian's {package}"
     return None
@@ -120,68 +117,26 @@ def raw_request(pipes_dir: Path, cmd: int, body: bytes) -> tuple[int, bytes]:
     return out[1].status, out[1].body
 
 
-_SSH_SCRIPT = r"""
-set -u
-workdir=$1 key=$2 user=$3 port=$4; shift 4
-ip link set lo up || exit 125
-mount -t tmpfs -o mode=0755 tmpfs /run && mkdir -m 0755 /run/sshd || exit 125
-/usr/sbin/sshd -D -e -f "$workdir/sshd_config" 2>>"$workdir/sshd.log" &
-sshd=$!
-n=0
-until ss -Htln "sport = :$port" | grep -q LISTEN; do
-    n=$((n + 1))
-    if [ "$n" -gt 1200 ] || ! kill -0 "$sshd" 2>/dev/null; then
-        echo "sshkeys: sshd did not listen" >&2; kill "$sshd" 2>/dev/null; exit 125
-    fi
-    sleep 0.05
-done
-ssh -F /dev/null -i "$key" -o IdentitiesOnly=yes -o BatchMode=yes \
-    -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-    -o PreferredAuthentications=publickey -o ConnectTimeout=60 -p "$port" \
-    "$user@127.0.0.1" "$@"
-rc=$?
-kill "$sshd"
-wait "$sshd"
-exit $rc
-"""
-
-
-def sshd_config(workdir: Path, port: int = SSH_PORT) -> Path:
-    """sshd_config, host key and pid file in ``workdir``: keys from
-    sss_ssh_authorizedkeys (run as nobody), no other authentication."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    key = workdir / "ssh_host_ed25519_key"
-    if not key.exists():
-        subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                       check=True, capture_output=True, timeout=TIMEOUT)  # fmt: skip
-    conf = workdir / "sshd_config"
-    conf.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {key}\nPidFile {workdir}/sshd.pid\n"
-        "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PubkeyAuthentication yes\nAuthorizedKeysFile none\n"
-        f"AuthorizedKeysCommand {AUTHORIZEDKEYS}\nAuthorizedKeysCommandUser nobody\n"
-        "PermitRootLogin no\nStrictModes no\nLogLevel VERBOSE\n"
-    )
-    return conf
-
-
 def key_login(
     pipes_dir: Path, mc_dir: Path, workdir: Path, user: str, key: Path,
     command: tuple[str, ...] = ("id", "-un"),
 ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """Log ``user`` in over ssh with the private ``key`` and run ``command``: ssh's exit
-    status (255: the login failed; otherwise ``command``'s)."""
-    sshd_config(workdir)
-    inner = ["/bin/sh", "-c", _SSH_SCRIPT, "ssh-key-login", str(workdir), str(key), user,
-             str(SSH_PORT), *command]  # fmt: skip
+    status (255: the login failed; otherwise ``command``'s). Keys come from
+    sss_ssh_authorizedkeys (run as nobody); there is no other authentication."""
+    sshd.sshd_config(
+        workdir,
+        "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        f"PubkeyAuthentication yes\nAuthorizedKeysCommand {AUTHORIZEDKEYS}\n"
+        "AuthorizedKeysCommandUser nobody\n",
+    )
+    options = ("-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+               "-o", "PreferredAuthentications=publickey")  # fmt: skip
+    inner = sshd.login_command(workdir, [*sshd.ssh_client(user, options), *command])
     return subprocess.run(
         ["unshare", "--net", "--", *nss_command(inner, pipes_dir, mc_dir, files_first=True)],
         env=nss_env(), capture_output=True, text=True, check=False, timeout=TIMEOUT * 2,
     )  # fmt: skip
 
 
-def sshd_log(workdir: Path) -> str:
-    try:
-        return (workdir / "sshd.log").read_text(errors="replace")
-    except FileNotFoundError:
-        return "(no sshd log)"
+sshd_log = sshd.sshd_log

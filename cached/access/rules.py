@@ -39,13 +39,13 @@ rule                        allows when
 
 from __future__ import annotations
 
-import calendar
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cached.auth import pwexpire
 from cached.config.options import AccessRule, ExpirePolicy, PwdPolicy
+from cached.gentime import TimeForm, generalized_time
 
 # PAM status values (Linux-PAM's): the verdict carries the number.
 SUCCESS = 0
@@ -328,30 +328,14 @@ def _ad(attrs: Mapping[str, Sequence[bytes]], now: float) -> Verdict:
     return ALLOW
 
 
-def generalized_time(text: str) -> float | None:
-    """A GeneralizedTime in UTC (``YYYYmmddHHMMSS[.fraction]Z``) as seconds since
-    1970, or None when it is not one."""
-    if not text.endswith("Z"):
-        return None
-    body = text[:-1]
-    whole, _, fraction = body.partition(".")
-    if len(whole) != 14 or not whole.isdigit() or (fraction and not fraction.isdigit()):
-        return None
-    try:
-        t = time.strptime(whole, "%Y%m%d%H%M%S")
-    except ValueError:
-        return None
-    return calendar.timegm(t) + (float("0." + fraction) if fraction else 0.0)
-
-
 def _nds(attrs: Mapping[str, Sequence[bytes]], now: float) -> Verdict:
     if _c_bool(attrs.get(NDS_LOGIN_DISABLED, ())):
         return Verdict(PERM_DENIED, NDS_DISABLED_MSG, "expire: loginDisabled is TRUE")
     exp = _text(attrs.get(NDS_LOGIN_EXPIRATION_TIME, ()))
     if exp is not None:
-        at = generalized_time(exp)
         # SSSD parses it with strptime "%Y%m%d%H%M%SZ": anything else is expired.
-        if at is None or "." in exp or now > at:
+        at = generalized_time(exp, TimeForm.SECONDS)
+        if at is None or now > at:
             return Verdict(PERM_DENIED, NDS_EXPIRED_MSG, "expire: past loginExpirationTime")
     tmap = attrs.get(NDS_LOGIN_ALLOWED_TIME_MAP, ())
     if tmap and not nds_time_allowed(tmap[0], now):
@@ -390,7 +374,7 @@ def locked(
         return True
     if permanent_only:
         return False
-    at = generalized_time(locked_time)
+    at = generalized_time(locked_time, TimeForm.FRACTION)
     if at is None:
         return True
     if at > now:

@@ -30,10 +30,10 @@ then "denies access").
 
 from __future__ import annotations
 
-import calendar
 import re
-import time
 from dataclasses import dataclass
+
+from cached.gentime import TimeForm, generalized_time
 
 DAY = 86400
 # sss_krb5.h KERBEROS_PWEXPIRE_WARNING_TIME: mit_kerberos's warning without an option.
@@ -123,12 +123,10 @@ def shadow(attrs: dict[str, str], now: float) -> Verdict:
 
 def parse_generalized_time(value: str) -> int:
     """``YYYYMMDDHHMMSSZ`` (krbPasswordExpiration) as seconds since 1970."""
-    try:
-        if len(value) != 15 or not value.endswith("Z"):
-            raise ValueError(value)
-        return calendar.timegm(time.strptime(value, "%Y%m%d%H%M%SZ"))
-    except ValueError:
-        raise PolicyDataError(f"{value!r} is not a time YYYYMMDDHHMMSSZ") from None
+    at = generalized_time(value, TimeForm.SECONDS)
+    if at is None:
+        raise PolicyDataError(f"{value!r} is not a time YYYYMMDDHHMMSSZ")
+    return int(at)
 
 
 def kerberos(attrs: dict[str, str], now: float, warning: int | None) -> Verdict:

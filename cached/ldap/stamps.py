@@ -33,12 +33,12 @@ cached/ldap/save.py.
 
 from __future__ import annotations
 
-import calendar
 import time
 
 from cached.cache.cache import Stamped
 from cached.cache.records import EXPIRED
 from cached.dn import normalize_dn
+from cached.gentime import TimeForm, generalized_time
 from cached.ldap.context import Context
 from cached.ldap.entries import GroupEntry
 from cached.ldap.schema import SchemaMap
@@ -50,11 +50,9 @@ STAMP_MARGIN = 300.0
 
 
 def epoch(stamp: str) -> float | None:
-    """A GeneralizedTime's seconds (``YYYYmmddHHMMSS``, UTC as servers send it)."""
-    try:
-        return float(calendar.timegm(time.strptime(stamp[:14], "%Y%m%d%H%M%S")))
-    except ValueError:
-        return None
+    """A GeneralizedTime's seconds (``YYYYmmddHHMMSS``, UTC as servers send it): what
+    follows the seconds (a fraction, the zone) is not read."""
+    return generalized_time(stamp[:14] + "Z", TimeForm.SECONDS)
 
 
 def trusted_stamp(modstamp: str, usn: str, fetched: float) -> str:

@@ -322,24 +322,13 @@ def _bad(cmd: Command, reason: str) -> BadRequest:
 
 
 def _parse_name(cmd: Command, body: bytes) -> ByName | BadRequest:
-    # §1.5: must end in NUL, be valid UTF-8 and non-empty, else EINVAL.
-    if not body or body[-1] != 0:
-        return _bad(cmd, "name is not NUL-terminated")
-    raw = body[:-1]
-    if not raw:
-        return _bad(cmd, "empty name")
-    # Checked before decoding so an over-long name costs no decode. The client never
+    # §1.5: must end in NUL, be valid UTF-8 and non-empty, else EINVAL. The client never
     # sends more than LOGIN_NAME_MAX (§1.5); the request cap alone would allow 1007.
-    if len(raw) > MAX_NAME_BYTES:
-        return _bad(cmd, f"name is {len(raw)} bytes, longer than {MAX_NAME_BYTES}")
-    # Reference silent; a C responder would see only the part before the first NUL, so
-    # the bytes after it would be silently ignored. Refuse rather than reinterpret.
-    if b"\0" in raw:
-        return _bad(cmd, "NUL inside the name")
+    # A NUL inside (reference silent) is refused, see wire.nul_terminated.
     try:
-        name = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return _bad(cmd, "name is not valid UTF-8")
+        name = wire.nul_terminated(body, "name", empty=False, max_bytes=MAX_NAME_BYTES)
+    except ValueError as e:
+        return _bad(cmd, str(e))
     return ByName(cmd, name)
 
 

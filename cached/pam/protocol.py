@@ -4,8 +4,9 @@ The shape is :mod:`cached.nss.protocol`'s (h11's): :class:`ServerConnection` buf
 the socket delivered and hands out one parsed request at a time or :data:`NEED_DATA`; reply
 encoders turn values into bytes. No sockets, clocks or tasks, so every edge case is a unit
 test and the parser can be fuzzed. The framing is the NSS socket's (a 16-byte header of
-host-endian ``len, cmd, status, reserved``): its constants, :class:`ProtocolError` and the
-client side are the responders' shared framing (``cached.responder.wire``).
+host-endian ``len, cmd, status, reserved``): its constants, :class:`ProtocolError`, the
+server's connection and the client side are the responders' shared framing
+(``cached.responder.wire``).
 
 Section numbers (§) refer to the team's PAM reference notes, which paraphrase SSSD 2.8.2
 (``src/sss_client/sss_cli.h``, ``pam_message.c``, ``pam_sss.c``,
@@ -72,7 +73,6 @@ from cached.responder.wire import (
     NeedData,
     ProtocolError,
     encode_request,
-    request_frame,
 )
 
 __all__ = [
@@ -452,16 +452,10 @@ _AUTHTOK_TYPES: Final[dict[int, AuthTokType]] = {int(t): t for t in AuthTokType}
 def _string(cmd: Command, name: str, data: memoryview) -> str:
     # §1.4: strings are sent with their NUL, counted in len; SSSD checks the terminator
     # and UTF-8. A NUL inside is refused (see the module docstring).
-    raw = bytes(data)
-    if not raw or raw[-1] != 0:
-        raise MalformedRequest(f"{name} item is not NUL-terminated", cmd)
-    raw = raw[:-1]
-    if b"\0" in raw:
-        raise MalformedRequest(f"NUL inside the {name} item", cmd)
     try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MalformedRequest(f"{name} item is not valid UTF-8", cmd) from None
+        return wire.nul_terminated(bytes(data), f"{name} item")
+    except ValueError as e:
+        raise MalformedRequest(str(e), cmd) from None
 
 
 def _token(cmd: Command, name: str, data: memoryview) -> AuthTok:
@@ -568,7 +562,11 @@ def _once(cmd: Command, name: str, seen: Mapping[str, object]) -> None:
         raise MalformedRequest(f"{name} item sent twice", cmd)
 
 
-class ServerConnection:
+def _malformed(error: ProtocolError) -> bool:
+    return isinstance(error, MalformedRequest)
+
+
+class ServerConnection(wire.ServerConnection[Command, Request]):
     """One client connection as the PAM responder sees it.
 
     Feed what the socket delivered to :meth:`receive_data`, then call :meth:`next_request`
@@ -576,54 +574,15 @@ class ServerConnection:
     is dead: close it) or :class:`MalformedRequest` (answer :func:`system_error_reply`
     with its ``cmd``; the connection goes on). The bytes of every request are zeroed in the
     buffer once it has been parsed, so a password lives on only in its :class:`Secret`.
+    The framing is the shared one (:class:`cached.responder.wire.ServerConnection`).
     """
 
-    __slots__ = ("_buf", "_error")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._error: ProtocolError | None = None
-
-    @property
-    def dead(self) -> bool:
-        return self._error is not None
-
-    @property
-    def buffered_bytes(self) -> int:
-        return len(self._buf)
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        self._buf += data
-
-    def next_request(self) -> Request | NeedData:
-        if self._error is not None:
-            raise ProtocolError(f"connection is dead: {self._error}", self._error.cmd)
-        buf = self._buf
-        try:
-            framed = request_frame(buf, _SERVED_BY_VALUE, command_name)
-        except ProtocolError as e:
-            self._fail(str(e), e.cmd)
-        if isinstance(framed, NeedData):
-            return NEED_DATA
-        code, length = framed
-        # The request may hold a password: move it out, zero its bytes in the buffer,
-        # parse the copy and zero that too (in place: a traceback may still view it).
-        body = buf[HEADER_SIZE:length]
-        buf[:length] = bytes(length)
-        del buf[:length]
-        try:
-            return parse_request(code, body)
-        finally:
-            body[:] = bytes(len(body))
-
-    def _fail(self, message: str, cmd: int | None = None) -> NoReturn:
-        error = ProtocolError(message, cmd)
-        self._error = error
-        self._buf[:] = bytes(len(self._buf))
-        self._buf = bytearray()
-        raise error
+        super().__init__(
+            _SERVED_BY_VALUE, parse_request, command_name, salvage=_malformed, wipe=True
+        )
 
 
 # ------------------------------------------------------------------------ replies

@@ -55,7 +55,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 from cached.access.simple import SimpleRules
 from cached.cache import Initgroups
@@ -108,6 +108,11 @@ def _salvage(error: p.ProtocolError) -> bytes | None:
     if isinstance(error, p.MalformedRequest):
         return p.system_error_reply(error.cmd or 0)
     return None
+
+
+# PAM_SYSTEM_ERR when answering failed; never the request's content in the log line:
+# it may hold a password.
+_ANSWERING: Final = streams.Answering("pam", p.GetVersion, p.version_reply, p.system_error_reply)
 
 
 def public_socket(config: Config) -> str:
@@ -369,17 +374,8 @@ class PamResponder:
     ) -> None:
         await self.clients.serve(reader, writer, p.ServerConnection(), self._respond, _salvage)
 
-    async def _respond(self, req: p.Request, uid: int | None) -> bytes:
-        if isinstance(req, p.GetVersion):
-            return p.version_reply()
-        try:
-            return await self.answer(req, uid)
-        except Exception as e:
-            # Never the request's content: it may hold a password.
-            limited.log(("answer", type(e).__name__), logging.ERROR,
-                        "pam: answering %s failed: %s", p.command_name(req.cmd),
-                        type(e).__name__)  # fmt: skip
-            return p.system_error_reply(req.cmd)
+    async def _respond(self, req: p.Request, uid: int | None) -> bytes | None:
+        return await _ANSWERING.respond(req, lambda r: self.answer(r, uid))
 
     def status(self) -> dict[str, Any]:
         return {

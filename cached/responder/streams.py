@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from cached.config import NssConfig
@@ -35,10 +36,14 @@ BACKLOG: Final = 128
 
 class Codec(Protocol):
     """What the loop needs of a connection's sans-IO codec: ``next_request`` raises
-    :class:`~cached.responder.wire.ProtocolError` when the peer broke the protocol."""
+    :class:`~cached.responder.wire.ProtocolError` when the peer broke the protocol,
+    after which the codec is ``dead`` unless it salvaged the request."""
 
     @property
     def buffered_bytes(self) -> int: ...
+
+    @property
+    def dead(self) -> bool: ...
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None: ...
 
@@ -49,13 +54,59 @@ class Codec(Protocol):
 #: NEED_DATA) from a client of a uid; None: close the connection. (``Any``: mypy
 #: cannot solve a request type from ``next_request``'s union with NeedData.)
 Respond = Callable[[Any, int | None], Awaitable[bytes | None]]
-#: The reply to a request the codec could not parse but the connection survives
-#: (PAM's MalformedRequest); None: close the connection.
+#: The reply to a request the codec could not parse but salvaged, the connection
+#: surviving (PAM's MalformedRequest); None: close the connection. Not asked when the
+#: codec is dead.
 Salvage = Callable[[ProtocolError], bytes | None]
 
 
 def _close(_error: ProtocolError) -> bytes | None:
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Answering:
+    """How a responder of these sockets answers a parsed request (its ``Respond``):
+    the codec's GET_VERSION request (``version``) with ``version_reply()``; a request
+    whose body the codec refused (``refused``: it has ``cmd`` and ``reason``, SSH's and
+    sudo's EINVAL) with ``refusal(cmd)``; any other with the responder's ``answer``.
+    When that raises (a bug, a store that cannot be read) the reply is
+    ``failed(cmd)``, None closing the connection, and an ERROR line names the
+    command and the exception's type; with ``subject`` also what the request asked
+    for (``subject(request)``), the exception's message and traceback, never for a
+    request that may hold a password (PAM's)."""
+
+    what: str  # "ssh", "pam", "sudo": for log lines
+    version: type[Any]
+    version_reply: Callable[[], bytes]
+    failed: Callable[[Any], bytes | None]
+    refused: type[Any] | None = None
+    refusal: Callable[[Any], bytes] | None = None
+    subject: Callable[[Any], str] | None = None
+
+    async def respond(
+        self, req: Any, answer: Callable[[Any], Awaitable[bytes | None]]
+    ) -> bytes | None:
+        if isinstance(req, self.version):
+            return self.version_reply()
+        what = self.what
+        if self.refused is not None and isinstance(req, self.refused):
+            assert self.refusal is not None
+            limited.log(("bad", what), logging.DEBUG, "%s: bad request: %s", what, req.reason)
+            return self.refusal(req.cmd)
+        try:
+            return await answer(req)
+        except Exception as e:
+            command = req.cmd.name
+            if self.subject is None:
+                limited.log((what, "answer", type(e).__name__), logging.ERROR,
+                            "%s: answering %s failed: %s", what, command,
+                            type(e).__name__)  # fmt: skip
+            else:
+                limited.log((what, "answer", type(e).__name__), logging.ERROR,
+                            "%s: answering %s for %r failed: %s: %s", what, command,
+                            self.subject(req), type(e).__name__, e, exc_info=True)  # fmt: skip
+            return self.failed(req.cmd)
 
 
 class StreamClients:
@@ -150,7 +201,7 @@ class StreamClients:
             try:
                 req = conn.next_request()
             except ProtocolError as e:
-                reply = salvage(e)
+                reply = None if conn.dead else salvage(e)
                 if reply is None:
                     limited.log(("protocol", what), logging.DEBUG,
                                 "%s: closing a client: %s", what, e)  # fmt: skip

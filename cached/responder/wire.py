@@ -2,8 +2,9 @@
 every message is a 16-byte header of host-endian ``u32 len, cmd, status, reserved``
 and a body, a request is at most 1024 bytes, and a peer that breaks the framing is
 disconnected (reference §1.2; PAM reference §1.1). Sans-IO, like the codecs that
-build on it (``cached.nss.protocol``, ``cached.pam.protocol``): those add their
-commands and bodies, this module the frame both read and write.
+build on it (``cached.nss.protocol``, ``cached.pam.protocol``, the SSH and sudo
+codecs): those add their commands and bodies, this module the frame both read and
+write, the server's connection and the NUL-terminated strings of requests.
 """
 
 from __future__ import annotations
@@ -78,6 +79,30 @@ def command_namer(commands: type[IntEnum]) -> Callable[[int], str]:
     return command_name
 
 
+def nul_terminated(
+    raw: bytes | bytearray, what: str, *, empty: bool = True, max_bytes: int | None = None
+) -> str:
+    """The text of ``raw``, a string as SSSD's clients send it in a request: UTF-8 and
+    its terminating NUL. ValueError, its message naming ``what``, for no final NUL, a
+    NUL inside (a C responder would read only the part before it: refused rather than
+    read otherwise), bytes that are not UTF-8 and, where the codec refuses them, an
+    empty string (not ``empty``) or one of more than ``max_bytes`` bytes without its
+    NUL (checked before decoding)."""
+    if not raw or raw[-1] != 0:
+        raise ValueError(f"{what} is not NUL-terminated")
+    text = raw[:-1]
+    if not text and not empty:
+        raise ValueError(f"{what} is empty")
+    if max_bytes is not None and len(text) > max_bytes:
+        raise ValueError(f"{what} is {len(text)} bytes, longer than {max_bytes}")
+    if 0 in text:
+        raise ValueError(f"{what} holds a NUL")
+    try:
+        return text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} is not UTF-8") from None
+
+
 def request_frame(
     buf: bytearray, served: Mapping[int, C], name: Callable[[int], str] = hex_name
 ) -> tuple[C, int] | NeedData:
@@ -107,24 +132,45 @@ def request_frame(
     return cmd, length
 
 
-class ServerConnection(Generic[C, R]):
-    """One client connection of a responder whose requests need nothing but the frame
-    and a body parser (the SSH socket's): feed :meth:`receive_data`, then call
-    :meth:`next_request` until :data:`NEED_DATA`. ``served`` maps a command code to its
-    command, ``parse(cmd, body)`` makes the request. :class:`ProtocolError` (a length
-    outside 16..1024, a command not served) means close: the object is then dead."""
+def _never(_error: ProtocolError) -> bool:
+    return False
 
-    __slots__ = ("_buf", "_error", "_name", "_parse", "_served")
+
+class ServerConnection(Generic[C, R]):
+    """One client connection of a responder as the server sees it: feed
+    :meth:`receive_data`, then call :meth:`next_request` until :data:`NEED_DATA`.
+    ``served`` maps a command code to its command, ``parse(cmd, body)`` makes the
+    request. :class:`ProtocolError` (a length outside 16..1024, a command not served)
+    means close: the object is then dead.
+
+    ``salvage(error)`` says whether a :class:`ProtocolError` that ``parse`` raised
+    leaves the connection usable: the responder answers it and goes on (PAM's
+    ``MalformedRequest``, answered ``PAM_SYSTEM_ERR`` as SSSD does); any other makes
+    the connection dead as a broken frame does. ``wipe``: the request may hold a
+    password, so its bytes are zeroed in the buffer once framed, ``parse`` is given a
+    copy that is zeroed once parsed, and a dead connection's buffer is zeroed before it
+    is dropped.
+    """
+
+    __slots__ = ("_buf", "_error", "_name", "_parse", "_salvage", "_served", "_wipe")
 
     def __init__(
         self,
         served: Mapping[int, C],
-        parse: Callable[[C, bytes], R],
+        parse: Callable[[C, bytearray], R],
         name: Callable[[int], str] = hex_name,
+        *,
+        salvage: Callable[[ProtocolError], bool] = _never,
+        wipe: bool = False,
     ) -> None:
         self._buf = bytearray()
         self._error: ProtocolError | None = None
         self._served, self._parse, self._name = served, parse, name
+        self._salvage, self._wipe = salvage, wipe
+
+    @property
+    def dead(self) -> bool:
+        return self._error is not None
 
     @property
     def buffered_bytes(self) -> int:
@@ -142,15 +188,32 @@ class ServerConnection(Generic[C, R]):
         try:
             framed = request_frame(buf, self._served, self._name)
         except ProtocolError as e:
-            self._error = e
-            self._buf = bytearray()  # a dead connection holds on to nothing
-            raise
+            self._die(e)
         if isinstance(framed, NeedData):
             return NEED_DATA
         cmd, length = framed
-        body = bytes(buf[HEADER_SIZE:length])
+        body = buf[HEADER_SIZE:length]
+        if self._wipe:
+            # Zero the request in the buffer, parse the copy and zero that too (in
+            # place: a traceback may still view it).
+            buf[:length] = bytes(length)
         del buf[:length]
-        return self._parse(cmd, body)
+        try:
+            return self._parse(cmd, body)
+        except ProtocolError as e:
+            if not self._salvage(e):
+                self._die(e)
+            raise
+        finally:
+            if self._wipe:
+                body[:] = bytes(len(body))
+
+    def _die(self, error: ProtocolError) -> NoReturn:
+        self._error = error
+        if self._wipe:
+            self._buf[:] = bytes(len(self._buf))
+        self._buf = bytearray()  # a dead connection holds on to nothing
+        raise error
 
 
 # ------------------------------------------------------------------ client side

@@ -120,7 +120,9 @@ class BadRequest:
 Request: TypeAlias = GetVersion | KeysRequest | BadRequest
 
 
-def _string(body: bytes, pos: int, what: str, *, empty_ok: bool = False) -> tuple[str | None, int]:
+def _string(
+    body: bytes | bytearray, pos: int, what: str, *, empty_ok: bool = False
+) -> tuple[str | None, int]:
     """``u32 len`` then ``len`` bytes ending in NUL, at ``pos``: (text, next position).
     None for a length of 0 where ``empty_ok`` (the domain). ValueError otherwise."""
     if len(body) - pos < 4:
@@ -131,17 +133,10 @@ def _string(body: bytes, pos: int, what: str, *, empty_ok: bool = False) -> tupl
         return None, pos
     if length == 0 or length > len(body) - pos:
         raise ValueError(f"invalid {what} length {length}")
-    raw = body[pos : pos + length]
-    if raw[-1] != 0 or 0 in raw[:-1]:
-        raise ValueError(f"{what} is not one NUL-terminated string")
-    try:
-        text = raw[:-1].decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{what} is not valid UTF-8") from None
-    return text, pos + length
+    return wire.nul_terminated(body[pos : pos + length], what), pos + length
 
 
-def parse_request(cmd: Command, body: bytes) -> Request:
+def parse_request(cmd: Command, body: bytes | bytearray) -> Request:
     if cmd is Command.GET_VERSION:
         return GetVersion(_U32.unpack(body)[0] if len(body) == 4 else None)
     try:

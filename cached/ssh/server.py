@@ -25,20 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from cached.config import Config
-from cached.ratelimit import RateLimitedLog
 from cached.responder import streams
 from cached.responder.flow import GETPWNAM, Lookups
 from cached.responder.streams import StreamClients
 from cached.ssh import protocol as p
-
-log = logging.getLogger(__name__)
-limited = RateLimitedLog(log)
 
 PASSWD_FILE: Final = "/etc/passwd"
 
@@ -55,6 +51,18 @@ def local_user(name: str, path: str = PASSWD_FILE) -> bool:
             return any(line.startswith(prefix) for line in f)
     except OSError:
         return False
+
+
+def _error(status: int) -> Callable[[int], bytes]:
+    return lambda cmd: p.error_reply(cmd, status)
+
+
+# EINVAL for a body SSSD refuses; EIO when answering failed: the client prints
+# "Error looking up public keys" and sshd offers no key.
+_ANSWERING: Final = streams.Answering(
+    "ssh", p.GetVersion, p.version_reply, _error(errno.EIO),
+    refused=p.BadRequest, refusal=_error(p.EINVAL), subject=lambda req: req.name,
+)  # fmt: skip
 
 
 class SshResponder:
@@ -101,18 +109,8 @@ class SshResponder:
     ) -> None:
         await self.clients.serve(reader, writer, p.server_connection(), self._respond)
 
-    async def _respond(self, req: p.Request, _uid: int | None) -> bytes:
-        if isinstance(req, p.GetVersion):
-            return p.version_reply()
-        if isinstance(req, p.BadRequest):
-            limited.log(("bad",), logging.DEBUG, "ssh: bad request: %s", req.reason)
-            return p.error_reply(req.cmd, p.EINVAL)
-        try:
-            return await self.answer(req)
-        except Exception:
-            limited.log(("answer",), logging.ERROR, "ssh: answering %s of %r failed",
-                        req.cmd.name, req.name, exc_info=True)  # fmt: skip
-            return p.error_reply(req.cmd, errno.EIO)
+    async def _respond(self, req: p.Request, _uid: int | None) -> bytes | None:
+        return await _ANSWERING.respond(req, self.answer)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -116,10 +116,10 @@ class Query:
 @dataclass(frozen=True, slots=True)
 class BadQuery:
     """A framed rules/defaults request whose body does not parse: answered with
-    :func:`error_reply` (``EINVAL``), as SSSD does; ``why`` is for the log."""
+    :func:`error_reply` (``EINVAL``), as SSSD does; ``reason`` is for the log."""
 
     cmd: Command
-    why: str
+    reason: str
 
 
 Request = GetVersion | Query | BadQuery
@@ -131,20 +131,14 @@ def parse_query(cmd: Command, body: bytes | bytearray | memoryview) -> Query | B
     if len(view) < _UID.size + 2:
         return BadQuery(cmd, f"body of {len(view)} bytes holds no uid and name")
     (uid,) = _UID.unpack_from(view, 0)
-    raw = view[_UID.size :]
-    if raw[-1] != 0:
-        return BadQuery(cmd, "the name is not NUL-terminated")
-    raw = raw[:-1]
-    if b"\0" in raw:
-        return BadQuery(cmd, "the name holds a NUL")
     try:
-        name = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return BadQuery(cmd, "the name is not UTF-8")
+        name = wire.nul_terminated(view[_UID.size :], "the name")
+    except ValueError as e:
+        return BadQuery(cmd, str(e))
     return Query(cmd, uid, name)
 
 
-def parse_request(cmd: Command, body: bytes) -> Request:
+def parse_request(cmd: Command, body: bytes | bytearray) -> Request:
     if cmd is Command.GET_VERSION:
         return GetVersion()
     return parse_query(cmd, body)

@@ -29,11 +29,10 @@ GET_DEFAULTS answers the rule named ``defaults``, whole.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
+from cached.gentime import TimeForm, generalized_time
 from cached.model import SudoRule
 from cached.sudo.protocol import Rule
 
@@ -190,27 +189,10 @@ def defaults_of(rules: Iterable[SudoRule], domain: str, *, timed: bool = False,
 
 # -- sudoNotBefore / sudoNotAfter (sysdb_sudo_convert_time) -------------------------
 
-# YYYYMMDDHH[MM[SS]][.0|,0](Z|+HHMM|-HHMM): the formats SSSD tries with strptime.
-_TIME = re.compile(
-    r"(\d{4})(\d{2})(\d{2})(\d{2})(?:(\d{2})(\d{2})?)?(?:[.,]0)?(?:Z|([+-])(\d{2})(\d{2}))"
-)
-
-
 def parse_time(text: str) -> float | None:
-    """A generalized time as SSSD reads it; None when it does not parse."""
-    m = _TIME.fullmatch(text)
-    if m is None:
-        return None
-    y, mo, d, h, mi, s, sign, oh, om = m.groups()
-    try:
-        when = datetime(int(y), int(mo), int(d), int(h), int(mi or 0), int(s or 0), tzinfo=UTC)
-    except ValueError:  # a 13th month, a 25th hour: strptime refuses them too
-        return None
-    t = when.timestamp()
-    if sign:
-        off = int(oh) * 3600 + int(om) * 60
-        t -= off if sign == "+" else -off
-    return t
+    """A generalized time as SSSD reads it (YYYYMMDDHH[MM[SS]][.0|,0](Z|+HHMM|-HHMM),
+    the formats it tries with strptime); None when it does not parse."""
+    return generalized_time(text, TimeForm.SUDO)
 
 
 def in_time(rule: SudoRule, now: float) -> bool:

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Final
 
 from cached.cache import DomainCache, Initgroups
 from cached.config import Config
@@ -64,6 +64,19 @@ def wanted(rules: list[SudoRule], user: r.SudoUser) -> list[SudoRule]:
     ``defaults``, the netgroup rules, and those whose sudoUser selects the user."""
     picked, netgroup = r.matching(rules, user)
     return [*(x for x in rules if x.name == r.DEFAULTS), *picked, *netgroup]
+
+
+def _close(_cmd: int) -> None:
+    return None
+
+
+# EINVAL for a query that does not parse; SSSD closes the connection on an internal
+# failure (EFAULT).
+_ANSWERING: Final = streams.Answering(
+    "sudo", p.GetVersion, p.version_reply, _close,
+    refused=p.BadQuery, refusal=lambda cmd: p.error_reply(cmd, p.EINVAL),
+    subject=lambda q: q.user,
+)  # fmt: skip
 
 
 class SudoResponder:
@@ -162,19 +175,7 @@ class SudoResponder:
         await self.clients.serve(reader, writer, p.server_connection(), self._respond)
 
     async def _respond(self, req: p.Request, _uid: int | None) -> bytes | None:
-        if isinstance(req, p.GetVersion):
-            return p.version_reply()
-        if isinstance(req, p.BadQuery):
-            limited.log(("bad",), logging.DEBUG, "sudo: bad query: %s", req.why)
-            return p.error_reply(req.cmd, p.EINVAL)
-        try:
-            return await self.answer(req)
-        except Exception as e:
-            limited.log(("answer", type(e).__name__), logging.ERROR,
-                        "sudo: answering %s for %r failed: %s: %s", req.cmd.name,
-                        req.user, type(e).__name__, e)  # fmt: skip
-            # SSSD closes the connection on an internal failure (EFAULT).
-            return None
+        return await _ANSWERING.respond(req, self.answer)
 
     def status(self) -> dict[str, Any]:
         return {

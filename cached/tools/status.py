@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from collections import defaultdict
+from typing import Any, Final
 
 from cached.config import Config
 from cached.ipc import framing
@@ -120,6 +121,29 @@ def _sudo_lines(sudo: dict[str, Any], now: float) -> list[str]:
     return out
 
 
+#: The responders of the PAM, SSH and sudo sockets: the key of each one's status in
+#: the responder's, and its line, naming the counters (a counter absent: 0).
+_SOCKET_RESPONDERS: Final = (
+    ("pam", "PAM responder: {connections} connections, {logins_ok} logins served, "
+            "{logins_refused} refused, {access_denied} account checks denied"),
+    ("ssh", "SSH responder: {connections} connections, {requests} requests, {keys_served} "
+            "keys served, {users_unknown} unknown users, {host_requests} host key requests "
+            "(none served)"),
+    ("sudo", "sudo responder: {requests} requests, {rules_sent} rules sent, "
+             "{users_not_found} users not found, {refreshes_asked} refreshes asked "
+             "({refresh_failures} failed)"),
+)  # fmt: skip
+
+
+def _socket_lines(responder: dict[str, Any]) -> list[str]:
+    """A line for each socket responder whose status the responder's holds."""
+    return [
+        "  " + line.format_map(defaultdict(int, status))
+        for key, line in _SOCKET_RESPONDERS
+        if (status := responder.get(key))
+    ]
+
+
 def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
     """The report, one fact per line. A server's error text can quote what a directory
     entry holds (a DN, a name), and an error can quote a path or a peer's words, so
@@ -154,31 +178,8 @@ def format_status(config: Config, st: dict[str, Any], running: bool) -> str:
                 f"  {c['name']:<16} pid {c['pid']}, {state}, up {_duration(c['uptime'])}, "
                 f"restarts {c['restarts']}{extra}"
             )
-            pam = s.get("pam") if c["name"] == "responder" else None
-            if pam:
-                lines.append(
-                    f"  PAM responder: {pam.get('connections', 0)} connections, "
-                    f"{pam.get('logins_ok', 0)} logins served, "
-                    f"{pam.get('logins_refused', 0)} refused, "
-                    f"{pam.get('access_denied', 0)} account checks denied"
-                )
-            ssh = s.get("ssh") if c["name"] == "responder" else None
-            if ssh:
-                lines.append(
-                    f"  SSH responder: {ssh.get('connections', 0)} connections, "
-                    f"{ssh.get('requests', 0)} requests, {ssh.get('keys_served', 0)} keys "
-                    f"served, {ssh.get('users_unknown', 0)} unknown users, "
-                    f"{ssh.get('host_requests', 0)} host key requests (none served)"
-                )
-            sudo = s.get("sudo") if c["name"] == "responder" else None
-            if sudo:
-                lines.append(
-                    f"  sudo responder: {sudo.get('requests', 0)} requests, "
-                    f"{sudo.get('rules_sent', 0)} rules sent, "
-                    f"{sudo.get('users_not_found', 0)} users not found, "
-                    f"{sudo.get('refreshes_asked', 0)} refreshes asked "
-                    f"({sudo.get('refresh_failures', 0)} failed)"
-                )
+            if c["name"] == "responder":
+                lines += _socket_lines(s)
         for c in st["children"]:
             s = c.get("status") or {}
             if not c["name"].startswith("backend") or not s:

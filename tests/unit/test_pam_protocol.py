@@ -348,13 +348,6 @@ def test_password_never_in_repr_str_or_log(caplog: pytest.LogCaptureFixture) -> 
 
 
 def test_the_receive_buffer_is_zeroed(monkeypatch: pytest.MonkeyPatch) -> None:
-    conn = ServerConnection()
-    conn.receive_data(
-        encode_request(
-            Command.AUTHENTICATE,
-            encode_request_body(user="a", cli_pid=3, authtok=(AuthTokType.PASSWORD, PASSWORD)),
-        )
-    )
     seen: list[bytearray] = []
     import cached.pam.protocol as protocol
 
@@ -364,7 +357,14 @@ def test_the_receive_buffer_is_zeroed(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(body)
         return real(cmd, body)
 
-    monkeypatch.setattr(protocol, "parse_request", spy)
+    monkeypatch.setattr(protocol, "parse_request", spy)  # the parser the codec is given
+    conn = ServerConnection()
+    conn.receive_data(
+        encode_request(
+            Command.AUTHENTICATE,
+            encode_request_body(user="a", cli_pid=3, authtok=(AuthTokType.PASSWORD, PASSWORD)),
+        )
+    )
     req = conn.next_request()
     assert isinstance(req, PamRequest)
     assert seen and PASSWORD not in seen[0] and not any(seen[0])

@@ -53,7 +53,7 @@ def test_a_bad_query_is_answered_einval_and_the_connection_goes_on(body: bytes, 
     conn = p.server_connection()
     conn.receive_data(_request(p.Command.GET_DEFAULTS, body))
     got = conn.next_request()
-    assert isinstance(got, p.BadQuery) and why in got.why
+    assert isinstance(got, p.BadQuery) and why in got.reason
     reply = p.error_reply(got.cmd, p.EINVAL)
     assert U32.unpack_from(reply, 8)[0] == 0  # the header's status stays 0 (SSSD)
     assert p.decode_reply(reply[16:]) == p.Reply(p.EINVAL, [])
