@@ -664,16 +664,17 @@ class ScaleRunner:
 
 
 def memcache_capacity(
-    workdir: Path, slapd: Slapd, exp: Expected, group_mib: int = 1
+    workdir: Path, slapd: Slapd, exp: Expected, mib: int = 1, users: int = 20_000
 ) -> dict[str, Any]:
-    """What the memory cache does when it is too small: the biggest group with
-    ``memcache_size_group = group_mib`` (the record does not fit: the log line, and
-    the answer through the socket), and every user looked up twice with the default
-    ``memcache_size_passwd`` (how many of the second pass the memory cache answered,
-    from the responder's request counter)."""
+    """What the memory cache does when it is too small, with ``memcache_size_group``
+    and ``memcache_size_passwd`` at ``mib``: the biggest group (its record does not
+    fit: the log line, and the answer through the socket), and ``users`` users looked
+    up twice (more than the passwd file holds: how many of the second pass reached
+    the responder, from its request counter, and so were not in the memory cache)."""
     group = biggest_group(exp)
-    t = CachedTarget(workdir, slapd.uri, slapd.base_dn, {"memcache_size_group": group_mib})
-    out: dict[str, Any] = {"memcache_size_group": group_mib, "group": group}
+    sizes = {"memcache_size_group": mib, "memcache_size_passwd": mib}
+    t = CachedTarget(workdir, slapd.uri, slapd.base_dn, sizes)
+    out: dict[str, Any] = {**sizes, "group": group}
     try:
         t.fresh()
         d = t._d()
@@ -681,9 +682,7 @@ def memcache_capacity(
         ok, note = check_group(exp, t.level, group, p.stdout)
         out["group_answer_ok"] = ok and p.returncode == 0
         out["group_note"] = note
-        logged = [line for line in d.log_text().splitlines() if "memory cache" in line]
-        out["log_lines"] = logged[-3:]
-        names = exp.user_names()
+        names = exp.user_names()[:users]
         out["users"] = len(names)
         served = []
         for attempt in range(2):
@@ -694,7 +693,10 @@ def memcache_capacity(
                     raise RuntimeError(f"getent passwd (pass {attempt + 1}): {p.stderr[-300:]}")
             served.append(C.diff(d.counters(), before)[C.NSS_REQUEST].count)
         out["socket_requests_per_pass"] = served
-        out["memcache_files"] = _stores(t)
+        logged = [line for line in d.log_text().splitlines() if "memory cache" in line]
+        out["log_lines"] = logged[:3]
+        out["log_lines_count"] = len(logged)
+        out["files"] = _stores(t)
     finally:
         stop_quietly(t)
     return out
@@ -863,6 +865,8 @@ def scale_main(args: argparse.Namespace) -> int:
                     per: dict[str, Any] = {}
                     data["targets"].setdefault(name, {})[str(n)] = per
                     (target,) = make_targets([name], workdir, server)
+                    if isinstance(target, SssdTarget):
+                        target.client_timeout = args.scale_sssd_timeout
                     reps = args.scale_reps if name == "cached" else 1
                     try:
                         for rep in range(reps):
@@ -997,10 +1001,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="--scale: the sizes SSSD 2.8.2 runs too (one cycle each)",
     )
     p.add_argument(
+        "--scale-sssd-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="--scale: SSSD's lookups are given up after S seconds (600)",
+    )
+    p.add_argument(
         "--scale-memcache",
         action="store_true",
-        help="--scale: at the largest size, the memory cache too small (a 1 MiB group"
-        " file; every user looked up twice with the default passwd file)",
+        help="--scale: at the largest size, the memory cache too small (1 MiB group and"
+        " passwd files: the biggest group, 20,000 users looked up twice)",
     )
     p.add_argument(
         "--scale-resume",

@@ -203,6 +203,9 @@ class SssdTarget:
             domain.update(SSSD_SURVIVAL_DOMAIN)
             nss.update(SSSD_SURVIVAL_NSS)
         self.daemon = SssdDaemon(workdir, uri, base, nss=nss, **domain)
+        # Seconds a client command may take before it is killed (perf.run --scale
+        # gives up on a size SSSD cannot finish).
+        self.client_timeout = 1800.0
 
     def fresh(self) -> None:
         self.daemon.stop()
@@ -224,7 +227,7 @@ class SssdTarget:
     def run_nss(
         self, argv: list[str], env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return self.daemon.run_nss(argv, env=env)
+        return self.daemon.run_nss(argv, env=env, timeout=self.client_timeout)
 
     def invalidate_command(self) -> str:
         return "sss_cache -E"
