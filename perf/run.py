@@ -715,7 +715,7 @@ def _median(samples: list[dict[str, Any]], key: str = "wall") -> float | None:
 
 def scale_report(out_dir: Path, data: dict[str, Any]) -> Path:
     """report.md of a scale run: the table per target with exponents."""
-    sizes = [str(n) for n in data["sizes"]]
+    sizes = [str(n) for n in data["sizes"] if str(n) in data["scenarios"]]
     lines = [
         "# The scale of one host",
         "",
@@ -752,7 +752,8 @@ def scale_report(out_dir: Path, data: dict[str, Any]) -> Path:
         ]
         for step, label in SCALE_STEPS.items():
             driver = SCALE_DRIVERS[step]
-            cells, vals = [], []
+            cells: list[str] = []
+            vals: list[float | None] = []
             for n in done:
                 samples = per_size[n].get("steps", {}).get(step, [])
                 med = _median(samples)
@@ -774,6 +775,41 @@ def scale_report(out_dir: Path, data: dict[str, Any]) -> Path:
                 f"| {text} | " + " | ".join(cells)
                 + f" | {', '.join(exps)} | {SCALE_DRIVER_LABELS[driver]} |"
             )
+        lines += [
+            "",
+            "What each step cost beyond its wall time (medians): entries slapd returned,"
+            " slapd's CPU seconds, the daemon's CPU seconds (all its processes); the"
+            " exponent of the wall time against the entries returned:",
+            "",
+            "| step | " + " | ".join(f"{int(n):,}: entries / slapd / daemon" for n in done)
+            + " | exponents (entries) |",
+            "|---|" + "---:|" * len(done) + "---|",
+        ]
+        for step in SCALE_STEPS:
+            cells = []
+            walls: list[float | None] = []
+            entries: list[float | None] = []
+            for n in done:
+                samples = [s for s in per_size[n].get("steps", {}).get(step, []) if s["ok"]]
+                if not samples:
+                    cells.append("—")
+                    walls.append(None)
+                    entries.append(None)
+                    continue
+                ent = statistics.median(s["entries"] for s in samples)
+                scpu = statistics.median(s["slapd_cpu"] for s in samples)
+                dcpu = statistics.median(sum(s["daemon_cpu"].values()) for s in samples)
+                cells.append(f"{ent:,.0f} / {scpu:.2f} / {dcpu:.2f}")
+                walls.append(statistics.median(s["wall"] for s in samples))
+                entries.append(ent)
+            exps = []
+            for i in range(len(done) - 1):
+                a, b, ea, eb = walls[i], walls[i + 1], entries[i], entries[i + 1]
+                e = None
+                if a is not None and b is not None and ea is not None and eb is not None:
+                    e = _exponent(a, b, ea, eb)
+                exps.append("—" if e is None else f"{e:.2f}")
+            lines.append(f"| {step} | " + " | ".join(cells) + f" | {', '.join(exps)} |")
         lines += ["", "Memory (VmRSS / VmHWM, MiB) after the lookups, and after the restart:", ""]
         lines += ["| process | " + " | ".join(f"{int(n):,}" for n in done) + " |",
                   "|---|" + "---:|" * len(done)]  # fmt: skip
@@ -811,10 +847,14 @@ def scale_report(out_dir: Path, data: dict[str, Any]) -> Path:
 def scale_main(args: argparse.Namespace) -> int:
     """``--scale``: the scale table (see the section comment)."""
     out = args.out or RESULTS_DIR / f"{dt.date.today().isoformat()}-scale-one-host"
+    if args.scale_render:
+        data = json.loads((out / "results.json").read_text())
+        print(f"perf.run --scale: report {scale_report(out, data)}")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="scale-", dir="/tmp"))
     workdir.chmod(0o755)
-    data: dict[str, Any] = {
+    data = {
         "meta": environment(args, workdir),
         "sizes": list(args.scale),
         "scenarios": {},
@@ -1014,6 +1054,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         " passwd files: the biggest group, 20,000 users looked up twice)",
     )
     p.add_argument(
+        "--scale-render",
+        action="store_true",
+        help="--scale: only render report.md again from the results.json in --out",
+    )
+    p.add_argument(
         "--scale-resume",
         action="store_true",
         help="--scale: add to the results.json in --out (other sizes or targets)",
@@ -1034,7 +1079,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"perf.run: cannot run the NSS steps: {reason}", file=sys.stderr)
         return 2
-    if args.scale:
+    if args.scale or args.scale_render:
         if args.scale_sssd:
             try:
                 install.ensure_packages(sssd.PACKAGES, ("sssd",), [])
