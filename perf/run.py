@@ -611,9 +611,12 @@ def _stores(target: Target) -> dict[str, list[int]]:
 class ScaleRunner:
     """One target through the scale cycle at one size; figures into ``out``."""
 
-    def __init__(self, out: dict[str, Any], gate: QuietGate) -> None:
+    def __init__(self, out: dict[str, Any], gate: QuietGate, deadline: float = math.inf) -> None:
+        """``deadline``: time.monotonic() after which no step starts (a size whose
+        steps would hold the benchmark lock too long is left unfinished, and says so)."""
         self.out = out
         self.gate = gate
+        self.deadline = deadline
 
     def cycle(self, target: Target, exp: Expected, slapd: Slapd, rep: int) -> None:
         user, group = exp.big_user, biggest_group(exp)
@@ -630,7 +633,11 @@ class ScaleRunner:
             print(f"perf.run --scale: {target.name} {exp.scenario.name} {name} #{rep}",
                   file=sys.stderr, flush=True)  # fmt: skip
             try:
+                if time.monotonic() > self.deadline:
+                    raise TimeoutError("not started: past the run's time budget")
                 sample = measure(target, slapd, action, self.gate)
+            except TimeoutError as e:
+                sample = Sample(wall=0.0, ok=False, note=str(e))
             except subprocess.TimeoutExpired as e:
                 sample = Sample(wall=float(e.timeout), ok=False, note=f"not within {e.timeout} s")
             steps.setdefault(name, []).append(asdict(sample))
@@ -908,9 +915,10 @@ def scale_main(args: argparse.Namespace) -> int:
                     if isinstance(target, SssdTarget):
                         target.client_timeout = args.scale_sssd_timeout
                     reps = args.scale_reps if name == "cached" else 1
+                    deadline = time.monotonic() + args.scale_budget
                     try:
                         for rep in range(reps):
-                            ScaleRunner(per, gate).cycle(target, exp, server, rep)
+                            ScaleRunner(per, gate, deadline).cycle(target, exp, server, rep)
                             save()
                     except Exception as e:  # keep what was measured; say what failed
                         status = 1
@@ -1052,6 +1060,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="--scale: at the largest size, the memory cache too small (1 MiB group and"
         " passwd files: the biggest group, 20,000 users looked up twice)",
+    )
+    p.add_argument(
+        "--scale-budget",
+        type=float,
+        default=math.inf,
+        metavar="S",
+        help="--scale: no step starts later than S seconds after a target's first at a"
+        " size (the steps left are marked not started)",
     )
     p.add_argument(
         "--scale-render",
