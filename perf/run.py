@@ -909,6 +909,8 @@ def scale_main(args: argparse.Namespace) -> int:
                 for name in names:
                     if name == "sssd" and n not in args.scale_sssd:
                         continue
+                    if name == "cached" and args.scale_reps < 1:
+                        continue  # SSSD alone, added to cached's figures (--scale-resume)
                     per: dict[str, Any] = {}
                     data["targets"].setdefault(name, {})[str(n)] = per
                     (target,) = make_targets([name], workdir, server)
@@ -1039,7 +1041,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         " (testing.gendir.scale; 5000 is bigroupuser; e.g. 5000,32000,200000)",
     )
     p.add_argument(
-        "--scale-reps", type=int, default=3, help="--scale: cycles per size for cached (3)"
+        "--scale-reps",
+        type=int,
+        default=3,
+        help="--scale: cycles per size for cached (3; 0: cached not run)",
     )
     p.add_argument(
         "--scale-sssd",
