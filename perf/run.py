@@ -723,13 +723,16 @@ def _median(samples: list[dict[str, Any]], key: str = "wall") -> float | None:
 def scale_report(out_dir: Path, data: dict[str, Any]) -> Path:
     """report.md of a scale run: the table per target with exponents."""
     sizes = [str(n) for n in data["sizes"] if str(n) in data["scenarios"]]
-    lines = [
-        "# The scale of one host",
-        "",
-        f"`{' '.join(data['meta']['argv'])}` (under `flock /work/perf.lock`), "
-        f"{data['meta']['date']}, commit {data['meta']['cached_commit']}, load average "
-        f"{data['meta']['loadavg_start']} at the start, {data['meta'].get('loadavg_end')}"
-        " at the end.",
+    lines = ["# The scale of one host", "", "Runs (each under `flock /work/perf.lock`):", ""]
+    for m in data.get("runs", [data["meta"]]):
+        start = ", ".join(f"{x:.2f}" for x in m["loadavg_start"])
+        end = ", ".join(f"{x:.2f}" for x in m.get("loadavg_end") or ())
+        lines.append(
+            f"- `{' '.join(m['argv'])}`: {m['date']}, commit {m['cached_commit']}"
+            f"{' (+ local changes)' if m.get('cached_tree_dirty') else ''}, load average"
+            f" {start} at the start, {end or '?'} at the end"
+        )
+    lines += [
         "",
         "## The directories",
         "",
@@ -875,11 +878,13 @@ def scale_main(args: argparse.Namespace) -> int:
         data["targets"] = old.get("targets", {})
         data["memcache"] = old.get("memcache")
         data["sizes"] = sorted({*old.get("sizes", []), *args.scale})
+        data["runs"] = old.get("runs", [old["meta"]])
+    data.setdefault("runs", []).append(data["meta"])
     names = ["cached", *(["sssd"] if args.scale_sssd else [])]
     gate = QuietGate(args.quiet_wait, args.quiet_budget)
 
     def save() -> None:
-        data["meta"]["loadavg_end"] = os.getloadavg()
+        data["meta"]["loadavg_end"] = list(os.getloadavg())
         path.write_text(json.dumps(data, indent=1))
 
     status = 0
