@@ -849,6 +849,8 @@ def scale_report(out_dir: Path, data: dict[str, Any]) -> Path:
         lines += ["", "## The memory cache when it is too small", "", "```json",
                   json.dumps(mc, indent=1), "```"]  # fmt: skip
     lines += ["", "Raw figures: `results.json`."]
+    if (out_dir / "notes.md").exists():
+        lines.append("Why each step grows as it does: [notes.md](notes.md).")
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
