@@ -199,7 +199,7 @@ BIGROUPUSER_CN = dataclasses.replace(BIGROUPUSER, name="bigroupuser-cn", people_
 PRESETS: dict[str, Scenario] = {s.name: s for s in (SMALL, BIGROUPUSER, SMALL_CN, BIGROUPUSER_CN)}
 
 # The scale directories (perf.run --scale): bigroupuser at its 5,000 users, growing to
-# SCALE_FULL at 200,000 (issue 41): 50,000 groups, the big user in 10,002 groups at
+# SCALE_FULL at 200,000: 50,000 groups, the big user in 10,002 groups at
 # nesting level 2 (3,334 direct groups, each under a chain of two parents), three
 # groups of 20,000 users and one of 100,000.
 SCALE_FULL_USERS = 200_000

@@ -363,7 +363,7 @@ def test_scale_directories_grow_from_bigroupuser_to_the_full_size() -> None:
     assert scale(BIGROUPUSER.users) is BIGROUPUSER
     full = scale(SCALE_FULL_USERS)
     assert full == SCALE_FULL
-    # Issue 41's directory: 200,000 users, 50,000 groups, the big user in 10,000 groups
+    # The full scale directory: 200,000 users, 50,000 groups, the big user in 10,000 groups
     # at nesting level 2, groups of 20,000 and of 100,000 users.
     assert (full.users, full.groups, sum(full.tree_sizes)) == (200_000, 50_000, 10_002)
     assert (full.large_size, full.largest_size) == (20_000, 100_000)
