@@ -544,7 +544,6 @@ def make_targets(
 # memory cache does when a record or the users outgrow it. Each figure's growth is an
 # exponent, log(t2/t1)/log(n2/n1), against the count that drives it (SCALE_DRIVERS).
 
-SCALE_SIZES = (5000, 32000, 200000)
 # The steps of one scale cycle, in order, each measured with steps.measure.
 SCALE_STEPS: dict[str, str] = {
     "id_cold": "cold `id {user}` (empty cache)",
@@ -578,7 +577,6 @@ SCALE_DRIVER_LABELS = {
     "gids": "the big user's gids",
     "members": "the biggest group's members",
     "entries": "users + groups in the directory",
-    "users": "users in the directory",
 }
 
 
