@@ -32,20 +32,24 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import math
 import os
 import platform
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from cached import counters as C
 from perf.results import Results, Sample, ScenarioInfo
 from perf.steps import (
     NO_MEMCACHE,
@@ -62,6 +66,7 @@ from perf.steps import (
     nss_step,
 )
 from perf.targets import DOMAIN_OPTIONS, CachedTarget, SssdTarget, Target, stop_quietly
+from perf.timecmd import Timing
 from testing import gendir, install, nsenv, procstat, sssd
 from testing.gendir import BIGROUPUSER, Expected, Scenario
 from testing.slapd import Slapd
@@ -529,6 +534,415 @@ def make_targets(
     return out
 
 
+
+# -- the scale of one host (--scale) --------------------------------------------------------------
+#
+# The same daemon on ever bigger directories (testing.gendir.scale: bigroupuser's 5,000
+# users up to 200,000 users and 50,000 groups): cold and warm `id` of the big user and
+# `getent group` of the biggest group, `cache -E` and the lookups after it, every
+# process's memory, the stores on disk, a restart with the full cache, and what the
+# memory cache does when a record or the users outgrow it. Each figure's growth is an
+# exponent, log(t2/t1)/log(n2/n1), against the count that drives it (SCALE_DRIVERS).
+
+# The steps of one scale cycle, in order, each measured with steps.measure.
+SCALE_STEPS: dict[str, str] = {
+    "id_cold": "cold `id {user}` (empty cache)",
+    "id_warm_socket": "warm `id {user}`, socket only",
+    "id_warm_mc": "warm `id {user}`, memory cache allowed",
+    "group_cold": "cold `getent group {group}`",
+    "group_warm_socket": "warm `getent group {group}`, socket only",
+    "group_warm_mc": "warm `getent group {group}`, memory cache allowed",
+    "invalidate": "`{inval}` (everything cached expired)",
+    "id_after_inval": "`id {user}` after it (server unchanged: revalidation)",
+    "group_after_inval": "`getent group {group}` after it",
+    "restart": "start with the full cache (until ready)",
+    "id_after_restart": "`id {user}` after the restart, socket only",
+}
+# What each step's cost grows with: the big user's gids (level 2, primary included),
+# the biggest group's members, or the entries the cache holds after the cycle.
+SCALE_DRIVERS: dict[str, str] = {
+    "id_cold": "gids",
+    "id_warm_socket": "gids",
+    "id_warm_mc": "gids",
+    "group_cold": "members",
+    "group_warm_socket": "members",
+    "group_warm_mc": "members",
+    "invalidate": "entries",
+    "id_after_inval": "gids",
+    "group_after_inval": "members",
+    "restart": "entries",
+    "id_after_restart": "gids",
+}
+SCALE_DRIVER_LABELS = {
+    "gids": "the big user's gids",
+    "members": "the biggest group's members",
+    "entries": "users + groups in the directory",
+}
+
+
+def biggest_group(exp: Expected) -> str:
+    """The group with the most members (``largest`` in the scale directories, the
+    first large group in bigroupuser)."""
+    sc = exp.scenario
+    return gendir.LARGEST_GROUP if sc.largest_size else LARGE_GROUP
+
+
+def _restart(target: Target) -> Outcome:
+    """Stop the daemon and start it on the stores it left; the start is timed."""
+    if not isinstance(target, CachedTarget | SssdTarget):
+        return Outcome(None, False, f"{target.name} cannot be restarted here")
+    return Outcome(Timing(target.restart(), 0.0, 0.0, 0), True)
+
+
+def _memory(target: Target) -> dict[str, list[int]]:
+    """VmRSS and VmHWM (KiB) of each of the target's processes."""
+    return {
+        name: [procstat.proc_kib(pid, "VmRSS"), procstat.proc_kib(pid, "VmHWM")]
+        for name, pid in target.pids().items()
+    }
+
+
+def _stores(target: Target) -> dict[str, list[int]]:
+    return {k: [v.apparent, v.allocated] for k, v in target.store_files().items()}
+
+
+class ScaleRunner:
+    """One target through the scale cycle at one size; figures into ``out``."""
+
+    def __init__(self, out: dict[str, Any], gate: QuietGate, deadline: float = math.inf) -> None:
+        """``deadline``: time.monotonic() after which no step starts (a size whose
+        steps would hold the benchmark lock too long is left unfinished, and says so)."""
+        self.out = out
+        self.gate = gate
+        self.deadline = deadline
+
+    def cycle(self, target: Target, exp: Expected, slapd: Slapd, rep: int) -> None:
+        user, group = exp.big_user, biggest_group(exp)
+        level = target.level
+        steps: dict[str, list[dict[str, Any]]] = self.out.setdefault("steps", {})
+
+        def id_check(out: str) -> tuple[bool, str]:
+            return check_id(exp, level, user, out)
+
+        def group_check(out: str) -> tuple[bool, str]:
+            return check_group(exp, level, group, out)
+
+        def step(name: str, action: Callable[[], Outcome]) -> Sample:
+            print(f"perf.run --scale: {target.name} {exp.scenario.name} {name} #{rep}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            try:
+                if time.monotonic() > self.deadline:
+                    raise TimeoutError("not started: past the run's time budget")
+                sample = measure(target, slapd, action, self.gate)
+            except TimeoutError as e:
+                sample = Sample(wall=0.0, ok=False, note=str(e))
+            except subprocess.TimeoutExpired as e:
+                sample = Sample(wall=float(e.timeout), ok=False, note=f"not within {e.timeout} s")
+            steps.setdefault(name, []).append(asdict(sample))
+            if not sample.ok:
+                print(f"  ! {name}: {sample.note}", file=sys.stderr, flush=True)
+            return sample
+
+        id_argv, group_argv = ["id", user], ["getent", "group", group]
+        target.fresh()
+        self.out.setdefault("config", target.config_text())
+        if not step("id_cold", nss_step(target, id_argv, id_check)).ok:
+            return  # the rest would measure a cold lookup again, or wait as long
+        step("id_warm_socket", nss_step(target, id_argv, id_check, NO_MEMCACHE))
+        step("id_warm_mc", nss_step(target, id_argv, id_check))
+        if not step("group_cold", nss_step(target, group_argv, group_check)).ok:
+            return
+        step("group_warm_socket", nss_step(target, group_argv, group_check, NO_MEMCACHE))
+        step("group_warm_mc", nss_step(target, group_argv, group_check))
+        if rep == 0:
+            self.out["memory_kib"] = _memory(target)
+            self.out["stores"] = _stores(target)
+        na: list[str] = []
+        step("invalidate", invalidate_step(target, na))
+        if not na:
+            step("id_after_inval", nss_step(target, id_argv, id_check))
+            step("group_after_inval", nss_step(target, group_argv, group_check))
+        step("restart", lambda: _restart(target))
+        step("id_after_restart", nss_step(target, id_argv, id_check, NO_MEMCACHE))
+        if rep == 0:
+            self.out["memory_after_restart_kib"] = _memory(target)
+
+
+def memcache_capacity(
+    workdir: Path, slapd: Slapd, exp: Expected, mib: int = 1, users: int = 20_000
+) -> dict[str, Any]:
+    """What the memory cache does when it is too small, with ``memcache_size_group``
+    and ``memcache_size_passwd`` at ``mib``: the biggest group (its record does not
+    fit: the log line, and the answer through the socket), and ``users`` users looked
+    up twice (more than the passwd file holds: how many of the second pass reached
+    the responder, from its request counter, and so were not in the memory cache)."""
+    group = biggest_group(exp)
+    sizes = {"memcache_size_group": mib, "memcache_size_passwd": mib}
+    t = CachedTarget(workdir, slapd.uri, slapd.base_dn, sizes)
+    out: dict[str, Any] = {**sizes, "group": group}
+    try:
+        t.fresh()
+        d = t._d()
+        p = t.run_nss(["getent", "group", group])
+        ok, note = check_group(exp, t.level, group, p.stdout)
+        out["group_answer_ok"] = ok and p.returncode == 0
+        out["group_note"] = note
+        names = exp.user_names()[:users]
+        out["users"] = len(names)
+        served = []
+        for attempt in range(2):
+            before = d.counters()
+            for i in range(0, len(names), 5000):  # getent takes many keys per run
+                p = t.run_nss(["getent", "passwd", *names[i : i + 5000]])
+                if p.returncode != 0:
+                    raise RuntimeError(f"getent passwd (pass {attempt + 1}): {p.stderr[-300:]}")
+            served.append(C.diff(d.counters(), before)[C.NSS_REQUEST].count)
+        out["socket_requests_per_pass"] = served
+        logged = [line for line in d.log_text().splitlines() if "memory cache" in line]
+        out["log_lines"] = logged[:3]
+        out["log_lines_count"] = len(logged)
+        out["files"] = _stores(t)
+    finally:
+        stop_quietly(t)
+    return out
+
+
+def _exponent(v1: float, v2: float, n1: float, n2: float) -> float | None:
+    if min(v1, v2, n1, n2) <= 0 or n1 == n2:
+        return None
+    return math.log(v2 / v1) / math.log(n2 / n1)
+
+
+def _median(samples: list[dict[str, Any]], key: str = "wall") -> float | None:
+    good = [s[key] for s in samples if s.get("ok")]
+    return statistics.median(good) if good else None
+
+
+def scale_report(out_dir: Path, data: dict[str, Any]) -> Path:
+    """report.md of a scale run: the table per target with exponents."""
+    sizes = [str(n) for n in data["sizes"] if str(n) in data["scenarios"]]
+    lines = ["# The scale of one host", "", "Runs (each under `flock /work/perf.lock`):", ""]
+    for m in data.get("runs", [data["meta"]]):
+        start = ", ".join(f"{x:.2f}" for x in m["loadavg_start"])
+        end = ", ".join(f"{x:.2f}" for x in m.get("loadavg_end") or ())
+        lines.append(
+            f"- `{' '.join(m['argv'])}`: {m['date']}, commit {m['cached_commit']}"
+            f"{' (+ local changes)' if m.get('cached_tree_dirty') else ''}, load average"
+            f" {start} at the start, {end or '?'} at the end"
+        )
+    lines += [
+        "",
+        "## The directories",
+        "",
+        "| users | groups | entries | the big user's gids (level 2) | biggest group |"
+        " LDIF MB | slapadd s | slapd DB MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in sizes:
+        i = data["scenarios"][n]
+        lines.append(
+            f"| {i['users']:,} | {i['groups']:,} | {i['entries']:,} | {i['gids']:,} |"
+            f" {i['group']} ({i['members']:,}) | {i['ldif_bytes'] / 1e6:.0f} |"
+            f" {i['slapadd_s']:.1f} | {i['slapd_db_bytes'] / 1e6:.0f} |"
+        )
+    for target, per_size in data["targets"].items():
+        done = [n for n in sizes if n in per_size]
+        lines += [
+            "",
+            f"## {target}",
+            "",
+            "Median wall seconds (runs in brackets); exponent = log(t2/t1)/log(n2/n1)"
+            " between neighbouring sizes, n the count in the last column.",
+            "",
+            "| step | " + " | ".join(f"{int(n):,} users" for n in done)
+            + " | exponents | n |",
+            "|---|" + "---:|" * len(done) + "---|---|",
+        ]
+        for step, label in SCALE_STEPS.items():
+            driver = SCALE_DRIVERS[step]
+            cells: list[str] = []
+            vals: list[float | None] = []
+            for n in done:
+                samples = per_size[n].get("steps", {}).get(step, [])
+                med = _median(samples)
+                vals.append(med)
+                if med is None:
+                    note = next((s["note"] for s in samples if s.get("note")), "")
+                    cells.append(f"— {note[:60]}" if note else "—")
+                else:
+                    cells.append(f"{med:.3f} ({len([s for s in samples if s['ok']])})")
+            exps = []
+            for a, b, na, nb in zip(vals, vals[1:], done, done[1:], strict=False):
+                e = None
+                if a is not None and b is not None:
+                    e = _exponent(a, b, data["scenarios"][na][driver],
+                                  data["scenarios"][nb][driver])  # fmt: skip
+                exps.append("—" if e is None else f"{e:.2f}")
+            text = label.format(user="bigroupuser", group="<biggest>", inval=data["inval"][target])
+            lines.append(
+                f"| {text} | " + " | ".join(cells)
+                + f" | {', '.join(exps)} | {SCALE_DRIVER_LABELS[driver]} |"
+            )
+        lines += [
+            "",
+            "What each step cost beyond its wall time (medians): entries slapd returned,"
+            " slapd's CPU seconds, the daemon's CPU seconds (all its processes); the"
+            " exponent of the wall time against the entries returned:",
+            "",
+            "| step | " + " | ".join(f"{int(n):,}: entries / slapd / daemon" for n in done)
+            + " | exponents (entries) |",
+            "|---|" + "---:|" * len(done) + "---|",
+        ]
+        for step in SCALE_STEPS:
+            cells = []
+            walls: list[float | None] = []
+            entries: list[float | None] = []
+            for n in done:
+                samples = [s for s in per_size[n].get("steps", {}).get(step, []) if s["ok"]]
+                if not samples:
+                    cells.append("—")
+                    walls.append(None)
+                    entries.append(None)
+                    continue
+                ent = statistics.median(s["entries"] for s in samples)
+                scpu = statistics.median(s["slapd_cpu"] for s in samples)
+                dcpu = statistics.median(sum(s["daemon_cpu"].values()) for s in samples)
+                cells.append(f"{ent:,.0f} / {scpu:.2f} / {dcpu:.2f}")
+                walls.append(statistics.median(s["wall"] for s in samples))
+                entries.append(ent)
+            exps = []
+            for i in range(len(done) - 1):
+                a, b, ea, eb = walls[i], walls[i + 1], entries[i], entries[i + 1]
+                e = None
+                if a is not None and b is not None and ea is not None and eb is not None:
+                    e = _exponent(a, b, ea, eb)
+                exps.append("—" if e is None else f"{e:.2f}")
+            lines.append(f"| {step} | " + " | ".join(cells) + f" | {', '.join(exps)} |")
+        lines += ["", "Memory (VmRSS / VmHWM, MiB) after the lookups, and after the restart:", ""]
+        lines += ["| process | " + " | ".join(f"{int(n):,}" for n in done) + " |",
+                  "|---|" + "---:|" * len(done)]  # fmt: skip
+        names = sorted({k for n in done for k in per_size[n].get("memory_kib", {})})
+        for name in names:
+            cells = []
+            for n in done:
+                m = per_size[n].get("memory_kib", {}).get(name)
+                r = per_size[n].get("memory_after_restart_kib", {}).get(name)
+                cell = f"{m[0] / 1024:.0f} / {m[1] / 1024:.0f}" if m else "—"
+                if r:
+                    cell += f"; {r[0] / 1024:.0f} after restart"
+                cells.append(cell)
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", "Stores on disk after the lookups (MB allocated; apparent size):", ""]
+        lines += ["| file | " + " | ".join(f"{int(n):,}" for n in done) + " |",
+                  "|---|" + "---:|" * len(done)]  # fmt: skip
+        files = sorted({k for n in done for k in per_size[n].get("stores", {})})
+        for f in files:
+            cells = []
+            for n in done:
+                v = per_size[n].get("stores", {}).get(f)
+                cells.append(f"{v[1] / 1e6:.1f} ({v[0] / 1e6:.1f})" if v else "—")
+            lines.append(f"| {f} | " + " | ".join(cells) + " |")
+    mc = data.get("memcache")
+    if mc:
+        lines += ["", "## The memory cache when it is too small", "", "```json",
+                  json.dumps(mc, indent=1), "```"]  # fmt: skip
+    lines += ["", "Raw figures: `results.json`."]
+    if (out_dir / "notes.md").exists():
+        lines.append("Why each step grows as it does: [notes.md](notes.md).")
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def scale_main(args: argparse.Namespace) -> int:
+    """``--scale``: the scale table (see the section comment)."""
+    out = args.out or RESULTS_DIR / f"{dt.date.today().isoformat()}-scale-one-host"
+    if args.scale_render:
+        data = json.loads((out / "results.json").read_text())
+        print(f"perf.run --scale: report {scale_report(out, data)}")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="scale-", dir="/tmp"))
+    workdir.chmod(0o755)
+    data = {
+        "meta": environment(args, workdir),
+        "sizes": list(args.scale),
+        "scenarios": {},
+        "targets": {},
+        "inval": {"cached": "cached cache -E", "sssd": "sss_cache -E"},
+    }
+    path = out / "results.json"
+    if path.exists() and args.scale_resume:
+        old = json.loads(path.read_text())
+        data["scenarios"] = old.get("scenarios", {})
+        data["targets"] = old.get("targets", {})
+        data["memcache"] = old.get("memcache")
+        data["sizes"] = sorted({*old.get("sizes", []), *args.scale})
+        data["runs"] = old.get("runs", [old["meta"]])
+    data.setdefault("runs", []).append(data["meta"])
+    names = ["cached", *(["sssd"] if args.scale_sssd else [])]
+    gate = QuietGate(args.quiet_wait, args.quiet_budget)
+
+    def save() -> None:
+        data["meta"]["loadavg_end"] = list(os.getloadavg())
+        path.write_text(json.dumps(data, indent=1))
+
+    status = 0
+    try:
+        for n in args.scale:
+            sc = gendir.scale(n)
+            gen = gendir.generate(sc, args.data_dir, reuse=True)
+            exp = gen.expected()
+            group = biggest_group(exp)
+            t0 = time.monotonic()
+            with Slapd(workdir / f"slapd-{n}", gen.ldif, sc.base_dn) as server:
+                info = {
+                    "users": sc.users + 1,
+                    "groups": sc.groups,
+                    "entries": sc.users + 1 + sc.groups,
+                    "gids": len(exp.initgroups(exp.big_user, LEVEL)),
+                    "group": group,
+                    "members": len(exp.members(group, LEVEL)),
+                    "ldif_bytes": gen.ldif.stat().st_size,
+                    "slapadd_s": round(time.monotonic() - t0, 1),
+                }
+                warm_slapd(server)
+                info["slapd_db_bytes"] = sum(
+                    f.allocated for f in procstat.file_sizes(server.db_dir).values()
+                )
+                data["scenarios"][str(n)] = info
+                for name in names:
+                    if name == "sssd" and n not in args.scale_sssd:
+                        continue
+                    if name == "cached" and args.scale_reps < 1:
+                        continue  # SSSD alone, added to cached's figures (--scale-resume)
+                    per: dict[str, Any] = {}
+                    data["targets"].setdefault(name, {})[str(n)] = per
+                    (target,) = make_targets([name], workdir, server)
+                    if isinstance(target, SssdTarget):
+                        target.client_timeout = args.scale_sssd_timeout
+                    reps = args.scale_reps if name == "cached" else 1
+                    deadline = time.monotonic() + args.scale_budget
+                    try:
+                        for rep in range(reps):
+                            ScaleRunner(per, gate, deadline).cycle(target, exp, server, rep)
+                            save()
+                    except Exception as e:  # keep what was measured; say what failed
+                        status = 1
+                        per["error"] = f"{type(e).__name__}: {e}"
+                        traceback.print_exc()
+                    finally:
+                        stop_quietly(target)
+                if args.scale_memcache and n == max(args.scale):
+                    data["memcache"] = memcache_capacity(workdir / "mc-small", server, exp)
+                save()
+            shutil.rmtree(workdir / f"slapd-{n}", ignore_errors=True)
+    finally:
+        save()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"perf.run --scale: report {scale_report(out, data)}", file=sys.stderr)
+    return status
+
 # -- main -----------------------------------------------------------------------------------------
 
 
@@ -624,6 +1038,57 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DATA_DIR,
         help="generated LDIF files, reused between runs (default .benchmarks/perf-data)",
     )
+    p.add_argument(
+        "--scale",
+        type=_csv_ints,
+        metavar="N,N,…",
+        help="instead: the scale of one host, on the directories of N users"
+        " (testing.gendir.scale; 5000 is bigroupuser; e.g. 5000,32000,200000)",
+    )
+    p.add_argument(
+        "--scale-reps",
+        type=int,
+        default=3,
+        help="--scale: cycles per size for cached (3; 0: cached not run)",
+    )
+    p.add_argument(
+        "--scale-sssd",
+        type=_csv_ints,
+        default=(),
+        metavar="N,N,…",
+        help="--scale: the sizes SSSD 2.8.2 runs too (one cycle each)",
+    )
+    p.add_argument(
+        "--scale-sssd-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="--scale: SSSD's lookups are given up after S seconds (600)",
+    )
+    p.add_argument(
+        "--scale-memcache",
+        action="store_true",
+        help="--scale: at the largest size, the memory cache too small (1 MiB group and"
+        " passwd files: the biggest group, 20,000 users looked up twice)",
+    )
+    p.add_argument(
+        "--scale-budget",
+        type=float,
+        default=math.inf,
+        metavar="S",
+        help="--scale: no step starts later than S seconds after a target's first at a"
+        " size (the steps left are marked not started)",
+    )
+    p.add_argument(
+        "--scale-render",
+        action="store_true",
+        help="--scale: only render report.md again from the results.json in --out",
+    )
+    p.add_argument(
+        "--scale-resume",
+        action="store_true",
+        help="--scale: add to the results.json in --out (other sizes or targets)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.reps = args.sssd_reps = args.sweep_reps = args.sssd_sweep_reps = 1
@@ -640,6 +1105,14 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"perf.run: cannot run the NSS steps: {reason}", file=sys.stderr)
         return 2
+    if args.scale or args.scale_render:
+        if args.scale_sssd:
+            try:
+                install.ensure_packages(sssd.PACKAGES, ("sssd",), [])
+            except install.InstallError as e:
+                print(f"perf.run: {e}", file=sys.stderr)
+                return 2
+        return scale_main(args)
     names = ["cached"]
     install_log: list[str] = []
     if args.with_sssd:

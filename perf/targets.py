@@ -97,10 +97,14 @@ class CachedTarget:
     name = "cached"
     level = int(DOMAIN_OPTIONS["ldap_group_nesting_level"])
 
-    def __init__(self, workdir: Path, uri: str, base: str) -> None:
+    def __init__(
+        self, workdir: Path, uri: str, base: str, nss: dict[str, Any] | None = None
+    ) -> None:
+        """``nss``: [nss] options on top of CACHED_NSS."""
         self.workdir = workdir
         self.uri = uri
         self.base = base
+        self.nss = {**CACHED_NSS, **(nss or {})}
         self.daemon: CachedDaemon | None = None
         self._pids: dict[str, int] = {}
         self._cycle = 0
@@ -114,17 +118,31 @@ class CachedTarget:
             [self.uri],
             self.base,
             log_level="info",
-            nss=CACHED_NSS,
+            nss=self.nss,
             **DOMAIN_OPTIONS,
         )
         d.start()
         self.daemon = d
-        status = d.control("status")
+        self._find_pids()
+        _warm_up(self)
+
+    def _find_pids(self) -> None:
+        status = self._d().control("status")
         self._pids = {"cached monitor": int(status["monitor"]["pid"])}
         for child in status["children"]:
             if child.get("running") and child.get("pid"):
                 self._pids[f"cached {child['name']}"] = int(child["pid"])
-        _warm_up(self)
+
+    def restart(self) -> float:
+        """Stop and start again on the stores it has; the seconds the start took
+        (until every process is ready)."""
+        d = self._d()
+        d.stop()
+        t0 = time.monotonic()
+        d.start()
+        took = time.monotonic() - t0
+        self._find_pids()
+        return took
 
     def stop(self) -> None:
         if self.daemon is not None:
@@ -185,6 +203,9 @@ class SssdTarget:
             domain.update(SSSD_SURVIVAL_DOMAIN)
             nss.update(SSSD_SURVIVAL_NSS)
         self.daemon = SssdDaemon(workdir, uri, base, nss=nss, **domain)
+        # Seconds a client command may take before it is killed (perf.run --scale
+        # gives up on a size SSSD cannot finish).
+        self.client_timeout = 1800.0
 
     def fresh(self) -> None:
         self.daemon.stop()
@@ -195,10 +216,18 @@ class SssdTarget:
     def stop(self) -> None:
         self.daemon.stop()
 
+    def restart(self) -> float:
+        """Stop and start again on the cache it has; the seconds the start took
+        (until its sockets are there)."""
+        self.daemon.stop()
+        t0 = time.monotonic()
+        self.daemon.start()
+        return time.monotonic() - t0
+
     def run_nss(
         self, argv: list[str], env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return self.daemon.run_nss(argv, env=env)
+        return self.daemon.run_nss(argv, env=env, timeout=self.client_timeout)
 
     def invalidate_command(self) -> str:
         return "sss_cache -E"

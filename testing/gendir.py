@@ -54,6 +54,7 @@ PRIMARY_GROUP = "users"
 PRIMARY_GID = 10000
 FIRST_UID = 10001
 FIRST_GID = 20001
+LARGEST_GROUP = "largest"
 LOGIN_SHELL = "/bin/bash"
 # Bump when the JSON layout changes, so a stale file is rejected, not misread.
 EXPECTED_FORMAT = 1
@@ -80,6 +81,9 @@ class Scenario:
     random_members: int = 20  # ordinary users added to every tree and filler group
     large_groups: int = 3
     large_size: int = 5000  # user members of each large group (big user not among them)
+    # One more group, ``largest``, of this many user members (0: none): the scale
+    # directories' group of 100,000, five times their large groups.
+    largest_size: int = 0
     seed: int = 2307
     base_dn: str = "dc=example,dc=test"
     schema: str = "rfc2307bis"
@@ -101,10 +105,11 @@ class Scenario:
             problems.append(f"nest_fraction {self.nest_fraction} must be in (0, 1]")
         if self.children_per_parent < 1 or self.depth < 0 or self.user_groups < 0:
             problems.append("children_per_parent must be >= 1, depth and user_groups >= 0")
-        if self.random_members > self.users or self.large_size > self.users:
+        if max(self.random_members, self.large_size, self.largest_size) > self.users:
             problems.append(
-                f"random_members ({self.random_members}) and large_size ({self.large_size})"
-                f" cannot exceed the number of users ({self.users})"
+                f"random_members ({self.random_members}), large_size ({self.large_size})"
+                f" and largest_size ({self.largest_size}) cannot exceed the number of"
+                f" users ({self.users})"
             )
         if self.groups < self.required_groups:
             problems.append(
@@ -135,7 +140,7 @@ class Scenario:
 
     @property
     def required_groups(self) -> int:
-        return sum(self.tree_sizes) + self.large_groups + 1
+        return sum(self.tree_sizes) + self.large_groups + (self.largest_size > 0) + 1
 
     @property
     def stem(self) -> str:
@@ -192,6 +197,57 @@ SMALL_CN = dataclasses.replace(SMALL, name="small-cn", people_rdn="cn")
 BIGROUPUSER_CN = dataclasses.replace(BIGROUPUSER, name="bigroupuser-cn", people_rdn="cn")
 
 PRESETS: dict[str, Scenario] = {s.name: s for s in (SMALL, BIGROUPUSER, SMALL_CN, BIGROUPUSER_CN)}
+
+# The scale directories (perf.run --scale): bigroupuser at its 5,000 users, growing to
+# SCALE_FULL at 200,000: 50,000 groups, the big user in 10,002 groups at
+# nesting level 2 (3,334 direct groups, each under a chain of two parents), three
+# groups of 20,000 users and one of 100,000.
+SCALE_FULL_USERS = 200_000
+SCALE_FULL = Scenario(
+    name="scale-200000",
+    users=SCALE_FULL_USERS,
+    groups=50_000,
+    user_groups=3334,
+    nest_fraction=1.0,
+    children_per_parent=1,
+    depth=2,
+    large_size=20_000,
+    largest_size=100_000,
+)
+
+
+def scale(users: int) -> Scenario:
+    """The directory of ``users`` ordinary users on the way from bigroupuser (5,000
+    users) to SCALE_FULL (200,000): ``scale(5000)`` is bigroupuser itself, above it
+    the SCALE_FULL shape with every count (groups, the big user's groups at level 2,
+    the large groups' and the largest group's size) interpolated geometrically
+    between the two ends, so that each grows by a fixed power of the user count and a
+    cost's growth exponent can be read against the count that drives it."""
+    low, high = BIGROUPUSER, SCALE_FULL
+    if users == low.users:
+        return low
+    if not low.users < users <= high.users:
+        raise ValueError(
+            f"scale: {users} users is outside {low.users}..{high.users} (bigroupuser to"
+            " the full scale directory)"
+        )
+    t = math.log(users / low.users) / math.log(high.users / low.users)
+
+    def between(a: int, b: int) -> int:
+        return round(a * math.pow(b / a, t))
+
+    # The big user's groups at level 2: bigroupuser's 2,085 (2,000 + 80 + 4 + 1) up to
+    # SCALE_FULL's 10,002; each direct group brings two parents.
+    member_of = between(sum(low.tree_sizes), sum(high.tree_sizes))
+    return dataclasses.replace(
+        high,
+        name=f"scale-{users}",
+        users=users,
+        groups=between(low.groups, high.groups),
+        user_groups=-(-member_of // 3),
+        large_size=between(low.large_size, high.large_size),
+        largest_size=between(low.large_size, high.largest_size),
+    )
 
 # The sweep of the perf reports: how cost grows with a user's groups and a group's size.
 SWEEP_USER_GROUPS = (250, 500, 1000, 2000, 4000)
@@ -304,6 +360,7 @@ def build(scenario: Scenario) -> Directory:
                 parent.groups.extend(c.name for c in chunk)
         levels.append(current)
     large = [new_group(f"large{i:02d}") for i in range(1, s.large_groups + 1)]
+    largest = [new_group(LARGEST_GROUP)] if s.largest_size else []
     filler_count = s.groups - len(nodes)  # nodes holds the primary, tree and large groups
     fw = max(4, len(str(filler_count)))
     filler = [new_group(f"grp{i:0{fw}d}") for i in range(1, filler_count + 1)]
@@ -313,6 +370,9 @@ def build(scenario: Scenario) -> Directory:
         node.users.extend(ordinary[i] for i in picked)
     for node in large:
         picked = sorted(rng.sample(range(s.users), s.large_size))
+        node.users.extend(ordinary[i] for i in picked)
+    for node in largest:
+        picked = sorted(rng.sample(range(s.users), s.largest_size))
         node.users.extend(ordinary[i] for i in picked)
 
     nesting = s.schema == "rfc2307bis"
@@ -721,6 +781,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="sweep variant: members of each large group (e.g. 1000..20000)",
     )
+    parser.add_argument(
+        "--users",
+        type=int,
+        metavar="N",
+        help=f"the scale directory of N users ({BIGROUPUSER.users}..{SCALE_FULL_USERS},"
+        " instead of --scenario): see gendir.scale",
+    )
     parser.add_argument("--seed", type=int, help="override the scenario's RNG seed")
     parser.add_argument(
         "--people-rdn",
@@ -736,7 +803,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in zoo.generate(args.outdir):
             print(path, flush=True)
         return 0
-    scenario = PRESETS[args.scenario]
+    try:
+        scenario = PRESETS[args.scenario] if args.users is None else scale(args.users)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.user_groups is not None or args.large_size is not None:
         scenario = sweep(
             args.user_groups if args.user_groups is not None else scenario.user_groups,

@@ -25,6 +25,9 @@ from cached.model import User
 from testing.gendir import (
     BIGROUPUSER,
     BIGROUPUSER_CN,
+    LARGEST_GROUP,
+    SCALE_FULL,
+    SCALE_FULL_USERS,
     SMALL,
     SMALL_CN,
     SWEEP_LARGE_SIZES,
@@ -33,6 +36,7 @@ from testing.gendir import (
     Scenario,
     generate,
     main,
+    scale,
     sweep,
 )
 from testing.slapd import DEREF_CONTROL, PAGED_RESULTS_CONTROL, LiveDirectory, Slapd, SlapdError
@@ -353,6 +357,35 @@ def test_scenario_shapes() -> None:
         dataclasses.replace(BIGROUPUSER, groups=100)
     with pytest.raises(ValueError, match="schema"):
         BIGROUPUSER.with_schema("ad")
+
+
+def test_scale_directories_grow_from_bigroupuser_to_the_full_size() -> None:
+    assert scale(BIGROUPUSER.users) is BIGROUPUSER
+    full = scale(SCALE_FULL_USERS)
+    assert full == SCALE_FULL
+    # The full scale directory: 200,000 users, 50,000 groups, the big user in 10,000 groups
+    # at nesting level 2, groups of 20,000 and of 100,000 users.
+    assert (full.users, full.groups, sum(full.tree_sizes)) == (200_000, 50_000, 10_002)
+    assert (full.large_size, full.largest_size) == (20_000, 100_000)
+    mid = scale(32_000)
+    for field in ("groups", "large_size", "largest_size"):
+        low, here, high = (getattr(s, field) or 5000 for s in (BIGROUPUSER, mid, full))
+        assert low < here < high, field
+    assert sum(BIGROUPUSER.tree_sizes) < sum(mid.tree_sizes) < sum(full.tree_sizes)
+    assert mid.groups >= mid.required_groups
+    for users in (4999, 200_001):
+        with pytest.raises(ValueError, match="outside"):
+            scale(users)
+
+
+def test_the_largest_group_has_its_size_in_members(tmp_path: Path) -> None:
+    scenario = dataclasses.replace(SMALL, name="small-largest", groups=25, largest_size=20)
+    exp = generate(scenario, tmp_path).expected()
+    assert len(exp.members(LARGEST_GROUP, 0)) == 20
+    assert exp.group(LARGEST_GROUP).gid not in {exp.group(g).gid for g in exp.group_names()
+                                                 if g != LARGEST_GROUP}  # fmt: skip
+    with pytest.raises(ValueError, match="largest_size"):
+        dataclasses.replace(SMALL, largest_size=SMALL.users + 1)
 
 
 def test_generation_is_deterministic(tmp_path: Path) -> None:

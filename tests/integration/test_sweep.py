@@ -234,6 +234,25 @@ def test_a_sweep_that_gave_up_is_not_tried_again_for_as_many_members(tmp_path, s
     assert (spy.sweeps(), spy.stopped) == (1, 1), spy.calls
 
 
+def test_a_sweep_answered_in_full_at_its_size_limit_names_the_members(tmp_path, slapd_small):
+    """Its bound one short of the directory's users: the unpaged sweep's sizeLimit
+    (bound + 1) is every user, and slapd answers in full (success, not
+    sizeLimitExceeded). Every user is then read: the members are named from the
+    rows, not given up to deref with the same users read twice."""
+    exp = slapd_small.expected
+    p, _cache, spy = _backend(tmp_path, slapd_small)
+    p.client.connect()  # the root DSE: paging offered, so a sweep is possible
+    p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1, factor=1)
+    users = [exp.user(n).dn for n in exp.user_names()]
+    wanted = users[: len(users) - 1]  # the bound: one user fewer than the base holds
+    lookup = {dn.lower(): (dn, 0) for dn in wanted}
+    known: dict[str, Any] = {}
+    p._walk(0.0).sweep_users(lookup, known)
+    assert (spy.sweeps(), spy.stopped, spy.unpaged) == (1, 0, 1), spy.calls
+    assert lookup == {}  # every member named by the sweep
+    assert len(known) == len(wanted) and p.sweeps.users_at_least == 0
+
+
 @pytest.mark.parametrize("why", ["too-few-to-sweep", "sweep-gave-up"])
 def test_first_level_again_with_deref_when_members_are_left(tmp_path, slapd_small, why):
     """The first level went without deref for a sweep that did not name its members:
