@@ -22,6 +22,7 @@ from cached.config import parse_config
 from testing import addc, addir, adjoin, sssd
 from testing.adjoin import DOMAIN, JoinedHost
 from testing.daemon import CachedDaemon
+from testing.pamenv import service_file
 
 pytestmark = pytest.mark.skipif(
     adjoin.skip_reason() is not None, reason=adjoin.skip_reason() or ""
@@ -252,3 +253,125 @@ def _tgt_end(host: JoinedHost, ccache: str) -> datetime.datetime:
             fields = line.split()
             return datetime.datetime.strptime(f"{fields[2]} {fields[3]}", "%m/%d/%y %H:%M:%S")
     raise AssertionError(out)
+
+
+# -- Kerberos logins through pam_sss on the host ------------------------------------------
+#
+# realmd's file as written: auth_provider is id_provider's (ad), so a password login is
+# a TGT from the DC's KDC (found through the DNS SRV records of the host's krb5.conf),
+# validated with the keytab adcli wrote and stored in the ccache krb5_ccname_template
+# names (SSSD's default FILE:%d/krb5cc_%U_XXXXXX, %d = /tmp). pam_sss runs inside the
+# host's namespaces (JoinedHost.pam_env). Only `authenticate` is driven: acct_mgmt is
+# access_provider = ad's (GPOs: tests/integration/test_adaccess.py).
+
+LOGIN_USER = "alice"
+LOGIN_PASSWORD = "Kr-Al1ce-J0ined7"
+LOGIN_SERVICE = "login"
+SUCCESS, AUTH_ERR = 0, 7
+
+
+@pytest.fixture(scope="module")
+def login_user(host: JoinedHost) -> Iterator[str]:
+    """alice with a password (and enabled); the ccaches the module's logins leave in
+    /tmp removed at the end."""
+    host.set_password(LOGIN_USER, LOGIN_PASSWORD)
+    before = set(Path("/tmp").glob("krb5cc_*"))
+    yield f"{LOGIN_USER}@{DOMAIN}"
+    for leftover in set(Path("/tmp").glob("krb5cc_*")) - before:
+        leftover.unlink(missing_ok=True)
+
+
+def _ids(host: JoinedHost, d: CachedDaemon | sssd.SssdDaemon, name: str) -> tuple[int, int]:
+    uid = host.run_nss(["id", "-u", name], d.pipes_dir, d.mc_dir)
+    gid = host.run_nss(["id", "-g", name], d.pipes_dir, d.mc_dir)
+    assert uid.returncode == gid.returncode == 0, uid.stderr + gid.stderr
+    return int(uid.stdout), int(gid.stdout)
+
+
+def _login(host: JoinedHost, d: CachedDaemon | sssd.SssdDaemon, user: str, password: str
+           ) -> tuple[int, str]:  # fmt: skip
+    """pam_sss's authenticate for ``user`` on the host: its PAM status and the
+    KRB5CCNAME it left in the PAM environment ("" when none)."""
+    d.pipes_dir.chmod(0o755)  # the public socket is for uid 65534 too
+    env = host.pam_env(d.pipes_dir, {LOGIN_SERVICE: service_file()}, d.mc_dir)
+    res = env.drive(LOGIN_SERVICE, user, ["authenticate"], answers=[password])
+    (rc,) = res.codes
+    return rc, res.env.get("KRB5CCNAME", "")
+
+
+def _check_ccache(host: JoinedHost, ccname: str, uid: int, gid: int) -> str:
+    """The ccache is a file the user owns (0600) that ``klist -s`` as the user finds a
+    valid TGT in; klist's listing."""
+    assert ccname.startswith("FILE:/tmp/krb5cc_"), ccname
+    st = Path(ccname[5:]).stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o600)
+    assert host.run_as(uid, gid, ["klist", "-s", "-c", ccname]).returncode == 0
+    return host.run_as(uid, gid, ["klist", "-c", ccname]).stdout
+
+
+def test_kerberos_login_leaves_a_tgt_in_the_users_ccache(
+    host: JoinedHost, cached: CachedDaemon, login_user: str
+) -> None:
+    uid, gid = _ids(host, cached, login_user)
+    rc, ccname = _login(host, cached, login_user, LOGIN_PASSWORD)
+    assert rc == SUCCESS, cached.log_tail()
+    assert ccname.startswith(f"FILE:/tmp/krb5cc_{uid}_"), (ccname, cached.log_tail())
+    listed = _check_ccache(host, ccname, uid, gid)
+    assert f"Default principal: {LOGIN_USER}@CACHED.TEST" in listed, listed
+    assert "krbtgt/CACHED.TEST@CACHED.TEST" in listed, listed
+    log = cached.log_text()
+    assert "TGT validation failed" not in log and "Traceback" not in log, cached.log_tail()
+    secret = LOGIN_PASSWORD.encode()
+    assert [f for f in cached.workdir.rglob("*") if f.is_file() and secret in f.read_bytes()
+            ] == []  # fmt: skip
+
+
+def test_kerberos_login_with_a_wrong_password_is_refused(
+    host: JoinedHost, cached: CachedDaemon, login_user: str
+) -> None:
+    rc, ccname = _login(host, cached, login_user, "Not-The-Passw0rd")
+    assert (rc, ccname) == (AUTH_ERR, ""), cached.log_tail()
+    assert "KDC_ERR_PREAUTH_FAILED" in cached.log_text(), cached.log_tail()
+
+
+def test_kerberos_login_as_sssd(host: JoinedHost, login_user: str, tmp_path: Path) -> None:
+    """SSSD 2.8.2 with realmd's file and the keytab: the same statuses, and its
+    krb5_child's ccache of the same name pattern, owner and TGT."""
+    reason = sssd.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    s = sssd.SssdDaemon(tmp_path / "sssd", "", "", pam={})
+    s.config = adjoin.REALMD_SSSD_CONF
+    s.prefix = host.prefix
+    with s:
+        uid, gid = _ids(host, s, login_user)
+        rc, ccname = _login(host, s, login_user, LOGIN_PASSWORD)
+        assert rc == SUCCESS, s.log_tail()
+        assert ccname.startswith(f"FILE:/tmp/krb5cc_{uid}_"), ccname
+        assert f"Default principal: {LOGIN_USER}@CACHED.TEST" in _check_ccache(
+            host, ccname, uid, gid)  # fmt: skip
+        assert _login(host, s, login_user, "Not-The-Passw0rd") == (AUTH_ERR, "")
+
+
+def test_offline_kerberos_login_after_the_dc_stops(
+    host: JoinedHost, cached: CachedDaemon, login_user: str
+) -> None:
+    """The last online login left its cached credentials (cache_credentials = True in
+    realmd's file); with the DC (KDC, LDAP, DNS) stopped the password logs in against
+    them, a wrong one does not, and KRB5CCNAME names a ccache the user owns with no
+    ticket yet (krb5_store_password_if_offline = True). Runs last: it stops the DC."""
+    assert host.dc is not None
+    uid, gid = _ids(host, cached, login_user)
+    assert _login(host, cached, login_user, LOGIN_PASSWORD)[0] == SUCCESS, cached.log_tail()
+    host.dc.stop()
+    try:
+        rc, ccname = _login(host, cached, login_user, LOGIN_PASSWORD)
+        assert rc == SUCCESS, cached.log_tail()
+        offline = rf"offline login of '{LOGIN_USER}(@{DOMAIN})?': PAM status 0"
+        assert re.search(offline, cached.log_text()), cached.log_tail()
+        st = Path(ccname[5:]).stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (uid, 0o600)
+        assert host.run_as(uid, gid, ["klist", "-s", "-c", ccname]).returncode != 0
+        assert _login(host, cached, login_user, "Not-The-Passw0rd") == (AUTH_ERR, "")
+    finally:
+        host.dc.start()
