@@ -13,7 +13,7 @@ import datetime
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -351,6 +351,86 @@ def test_kerberos_login_as_sssd(host: JoinedHost, login_user: str, tmp_path: Pat
         assert f"Default principal: {LOGIN_USER}@CACHED.TEST" in _check_ccache(
             host, ccname, uid, gid)  # fmt: skip
         assert _login(host, s, login_user, "Not-The-Passw0rd") == (AUTH_ERR, "")
+
+
+# Samba 4.17's KDC answers KRB_AP_ERR_TKT_EXPIRED to a TGS request (a renewal, or the
+# service ticket of krb5_validate) made with a TGT that has less than two minutes left
+# (measured: a 2m40s TGT renews until 40 s have passed, a 2m one never). A renewal at
+# half the lifetime needs a lifetime over four minutes: the test of a renewal that
+# succeeds waits that long (slow, make soak); the ordinary suite has the renewal of a
+# 20 s TGT, which the KDC refuses and the backend drops.
+
+
+def _ccache_end(host: JoinedHost, ccname: str) -> datetime.datetime:
+    return _tgt_end(host, ccname)
+
+
+def _wait_for(what: str, done: Callable[[], bool], d: CachedDaemon, timeout: float
+              ) -> None:  # fmt: skip
+    """Polled: the renewal runs on the backend's own timer, at a time the ticket's
+    clock sets."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"{what}:\n{d.log_tail()}"
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_tgt_renewed_in_the_background(host: JoinedHost, login_user: str, tmp_path: Path
+                                      ) -> None:  # fmt: skip
+    """krb5_renew_interval: the login's TGT (a 5 minute lifetime asked for, renewable
+    for an hour) is renewed by the backend in the same ccache once half its lifetime
+    has passed: the end time moves on, the renewable lifetime is the first ticket's
+    (renewed, not got anew), the file stays the user's and its TGT valid."""
+    extra = "krb5_renew_interval = 5s\nkrb5_lifetime = 5m\nkrb5_renewable_lifetime = 1h\n"
+    with _daemon(host, tmp_path, extra) as d:
+        uid, gid = _ids(host, d, login_user)
+        rc, ccname = _login(host, d, login_user, LOGIN_PASSWORD)
+        assert rc == SUCCESS, d.log_tail()
+        first, renew_till = _ccache_end(host, ccname), _tgt_renew_till(host, ccname)
+        _wait_for("no renewal", lambda: _ccache_end(host, ccname) != first, d, 600)
+        assert _ccache_end(host, ccname) > first
+        assert _tgt_renew_till(host, ccname) == renew_till
+        listed = _check_ccache(host, ccname, uid, gid)
+        assert f"Default principal: {LOGIN_USER}@CACHED.TEST" in listed, listed
+        assert f"renewed the TGT of '{LOGIN_USER}' in {ccname}" in d.log_text(), d.log_tail()
+        assert "Traceback" not in d.log_text(), d.log_tail()
+
+
+def test_tgt_renewal_at_half_its_lifetime_refused_by_the_kdc(
+    host: JoinedHost, login_user: str, tmp_path: Path
+) -> None:
+    """krb5_renew_interval with a 20 s TGT (not validated: the KDC would refuse the
+    validation's service ticket as well): at half its lifetime the backend asks the
+    KDC to renew it, the KDC refuses (too little left): the reason is in the log and
+    the ccache is left as the login wrote it."""
+    extra = ("krb5_renew_interval = 2s\nkrb5_lifetime = 20s\nkrb5_renewable_lifetime = 1h\n"
+             "krb5_validate = false\n")  # fmt: skip
+    with _daemon(host, tmp_path, extra) as d:
+        uid, gid = _ids(host, d, login_user)
+        rc, ccname = _login(host, d, login_user, LOGIN_PASSWORD)
+        assert rc == SUCCESS, d.log_tail()
+        first = _ccache_end(host, ccname)
+        refused = f"cannot renew the TGT of '{LOGIN_USER}' in {ccname}: the TGT has expired"
+        _wait_for("no renewal", lambda: refused in d.log_text(), d, 120)
+        assert _ccache_end(host, ccname) == first
+        st = Path(ccname[5:]).stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o600)
+        assert "Traceback" not in d.log_text(), d.log_tail()
+
+
+def _tgt_renew_till(host: JoinedHost, ccache: str) -> str:
+    out = subprocess.run(
+        host.command(["env", "LC_ALL=C", "klist", "-c", ccache]),
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    lines = out.splitlines()
+    for n, line in enumerate(lines):
+        if line.rstrip().endswith("krbtgt/CACHED.TEST@CACHED.TEST"):
+            following = lines[n + 1].strip() if n + 1 < len(lines) else ""
+            assert following.startswith("renew until "), out
+            return following.removeprefix("renew until ")
+    raise AssertionError(out)
 
 
 def test_offline_kerberos_login_after_the_dc_stops(
