@@ -73,6 +73,18 @@ class Renewals:
         if self.entries.get(old.principal) is old:
             del self.entries[old.principal]
 
+    def settle(self, old: Entry, res: kinit.Result) -> str:
+        """The list after ``old``'s renewal went as ``res`` says (SSSD's
+        ``renew_tgt_done``): ``"retry"`` when no KDC answered (kept for the next
+        round), ``"renewed"``, or ``"failed"`` (dropped)."""
+        if not res.reachable:
+            return "retry"
+        if res.status != st.SUCCESS or res.times is None:
+            self.renewed(old, None)
+            return "failed"
+        self.renewed(old, Entry(old.user, old.principal, res.ccname, res.times))
+        return "renewed"
+
 
 def renew(settings: kinit.Settings, entry: Entry) -> kinit.Result:
     """Renew the TGT in ``entry``'s ccache and write it back for the user (blocking).

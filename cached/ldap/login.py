@@ -265,25 +265,22 @@ class Logins:
                       res.ccname, user.name, time.ctime(entry.renew_at))  # fmt: skip
 
     def _renew_due(self) -> None:
+        name = self.domain.name
         for entry in self.renewals.due(self.clock()):
             res = renew.renew(self.krb5, entry)
-            if not res.reachable:
+            outcome = self.renewals.settle(entry, res)
+            if outcome == "retry":
                 # SSSD: "Cannot renew TGT ... while offline, will retry later".
                 log.info("domain %s: no KDC answered the renewal of %s (%s); retrying "
-                         "later", self.domain.name, entry.ccname, res.reason)  # fmt: skip
-                continue
-            if res.status != auth.SUCCESS or res.times is None:
-                log.warning("domain %s: cannot renew the TGT of %r in %s: %s",
-                            self.domain.name, entry.user.name, entry.ccname,
-                            res.reason)  # fmt: skip
-                self.renewals.renewed(entry, None)
-                continue
-            self.renewed += 1
-            new = renew.Entry(entry.user, entry.principal, res.ccname, res.times)
-            self.renewals.renewed(entry, new)
-            log.info("domain %s: renewed the TGT of %r in %s, valid until %s",
-                     self.domain.name, entry.user.name, res.ccname,
-                     time.ctime(res.times.end))  # fmt: skip
+                         "later", name, entry.ccname, res.reason)  # fmt: skip
+            elif outcome == "failed":
+                log.warning("domain %s: cannot renew the TGT of %r in %s: %s", name,
+                            entry.user.name, entry.ccname, res.reason)  # fmt: skip
+            else:
+                self.renewed += 1
+                end = time.ctime(res.times.end) if res.times else "?"
+                log.info("domain %s: renewed the TGT of %r in %s, valid until %s", name,
+                         entry.user.name, res.ccname, end)  # fmt: skip
 
     def _kpasswd(self, req: ChpassRequest) -> ChpassReply:
         """chpass_provider = krb5 | ad: the check of the old password (prelim) or the
@@ -304,6 +301,8 @@ class Logins:
             log.info("domain %s: password change of %r refused: %s", domain.name, req.name,
                      res.reason)  # fmt: skip
         elif not req.prelim:
+            if res.tgt is not None:
+                self._renewable(user, res.tgt)
             self.password_changes += 1
             record = after_online_login(
                 self.cache.credentials(req.name), req.new, self.clock(),

@@ -361,10 +361,6 @@ def test_kerberos_login_as_sssd(host: JoinedHost, login_user: str, tmp_path: Pat
 # 20 s TGT, which the KDC refuses and the backend drops.
 
 
-def _ccache_end(host: JoinedHost, ccname: str) -> datetime.datetime:
-    return _tgt_end(host, ccname)
-
-
 def _wait_for(what: str, done: Callable[[], bool], d: CachedDaemon, timeout: float
               ) -> None:  # fmt: skip
     """Polled: the renewal runs on the backend's own timer, at a time the ticket's
@@ -387,9 +383,9 @@ def test_tgt_renewed_in_the_background(host: JoinedHost, login_user: str, tmp_pa
         uid, gid = _ids(host, d, login_user)
         rc, ccname = _login(host, d, login_user, LOGIN_PASSWORD)
         assert rc == SUCCESS, d.log_tail()
-        first, renew_till = _ccache_end(host, ccname), _tgt_renew_till(host, ccname)
-        _wait_for("no renewal", lambda: _ccache_end(host, ccname) != first, d, 600)
-        assert _ccache_end(host, ccname) > first
+        first, renew_till = _tgt_end(host, ccname), _tgt_renew_till(host, ccname)
+        _wait_for("no renewal", lambda: _tgt_end(host, ccname) != first, d, 600)
+        assert _tgt_end(host, ccname) > first
         assert _tgt_renew_till(host, ccname) == renew_till
         listed = _check_ccache(host, ccname, uid, gid)
         assert f"Default principal: {LOGIN_USER}@CACHED.TEST" in listed, listed
@@ -410,10 +406,10 @@ def test_tgt_renewal_at_half_its_lifetime_refused_by_the_kdc(
         uid, gid = _ids(host, d, login_user)
         rc, ccname = _login(host, d, login_user, LOGIN_PASSWORD)
         assert rc == SUCCESS, d.log_tail()
-        first = _ccache_end(host, ccname)
+        first = _tgt_end(host, ccname)
         refused = f"cannot renew the TGT of '{LOGIN_USER}' in {ccname}: the TGT has expired"
         _wait_for("no renewal", lambda: refused in d.log_text(), d, 120)
-        assert _ccache_end(host, ccname) == first
+        assert _tgt_end(host, ccname) == first
         st = Path(ccname[5:]).stat()
         assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o600)
         assert "Traceback" not in d.log_text(), d.log_tail()

@@ -155,6 +155,23 @@ def test_a_renewal_replaces_or_drops_its_entry() -> None:
     assert r.entries == {}
 
 
+def test_a_renewal_without_a_kdc_is_retried_and_a_refused_one_dropped() -> None:
+    """SSSD's renew_tgt_done: offline (no KDC) the entry stays for the next round; a
+    KDC's refusal drops it; a success puts the renewed TGT's times in its place."""
+    r = renew.Renewals()
+    e = _entry("alice@R", 0, 600, 5000)
+    r.add(e)
+    offline = kinit.Result(st.AUTHINFO_UNAVAIL, reachable=False)
+    assert r.settle(e, offline) == "retry" and r.entries == {"alice@R": e}
+    times = kinit.Times(400, 1000, 5000)
+    done = kinit.Result(st.SUCCESS, ccname=e.ccname, principal="alice@R", times=times)
+    assert r.settle(e, done) == "renewed"
+    (renewed,) = r.entries.values()
+    assert renewed.times == times and renewed.renew_at == 700
+    refused = kinit.Result(st.NEW_AUTHTOK_REQD, reason="the TGT has expired")
+    assert r.settle(renewed, refused) == "failed" and r.entries == {}
+
+
 def test_a_refused_change_says_what_sssd_says() -> None:
     assert kpasswd._message(4, b"Password change rejected", b"Too short.") == "Too short."
     # AD's policy block starts with a NUL: SSSD's hint for a soft error instead.
