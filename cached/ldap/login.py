@@ -17,7 +17,8 @@ credentials are the same. ``krb5_store_password_if_offline``: an offline login's
 password is kept in this process's memory only (never written), with the empty ccache
 the login was given, until the domain is online again; then the TGT is got into that
 ccache and the password wiped (SSSD's delayed online authentication).
-``krb5_renew_interval``: the ccaches of those logins are renewed in the background
+``krb5_renew_interval``: the renewable TGTs these write (an online login's, a delayed
+kinit's, a password change's) are renewed in their ccaches in the background
 (``cached.kerberos.renew``), on the login thread, at the service's timer. Password changes
 (``Op.CHPASS``, ``chpass_provider = krb5 | ad``) go through the KDC's kpasswd service
 (``cached.kerberos.kpasswd``) and then replace the cached hash.
