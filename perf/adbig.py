@@ -374,6 +374,8 @@ def _joined_logins(
                              f"s, KRB5CCNAME set: {'KRB5CCNAME' in r.env}")  # fmt: skip
         rows.append((who, step, r.seconds, searches() - n0, joined_rx_bytes(host) - v0,
                      ldap_bytes() - b0, 0))  # fmt: skip
+        if "KRB5CCNAME" in r.env:
+            CCACHES.append(r.env["KRB5CCNAME"])
         print(rows[-1], LOGIN_RESULTS[-1], flush=True)
     return rows
 
@@ -401,9 +403,13 @@ def joined_sssd_logins(host: adjoin.JoinedHost, work: Path) -> list[JoinedRow]:
         return _joined_logins("SSSD 2.8.2", host, s, searches, lambda: 0)
 
 
-def _remove_ccaches(before: set[Path]) -> None:
-    for leftover in set(Path("/tmp").glob("krb5cc_*")) - before:
-        leftover.unlink(missing_ok=True)
+# The ccaches the logins left (KRB5CCNAME), removed at the end of the run.
+CCACHES: list[str] = []
+
+
+def _remove_ccaches() -> None:
+    for ccname in CCACHES:
+        Path(ccname.removeprefix("FILE:")).unlink(missing_ok=True)
 
 
 def joined_main(work: Path | None, repeat: int, no_sssd: bool, login: bool = False) -> int:
@@ -425,7 +431,6 @@ def joined_main(work: Path | None, repeat: int, no_sssd: bool, login: bool = Fal
             print(rows[-2], rows[-1], flush=True)
         if login:
             host.set_password(BIG, JOINED_PASSWORD)
-            before = set(Path("/tmp").glob("krb5cc_*"))
             try:
                 # The daemons alternate, the order swapped each round.
                 for i in range(repeat):
@@ -436,7 +441,7 @@ def joined_main(work: Path | None, repeat: int, no_sssd: bool, login: bool = Fal
                         elif not no_sssd:
                             rows += joined_sssd_logins(host, work / f"sssd-login{i}")
             finally:
-                _remove_ccaches(before)
+                _remove_ccaches()
         elif not no_sssd:
             rows += joined_sssd(host, work / "sssd")
             print(rows[-2], rows[-1], flush=True)

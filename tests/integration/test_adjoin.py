@@ -2,7 +2,10 @@
 with realmd's sssd.conf (``id_provider = ad``): the host's keytab, a SASL GSSAPI bind
 sealed as the DC requires (Samba's ``ldap server require strong auth = yes``), the DCs
 from DNS SRV records, and the answers through glibc + libnss_sss in the host's own
-namespaces; SSSD 2.8.2's AD provider beside it with the same file and keytab.
+namespaces; SSSD 2.8.2's AD provider beside it with the same file and keytab. Kerberos
+logins through the real pam_sss.so on the host (the TGT in the user's ccache, a wrong
+password, offline after the DC stops) and krb5_renew_interval's renewals against the
+DC's KDC.
 
 One DC and one join per module (provisioning, loading and joining take 20-60 s).
 """
@@ -270,15 +273,17 @@ LOGIN_SERVICE = "login"
 SUCCESS, AUTH_ERR = 0, 7
 
 
+# The ccaches the module's logins left in /tmp (removed by login_user's end).
+_CCACHES: set[str] = set()
+
+
 @pytest.fixture(scope="module")
 def login_user(host: JoinedHost) -> Iterator[str]:
-    """alice with a password (and enabled); the ccaches the module's logins leave in
-    /tmp removed at the end."""
+    """alice with a password (and enabled)."""
     host.set_password(LOGIN_USER, LOGIN_PASSWORD)
-    before = set(Path("/tmp").glob("krb5cc_*"))
     yield f"{LOGIN_USER}@{DOMAIN}"
-    for leftover in set(Path("/tmp").glob("krb5cc_*")) - before:
-        leftover.unlink(missing_ok=True)
+    for ccname in _CCACHES:
+        Path(ccname.removeprefix("FILE:")).unlink(missing_ok=True)
 
 
 def _ids(host: JoinedHost, d: CachedDaemon | sssd.SssdDaemon, name: str) -> tuple[int, int]:
@@ -296,7 +301,10 @@ def _login(host: JoinedHost, d: CachedDaemon | sssd.SssdDaemon, user: str, passw
     env = host.pam_env(d.pipes_dir, {LOGIN_SERVICE: service_file()}, d.mc_dir)
     res = env.drive(LOGIN_SERVICE, user, ["authenticate"], answers=[password])
     (rc,) = res.codes
-    return rc, res.env.get("KRB5CCNAME", "")
+    ccname = res.env.get("KRB5CCNAME", "")
+    if ccname:
+        _CCACHES.add(ccname)
+    return rc, ccname
 
 
 def _check_ccache(host: JoinedHost, ccname: str, uid: int, gid: int) -> str:
