@@ -20,15 +20,26 @@ the whole transitive closure, so the deepest level).
 ``--joined``: the same directory on an AD-joined host (testing/adjoin.py: a Samba DC
 with KDC and DNS in its network namespace, the host joined with ``adcli join``), both
 daemons with the file realmd writes (``id_provider = ad``: GSSAPI with the host keytab,
-a sealed session, the DC from DNS SRV records, ID mapping; cached without
-``access_provider = ad``, which it refuses), one after the other, each from an empty
-cache: cold ``id bigroupuser@cached.test``, then warm ``id`` through the socket;
-searches as above; bytes: what the host received over its veth link from the DC
-during the cold ``id`` (LDAP, Kerberos and DNS with TCP/IP headers, the same measure
+a sealed session, the DC from DNS SRV records, ID mapping), one after the other, each
+from an empty cache: cold ``id bigroupuser@cached.test``, then warm ``id`` through the
+socket; searches as above; bytes: what the host received over its veth link from the
+DC during the cold ``id`` (LDAP, Kerberos and DNS with TCP/IP headers, the same measure
 for both) and cached's own count of LDAP bytes read. A first cached run, not
 reported, reads every object once, so both daemons meet a warm DC.
 
-    python -m perf.adbig --joined [--workdir DIR] [--repeat N] [--no-sssd]
+    python -m perf.adbig --joined [--workdir DIR] [--repeat N] [--no-sssd] [--login]
+
+``--login`` adds, for each daemon, from an empty cache: a cold login of
+``bigroupuser@cached.test`` (``authenticate acct_mgmt`` through the real pam_sss.so in
+the host's namespaces: the user and its thousands of groups resolved, the TGT got from
+the KDC, validated with the host keytab and stored in the user's ccache), then a warm
+login (the user cached, a new TGT: both daemons ask the KDC at every login); the
+figure is pam_sss's transaction as testing/pamdriver.py times it (pam_start to
+pam_end), searches and bytes as for ``id``. Both daemons have realmd's file with
+``ad_gpo_access_control = disabled`` (the DC serves no SMB, so neither could read the
+GPOs). SSSD's cold ``id`` took 808 s here: with ``--login`` SSSD runs the logins only
+(with ID mapping its login reads the user's tokenGroups and maps the SIDs, seconds),
+``--repeat`` rounds alternating with cached's.
 
 With ``--krb5-login``, instead: Kerberos logins on the KDC of testing/adkrb.py, cached
 beside SSSD (below).
@@ -332,7 +343,76 @@ def joined_sssd(host: adjoin.JoinedHost, work: Path) -> list[JoinedRow]:
     return [cold, warm]
 
 
-def joined_main(work: Path | None, repeat: int, no_sssd: bool) -> int:
+JOINED_PASSWORD = "Big-Gr0up-Us3r-pw7"
+JOINED_LOGIN = ["authenticate", "acct_mgmt"]
+# Neither daemon can read SYSVOL from this DC (no SMB): GPOs not evaluated, for both.
+LOGIN_EXTRA = "ad_gpo_access_control = disabled\n"
+LOGIN_RESULTS: list[str] = []
+
+
+def _login_conf(text: str) -> str:
+    head = f"[domain/{adjoin.DOMAIN}]\n"
+    return text.replace(head, head + LOGIN_EXTRA, 1)
+
+
+def _joined_logins(
+    who: str, host: adjoin.JoinedHost, d: CachedDaemon | sssd.SssdDaemon,
+    searches: Callable[[], int], ldap_bytes: Callable[[], int],
+) -> list[JoinedRow]:  # fmt: skip
+    """A cold then a warm login of the big user through pam_sss on the host."""
+    d.pipes_dir.chmod(0o755)  # the public socket is for uid 65534 too
+    env = host.pam_env(d.pipes_dir, {"login": service_file()}, d.mc_dir)
+    rows: list[JoinedRow] = []
+    for step in ("cold login", "warm login"):
+        n0, b0, v0 = searches(), ldap_bytes(), joined_rx_bytes(host)
+        r = env.drive("login", JOINED_USER, JOINED_LOGIN, answers=[JOINED_PASSWORD],
+                      timeout=3600)  # fmt: skip
+        # A failed login is reported, not raised: pam_sss gives up on a responder that
+        # has not answered within its own timeout, which a cold login may exceed.
+        errors = ", ".join(c.error for c in r.calls)
+        LOGIN_RESULTS.append(f"{who} {step}: PAM codes {r.codes} ({errors}), {r.seconds:.2f} "
+                             f"s, KRB5CCNAME set: {'KRB5CCNAME' in r.env}")  # fmt: skip
+        rows.append((who, step, r.seconds, searches() - n0, joined_rx_bytes(host) - v0,
+                     ldap_bytes() - b0, 0))  # fmt: skip
+        if "KRB5CCNAME" in r.env:
+            CCACHES.append(r.env["KRB5CCNAME"])
+        print(rows[-1], LOGIN_RESULTS[-1], flush=True)
+    return rows
+
+
+def joined_cached_logins(host: adjoin.JoinedHost, work: Path) -> list[JoinedRow]:
+    text = _login_conf(host.cached_config(work))
+    with CachedDaemon.from_text(work, text, prefix=host.prefix, log_level="info") as d:
+        def count(name: str) -> int:
+            return int(d.counters().get(name, [0, 0, 0])[0 if name == LDAP_SEARCH else 2])
+
+        return _joined_logins("cached", host, d, lambda: count(LDAP_SEARCH),
+                              lambda: count(LDAP_BYTES))  # fmt: skip
+
+
+def joined_sssd_logins(host: adjoin.JoinedHost, work: Path) -> list[JoinedRow]:
+    s = sssd.SssdDaemon(work, "", "", pam={})
+    s.config = _login_conf(adjoin.REALMD_SSSD_CONF) + "debug_level = 0x0400\n"
+    s.prefix = host.prefix
+
+    def searches() -> int:
+        files = [s.stderr_path, *s.log_dir.glob("*.log")]
+        return sum(len(_SSSD_SEARCH.findall(f.read_bytes())) for f in files if f.exists())
+
+    with s:
+        return _joined_logins("SSSD 2.8.2", host, s, searches, lambda: 0)
+
+
+# The ccaches the logins left (KRB5CCNAME), removed at the end of the run.
+CCACHES: list[str] = []
+
+
+def _remove_ccaches() -> None:
+    for ccname in CCACHES:
+        Path(ccname.removeprefix("FILE:")).unlink(missing_ok=True)
+
+
+def joined_main(work: Path | None, repeat: int, no_sssd: bool, login: bool = False) -> int:
     """``--joined``: the module doc's last part."""
     reason = adjoin.skip_reason()
     if reason:
@@ -349,7 +429,20 @@ def joined_main(work: Path | None, repeat: int, no_sssd: bool) -> int:
         for i in range(repeat):
             rows += joined_cached(host, work / f"cached{i}")
             print(rows[-2], rows[-1], flush=True)
-        if not no_sssd:
+        if login:
+            host.set_password(BIG, JOINED_PASSWORD)
+            try:
+                # The daemons alternate, the order swapped each round.
+                for i in range(repeat):
+                    order = ["cached", "sssd"] if i % 2 == 0 else ["sssd", "cached"]
+                    for who in order:
+                        if who == "cached":
+                            rows += joined_cached_logins(host, work / f"cached-login{i}")
+                        elif not no_sssd:
+                            rows += joined_sssd_logins(host, work / f"sssd-login{i}")
+            finally:
+                _remove_ccaches()
+        elif not no_sssd:
             rows += joined_sssd(host, work / "sssd")
             print(rows[-2], rows[-1], flush=True)
             same = joined_sssd.gids == joined_cached.gids  # type: ignore[attr-defined]
@@ -361,7 +454,7 @@ def joined_main(work: Path | None, repeat: int, no_sssd: bool) -> int:
 
 def _joined_print(rows: list[JoinedRow]) -> None:
     print("\n| daemon | step | wall (s) | LDAP searches | bytes received (veth) "
-          "| LDAP bytes (cached) | gids |")  # fmt: skip
+          "| LDAP bytes (cached) | gids (0: a login) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     keys = dict.fromkeys((r[0], r[1]) for r in rows)
     for who, step in keys:
@@ -372,6 +465,10 @@ def _joined_print(rows: list[JoinedRow]) -> None:
             wall += f" ({min(walls):.2f}-{max(walls):.2f}, {len(walls)} runs)"
         last = runs[-1]
         print(f"| {who} | {step} | {wall} | {last[3]} | {last[4]:,} | {last[5]:,} | {last[6]} |")
+    if LOGIN_RESULTS:
+        print("\nLogins:\n")
+        for line in LOGIN_RESULTS:
+            print(f"* {line}")
 
 
 # -- Kerberos logins (--krb5-login) ------------------------------------------------
@@ -500,13 +597,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inner-sssd", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--joined", action="store_true",
                     help="on an adcli-joined host, realmd's sssd.conf")  # fmt: skip
+    ap.add_argument("--login", action="store_true",
+                    help="--joined: cold and warm logins too (SSSD: the logins only)")  # fmt: skip
     ap.add_argument("--krb5-login", action="store_true",
                     help="instead: Kerberos logins, cached beside SSSD")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=5, help="--krb5-login: rounds")
     ap.add_argument("--out", type=Path, default=None, help="--krb5-login: report.md to write")
     args = ap.parse_args(argv)
     if args.joined:
-        return joined_main(args.workdir, args.repeat, args.no_sssd)
+        return joined_main(args.workdir, args.repeat, args.no_sssd, args.login)
     if args.krb5_login:
         return krb5_login_main(args)
     if args.inner_sssd:  # in the DC's network namespace (sssd_in_dc_netns)

@@ -39,6 +39,7 @@ from testing import addc, addir, nsenv, procstat
 from testing.addc import ADEntry
 from testing.addir import ADDirectory
 from testing.faultproxy import FaultProxy, enter_netns
+from testing.pamenv import PamEnv, make_pamd
 from testing.service import Service
 
 DOMAIN = addc.REALM.lower()  # cached.test
@@ -273,6 +274,34 @@ class JoinedHost(Service):
         )
         return proc
 
+    def pam_env(self, pipes_dir: Path, pamd: dict[str, str], mc_dir: Path) -> PamEnv:
+        """The real ``pam_sss.so`` on the host: :class:`testing.pamenv.PamEnv` (its
+        private mount namespace, ``pamd`` as the only /etc/pam.d) made inside the
+        host's namespaces, so that libkrb5 in pam_sss's process and the login's
+        ccache are the host's."""
+        directory = make_pamd(pipes_dir.parent / "host-pam.d", pamd)
+        return HostPamEnv(pipes_dir, directory, mc_dir, host=self)
+
+    def set_password(self, login: str, password: str) -> None:
+        """Give ``login`` a password on the running DC and enable the account (accounts
+        loaded without one are disabled, as AD makes them): ``samba-tool`` on the DC's
+        sam.ldb, no network."""
+        assert self.dc is not None
+        local = ["-H", str(self.dc.workdir / "private" / "sam.ldb"), "-s", str(self.dc.conf)]
+        run([addc.SAMBA_TOOL, "user", "setpassword", login, f"--newpassword={password}",
+             *local])  # fmt: skip
+        run([addc.SAMBA_TOOL, "user", "enable", login, *local])
+
+    def run_as(self, uid: int, gid: int, argv: Sequence[str]
+               ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """``argv`` on the host as ``uid``/``gid`` (no supplementary groups), with a
+        bare environment; never raises on its exit status."""
+        cmd = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+        return subprocess.run(
+            self.command(cmd), capture_output=True, text=True, timeout=60, check=False,
+            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+        )  # fmt: skip
+
     # -- life cycle --------------------------------------------------------------
 
     def start(self) -> None:
@@ -487,6 +516,18 @@ class JoinedHost(Service):
                 procstat.terminate(holder, 10.0)
         self._host_ns = self._dc_ns = self._dc2_ns = None
         self._stopped()
+
+
+class HostPamEnv(PamEnv):
+    """A :class:`PamEnv` whose commands run in a joined host's namespaces."""
+
+    def __init__(self, pipes_dir: Path, pamd_dir: Path, mc_dir: Path, *, host: JoinedHost
+                 ) -> None:  # fmt: skip
+        super().__init__(pipes_dir, pamd_dir, mc_dir)
+        self.host = host
+
+    def command(self, argv: Sequence[str | os.PathLike[str]]) -> list[str]:
+        return self.host.command(super().command(argv))
 
 
 def _socket_in(netns: str, ip: str, port: int) -> socket.socket:

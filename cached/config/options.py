@@ -773,6 +773,13 @@ class DomainConfig:
     krb5_renewable_lifetime: int = option(
         krb5_delta, 0, "Renewable lifetime asked for (`s`, `m`, `h`, `d`).", "krb5.conf's"
     )
+    krb5_renew_interval: int = option(
+        krb5_delta,
+        0,
+        "How often the backend looks for users' TGTs to renew (`s`, `m`, `h`, `d`); 0 "
+        "never. A login's renewable TGT is renewed in its ccache once half its lifetime "
+        "has passed, until its renewable lifetime ends; while offline, once back.",
+    )
     krb5_store_password_if_offline: bool = option(
         boolean,
         False,

@@ -73,11 +73,6 @@ def _is_unset(raw: str) -> bool:
 
 
 UNSUPPORTED: dict[str, Unsupported] = {
-    "krb5_renew_interval": Unsupported(
-        lambda raw: _is_unset(raw) or raw.strip() in ("0", "0s"),
-        "cached does not renew users' tickets in the background yet: each login gets a "
-        "new TGT (renewable for krb5_renewable_lifetime, so `kinit -R` works); remove it",
-    ),
     "ldap_rfc2307_fallback_to_local_users": Unsupported(
         _is_false,
         "cached lists only the members that the directory's users resolve to; remove it",

@@ -13,19 +13,27 @@ and ``O_NOFOLLOW`` and handed to the user with ``fchown``: no path in the
 world-writable ``/tmp`` is ever opened twice or followed, so a user cannot point the
 daemon's write at another file. A name without ``XXXXXX`` is replaced whole by a
 ``rename`` in its directory, which replaces a symbolic link itself, never its target.
+
+A ccache is read back (a TGT's renewal) the same way: opened with ``O_NOFOLLOW``, and
+taken only when it is a regular file the user owns, so a user cannot have the daemon
+read (and hand back, renewed) a ccache that is not theirs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
+import stat
 import string
 import tempfile
 from collections.abc import Callable
+from typing import TypeVar
 
 FILE = "FILE:"
+T = TypeVar("T")
 _RANDOM = string.ascii_letters + string.digits
 
 
@@ -74,6 +82,42 @@ def write(ccname: str, uid: int, gid: int, fill: Callable[[str], None]) -> str:
             os.unlink(tmp)
         raise
     return FILE + path
+
+
+def read_owned(ccname: str, uid: int) -> bytes:
+    """The bytes of the ``FILE:`` ccache ``ccname`` when it is a regular file ``uid``
+    owns; FileNotFoundError when it is gone, PermissionError when it is not the
+    user's (a symbolic link, another owner)."""
+    path = ccname[len(FILE):] if ccname.startswith(FILE) else ccname
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PermissionError(f"{path} is a symbolic link") from e
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            raise PermissionError(f"{path} is not a file of uid {uid}")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def staged(data: bytes, use: Callable[[str], T]) -> T:
+    """``use(name)`` on a copy of the ccache ``data`` in a directory of root's own
+    (``FILE:`` name), removed afterwards."""
+    private = tempfile.mkdtemp(prefix="cached-krb5-")
+    try:
+        path = os.path.join(private, "ccache")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return use(FILE + path)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _create_unique(prefix: str) -> tuple[int, str]:

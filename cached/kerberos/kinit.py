@@ -58,14 +58,27 @@ class User:
 
 
 @dataclass(frozen=True, slots=True)
+class Times:
+    """A TGT's start, end and renew-till times (seconds since the epoch; renew_till
+    0 when it is not renewable)."""
+
+    start: int
+    end: int
+    renew_till: int
+
+
+@dataclass(frozen=True, slots=True)
 class Result:
     """How a Kerberos login went: a PAM status; ``reachable`` false when no KDC
-    answered (cached credentials instead); ``ccname`` the ccache written."""
+    answered (cached credentials instead); ``ccname`` the ccache written, with the
+    TGT's ``principal`` and ``times``."""
 
     status: int
     reachable: bool = True
     ccname: str = ""
     reason: str = ""  # for the log, never the password
+    principal: str = ""
+    times: Times | None = None
 
 
 def principal_of(ctx: krb5.Context, settings: Settings, name: str) -> str:
@@ -214,7 +227,10 @@ def save(ctx: krb5.Context, settings: Settings, user: User, principal: str,
         written = ccache.write(name, user.uid, user.gid, fill)
     except (OSError, krb5.Krb5Error) as e:
         return Result(st.SYSTEM_ERR, reason=f"cannot write the ccache {name}: {e}")
-    return Result(st.SUCCESS, ccname=written)
+    t = creds.times
+    # starttime is 0 when the KDC left it out: the ticket starts at authtime (RFC 4120).
+    times = Times(t.starttime or t.authtime, t.endtime, t.renew_till)
+    return Result(st.SUCCESS, ccname=written, principal=principal, times=times)
 
 
 def template_name(settings: Settings, user: User, principal: str) -> str:

@@ -36,6 +36,7 @@ class Change:
     reachable: bool = True
     ccname: str = ""
     reason: str = ""  # for the log
+    tgt: kinit.Result | None = None  # the login with the new password
 
 
 def change(settings: kinit.Settings, user: kinit.User, old: bytes, new: bytes | None) -> Change:
@@ -62,7 +63,7 @@ def change(settings: kinit.Settings, user: kinit.User, old: bytes, new: bytes | 
                                                result.server_response),
                       reason=f"kpasswd result {code}")  # fmt: skip
     got = kinit.login(settings, user, new)
-    return Change(got.status, ccname=got.ccname, reason=got.reason)
+    return Change(got.status, ccname=got.ccname, reason=got.reason, tgt=got)
 
 
 def _message(code: int, code_string: bytes, server: bytes) -> str:

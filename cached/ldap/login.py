@@ -16,7 +16,10 @@ ccache, whose name the reply carries for KRB5CCNAME) instead of the bind; the ca
 credentials are the same. ``krb5_store_password_if_offline``: an offline login's
 password is kept in this process's memory only (never written), with the empty ccache
 the login was given, until the domain is online again; then the TGT is got into that
-ccache and the password wiped (SSSD's delayed online authentication). Password changes
+ccache and the password wiped (SSSD's delayed online authentication).
+``krb5_renew_interval``: the renewable TGTs these write (an online login's, a delayed
+kinit's, a password change's) are renewed in their ccaches in the background
+(``cached.kerberos.renew``), on the login thread, at the service's timer. Password changes
 (``Op.CHPASS``, ``chpass_provider = krb5 | ad``) go through the KDC's kpasswd service
 (``cached.kerberos.kpasswd``) and then replace the cached hash.
 
@@ -49,7 +52,7 @@ from cached.cache import StoreWriteError
 from cached.config import Config, DomainConfig
 from cached.config.options import KERBEROS_PROVIDERS, ChpassProvider
 from cached.ipc.ops import AuthReply, AuthRequest, ChpassReply, ChpassRequest
-from cached.kerberos import kinit, kpasswd
+from cached.kerberos import kinit, kpasswd, renew
 from cached.kerberos import status as krb5_status
 from cached.ldap import auth, chpass
 from cached.ldap.client import LdapClient
@@ -120,6 +123,8 @@ class Logins:
         self.krb5 = kerberos_settings(domain)
         self.pending: dict[str, Pending] = {}
         self.delayed_kinits = 0
+        self.renewals = renew.Renewals()
+        self.renewed = 0
 
     async def authenticate(self, req: AuthRequest) -> AuthReply:
         """Queue ``req`` behind its uid's earlier logins, one uid in turn; run it."""
@@ -143,6 +148,13 @@ class Logins:
             return
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self._delayed_kinits)
+
+    async def renew_due(self) -> None:
+        """krb5_renew_interval: renew the TGTs past half their lifetime."""
+        if not self.renewals.entries:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.executor, self._renew_due)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -206,6 +218,7 @@ class Logins:
             return AuthReply(krb5_status.SYSTEM_ERR)
         if self.client.online:
             res = kinit.login(self.krb5, user, req.password)
+            self._renewable(user, res)
             if res.reachable:
                 reply = self._online(req, auth.OnlineResult(res.status, reason=res.reason))
                 return replace(reply, ccname=res.ccname)
@@ -227,6 +240,7 @@ class Logins:
         for name in list(self.pending):
             p = self.pending[name]
             res = kinit.delayed(self.krb5, p.user, bytes(p.password), p.ccname)
+            self._renewable(p.user, res)
             if not res.reachable:
                 continue  # the next time the domain comes back
             del self.pending[name]
@@ -238,6 +252,36 @@ class Logins:
             else:
                 log.warning("domain %s: the KDC refused the TGT of %r, logged in offline: "
                             "%s", self.domain.name, name, res.reason)  # fmt: skip
+
+    def _renewable(self, user: kinit.User, res: kinit.Result) -> None:
+        """A login's new TGT into the renewal list (krb5_renew_interval > 0, SSSD's
+        ``add_tgt_to_renew_table``: when renewable beyond its end time)."""
+        if self.domain.krb5_renew_interval <= 0 or res.status != auth.SUCCESS:
+            return
+        if res.times is None or not res.ccname:
+            return
+        entry = renew.Entry(user, res.principal, res.ccname, res.times)
+        if self.renewals.add(entry):
+            log.debug("domain %s: %s of %r to renew after %s", self.domain.name,
+                      res.ccname, user.name, time.ctime(entry.renew_at))  # fmt: skip
+
+    def _renew_due(self) -> None:
+        name = self.domain.name
+        for entry in self.renewals.due(self.clock()):
+            res = renew.renew(self.krb5, entry)
+            outcome = self.renewals.settle(entry, res)
+            if outcome == "retry":
+                # SSSD: "Cannot renew TGT ... while offline, will retry later".
+                log.info("domain %s: no KDC answered the renewal of %s (%s); retrying "
+                         "later", name, entry.ccname, res.reason)  # fmt: skip
+            elif outcome == "failed":
+                log.warning("domain %s: cannot renew the TGT of %r in %s: %s", name,
+                            entry.user.name, entry.ccname, res.reason)  # fmt: skip
+            else:
+                self.renewed += 1
+                end = time.ctime(res.times.end) if res.times else "?"
+                log.info("domain %s: renewed the TGT of %r in %s, valid until %s", name,
+                         entry.user.name, res.ccname, end)  # fmt: skip
 
     def _kpasswd(self, req: ChpassRequest) -> ChpassReply:
         """chpass_provider = krb5 | ad: the check of the old password (prelim) or the
@@ -258,6 +302,8 @@ class Logins:
             log.info("domain %s: password change of %r refused: %s", domain.name, req.name,
                      res.reason)  # fmt: skip
         elif not req.prelim:
+            if res.tgt is not None:
+                self._renewable(user, res.tgt)
             self.password_changes += 1
             record = after_online_login(
                 self.cache.credentials(req.name), req.new, self.clock(),
@@ -339,6 +385,8 @@ class Logins:
             "queued_logins": self.turns.queued,
             "pending_kinits": len(self.pending),
             "delayed_kinits": self.delayed_kinits,
+            "renewable_tgts": len(self.renewals),
+            "renewed_tgts": self.renewed,
         }
 
 

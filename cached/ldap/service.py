@@ -192,6 +192,7 @@ class BackendService:
         # state from answers and from these announcements, never per object).
         self.announced_online = True
         self._retrying: asyncio.Future[None] | None = None
+        self._renewing: asyncio.Future[None] | None = None
         self.responder = aio.RpcClient(framing.responder_socket(config.daemon.pipes_dir))
         self._announcing: asyncio.Task[None] | None = None
         # Notes of groups stored early (_groups_stored), sent from the executor thread;
@@ -306,6 +307,9 @@ class BackendService:
         if online and self.logins.pending:
             # Back online: the TGTs of the logins made offline (krb5_store_password_if_offline).
             self._retrying = asyncio.ensure_future(self.logins.retry_pending())
+        if online and self.logins.renewals.entries:
+            # SSSD's online callback: the renewals put off while offline, now.
+            self._renewing = asyncio.ensure_future(self.logins.renew_due())
         if self._announcing is None or self._announcing.done():
             self._announcing = asyncio.ensure_future(self._announce())
 
@@ -734,6 +738,18 @@ class BackendService:
                 except Exception as e:  # the next round tries again
                     log.error("domain %s: delayed kinit failed: %s", self.domain.name, e)
 
+    async def _renew_tgts(self) -> None:
+        """krb5_renew_interval: every interval, while online, renew the users' TGTs
+        past half their lifetime (SSSD's renewal timer, which does nothing while the
+        backend is offline)."""
+        while True:
+            await asyncio.sleep(self.domain.krb5_renew_interval)
+            if self.logins.renewals.entries and self.client.online:
+                try:
+                    await self.logins.renew_due()
+                except Exception as e:  # the next round tries again
+                    log.error("domain %s: TGT renewal failed: %s", self.domain.name, e)
+
     async def run(self, ready: Callable[[], None]) -> None:
         path = framing.backend_socket(self.config.daemon.pipes_dir, self.domain.name)
         server = await aio.serve(path, self.handle)
@@ -756,6 +772,11 @@ class BackendService:
             if self.domain.krb5_store_password_if_offline
             else None
         )
+        renewer = (
+            asyncio.create_task(self._renew_tgts())
+            if self.domain.krb5_renew_interval > 0
+            else None
+        )
         log.info("backend %s ready on %s", self.domain.name, path)
         ready()
         await stop.wait()
@@ -764,7 +785,7 @@ class BackendService:
         syncer.cancel()
         checker.cancel()
         warm_up.cancel()
-        for task in (refresher, sudo_task, kinits):
+        for task in (refresher, sudo_task, kinits, renewer):
             if task is not None:
                 task.cancel()
         if self._worker is not None:

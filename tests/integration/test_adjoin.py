@@ -2,7 +2,10 @@
 with realmd's sssd.conf (``id_provider = ad``): the host's keytab, a SASL GSSAPI bind
 sealed as the DC requires (Samba's ``ldap server require strong auth = yes``), the DCs
 from DNS SRV records, and the answers through glibc + libnss_sss in the host's own
-namespaces; SSSD 2.8.2's AD provider beside it with the same file and keytab.
+namespaces; SSSD 2.8.2's AD provider beside it with the same file and keytab. Kerberos
+logins through the real pam_sss.so on the host (the TGT in the user's ccache, a wrong
+password, offline after the DC stops) and krb5_renew_interval's renewals against the
+DC's KDC.
 
 One DC and one join for the run, shared with test_adaccess.py (tests/conftest.py
 joined_host: provisioning, loading and joining take 20-60 s).
@@ -10,11 +13,12 @@ joined_host: provisioning, loading and joining take 20-60 s).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,7 @@ from cached.config import parse_config
 from testing import addc, addir, adjoin, sssd
 from testing.adjoin import DOMAIN, JoinedHost
 from testing.daemon import CachedDaemon
+from testing.pamenv import service_file
 
 pytestmark = pytest.mark.skipif(
     adjoin.skip_reason() is not None, reason=adjoin.skip_reason() or ""
@@ -251,3 +256,220 @@ def _tgt_end(host: JoinedHost, ccache: str) -> datetime.datetime:
             fields = line.split()
             return datetime.datetime.strptime(f"{fields[2]} {fields[3]}", "%m/%d/%y %H:%M:%S")
     raise AssertionError(out)
+
+
+# -- Kerberos logins through pam_sss on the host ------------------------------------------
+#
+# realmd's file as written: auth_provider is id_provider's (ad), so a password login is
+# a TGT from the DC's KDC (found through the DNS SRV records of the host's krb5.conf),
+# validated with the keytab adcli wrote and stored in the ccache krb5_ccname_template
+# names (SSSD's default FILE:%d/krb5cc_%U_XXXXXX, %d = /tmp). pam_sss runs inside the
+# host's namespaces (JoinedHost.pam_env). Only `authenticate` is driven: acct_mgmt is
+# access_provider = ad's (GPOs: tests/integration/test_adaccess.py).
+
+LOGIN_USER = "alice"
+LOGIN_PASSWORD = "Kr-Al1ce-J0ined7"
+LOGIN_SERVICE = "login"
+SUCCESS, AUTH_ERR = 0, 7
+
+
+# The ccaches the module's logins left in /tmp (removed by login_user's end).
+_CCACHES: set[str] = set()
+
+
+@pytest.fixture(scope="module")
+def login_user(host: JoinedHost) -> Iterator[str]:
+    """alice with a password (and enabled)."""
+    host.set_password(LOGIN_USER, LOGIN_PASSWORD)
+    yield f"{LOGIN_USER}@{DOMAIN}"
+    for ccname in _CCACHES:
+        Path(ccname.removeprefix("FILE:")).unlink(missing_ok=True)
+
+
+def _ids(host: JoinedHost, d: CachedDaemon | sssd.SssdDaemon, name: str) -> tuple[int, int]:
+    uid = host.run_nss(["id", "-u", name], d.pipes_dir, d.mc_dir)
+    gid = host.run_nss(["id", "-g", name], d.pipes_dir, d.mc_dir)
+    assert uid.returncode == gid.returncode == 0, uid.stderr + gid.stderr
+    return int(uid.stdout), int(gid.stdout)
+
+
+def _login(host: JoinedHost, d: CachedDaemon | sssd.SssdDaemon, user: str, password: str
+           ) -> tuple[int, str]:  # fmt: skip
+    """pam_sss's authenticate for ``user`` on the host: its PAM status and the
+    KRB5CCNAME it left in the PAM environment ("" when none)."""
+    d.pipes_dir.chmod(0o755)  # the public socket is for uid 65534 too
+    env = host.pam_env(d.pipes_dir, {LOGIN_SERVICE: service_file()}, d.mc_dir)
+    res = env.drive(LOGIN_SERVICE, user, ["authenticate"], answers=[password])
+    (rc,) = res.codes
+    ccname = res.env.get("KRB5CCNAME", "")
+    if ccname:
+        _CCACHES.add(ccname)
+    return rc, ccname
+
+
+def _check_ccache(host: JoinedHost, ccname: str, uid: int, gid: int) -> str:
+    """The ccache is a file the user owns (0600) that ``klist -s`` as the user finds a
+    valid TGT in; klist's listing."""
+    assert ccname.startswith("FILE:/tmp/krb5cc_"), ccname
+    st = Path(ccname[5:]).stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o600)
+    assert host.run_as(uid, gid, ["klist", "-s", "-c", ccname]).returncode == 0
+    return host.run_as(uid, gid, ["klist", "-c", ccname]).stdout
+
+
+def test_kerberos_login_leaves_a_tgt_in_the_users_ccache(
+    host: JoinedHost, cached: CachedDaemon, login_user: str
+) -> None:
+    uid, gid = _ids(host, cached, login_user)
+    rc, ccname = _login(host, cached, login_user, LOGIN_PASSWORD)
+    assert rc == SUCCESS, cached.log_tail()
+    assert ccname.startswith(f"FILE:/tmp/krb5cc_{uid}_"), (ccname, cached.log_tail())
+    listed = _check_ccache(host, ccname, uid, gid)
+    assert f"Default principal: {LOGIN_USER}@CACHED.TEST" in listed, listed
+    assert "krbtgt/CACHED.TEST@CACHED.TEST" in listed, listed
+    log = cached.log_text()
+    assert "TGT validation failed" not in log and "Traceback" not in log, cached.log_tail()
+    secret = LOGIN_PASSWORD.encode()
+    assert [f for f in cached.workdir.rglob("*") if f.is_file() and secret in f.read_bytes()
+            ] == []  # fmt: skip
+
+
+def test_kerberos_login_with_a_wrong_password_is_refused(
+    host: JoinedHost, cached: CachedDaemon, login_user: str
+) -> None:
+    rc, ccname = _login(host, cached, login_user, "Not-The-Passw0rd")
+    assert (rc, ccname) == (AUTH_ERR, ""), cached.log_tail()
+    assert "KDC_ERR_PREAUTH_FAILED" in cached.log_text(), cached.log_tail()
+
+
+def test_kerberos_login_as_sssd(host: JoinedHost, login_user: str, tmp_path: Path) -> None:
+    """SSSD 2.8.2 with realmd's file and the keytab: the same statuses, and its
+    krb5_child's ccache of the same name pattern, owner and TGT."""
+    reason = sssd.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    s = sssd.SssdDaemon(tmp_path / "sssd", "", "", pam={})
+    s.config = adjoin.REALMD_SSSD_CONF
+    s.prefix = host.prefix
+    with s:
+        uid, gid = _ids(host, s, login_user)
+        rc, ccname = _login(host, s, login_user, LOGIN_PASSWORD)
+        assert rc == SUCCESS, s.log_tail()
+        assert ccname.startswith(f"FILE:/tmp/krb5cc_{uid}_"), ccname
+        assert f"Default principal: {LOGIN_USER}@CACHED.TEST" in _check_ccache(
+            host, ccname, uid, gid)  # fmt: skip
+        assert _login(host, s, login_user, "Not-The-Passw0rd") == (AUTH_ERR, "")
+
+
+# Samba 4.17's KDC answers KRB_AP_ERR_TKT_EXPIRED to a TGS request (a renewal, or the
+# service ticket of krb5_validate) made with a TGT that has less than two minutes left
+# (measured: a 2m40s TGT renews until 40 s have passed, a 2m one never). A renewal at
+# half the lifetime needs a lifetime over four minutes: the test of a renewal that
+# succeeds waits that long (slow, make soak); the ordinary suite has the renewal of a
+# 20 s TGT, which the KDC refuses and the backend drops.
+
+
+def _wait_for(what: str, done: Callable[[], bool], d: CachedDaemon, timeout: float
+              ) -> None:  # fmt: skip
+    """Polled: the renewal runs on the backend's own timer, at a time the ticket's
+    clock sets."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"{what}:\n{d.log_tail()}"
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_tgt_renewed_in_the_background(host: JoinedHost, login_user: str, tmp_path: Path
+                                      ) -> None:  # fmt: skip
+    """krb5_renew_interval: the login's TGT (a 5 minute lifetime asked for, renewable
+    for an hour) is renewed by the backend in the same ccache once half its lifetime
+    has passed: the end time moves on, the renewable lifetime is the first ticket's
+    (renewed, not got anew), the file stays the user's and its TGT valid. SSSD 2.8.2
+    with the same lines, logged in at the same time, renews its own ccache so."""
+    extra = "krb5_renew_interval = 5s\nkrb5_lifetime = 5m\nkrb5_renewable_lifetime = 1h\n"
+    with contextlib.ExitStack() as stack:
+        d = stack.enter_context(_daemon(host, tmp_path / "cached", extra))
+        uid, gid = _ids(host, d, login_user)
+        rc, ccname = _login(host, d, login_user, LOGIN_PASSWORD)
+        assert rc == SUCCESS, d.log_tail()
+        watched = {"cached": ccname}
+        if sssd.skip_reason() is None:
+            s = sssd.SssdDaemon(tmp_path / "sssd", "", "", pam={})
+            s.config = adjoin.REALMD_SSSD_CONF.replace(
+                f"[domain/{DOMAIN}]\n", f"[domain/{DOMAIN}]\n{extra}", 1)  # fmt: skip
+            s.prefix = host.prefix
+            stack.enter_context(s)
+            rc, watched["SSSD"] = _login(host, s, login_user, LOGIN_PASSWORD)
+            assert rc == SUCCESS, s.log_tail()
+        first = {who: _tgt_end(host, cc) for who, cc in watched.items()}
+        renew_till = {who: _tgt_renew_till(host, cc) for who, cc in watched.items()}
+        _wait_for("no renewal", lambda: all(
+            _tgt_end(host, cc) != first[who] for who, cc in watched.items()), d, 600)
+        for who, cc in watched.items():
+            assert _tgt_end(host, cc) > first[who], who
+            assert _tgt_renew_till(host, cc) == renew_till[who], who
+            listed = _check_ccache(host, cc, uid, gid)
+            assert f"Default principal: {LOGIN_USER}@CACHED.TEST" in listed, (who, listed)
+        assert f"renewed the TGT of '{LOGIN_USER}' in {ccname}" in d.log_text(), d.log_tail()
+        assert "Traceback" not in d.log_text(), d.log_tail()
+
+
+def test_tgt_renewal_at_half_its_lifetime_refused_by_the_kdc(
+    host: JoinedHost, login_user: str, tmp_path: Path
+) -> None:
+    """krb5_renew_interval with a 20 s TGT (not validated: the KDC would refuse the
+    validation's service ticket as well): at half its lifetime the backend asks the
+    KDC to renew it, the KDC refuses (too little left): the reason is in the log and
+    the ccache is left as the login wrote it."""
+    extra = ("krb5_renew_interval = 2s\nkrb5_lifetime = 20s\nkrb5_renewable_lifetime = 1h\n"
+             "krb5_validate = false\n")  # fmt: skip
+    with _daemon(host, tmp_path, extra) as d:
+        uid, gid = _ids(host, d, login_user)
+        rc, ccname = _login(host, d, login_user, LOGIN_PASSWORD)
+        assert rc == SUCCESS, d.log_tail()
+        first = _tgt_end(host, ccname)
+        refused = f"cannot renew the TGT of '{LOGIN_USER}' in {ccname}: the TGT has expired"
+        _wait_for("no renewal", lambda: refused in d.log_text(), d, 120)
+        assert _tgt_end(host, ccname) == first
+        st = Path(ccname[5:]).stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o600)
+        assert "Traceback" not in d.log_text(), d.log_tail()
+
+
+def _tgt_renew_till(host: JoinedHost, ccache: str) -> str:
+    out = subprocess.run(
+        host.command(["env", "LC_ALL=C", "klist", "-c", ccache]),
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    lines = out.splitlines()
+    for n, line in enumerate(lines):
+        if line.rstrip().endswith("krbtgt/CACHED.TEST@CACHED.TEST"):
+            following = lines[n + 1].strip() if n + 1 < len(lines) else ""
+            assert following.startswith("renew until "), out
+            return following.removeprefix("renew until ")
+    raise AssertionError(out)
+
+
+def test_offline_kerberos_login_after_the_dc_stops(
+    host: JoinedHost, cached: CachedDaemon, login_user: str
+) -> None:
+    """The last online login left its cached credentials (cache_credentials = True in
+    realmd's file); with the DC (KDC, LDAP, DNS) stopped the password logs in against
+    them, a wrong one does not, and KRB5CCNAME names a ccache the user owns with no
+    ticket yet (krb5_store_password_if_offline = True). Runs last: it stops the DC."""
+    assert host.dc is not None
+    uid, gid = _ids(host, cached, login_user)
+    assert _login(host, cached, login_user, LOGIN_PASSWORD)[0] == SUCCESS, cached.log_tail()
+    host.dc.stop()
+    try:
+        rc, ccname = _login(host, cached, login_user, LOGIN_PASSWORD)
+        assert rc == SUCCESS, cached.log_tail()
+        offline = rf"offline login of '{LOGIN_USER}(@{DOMAIN})?': PAM status 0"
+        assert re.search(offline, cached.log_text()), cached.log_tail()
+        st = Path(ccname[5:]).stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (uid, 0o600)
+        assert host.run_as(uid, gid, ["klist", "-s", "-c", ccname]).returncode != 0
+        assert _login(host, cached, login_user, "Not-The-Passw0rd") == (AUTH_ERR, "")
+    finally:
+        host.dc.start()

@@ -12,7 +12,7 @@ import pytest
 
 from cached.config.parsers import ccname_template, krb5_delta
 from cached.ipc.ops import AuthReply, ChpassReply, ChpassRequest
-from cached.kerberos import ccache, kpasswd
+from cached.kerberos import ccache, kinit, kpasswd, renew
 from cached.kerberos import status as st
 
 
@@ -93,6 +93,83 @@ def test_a_fixed_name_replaces_a_symlink_never_its_target(tmp_path: Path) -> Non
     assert name == f"FILE:{link}"
     assert not link.is_symlink() and link.read_bytes() == b"tickets"
     assert target.read_bytes() == b"precious"
+
+
+def test_a_ccache_is_read_back_only_when_it_is_the_users_own_file(tmp_path: Path) -> None:
+    """The renewal reads the user's ccache as root: a link (to another user's ccache)
+    or a file of another owner is refused, never read."""
+    uid = os.getuid()
+    own = tmp_path / "krb5cc_own"
+    own.write_bytes(b"tickets")
+    assert ccache.read_owned(f"FILE:{own}", uid) == b"tickets"
+    link = tmp_path / "krb5cc_link"
+    link.symlink_to(own)
+    with pytest.raises(PermissionError):
+        ccache.read_owned(f"FILE:{link}", uid)
+    with pytest.raises(PermissionError):
+        ccache.read_owned(f"FILE:{own}", uid + 1)
+    with pytest.raises(PermissionError):
+        ccache.read_owned(str(tmp_path), uid)  # a directory
+    with pytest.raises(FileNotFoundError):
+        ccache.read_owned(f"FILE:{tmp_path}/gone", uid)
+
+
+def _entry(principal: str, start: int, end: int, renew_till: int) -> renew.Entry:
+    user = kinit.User("alice", 1000, 1000)
+    return renew.Entry(user, principal, "FILE:/tmp/krb5cc_1000_abcdef",
+                       kinit.Times(start, end, renew_till))  # fmt: skip
+
+
+def test_renewals_are_due_at_half_the_lifetime_as_sssds() -> None:
+    r = renew.Renewals()
+    assert not r.add(_entry("bob@R", 0, 100, 100))  # not renewable beyond its end
+    assert not r.add(_entry("bob@R", 0, 100, 0))
+    e = _entry("alice@R", 1000, 1600, 5000)
+    assert r.add(e) and len(r) == 1
+    assert e.renew_at == 1300
+    assert r.due(1300) == [] and r.due(1301) == [e]
+    # A later login of the same principal replaces the entry.
+    later = _entry("alice@R", 1200, 1800, 5200)
+    r.add(later)
+    assert r.due(1501) == [later] and len(r) == 1
+
+
+def test_a_renewal_replaces_or_drops_its_entry() -> None:
+    r = renew.Renewals()
+    e = _entry("alice@R", 0, 600, 5000)
+    r.add(e)
+    renewed = _entry("alice@R", 400, 1000, 5000)
+    r.renewed(e, renewed)
+    assert r.entries == {"alice@R": renewed}
+    # The last renewal (the new end is renew_till) drops it.
+    last = _entry("alice@R", 4700, 5000, 5000)
+    r.renewed(renewed, last)
+    assert r.entries == {}
+    # A failure drops it, unless a login replaced it meanwhile.
+    r.add(e)
+    newer = _entry("alice@R", 100, 700, 5100)
+    r.add(newer)
+    r.renewed(e, None)
+    assert r.entries == {"alice@R": newer}
+    r.renewed(newer, None)
+    assert r.entries == {}
+
+
+def test_a_renewal_without_a_kdc_is_retried_and_a_refused_one_dropped() -> None:
+    """SSSD's renew_tgt_done: offline (no KDC) the entry stays for the next round; a
+    KDC's refusal drops it; a success puts the renewed TGT's times in its place."""
+    r = renew.Renewals()
+    e = _entry("alice@R", 0, 600, 5000)
+    r.add(e)
+    offline = kinit.Result(st.AUTHINFO_UNAVAIL, reachable=False)
+    assert r.settle(e, offline) == "retry" and r.entries == {"alice@R": e}
+    times = kinit.Times(400, 1000, 5000)
+    done = kinit.Result(st.SUCCESS, ccname=e.ccname, principal="alice@R", times=times)
+    assert r.settle(e, done) == "renewed"
+    (renewed,) = r.entries.values()
+    assert renewed.times == times and renewed.renew_at == 700
+    refused = kinit.Result(st.NEW_AUTHTOK_REQD, reason="the TGT has expired")
+    assert r.settle(renewed, refused) == "failed" and r.entries == {}
 
 
 def test_a_refused_change_says_what_sssd_says() -> None:
