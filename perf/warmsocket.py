@@ -6,11 +6,11 @@ No LDAP and no root: a cache holding bigroupuser's groups (the sizes of testing.
 written into a temporary directory, the responder's NSS server (``NssResponder`` with the
 one lookup flow, feeding the memory cache as in production) serves it on a temporary
 socket in this process, and a client process sends the getgrgid requests one after the
-other on one connection, as libnss_sss does for ``id``. It prints the median wall time
-of the 2,085 requests over ``--reps`` runs and the responder's CPU per request (this
-process's user + system time over all the runs: on a shared machine the wall time moves
-with the load, the CPU much less); ``--profile`` prints the responder's cProfile for one
-more run.
+other on one connection, as libnss_sss does for ``id`` (each request's header, then its
+body). It prints the median wall time of the 2,085 requests over ``--reps`` runs and
+the responder's CPU per request (this process's user + system time over all the runs:
+on a shared machine the wall time moves with the load, the CPU much less);
+``--profile`` prints the responder's cProfile for one more run.
 
     .venv/bin/python -m perf.warmsocket --reps 15 [--profile] [--opt KEY=VALUE ...]
         [--shape flat|nested] [--commits]
@@ -130,7 +130,12 @@ def client(
 ) -> None:
     """One connection, one request at a time (libnss_sss, reference §1.1); with
     ``commits``, a commit to that configuration's stores before each run."""
-    reqs = [_request(p.Command.GETGRGID, struct.pack("=I", g)) for g in gids]
+    # Header and body in two sends, as libnss_sss sends them (sss_cli_send_req): the
+    # responder may be woken by the header alone.
+    reqs = [
+        (head[:16], head[16:])
+        for head in (_request(p.Command.GETGRGID, struct.pack("=I", g)) for g in gids)
+    ]
     times = []
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(path)
@@ -140,8 +145,9 @@ def client(
             if commits is not None:
                 touch(commits)
             start = time.perf_counter()
-            for req in reqs:
-                s.sendall(req)
+            for head, body in reqs:
+                s.sendall(head)
+                s.sendall(body)
                 head = s.recv(16, socket.MSG_WAITALL)
                 (length, _cmd, status, _r) = struct.unpack("=4I", head)
                 if status != 0:
