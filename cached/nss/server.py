@@ -774,7 +774,8 @@ class _Client(asyncio.Protocol):
         assert watch is not None and transport is not None
         kept = self.r.answers
         try:
-            while True:
+            # Nothing buffered: the loop ends without asking the codec (most answers).
+            while conn.buffered_bytes:
                 a = conn.take_known(kept) if kept else None
                 got = a.request if a is not None else conn.next_request()
                 if isinstance(got, p.NeedData):
