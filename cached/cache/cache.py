@@ -131,6 +131,8 @@ class GroupView:
 #: A stored group's fields as rec.group_fields gives them: name, gid, DN, member blob,
 #: member count, member group names, walked-only member layers (records._pack_group).
 _GroupFields = tuple[str, int, str, bytes, int, list[str], list[bytes]]
+#: A record a held lookup was read from: (table, key, stored bytes or None) (see _Held).
+_Read = tuple[str, bytes, rec.Data | None]
 #: Groups of one read snapshot by key: (stored bytes, fields) (see DomainCache._below).
 _Known = dict[bytes, tuple[rec.Data, _GroupFields]]
 
@@ -155,10 +157,17 @@ class _Held:
 
     versions: tuple[int, int]
     lookup: Lookup[GroupView]
-    size: int  # bytes of member names held
+    size: int  # bytes of member names and records held
     # Before this time (unix) the lookup is VALID: the earlier of its expiry and its
     # refresh midpoint (classify); from then on the class is computed at each hit.
     valid_until: float = 0.0
+    # What it was read from, to check it again after a commit of either store
+    # (DomainCache._recheck): the entry-store records, (table, key, stored bytes or
+    # None) — the index entry it was found by, its record, those of the groups below
+    # it — and its key in the timestamp store with the record read there.
+    reads: tuple[_Read, ...] = ()
+    ts_key: bytes = b""
+    ts_data: rec.Data | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,15 +420,17 @@ class DomainCache:
         key = self.key(name)
         got = self._held_lookup(key)
         if got is None:
+            reads: list[_Read] = []
             with self._reader() as txn:
                 found = key
-                view = self._group_view(txn, key)
+                view = self._group_view(txn, key, reads)
                 if view is None:
                     target = txn.get(b"g" + key, db=self.entries.tables["alias"])
+                    reads.append(("alias", b"g" + key, None if target is None else bytes(target)))
                     if target is not None:
-                        found, view = bytes(target), self._group_view(txn, target)
+                        found, view = bytes(target), self._group_view(txn, target, reads)
                 version = txn.id()
-            got = self._group_lookup(key, found, view, version)
+            got = self._group_lookup(key, found, view, version, reads)
         self.counters.add(CACHE_READ, 1, time.perf_counter() - start)
         return got
 
@@ -432,30 +443,40 @@ class DomainCache:
             self._check_identity()
             txn = _begin(self.entries)
             try:
-                key = txn.get(ID_KEY.pack(gid), db=self.entries.tables["gid"])
-                view = None if key is None else self._group_view(txn, key)
+                ikey = ID_KEY.pack(gid)
+                key = txn.get(ikey, db=self.entries.tables["gid"])
+                reads: list[_Read] = [("gid", ikey, key)]
+                view = None if key is None else self._group_view(txn, key, reads)
                 version = txn.id()
             finally:
                 txn.abort()
-            got = self._group_lookup(gid, key or b"", view, version)
+            got = self._group_lookup(gid, key or b"", view, version, reads)
         self.counters.add(CACHE_READ, 1, time.perf_counter() - start)
         return got
 
     def _group_lookup(
-        self, asked: int | bytes, key: rec.Data, view: GroupView | None, version: int
+        self,
+        asked: int | bytes,
+        key: rec.Data,
+        view: GroupView | None,
+        version: int,
+        reads: list[_Read],
     ) -> Lookup[GroupView]:
-        """The lookup of a group read in entry-store snapshot ``version``; kept (see
-        _Held) under ``asked``, the gid or name key it was asked by."""
+        """The lookup of a group read in entry-store snapshot ``version`` from the
+        records ``reads``; kept (see _Held) under ``asked``, the gid or name key it
+        was asked by."""
         if view is None:
             if (gone := self._held.pop(asked, None)) is not None:
                 self._held_bytes -= gone.size
             return Lookup(State.MISSING)
+        ts_data: rec.Data | None = None
         if self.ts is None:
             times, ts_version = rec.MISSING_TIMES, -1
         else:
             txn = _begin(self.ts)
             try:
-                times = times_or_missing(txn.get(key, db=self.ts.tables["groups"]))
+                ts_data = txn.get(key, db=self.ts.tables["groups"])
+                times = times_or_missing(ts_data)
                 ts_version = txn.id()
             finally:
                 txn.abort()
@@ -466,12 +487,20 @@ class DomainCache:
             old = self._held.get(asked)
             if old is not None:
                 self._held_bytes -= old.size
-            until = 0.0
-            if got.state is State.VALID:
-                until = min(times.data_expire, self._midpoint(times, times.data_expire))
-            self._held[asked] = _Held((version, ts_version), got, len(view.members), until)
-            self._held_bytes += len(view.members)
+            size = len(view.members) + sum(len(v) for _t, _k, v in reads if v is not None)
+            self._held[asked] = _Held(
+                (version, ts_version), got, size, self._valid_until(got),
+                tuple(reads), bytes(key), ts_data,
+            )  # fmt: skip
+            self._held_bytes += size
         return got
+
+    def _valid_until(self, got: Lookup[GroupView]) -> float:
+        """Until when (unix) ``got`` stays VALID: _Held.valid_until."""
+        if got.state is not State.VALID:
+            return 0.0
+        times = got.times
+        return min(times.data_expire, self._midpoint(times, times.data_expire))
 
     def _versions(self) -> tuple[int, int]:
         """The last committed transaction of the entry and the timestamp store: a commit
@@ -486,7 +515,10 @@ class DomainCache:
             return None
         self._check_identity()
         held = self._held.get(asked)
-        if held is None or held.versions != self._versions():
+        if held is None:
+            return None
+        versions = self._versions()
+        if held.versions != versions and not self._recheck(held, versions):
             return None
         got = held.lookup
         if time.time() < held.valid_until:
@@ -497,6 +529,45 @@ class DomainCache:
         if state is not got.state:
             got = held.lookup = Lookup(state, got.value, got.times)
         return got
+
+    def _recheck(self, held: _Held, versions: tuple[int, int]) -> bool:
+        """Whether ``held`` is still what reading its group would give, a store having
+        committed since it was read: its records in the entry store are the same
+        bytes (a memcmp each; a commit writes only what changed, invariant 2) and,
+        if its timestamps changed, its lookup takes the new ones (the same view: the
+        answers kept for it stay). Another group's refresh, another user's lookup,
+        a refresh ahead commit between two `id` of one user, and each dropped every
+        kept lookup: the group read, its nesting expanded and its answer encoded
+        again (perf/warmsocket.py --commits: 34 us per getgrgid, 118 us nested)."""
+        entries, ts = versions
+        if held.versions[0] != entries:
+            tables = self.entries.tables
+            txn = _begin(self.entries)
+            try:
+                get = txn.get
+                for table, key, data in held.reads:
+                    if get(key, None, tables[table]) != data:
+                        return False
+                entries = txn.id()
+            finally:
+                txn.abort()
+        if held.versions[1] != ts:
+            if self.ts is None:
+                return False
+            txn = _begin(self.ts)
+            try:
+                data = txn.get(held.ts_key, db=self.ts.tables["groups"])
+                ts = txn.id()
+            finally:
+                txn.abort()
+            if data != held.ts_data:
+                old = held.lookup
+                times = times_or_missing(data)
+                got = Lookup(self._classify(times, times.data_expire), old.value, times)
+                held.lookup, held.ts_data = got, data
+                held.valid_until = self._valid_until(got)
+        held.versions = (entries, ts)
+        return True
 
     def kept_group(self, key: int | str) -> Lookup[GroupView] | None:
         """The lookup of a group by gid or name as last read, if neither store has
@@ -510,7 +581,12 @@ class DomainCache:
         self._held.clear()
         self._held_bytes = 0
 
-    def _group_view(self, txn: lmdb.Transaction, key: rec.Data) -> GroupView | None:
+    def _group_view(
+        self,
+        txn: lmdb.Transaction,
+        key: rec.Data,
+        reads: list[_Read] | None = None,
+    ) -> GroupView | None:
         """Read a group and expand nested member groups down to the nesting level.
 
         Members of a group are the users directly in any group reachable from it by
@@ -520,12 +596,14 @@ class DomainCache:
         whole or not at all.
         """
         data = txn.get(key, db=self.entries.tables["groups"])
+        if reads is not None:
+            reads.append(("groups", bytes(key), None if data is None else bytes(data)))
         if data is None:
             return None
         own, member_groups = _unpack_group(data)
         if not member_groups or self.nesting_level <= 0:
             return own
-        return self._nested_view(txn, key, data, own, member_groups)
+        return self._nested_view(txn, key, data, own, member_groups, reads=reads)
 
     def _nested_view(
         self,
@@ -535,9 +613,11 @@ class DomainCache:
         own: GroupView,
         member_groups: list[str],
         known: _Known | None = None,
+        reads: list[_Read] | None = None,
     ) -> GroupView:
         """_group_view of a group with member groups: stored under ``key`` as ``data``,
-        ``own`` its view without them; ``known``: see :meth:`_below`."""
+        ``own`` its view without them; ``known``: see :meth:`_below`; ``reads``: where
+        the records of the groups below it are noted (see _Held)."""
         groups = self.entries.tables["groups"]
         # A snapshot id names one committed state of the whole entry store: while it
         # is the same, so is the expansion (docs/threat-model.md: re-expanding a 200,000-member
@@ -546,15 +626,18 @@ class DomainCache:
         # same bytes (comparing them is a memcmp; any cold lookup writes the store).
         snap = txn.id()
         memo = self._expanded.get(bytes(key))
-        if memo is not None:
-            if memo.snap == snap:
-                return memo.view
-            if all(txn.get(k, db=groups) == v for k, v in memo.deps):
-                memo.snap = snap
-                return memo.view
+        if memo is not None and (
+            memo.snap == snap or all(txn.get(k, db=groups) == v for k, v in memo.deps)
+        ):
+            memo.snap = snap
+            if reads is not None:
+                _note(reads, memo.deps[1:])  # [0]: this group's, noted already
+            return memo.view
         with self.counters.timer(GROUP_EXPAND):
             view, deps, sub_members = self._expand(txn, key, own, member_groups, known)
         self.counters.add(GROUP_EXPAND, 0, 0.0, view.member_count)
+        if reads is not None:
+            _note(reads, deps)
         if sub_members >= EXPAND_MEMO_MIN:
             kept = sum(m.view.member_count for m in self._expanded.values())
             if len(self._expanded) >= EXPAND_MEMO or kept > EXPAND_MEMO_NAMES:
@@ -1082,6 +1165,13 @@ class DomainCache:
 
 
 _ID_NATIVE = struct.Struct("=I")
+
+
+def _note(
+    reads: list[_Read], deps: list[tuple[bytes, rec.Data | None]]
+) -> None:
+    """Note the group records ``deps`` (key, stored bytes or None) in ``reads``."""
+    reads.extend(("groups", k, None if v is None else bytes(v)) for k, v in deps)
 
 
 def _unpack_group(data: rec.Data) -> tuple[GroupView, list[str]]:

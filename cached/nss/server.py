@@ -160,13 +160,17 @@ class _Answer:
     committed since it was read, docs/ARCHITECTURE.md) still VALID, and the negative
     cache does not hide the domain. The flow would then find exactly ``found`` in the
     same, first admitting domain, and the reply would be the same bytes; only the
-    memory-cache feed is done again."""
+    memory-cache feed is done again. Kept under the request's bytes
+    (``p.lookup_frame``), which the connection matches before parsing anything
+    (``ServerConnection.take_known``)."""
 
     plugin: Plugin[Any, GroupView]
     found: Found[GroupView]
     nkey: NegKey
     record: _Record
     reply: bytes
+    request: p.ById | p.ByName
+    key: str | int
 
 
 class _Watchdog:
@@ -251,7 +255,8 @@ class NssResponder:
         self.reply_budget = nss.max_reply_buffer_per_uid << 20
         self._records: dict[tuple[str, str], _Record] = {}  # (domain, group name)
         self._small: dict[tuple[str, str], _Record] = {}  # the same, smaller groups
-        self._answers: dict[tuple[int, str | int], _Answer] = {}
+        # Kept answers by the request's bytes (p.lookup_frame); see _Answer.
+        self.answers: dict[bytes, _Answer] = {}
 
     # -- encoding ---------------------------------------------------------------------
 
@@ -334,10 +339,12 @@ class NssResponder:
             # Only an answer of the first domain that admits the key: an earlier one
             # skipped for a negative entry or offline could answer once that ends.
             if lookups.first_admitting(plugin, key) is found.domain:
-                if len(self._answers) >= MEMO_SMALL_GROUPS:
-                    self._answers.clear()
-                self._answers[(cmd, key)] = _Answer(
-                    plugin, found, plugin.negative_key(key), r, reply
+                c = p.Command(cmd)
+                req = p.ById(c, key) if isinstance(key, int) else p.ByName(c, key)
+                if len(self.answers) >= MEMO_SMALL_GROUPS:
+                    self.answers.clear()
+                self.answers[p.lookup_frame(req)] = _Answer(
+                    plugin, found, plugin.negative_key(key), r, reply, req, key
                 )
         return reply
 
@@ -352,14 +359,14 @@ class NssResponder:
         real = found.cache.group_by_name(g.name).value
         return real is not None and real.gid != g.gid
 
-    def _answer_again(self, a: _Answer, key: str | int) -> bytes | None:
+    def _answer_again(self, a: _Answer) -> bytes | None:
         """The kept reply ``a`` if the flow would give the same one now (see _Answer)."""
         f = a.found
         if self.lookups.negative.hit(f.domain.name, a.nkey):
             return None
-        got = f.cache.kept_group(key)
+        got = f.cache.kept_group(a.key)
         if got is None:
-            got = a.plugin.read(f.cache, key)
+            got = a.plugin.read(f.cache, a.key)
         if got.value is not f.value or got.state is not State.VALID:
             return None
         self._feed_group(a.record)
@@ -509,14 +516,21 @@ class NssResponder:
         for memo in (self._records, self._small):
             for r in memo.values():
                 r.fed = -1e9
-        self._answers.clear()
+        self.answers.clear()
         asyncio.get_running_loop().call_soon(self.feed.reopen)
 
     # -- answering ---------------------------------------------------------------------
 
-    def answer_now(self, req: p.Request, state: _Enum) -> bytes | None:
+    def answer_now(
+        self, req: p.Request, state: _Enum, kept: _Answer | None = None
+    ) -> bytes | None:
         """The reply, if it needs nothing to wait for (the cache has the answer, or the
-        backend is known to be unreachable); None: :meth:`answer` must wait for it."""
+        backend is known to be unreachable); None: :meth:`answer` must wait for it.
+        ``kept``: the answer kept for these request bytes (``req`` is its request)."""
+        if kept is not None:
+            if (reply := self._answer_again(kept)) is not None:
+                return reply
+            return COMMANDS[req.cmd].now(self, req.cmd, kept.key)
         if isinstance(req, p.ById):
             key: str | int = req.id
         elif isinstance(req, p.ByName):
@@ -524,9 +538,11 @@ class NssResponder:
         else:
             return self._answer_other(req, state)
         cmd = req.cmd
-        a = self._answers.get((cmd, key))
-        if a is not None and (reply := self._answer_again(a, key)) is not None:
-            return reply
+        if cmd in GROUP_COMMANDS and self.answers:
+            # Not matched before parsing: a request that came with the next one's bytes.
+            a = self.answers.get(p.lookup_frame(req))
+            if a is not None and (reply := self._answer_again(a)) is not None:
+                return reply
         return COMMANDS[cmd].now(self, cmd, key)
 
     async def answer(self, req: p.Request, state: _Enum) -> bytes:
@@ -756,9 +772,15 @@ class _Client(asyncio.Protocol):
         """Answer the complete requests buffered, at once while nothing needs waiting."""
         conn, watch, transport = self.conn, self.watch, self.transport
         assert watch is not None and transport is not None
+        kept = self.r.answers
         try:
-            while not isinstance(req := conn.next_request(), p.NeedData):
-                later = self._answer_now(req)
+            # Nothing buffered: the loop ends without asking the codec (most answers).
+            while conn.buffered_bytes:
+                a = conn.take_known(kept) if kept else None
+                got = a.request if a is not None else conn.next_request()
+                if isinstance(got, p.NeedData):
+                    break
+                later = self._answer_now(got, a)
                 if later is not None:
                     watch.reading = False
                     self.task = self.loop.create_task(later, context=self.ctx)
@@ -773,8 +795,11 @@ class _Client(asyncio.Protocol):
         elif conn.buffered_bytes:
             watch.partial()
 
-    def _answer_now(self, req: p.Request) -> Coroutine[Any, Any, None] | None:
-        """Answer ``req`` if nothing needs waiting; else what must run as the task."""
+    def _answer_now(
+        self, req: p.Request, kept: _Answer | None = None
+    ) -> Coroutine[Any, Any, None] | None:
+        """Answer ``req`` if nothing needs waiting; else what must run as the task.
+        ``kept``: the answer kept for its bytes (NssResponder.answer_now)."""
         r, share, transport = self.r, self.share, self.transport
         assert share is not None and transport is not None
         if (
@@ -785,7 +810,7 @@ class _Client(asyncio.Protocol):
             return self._answer_later(req)
         start = time.perf_counter()
         try:
-            reply = r.answer_now(req, self.state)
+            reply = r.answer_now(req, self.state, kept)
         except Exception as e:
             reply = r._log_failure(req, e)
         if reply is None:
@@ -920,6 +945,8 @@ class NssCommand(Generic[K, V]):
 
 
 C = p.Command
+# The commands whose answers are kept (_Answer).
+GROUP_COMMANDS = frozenset((C.GETGRNAM, C.GETGRGID))
 COMMANDS: dict[int, NssCommand[Any, Any]] = {
     C.GETPWNAM: NssCommand(GETPWNAM, NssResponder.fill_passwd, MemcacheFeed.forget_user_name),
     C.GETPWUID: NssCommand(GETPWUID, NssResponder.fill_passwd, MemcacheFeed.forget_uid),

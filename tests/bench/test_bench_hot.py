@@ -14,10 +14,11 @@ expansion of a group's members through nested groups.
 from __future__ import annotations
 
 import itertools
+import os
 import tempfile
 from array import array
 
-from cached.cache import State
+from cached.cache import DomainCache, State
 from cached.cache.writer import BackendCache
 from cached.counters import ENTRY_TXN, TS_WRITE, Counters
 from cached.model import Group, User
@@ -119,6 +120,34 @@ def test_warm_id_reads_2086_groups_by_gid(benchmark):
         return valid
 
     assert benchmark(read_all) == len(gs)
+
+
+def test_warm_id_reads_2085_nested_groups_after_a_commit(benchmark):
+    """The reads of a warm `id` in the responder when the backend has committed since
+    the last `id` (another group's timestamps): each kept lookup is checked against
+    the records it was read from and given again, the same view, not read again."""
+    c = new_cache()
+    leaves = [Group(f"leaf-{i:03d}", 30001 + i, f"cn=leaf-{i:03d},ou=groups,{BASE}",
+                    tuple(MEMBERS[i * 60 : i * 60 + 60])) for i in range(60)]  # fmt: skip
+    gs = [
+        Group(g.name, g.gid, g.dn, g.members, tuple(f"leaf-{(i + k) % 60:03d}" for k in (0, 7, 31)))
+        for i, g in enumerate(nest_groups())
+    ]
+    with c.write() as b:
+        for g in [*gs, *leaves, Group("unrelated", 40000, f"cn=unrelated,ou=groups,{BASE}")]:
+            c.put_group(b, g)
+    reader = DomainCache(os.path.dirname(c.entry_path), "LDAP", counters=Counters())
+    gids = [g.gid for g in gs]
+    first = {gid: reader.group_by_gid(gid).value for gid in gids}
+    stamp = itertools.count()
+
+    def commit_then_read_all() -> int:
+        with c.write() as b:
+            c.touch_group(b, "unrelated", modstamp=str(next(stamp)))
+        return sum(reader.group_by_gid(gid).value is first[gid] for gid in gids)
+
+    assert benchmark(commit_then_read_all) == len(gs)
+    reader.close()
 
 
 def test_store_initgroups_of_2086_groups(benchmark):

@@ -545,16 +545,17 @@ def test_a_held_group_lookup_is_reused_only_while_both_stores_are_unchanged(tmp_
         c.put_group(b, changed)
     for got in (reader.group_by_gid(20003), reader.group_by_name("group00002")):
         assert got.value is not None and got.value.members == b"newcomer\0"
-    # A write of another group only: read again, and equal.
+    # A write of another group only: its records compared again, and kept.
     held = reader.group_by_gid(20003)
     with c.write() as b:
         c.put_group(b, group(3))
-    again = reader.group_by_gid(20003)
-    assert again is not held and again == held
-    # A refresh that writes timestamps only (the entry store untouched): new times.
+    assert reader.group_by_gid(20003) is held
+    # A refresh that writes timestamps only (the entry store untouched): new times,
+    # the same view (the responder's answers kept for it stay good).
     with c.write() as b:
         c.touch_group(b, "group00002", modstamp="20270101000000Z")
-    assert reader.group_by_gid(20003).times.modstamp == "20270101000000Z"
+    touched = reader.group_by_gid(20003)
+    assert touched.times.modstamp == "20270101000000Z" and touched.value is held.value
     # Invalidation by a tool (`cached cache`) and by the responder itself (D-Bus).
     tool = DomainCache(str(tmp_path), "LDAP", counters=Counters())
     assert reader.group_by_gid(20003).state is State.VALID
@@ -571,6 +572,49 @@ def test_a_held_group_lookup_is_reused_only_while_both_stores_are_unchanged(tmp_
     assert reader.group_by_name("group00002").state is State.MISSING
     assert 20003 not in reader._held and b"group00002" not in reader._held
     tool.close()
+    reader.close()
+
+
+def test_a_held_group_lookup_is_checked_again_record_by_record_after_a_commit(tmp_path):
+    """After any commit, a held lookup is given again only if every record it was
+    read from holds the same bytes: the gid index, its record, the records of the
+    groups below it (nesting), the alias it was found by; else it is read again."""
+    c = backend(tmp_path)
+    with c.write() as b:
+        c.put_group(b, group(1, member_groups=("group00002",)))
+        c.put_group(b, group(2, member_groups=("group00003",)))
+        c.put_group(b, group(3))
+        c.put_group(b, group(4), aliases=["another"])
+    reader = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    top = reader.group_by_gid(20002)
+    assert top.value is not None and b"user00021" in top.value.members  # two levels down
+    by_alias = reader.group_by_name("another")
+    assert by_alias.value is not None and by_alias.value.gid == 20005
+    with c.write() as b:
+        c.put_group(b, group(5))  # none of theirs
+    assert reader.group_by_gid(20002) is top
+    assert reader.group_by_name("another") is by_alias
+    # A group two levels down gains a member: the top group's members change.
+    with c.write() as b:
+        c.put_group(b, Group("group00003", 20004, f"cn=group00003,ou=groups,{BASE}",
+                             ("newcomer",)))  # fmt: skip
+    got = reader.group_by_gid(20002)
+    assert got is not top and got.value is not None and b"newcomer" in got.value.members
+    # Another group takes the gid in the index.
+    with c.write() as b:
+        c.put_group(b, Group("usurper", 20002, f"cn=usurper,ou=groups,{BASE}", ("x",)))
+        c.own_gid(b, "usurper", 20002)
+    got = reader.group_by_gid(20002)
+    assert got.value is not None and got.value.name == "usurper"
+    # The alias now names nothing: the group of that name is gone for it.
+    with c.write() as b:
+        c.put_group(b, group(4))
+    again = reader.group_by_name("another")
+    assert again.value is None or again.value.gid == 20005
+    with c.write() as b:
+        c.put_group(b, Group("another", 30000, f"cn=another,ou=groups,{BASE}"))
+    got = reader.group_by_name("another")
+    assert got.value is not None and got.value.gid == 30000  # its own record wins
     reader.close()
 
 
@@ -643,7 +687,7 @@ def test_held_group_lookups_are_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(cache_mod, "HELD_MEMBER_BYTES", 500)
     for i in range(25):
         reader.group_by_name(f"group{i:05d}")
-        assert reader._held_bytes <= 500 + 300  # one more group's members at most
+        assert reader._held_bytes <= 500 + 800  # one more group's members and records
     # The backend keeps none: it reads what it has just written.
     assert c.group_by_gid(20001).value is not None and not c._held
 

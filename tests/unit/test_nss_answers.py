@@ -91,6 +91,46 @@ def test_a_kept_group_reply_follows_writes_invalidation_and_negative_entries(
     writer.close(clean=True)
 
 
+def test_a_kept_group_reply_outlives_commits_that_leave_its_records_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit of another group, or of this group's timestamps alone, leaves the kept
+    reply (matched by the request's bytes) in use, byte for byte, with no lookup; a
+    change to a group below it (nesting) gives the new reply at once."""
+    cfg = _config(tmp_path)
+    writer = open_backend_cache(cfg.daemon.db_dir, cfg.domains[0], counters=Counters())
+    top = Group("grp", 20001, f"cn=grp,ou=groups,{BASE}", ("alice",), ("sub",))
+    with writer.write() as b:
+        writer.put_group(b, top)
+        writer.put_group(b, Group("sub", 20002, f"cn=sub,ou=groups,{BASE}", ("bob",)))
+    cache = open_domain_cache(cfg.daemon.db_dir, cfg.domains[0])
+    lookups = Lookups(cfg, {"LDAP": cache}, {})
+    responder = NssResponder(cfg, lookups, MemcacheFeed(cfg.daemon.mc_dir, cfg.nss))
+    req = p.ById(p.Command.GETGRGID, 20001)
+    state = _Enum()
+    first = responder.answer_now(req, state)
+    assert first is not None and b"alice\0bob\0" in first
+    kept = responder.answers[p.lookup_frame(req)]
+    assert kept.request == req and kept.reply == first
+    real_lookup_now = lookups.lookup_now
+    monkeypatch.setattr(lookups, "lookup_now", lambda *a: pytest.fail("not kept"))
+    with writer.write() as b:
+        writer.put_group(b, Group("other", 20009, f"cn=other,ou=groups,{BASE}", ("eve",)))
+    assert responder.answer_now(kept.request, state, kept) == first
+    with writer.write() as b:
+        writer.touch_group(b, "grp", modstamp="20270101000000Z")
+    assert responder.answer_now(kept.request, state, kept) == first
+    monkeypatch.setattr(lookups, "lookup_now", real_lookup_now)
+    with writer.write() as b:
+        writer.put_group(b, Group("sub", 20002, f"cn=sub,ou=groups,{BASE}", ("carol",)))
+    second = responder.answer_now(kept.request, state, kept)
+    assert second is not None and b"alice\0carol\0" in second
+    assert responder.answers[p.lookup_frame(req)].reply == second
+    responder.feed.close()
+    cache.close()
+    writer.close(clean=True)
+
+
 def test_a_kept_group_reply_stops_when_its_entry_expires_or_reaches_its_midpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -762,3 +762,31 @@ def test_fuzz_group_roundtrip(groups: list[tuple[int, str, list[str]]]) -> None:
     assert decode_group(reply[16:]) == [
         GroupEntry(name, "*", gid, tuple(members)) for gid, name, members in groups
     ]
+
+
+def test_a_known_request_is_taken_by_its_bytes_alone() -> None:
+    """take_known: exactly one whole request whose bytes are known is taken with its
+    value; a part of one, one followed by more bytes, or unknown bytes leave the buffer
+    to next_request, which parses the same request from them."""
+    from cached.nss.protocol import lookup_frame
+
+    gid = ById(Command.GETGRGID, 20001)
+    name = ByName(Command.GETGRNAM, "grp")
+    assert lookup_frame(gid) == encode_request(Command.GETGRGID, id_body(20001))
+    assert lookup_frame(name) == encode_request(Command.GETGRNAM, name_body("grp"))
+    known = {lookup_frame(gid): "kept gid", lookup_frame(name): "kept name"}
+    conn = ServerConnection()
+    frame = lookup_frame(gid)
+    conn.receive_data(frame[:HEADER_SIZE])  # the header alone, as libnss_sss sends it
+    assert conn.take_known(known) is None and conn.buffered_bytes == HEADER_SIZE
+    conn.receive_data(frame[HEADER_SIZE:])
+    assert conn.take_known(known) == "kept gid" and conn.buffered_bytes == 0
+    assert conn.next_request() is NEED_DATA
+    conn.receive_data(lookup_frame(name) + frame)  # two at once: parsed one by one
+    assert conn.take_known(known) is None
+    assert conn.next_request() == name
+    assert conn.take_known(known) == "kept gid"
+    other = encode_request(Command.GETGRGID, id_body(20002))
+    conn.receive_data(other)
+    assert conn.take_known(known) is None
+    assert conn.next_request() == ById(Command.GETGRGID, 20002)
