@@ -74,6 +74,8 @@ class _Recording:
 class _Playback:
     """A socket that answers from a recording and insists on the recorded requests."""
 
+    family = socket.AF_UNIX  # no TCP options for Connection to set
+
     def __init__(self, log: Log) -> None:
         self._log, self.at = log, 0
 

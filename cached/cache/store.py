@@ -81,7 +81,13 @@ def _open_env(
         max_dbs=MAX_TABLES,
         readonly=not writer,
         sync=sync,
-        metasync=sync,
+        # The meta page is flushed by Store.write_built after each durable commit
+        # (env.sync), not by liblmdb's commit: a commit then pays one fsync, of its
+        # data pages, before its meta page is written (MDB_NOMETASYNC keeps the store
+        # whole after a crash, which may undo the last commit only), and one that need
+        # not be durable on its own, an early commit of a big initgroups answer
+        # (BackendCache.commit_new_groups), pays no second one.
+        metasync=False,
         # Readers only: several threads of one process may read at once.
         max_readers=512,
         lock=True,
@@ -128,6 +134,9 @@ class Store:
         file raises FileNotFoundError (only the backend creates stores)."""
         self.path = path
         self.writer = writer
+        # Commits made durable before write_built returns (the entry store): the
+        # meta page flushed after the commit (_open_env).
+        self.durable = writer and sync
         create = writer if create is None else create
         if create:
             os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
@@ -175,22 +184,29 @@ class Store:
         finally:
             txn.abort()
 
-    def write(self, ops: list[Op]) -> tuple[int, float]:
+    def write(self, ops: list[Op], durable: bool = True) -> tuple[int, float]:
         """Apply ``ops`` in one write transaction.
 
         Returns the bytes written and the seconds spent in commit (which includes the
-        fsync of a synchronous store: SSSD's "time spent writing to LDB", §5.2).
+        fsyncs of a synchronous store: SSSD's "time spent writing to LDB", §5.2).
+        ``durable=False``: a commit another durable one follows before anything
+        depends on it; its meta page is flushed with that one's (write_built).
         """
-        written, seconds, _ = self.write_built(lambda _txn: ops)
+        written, seconds, _ = self.write_built(lambda _txn: ops, durable)
         return written, seconds
 
-    def write_built(self, build: Callable[[lmdb.Transaction], list[Op]]) -> tuple[int, float, int]:
+    def write_built(
+        self, build: Callable[[lmdb.Transaction], list[Op]], durable: bool = True
+    ) -> tuple[int, float, int]:
         """Apply the operations ``build`` returns, built inside the same write
         transaction: its reads see every commit before it, and no other process's
         commit can come between them and the write (LMDB has one writer at a time,
         across processes). ``build`` only reads and computes: a full map is doubled
         and the transaction replayed, ``build`` included. Returns the bytes written,
-        the seconds spent in commit and how many operations were applied."""
+        the seconds spent in commit and how many operations were applied. On a
+        synchronous store the commit is on disk when this returns unless ``durable``
+        is False: then its data pages are, and its meta page goes with the next
+        durable commit's (a crash in between may undo it, never damage the store)."""
         while True:
             txn = self.env.begin(write=True)
             try:
@@ -230,6 +246,8 @@ class Store:
                             txn.put(key, value, db=db)
                 start = time.perf_counter()
                 txn.commit()
+                if durable and self.durable:
+                    self.env.sync(True)  # the meta page (_open_env: no metasync)
                 return written, time.perf_counter() - start, len(ops)
             except lmdb.MapFullError:
                 txn.abort()

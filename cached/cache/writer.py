@@ -593,7 +593,10 @@ class BackendCache(DomainCache):
         part.groups = new
         part.read_whole = batch.read_whole & new.keys()
         part.aliases = {a: k for k in new for a in aliases.get(k, ())}
-        self.commit(part)
+        # Not durable on its own: the request's last commit flushes it with its own
+        # before the answer leaves; a crash before that undoes it whole (an fsync
+        # each was half the time of these commits: docs/ARCHITECTURE.md §4).
+        self.commit(part, durable=False)
         plan.done.update(new)
         for key in new:
             del batch.groups[key]
@@ -602,8 +605,12 @@ class BackendCache(DomainCache):
             del batch.aliases[a]
         return list(new)
 
-    def commit(self, batch: WriteBatch, now: float | None = None) -> WriteResult:
-        """Write the entry store only where content changed; always write timestamps."""
+    def commit(
+        self, batch: WriteBatch, now: float | None = None, durable: bool = True
+    ) -> WriteResult:
+        """Write the entry store only where content changed; always write timestamps.
+        ``durable=False`` (an early commit): on disk with the request's last commit,
+        which is durable before the answer leaves (Store.write_built)."""
         if self.ts is None:
             # Created at start failed (full filesystem): try again now.
             self.ts, _ = open_ts_checked(self.ts_path, self.store_id, "")
@@ -706,7 +713,7 @@ class BackendCache(DomainCache):
         ts_ops = early + ts_ops
         if ops:
             with self.counters.transaction(ENTRY_TXN):
-                written, commit_s = self.entries.write(ops)
+                written, commit_s = self.entries.write(ops, durable)
             self.counters.add(ENTRY_COMMIT, 1, commit_s)
             self.counters.add(ENTRY_BYTES, 0, 0.0, written)
             self.counters.add(ENTRY_RECORDS, 0, 0.0, len(ops))

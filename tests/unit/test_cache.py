@@ -749,8 +749,8 @@ def _store_incomplete_and_die_after_the_entry_commit(path: str) -> None:
     c = BackendCache(path, "LDAP", boot_id="boot-1", counters=Counters())
     write = c.entries.write
 
-    def commit_then_die(ops):
-        write(ops)
+    def commit_then_die(ops, durable=True):
+        write(ops, durable)
         os.kill(os.getpid(), signal.SIGKILL)  # before anything after the entry commit
 
     c.entries.write = commit_then_die  # type: ignore[method-assign]

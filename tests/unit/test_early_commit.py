@@ -15,7 +15,7 @@ import pytest
 
 from cached.cache import State
 from cached.cache.writer import BackendCache, WriteBatch
-from cached.counters import ENTRY_RECORDS, TS_RECORDS, Counters
+from cached.counters import ENTRY_COMMIT, ENTRY_RECORDS, TS_RECORDS, Counters
 from cached.dn import normalize_dn
 from cached.model import Group, User
 
@@ -352,3 +352,35 @@ def test_a_user_put_after_the_plan_still_keeps_a_group_at_its_dn_back(tmp_path):
         _plan(c, b, _group("atuser", 700, dn=user.dn), _group("other", 701))
         c.put_user(b, user)
         assert c.commit_new_groups(b) == [c.key("other")]
+
+
+class _CountingSyncs:
+    """A store's LMDB environment, counting its flushes (Environment.sync)."""
+
+    def __init__(self, env: object) -> None:
+        self._env, self.syncs = env, 0
+
+    def sync(self, force: bool = False) -> None:
+        self.syncs += 1
+        self._env.sync(force)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._env, name)
+
+
+def test_only_the_last_commit_of_a_request_waits_for_its_meta_page(tmp_path):
+    """The entry store leaves the meta page's flush to Store.write_built: a durable
+    commit (every ordinary write) flushes it before returning, an early commit does
+    not, so a request of five commits pays six fsyncs rather than ten; the last
+    commit's flush carries the early ones' meta pages, before the answer leaves."""
+    c = _store(tmp_path / "c")
+    assert c.entries.env.flags()["sync"] and not c.entries.env.flags()["metasync"]
+    env = _CountingSyncs(c.entries.env)
+    c.entries.env = env  # type: ignore[assignment]
+    _held_before(c)
+    assert env.syncs == 1  # an ordinary write: durable when it returns
+    before = c.counters.get(ENTRY_COMMIT).count
+    committed = _request(c, [6, 12])
+    assert all(committed)
+    assert c.counters.get(ENTRY_COMMIT).count - before == 3
+    assert env.syncs == 2  # the request's last commit alone

@@ -75,8 +75,8 @@ def test_an_invalidation_between_the_entry_commit_and_the_timestamps_is_kept(tmp
     write = c.entries.write
     ran = []
 
-    def commit_then_invalidate(ops):
-        result = write(ops)
+    def commit_then_invalidate(ops, durable=True):
+        result = write(ops, durable)
         run_tool(tmp_path, "-E")  # after the entry commit, before the timestamp write
         ran.append(True)
         return result
