@@ -49,7 +49,6 @@ from cached.cache import StoreWriteError
 from cached.config import Config, DomainConfig
 from cached.config.options import KERBEROS_PROVIDERS, ChpassProvider
 from cached.ipc.ops import AuthReply, AuthRequest, ChpassReply, ChpassRequest
-from cached.kerberos import kinit, kpasswd
 from cached.kerberos import status as krb5_status
 from cached.ldap import auth, chpass
 from cached.ldap.client import LdapClient
@@ -57,6 +56,10 @@ from cached.ratelimit import RateLimitedLog
 
 if TYPE_CHECKING:
     from cached.cache.writer import BackendCache
+
+    # Imported where a Kerberos login or change runs: libkrb5 and gssapi are no cost of
+    # a backend without auth_provider = krb5 | ad.
+    from cached.kerberos import kinit
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
@@ -67,6 +70,8 @@ KERBEROS_CHPASS = (ChpassProvider.KRB5, ChpassProvider.AD)
 
 
 def kerberos_settings(domain: DomainConfig) -> kinit.Settings:
+    from cached.kerberos import kinit
+
     return kinit.Settings(
         realm=domain.krb5_realm,
         keytab=domain.krb5_keytab,
@@ -117,9 +122,16 @@ class Logins:
         self.offline_logins = 0
         self.failed = 0
         self.password_changes = 0
-        self.krb5 = kerberos_settings(domain)
+        self._krb5: kinit.Settings | None = None
         self.pending: dict[str, Pending] = {}
         self.delayed_kinits = 0
+
+    @property
+    def krb5(self) -> kinit.Settings:
+        """The Kerberos settings, made at the first Kerberos login or change."""
+        if self._krb5 is None:
+            self._krb5 = kerberos_settings(self.domain)
+        return self._krb5
 
     async def authenticate(self, req: AuthRequest) -> AuthReply:
         """Queue ``req`` behind its uid's earlier logins, one uid in turn; run it."""
@@ -194,12 +206,16 @@ class Logins:
     # -- Kerberos -------------------------------------------------------------------
 
     def _user(self, name: str) -> kinit.User | None:
+        from cached.kerberos import kinit
+
         found = self.cache.user_by_name(name).value
         if found is None:
             return None
         return kinit.User(found.name, found.uid, found.gid, found.home)
 
     def _kerberos(self, req: AuthRequest) -> AuthReply:
+        from cached.kerberos import kinit
+
         domain = self.domain
         user = self._user(req.name)
         if user is None:  # the responder resolved it a moment ago
@@ -224,6 +240,8 @@ class Logins:
         return reply
 
     def _delayed_kinits(self) -> None:
+        from cached.kerberos import kinit
+
         for name in list(self.pending):
             p = self.pending[name]
             res = kinit.delayed(self.krb5, p.user, bytes(p.password), p.ccname)
@@ -242,6 +260,8 @@ class Logins:
     def _kpasswd(self, req: ChpassRequest) -> ChpassReply:
         """chpass_provider = krb5 | ad: the check of the old password (prelim) or the
         change through the KDC's kpasswd service; then the cached hash replaced."""
+        from cached.kerberos import kpasswd
+
         domain = self.domain
         if not req.prelim and not req.new:
             return ChpassReply(krb5_status.SYSTEM_ERR)  # nothing typed: never sent

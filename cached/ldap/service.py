@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cached.cache import StoreWriteError
 from cached.cache.writer import open_backend_cache
@@ -57,14 +57,14 @@ from cached.ipc.ops import (
 )
 from cached.jitter import OFFLINE_RETRY, REFRESH_AHEAD, SUDO_FULL, SUDO_SMART, Jitter
 from cached.ldap.access import AccessChecks
-from cached.ldap.ad import AdProvider
-from cached.ldap.adaccess import AdAccessChecks
 from cached.ldap.auth import warning_seconds
 from cached.ldap.client import LdapClient
-from cached.ldap.idmap import IdMapper
 from cached.ldap.login import Logins
 from cached.ldap.provider import LdapProvider, Result
 from cached.ldap.sudo import SudoProvider, SudoResult
+
+if TYPE_CHECKING:
+    from cached.ldap.idmap import IdMapper
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,11 @@ class BackendService:
         self._check_due = asyncio.Event()
         self.probing_since = 0.0  # time.monotonic() the running probe began; 0: none
         # The AD modules (ID mapping, tokenGroups, GPOs, SMB) only for an AD domain.
-        provider = AdProvider if domain.ldap_schema == "ad" else LdapProvider
+        provider: type[LdapProvider] = LdapProvider
+        if domain.ldap_schema == "ad":
+            from cached.ldap.ad import AdProvider
+
+            provider = AdProvider
         self.provider = provider(domain, self.client, self.cache)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"ldap-{domain.name}")
         self.inflight: dict[tuple[Op, str | int], _Job] = {}
@@ -215,13 +219,17 @@ class BackendService:
         # The account check of access_provider = ldap: on the lookup thread, whose
         # connection it uses, the checks of each PAM client uid taken in turn.
         warning = warning_seconds(domain, config.pam.pam_pwd_expiration_warning)
-        self.access = (
-            AdAccessChecks(domain, self.client, self.cache, self.provider._prepare,
-                           self._idmap, Path(config.daemon.db_dir) / f"gpo_{domain.name}")
-            if domain.access_provider is AccessProvider.AD
-            else AccessChecks(domain, self.client, self.cache, self.provider._prepare,
-                              warning=warning)
-        )  # fmt: skip
+        self.access: AccessChecks
+        if domain.access_provider is AccessProvider.AD:
+            from cached.ldap.adaccess import AdAccessChecks
+
+            self.access = AdAccessChecks(
+                domain, self.client, self.cache, self.provider._prepare, self._idmap,
+                Path(config.daemon.db_dir) / f"gpo_{domain.name}",
+            )  # fmt: skip
+        else:
+            self.access = AccessChecks(domain, self.client, self.cache, self.provider._prepare,
+                                       warning=warning)  # fmt: skip
         # Sudo rules only for `services = ..., sudo`: SSSD loads its sudo provider only
         # when the sudo responder is configured.
         self.sudo = (
@@ -238,7 +246,8 @@ class BackendService:
 
     def _idmap(self) -> IdMapper | None:
         """The AD provider's ID mapping (its domain SID read at the first lookup)."""
-        return self.provider.ad.idmap if isinstance(self.provider, AdProvider) else None
+        ad = getattr(self.provider, "ad", None)  # AdProvider's
+        return None if ad is None else ad.idmap
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
