@@ -352,7 +352,7 @@ def test_lookups_past_the_midpoint_refresh_together_in_the_background(
     after = d.counters()
 
     def delta(name: str) -> float:
-        return after.get(name, [0])[0] - before.get(name, [0])[0]
+        return float(after.get(name, [0])[0] - before.get(name, [0])[0])
 
     # The walk by stamps of the user's groups (a paged first level, the levels above,
     # the user), once or twice (a run, and one for notes that came during it).

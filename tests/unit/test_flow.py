@@ -42,10 +42,14 @@ refresh_expired_interval = {refresh}
 ALICE = User("alice", 1000, 1000)
 
 
+def _conf(first_wait: int = 0, refresh: int = 0) -> str:
+    return CONF.format(first_wait=first_wait, refresh=refresh)
+
+
 def config(first_wait: int = 0, refresh: int = 0) -> Config:
     """Refresh ahead off unless ``refresh`` is given: the midpoint refresh is then a
     request per entry, as SSSD's."""
-    return parse_config(CONF.format(first_wait=first_wait, refresh=refresh))
+    return parse_config(_conf(first_wait, refresh))
 
 
 class FakeCache:
@@ -370,7 +374,7 @@ def test_policy_batch_group_filter_and_member_search_answer_as_the_per_group_che
     from cached.responder.policy import ServePolicy
 
     cfg = parse_config(
-        CONF.format(first_wait=0, refresh=0).replace("[domain/D]", "[domain/D]\ncase_sensitive = " + case)
+        _conf().replace("[domain/D]", "[domain/D]\ncase_sensitive = " + case)
         .replace("[nss]", f"[nss]\nfilter_users = {users}\n"
                           "filter_groups = root, Wheel")
         .replace("[domain/D]", "[domain/D]\nmin_id = 10")
@@ -405,7 +409,7 @@ def test_initgroups_gids_drop_the_primary_filtered_and_out_of_range_gids(
     from cached.responder.policy import ServePolicy
 
     cfg = parse_config(
-        CONF.format(first_wait=0, refresh=0).replace("[nss]", "[nss]\nfilter_groups = Wheel")
+        _conf().replace("[nss]", "[nss]\nfilter_groups = Wheel")
         .replace("[domain/D]", "[domain/D]\nmin_id = 10\ncase_sensitive = " + str(sensitive))
     )  # fmt: skip
     policy, domain = ServePolicy(cfg), cfg.domains[0]
@@ -472,7 +476,7 @@ class GroupsNotFound(FakeBackend):
 def mpg_flow(mode: str) -> tuple[Lookups, FakeCache, FakeBackend]:
     cache = FakeCache()
     backend = GroupsNotFound(cache)
-    cfg = parse_config(CONF.format(first_wait=0, refresh=0).replace(
+    cfg = parse_config(_conf().replace(
         "[domain/D]", f"[domain/D]\nauto_private_groups = {mode}"))  # fmt: skip
     lookups = Lookups(cfg, {"D": cache}, {"D": backend})  # type: ignore[dict-item]
     return lookups, cache, backend
@@ -536,7 +540,7 @@ def test_private_group_policy_true() -> None:
 
     from cached.responder.policy import ServePolicy
 
-    cfg = parse_config(CONF.format(first_wait=0, refresh=0).replace(
+    cfg = parse_config(_conf().replace(
         "[domain/D]", "[domain/D]\nauto_private_groups = true"))  # fmt: skip
     policy, domain = ServePolicy(cfg), cfg.domains[0]
     alice = User("alice", 1001, 20000)
@@ -569,7 +573,7 @@ def test_qualified_members_each_format(fmt: str, users: str) -> None:
     from cached.responder.policy import ServePolicy
 
     cfg = parse_config(
-        CONF.format(first_wait=0, refresh=0).replace("[nss]", f"[nss]\nfilter_users = {users}\n")
+        _conf().replace("[nss]", f"[nss]\nfilter_users = {users}\n")
         .replace("[domain/D]", f"[domain/D]\nuse_fully_qualified_names = true\n"
                                f"full_name_format = {fmt}")
     )  # fmt: skip
