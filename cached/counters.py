@@ -54,8 +54,10 @@ NESTED_RESOLVE = "be.nested.resolve"  # member DN -> name resolution
 NESTED_COMPARE = "be.nested.compare"  # comparing fetched content with the cache
 VALIDATE = "be.validate"  # refreshes validated by stamps; amount: groups checked
 VALIDATE_FETCHED = "be.validate.fetched"  # amount: groups of those fetched whole again
+REFRESH_EARLY = "be.refresh.early"  # early refresh-ahead runs (entries used past their midpoint)
 NSS_REQUEST = "nss.request"  # responder requests answered
 NSS_BACKEND = "nss.backend"  # responder -> backend refresh requests (count, seconds)
+NSS_SOON = "nss.refresh_soon"  # notes to a backend of entries answered past their midpoint
 NSS_STALE = "nss.stale"  # expired entries answered without waiting for a refresh
 # Lookups that waited on a refresh by the backend (count, seconds): a missing or
 # expired entry; a midpoint refresh, answered at once, is not one.

@@ -362,7 +362,10 @@ class NssConfig:
         integer(0), 15, "Seconds a name not found stays not found."
     )
     entry_cache_nowait_percentage: int = option(
-        integer(0, 99), 50, "Refresh in the background after this % of the entry lifetime; 0 = off."
+        integer(0, 99),
+        50,
+        "Refresh in the background after this % of the entry lifetime; 0 = off. With "
+        "refresh ahead on, by an early refresh-ahead run, not a request per entry.",
     )
     cache_first_wait: int = option(
         integer(0, 3600),

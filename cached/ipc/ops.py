@@ -37,6 +37,9 @@ socket             op                          request -> reply
 ``be_<domain>``    sudo_refresh                :class:`SudoRefresh` -> :class:`SudoRefreshReply`
                                                (the sudo responder: a user's expired
                                                rules, or all of them)
+``be_<domain>``    refresh_soon                -> ``{}`` (the responder answered entries
+                                               past their midpoint: an early run of
+                                               refresh ahead)
 =================  ==========================  =====================================
 
 Every reply also has ``id`` and ``ok`` (and ``error`` when ``ok`` is false), added by the
@@ -79,6 +82,9 @@ class Op(enum.StrEnum):
     # Backend (and the control socket, which forwards it to every backend): refresh
     # the sudo rules (cached/ldap/sudo.py).
     SUDO_REFRESH = "sudo_refresh"
+    # Backend, from the responder: entries were answered past their midpoint
+    # (entry_cache_nowait_percentage); refresh ahead runs early (cached/ldap/service.py).
+    REFRESH_SOON = "refresh_soon"
 
 
 @dataclass(frozen=True, slots=True)

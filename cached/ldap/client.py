@@ -38,12 +38,12 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cached.config import DomainConfig
 from cached.config.rules import SRV_MARKER, ad_uri
 from cached.counters import COUNTERS, LDAP_CONNECT, LDAP_SEARCH, Counters
 from cached.jitter import CONNECTION_EXPIRE, OFFLINE_RETRY, Jitter
-from cached.ldap import discovery
 from cached.ldap.connection import (
     BindRefused,
     Connection,
@@ -62,7 +62,11 @@ from cached.ldap.exchange import (
     Search,
     ServerInfo,
 )
-from cached.ldap.kerberos import HostIdentity, KerberosError
+
+if TYPE_CHECKING:
+    # Imported where used: gssapi (a GSSAPI bind) and dnspython (``_srv_``) are no cost
+    # of a backend whose domain needs neither.
+    from cached.ldap.kerberos import HostIdentity
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +120,12 @@ class LdapClient:
         self._discovered_at: float | None = None
         self.discovery_error = ""
         self.identity: HostIdentity | None = None
+        # What a failed GSSAPI bind raises; nothing without one (``except ()``).
+        self._kerberos_errors: tuple[type[Exception], ...] = ()
         if cfg.ldap_sasl_mech == "gssapi":
+            from cached.ldap.kerberos import HostIdentity, KerberosError
+
+            self._kerberos_errors = (KerberosError,)
             realm = cfg.krb5_realm
             ccache = (
                 f"FILE:{os.path.join(ccache_dir, 'ccache_' + realm)}"
@@ -202,6 +211,8 @@ class LdapClient:
         now = self.clock()
         if self._discovered_at is not None and now - self._discovered_at < SRV_TTL:
             return
+        from cached.ldap import discovery
+
         cfg = self.cfg
         try:
             local, others, site = discovery.domain_controllers(
@@ -364,7 +375,7 @@ class LdapClient:
             return f"{uri}: {e}"
         except (LdapError, *_NETWORK_ERRORS) as e:
             return f"{uri}: {_describe(e)}"
-        except KerberosError as e:
+        except self._kerberos_errors as e:
             return f"{uri}: {e}"
         except (*UNDECODABLE, LdapMessageTooLarge) as e:
             # Bytes that are not LDAP: a broken server.

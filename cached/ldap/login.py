@@ -52,7 +52,6 @@ from cached.cache import StoreWriteError
 from cached.config import Config, DomainConfig
 from cached.config.options import KERBEROS_PROVIDERS, ChpassProvider
 from cached.ipc.ops import AuthReply, AuthRequest, ChpassReply, ChpassRequest
-from cached.kerberos import kinit, kpasswd, renew
 from cached.kerberos import status as krb5_status
 from cached.ldap import auth, chpass
 from cached.ldap.client import LdapClient
@@ -60,6 +59,10 @@ from cached.ratelimit import RateLimitedLog
 
 if TYPE_CHECKING:
     from cached.cache.writer import BackendCache
+
+    # Imported where a Kerberos login or change runs: libkrb5 and gssapi are no cost of
+    # a backend without auth_provider = krb5 | ad.
+    from cached.kerberos import kinit, renew
 
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
@@ -70,6 +73,8 @@ KERBEROS_CHPASS = (ChpassProvider.KRB5, ChpassProvider.AD)
 
 
 def kerberos_settings(domain: DomainConfig) -> kinit.Settings:
+    from cached.kerberos import kinit
+
     return kinit.Settings(
         realm=domain.krb5_realm,
         keytab=domain.krb5_keytab,
@@ -120,11 +125,27 @@ class Logins:
         self.offline_logins = 0
         self.failed = 0
         self.password_changes = 0
-        self.krb5 = kerberos_settings(domain)
+        self._krb5: kinit.Settings | None = None
         self.pending: dict[str, Pending] = {}
         self.delayed_kinits = 0
-        self.renewals = renew.Renewals()
+        self._renewals: renew.Renewals | None = None
         self.renewed = 0
+
+    @property
+    def renewals(self) -> renew.Renewals:
+        """The TGTs to renew (krb5_renew_interval), made at the first one."""
+        if self._renewals is None:
+            from cached.kerberos import renew
+
+            self._renewals = renew.Renewals()
+        return self._renewals
+
+    @property
+    def krb5(self) -> kinit.Settings:
+        """The Kerberos settings, made at the first Kerberos login or change."""
+        if self._krb5 is None:
+            self._krb5 = kerberos_settings(self.domain)
+        return self._krb5
 
     async def authenticate(self, req: AuthRequest) -> AuthReply:
         """Queue ``req`` behind its uid's earlier logins, one uid in turn; run it."""
@@ -151,7 +172,7 @@ class Logins:
 
     async def renew_due(self) -> None:
         """krb5_renew_interval: renew the TGTs past half their lifetime."""
-        if not self.renewals.entries:
+        if self._renewals is None or not self._renewals.entries:
             return
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self._renew_due)
@@ -206,12 +227,16 @@ class Logins:
     # -- Kerberos -------------------------------------------------------------------
 
     def _user(self, name: str) -> kinit.User | None:
+        from cached.kerberos import kinit
+
         found = self.cache.user_by_name(name).value
         if found is None:
             return None
         return kinit.User(found.name, found.uid, found.gid, found.home)
 
     def _kerberos(self, req: AuthRequest) -> AuthReply:
+        from cached.kerberos import kinit
+
         domain = self.domain
         user = self._user(req.name)
         if user is None:  # the responder resolved it a moment ago
@@ -237,6 +262,8 @@ class Logins:
         return reply
 
     def _delayed_kinits(self) -> None:
+        from cached.kerberos import kinit
+
         for name in list(self.pending):
             p = self.pending[name]
             res = kinit.delayed(self.krb5, p.user, bytes(p.password), p.ccname)
@@ -260,12 +287,16 @@ class Logins:
             return
         if res.times is None or not res.ccname:
             return
+        from cached.kerberos import renew
+
         entry = renew.Entry(user, res.principal, res.ccname, res.times)
         if self.renewals.add(entry):
             log.debug("domain %s: %s of %r to renew after %s", self.domain.name,
                       res.ccname, user.name, time.ctime(entry.renew_at))  # fmt: skip
 
     def _renew_due(self) -> None:
+        from cached.kerberos import renew
+
         name = self.domain.name
         for entry in self.renewals.due(self.clock()):
             res = renew.renew(self.krb5, entry)
@@ -286,6 +317,8 @@ class Logins:
     def _kpasswd(self, req: ChpassRequest) -> ChpassReply:
         """chpass_provider = krb5 | ad: the check of the old password (prelim) or the
         change through the KDC's kpasswd service; then the cached hash replaced."""
+        from cached.kerberos import kpasswd
+
         domain = self.domain
         if not req.prelim and not req.new:
             return ChpassReply(krb5_status.SYSTEM_ERR)  # nothing typed: never sent

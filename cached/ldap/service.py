@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import os
 import signal
 import threading
@@ -29,13 +30,13 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cached.cache import StoreWriteError
 from cached.cache.writer import open_backend_cache
 from cached.config import Config, DomainConfig
 from cached.config.options import AccessProvider
-from cached.counters import COUNTERS, format_profile
+from cached.counters import COUNTERS, REFRESH_EARLY, format_profile
 from cached.ipc import aio, framing
 from cached.ipc.ops import (
     LOOKUPS,
@@ -56,14 +57,14 @@ from cached.ipc.ops import (
 )
 from cached.jitter import OFFLINE_RETRY, REFRESH_AHEAD, SUDO_FULL, SUDO_SMART, Jitter
 from cached.ldap.access import AccessChecks
-from cached.ldap.ad import AdProvider
-from cached.ldap.adaccess import AdAccessChecks
 from cached.ldap.auth import warning_seconds
 from cached.ldap.client import LdapClient
-from cached.ldap.idmap import IdMapper
 from cached.ldap.login import Logins
 from cached.ldap.provider import LdapProvider, Result
 from cached.ldap.sudo import SudoProvider, SudoResult
+
+if TYPE_CHECKING:
+    from cached.ldap.idmap import IdMapper
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,14 @@ _T = TypeVar("_T")
 # run or refreshed by the lookup that finds it expired.
 REFRESH_PER_SECOND = 10.0
 REFRESH_MAX_PER_RUN = 1000
+# Entries used past their midpoint (entry_cache_nowait_percentage) are refreshed by an
+# early run of refresh ahead (the responder's Op.REFRESH_SOON), not one request each:
+# the run revalidates a user's groups with the initgroups walk by stamps (~7 searches
+# for the 2,085 groups of bigroupuser, where a request per getgrgid made 2,085). Early
+# runs follow each other at least this long apart: at most REFRESH_SOON_GAP, and at
+# most a tenth of the window between the midpoint and the expiry, so that an entry
+# noted just after a run is refreshed long before it expires.
+REFRESH_SOON_GAP = 60.0
 
 
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
@@ -178,7 +187,12 @@ class BackendService:
         # Set while the domain is offline or on a backup server (announce).
         self._check_due = asyncio.Event()
         self.probing_since = 0.0  # time.monotonic() the running probe began; 0: none
-        provider = AdProvider if domain.ldap_schema == "ad" else LdapProvider
+        # The AD modules (ID mapping, tokenGroups, GPOs, SMB) only for an AD domain.
+        provider: type[LdapProvider] = LdapProvider
+        if domain.ldap_schema == "ad":
+            from cached.ldap.ad import AdProvider
+
+            provider = AdProvider
         self.provider = provider(domain, self.client, self.cache)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"ldap-{domain.name}")
         self.inflight: dict[tuple[Op, str | int], _Job] = {}
@@ -206,13 +220,17 @@ class BackendService:
         # The account check of access_provider = ldap: on the lookup thread, whose
         # connection it uses, the checks of each PAM client uid taken in turn.
         warning = warning_seconds(domain, config.pam.pam_pwd_expiration_warning)
-        self.access = (
-            AdAccessChecks(domain, self.client, self.cache, self.provider._prepare,
-                           self._idmap, Path(config.daemon.db_dir) / f"gpo_{domain.name}")
-            if domain.access_provider is AccessProvider.AD
-            else AccessChecks(domain, self.client, self.cache, self.provider._prepare,
-                              warning=warning)
-        )  # fmt: skip
+        self.access: AccessChecks
+        if domain.access_provider is AccessProvider.AD:
+            from cached.ldap.adaccess import AdAccessChecks
+
+            self.access = AdAccessChecks(
+                domain, self.client, self.cache, self.provider._prepare, self._idmap,
+                Path(config.daemon.db_dir) / f"gpo_{domain.name}",
+            )  # fmt: skip
+        else:
+            self.access = AccessChecks(domain, self.client, self.cache, self.provider._prepare,
+                                       warning=warning)  # fmt: skip
         # Sudo rules only for `services = ..., sudo`: SSSD loads its sudo provider only
         # when the sudo responder is configured.
         self.sudo = (
@@ -221,11 +239,16 @@ class BackendService:
             else None
         )
         self._sudo_retry = 0.0  # no scheduled sudo refresh before (after a failure)
+        # Set by Op.REFRESH_SOON (an entry answered past its midpoint); the refresh-ahead
+        # task runs early when it is set (_refresh_expired).
+        self._soon = asyncio.Event()
+        self._last_early = -math.inf  # monotonic
         self._sudo_running: asyncio.Future[SudoResult] | None = None
 
     def _idmap(self) -> IdMapper | None:
         """The AD provider's ID mapping (its domain SID read at the first lookup)."""
-        return self.provider.ad.idmap if isinstance(self.provider, AdProvider) else None
+        ad = getattr(self.provider, "ad", None)  # AdProvider's
+        return None if ad is None else ad.idmap
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -384,6 +407,11 @@ class BackendService:
                 return SudoRefreshReply(Outcome.ERROR, message="no sudo provider").fields()
             res = await self.sudo_refresh(asked.kind, asked.names)
             return SudoRefreshReply(res.outcome, res.changed, res.deleted, res.message).fields()
+        if op is Op.REFRESH_SOON:
+            # One flag, however many notes: the refresh-ahead task's next early run
+            # refreshes whatever is past its midpoint then.
+            self._soon.set()
+            return {}
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
         if op is Op.STATUS:
@@ -636,6 +664,16 @@ class BackendService:
             offset = 0.1 * interval
         return interval, offset
 
+    def soon_schedule(self) -> tuple[float, float, float]:
+        """(user window, group window, gap) of the early runs: an entry is past its
+        midpoint when it expires within (100 - entry_cache_nowait_percentage) % of its
+        lifetime, the windows an early run refreshes within; early runs are at least
+        the gap apart (REFRESH_SOON_GAP)."""
+        d = self.domain
+        left = (100 - self.config.nss.entry_cache_nowait_percentage) / 100
+        users, groups = left * d.entry_cache_user_timeout, left * d.entry_cache_group_timeout
+        return users, groups, min(REFRESH_SOON_GAP, 0.1 * min(users, groups))
+
     async def _refresh_expired(self) -> None:
         """Refresh entries before they expire (refresh ahead: ``refresh_expired_interval``,
         §6.4), so that no lookup waits on an expiry.
@@ -647,12 +685,14 @@ class BackendService:
         servers) and bounded (REFRESH_PER_SECOND, REFRESH_MAX_PER_RUN). They start at
         this host's offset (cached/jitter.py) and follow each other every interval plus
         that offset: a fleet restarted together refreshes spread over the offset, and
-        hosts with different offsets drift further apart at every run."""
+        hosts with different offsets drift further apart at every run. Between them,
+        entries answered past their midpoint make early runs (:meth:`_until`)."""
         interval, spread = self.refresh_schedule()
         offset = self.jitter.offset(REFRESH_AHEAD, spread)
         # The first run 30 s after start-up, as SSSD's be_refresh, plus the offset.
-        await asyncio.sleep(min(30.0, interval) + offset)
+        due = time.monotonic() + min(30.0, interval) + offset
         while True:
+            await self._until(due)
             began = time.monotonic()
             if self.client.online:  # offline: the server check tries the servers
                 # Whatever expires before the next run (which begins interval + offset
@@ -661,14 +701,43 @@ class BackendService:
                 await self._refresh_run(time.time() + interval + spread)
             else:
                 log.info("background refresh skipped: domain %s offline", self.domain.name)
-            await asyncio.sleep(max(0.0, interval + offset - (time.monotonic() - began)))
+            due = began + interval + offset
 
-    async def _refresh_run(self, horizon: float) -> None:
+    async def _until(self, due: float) -> None:
+        """Wait for ``due`` (monotonic), running an early run whenever the responder
+        noted entries answered past their midpoint (Op.REFRESH_SOON), at most one per
+        gap: SSSD refreshes each such entry with a request of its own
+        (``entry_cache_nowait_percentage``), which for a user in 2,085 groups is 2,085
+        searches; the early run refreshes whatever is past its midpoint at once, a
+        user's groups with one walk by stamps. Skipped while offline, as the runs are."""
+        users, groups, gap = self.soon_schedule()
+        while (wait := due - time.monotonic()) > 0:
+            if not self._soon.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._soon.wait(), wait)
+                continue
+            hold = self._last_early + gap - time.monotonic()
+            if hold > 0:
+                await asyncio.sleep(min(hold, wait))
+                continue
+            self._soon.clear()
+            self._last_early = time.monotonic()
+            if self.client.online:
+                COUNTERS.add(REFRESH_EARLY)
+                now = time.time()
+                await self._refresh_run(now + groups, now + users, "early, past the midpoint")
+
+    async def _refresh_run(
+        self, horizon: float, user_horizon: float | None = None, why: str = ""
+    ) -> None:
         """One run: initgroups first (one such request refreshes the user's groups as
         well, so the groups still due afterwards are the ones no refreshed user is in),
-        then users and groups still due; the entries expiring first first."""
+        then users and groups still due; the entries expiring first first. Groups
+        expiring by ``horizon``, users (and their initgroups) by ``user_horizon``
+        (None: the same)."""
         cache = self.cache
-        users, groups, initgr = cache.expiring(horizon)
+        until = {"user": horizon if user_horizon is None else user_horizon, "group": horizon}
+        users, groups, initgr = cache.expiring(max(until.values()))
         budget = REFRESH_MAX_PER_RUN
         done = 0
         slot = time.monotonic()
@@ -693,6 +762,8 @@ class BackendService:
             return True
 
         itimes = cache.times("user", initgr)
+        initgr = [n for n in initgr
+                  if n not in itimes or itimes[n].initgr_expire <= until["user"]]  # fmt: skip
         initgr.sort(key=lambda n: t.initgr_expire if (t := itimes.get(n)) else 0.0)
         for name in initgr:
             if not await refresh(Op.INITGROUPS, name):
@@ -705,9 +776,9 @@ class BackendService:
             names.sort(key=lambda n: t.data_expire if (t := due.get(n)) else 0.0)
             for name in names:
                 t = due.get(name)
-                if (t is None or t.data_expire <= horizon) and not await refresh(op, name):
+                if (t is None or t.data_expire <= until[what]) and not await refresh(op, name):
                     break
-        netgroups = cache.expiring_netgroups(horizon)
+        netgroups = cache.expiring_netgroups(horizon) if user_horizon is None else []
         for name in netgroups:
             if not await refresh(Op.NETGROUP_BY_NAME, name):
                 break
@@ -715,13 +786,14 @@ class BackendService:
         log.log(
             logging.INFO if initgr or users or groups or netgroups else logging.DEBUG,
             "background refresh: %d initgroups, %d users, %d groups, %d netgroups due; "
-            "%d refreshed%s",
+            "%d refreshed%s%s",
             len(initgr),
             len(users),
             len(groups),
             len(netgroups),
             done,
             "" if self.client.online else " (went offline)",
+            f" ({why})" if why else "",
         )
 
     async def _delayed_kinits(self) -> None:

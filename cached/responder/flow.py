@@ -24,7 +24,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from cached.cache import DomainCache, GroupView, Initgroups, Lookup, State
 from cached.config import Config, DomainConfig, PrivateGroups
-from cached.counters import COUNTERS, NSS_BACKEND, NSS_STALE, NSS_WAIT
+from cached.counters import COUNTERS, NSS_BACKEND, NSS_SOON, NSS_STALE, NSS_WAIT
 from cached.ipc import framing
 from cached.ipc.ops import BadMessage, DomainStateNote, LookupReply, LookupRequest, Op, Outcome
 from cached.model import Kind, Netgroup, User
@@ -192,6 +192,7 @@ class DomainState:
     stalled: bool = False
     reason: str = ""
     since: float = 0.0  # wall-clock time it went offline
+    soon_next: float = 0.0  # monotonic: no note of entries past their midpoint before
 
     def offline(self, now: float) -> bool:
         return now < self.offline_until
@@ -242,6 +243,10 @@ class NegativeCache:
 
 RefreshKey = tuple[str, Op, str | int]  # (domain, backend op, key)
 
+# At most one note a second to a domain's backend that entries were answered past their
+# midpoint (Lookups.refresh_soon): the backend keeps one flag, however many come.
+SOON_NOTE_INTERVAL = 1.0
+
 
 class NotNow(enum.Enum):
     """:meth:`Lookups.lookup_now`: the answer needs the backend."""
@@ -273,6 +278,7 @@ class Lookups:
         )
         self._waiting_uids: dict[RefreshKey, set[int | None]] = {}
         self._extra: set[asyncio.Future[Outcome]] = set()  # referenced until done
+        self._notes: set[asyncio.Future[None]] = set()  # refresh_soon's, until done
         self.policy = ServePolicy(config)
         # Domains with auto_private_groups: their group lookups take _lookup_groups.
         self._private_domains = [d for d in config.domains
@@ -347,6 +353,33 @@ class Lookups:
             self._extra.add(extra)
             extra.add_done_callback(self._extra.discard)
         return fut
+
+    def refresh_soon(self, domain: DomainConfig, op: Op, key: str | int) -> None:
+        """An entry answered past its midpoint (``entry_cache_nowait_percentage``): have
+        it refreshed in the background. With refresh ahead on, a note to the backend,
+        at most one a second per domain, whose early run refreshes whatever is past its
+        midpoint together (a user's groups with one walk by stamps, not one search per
+        ``getgrgid``: docs/compatibility.md §9.7); with it off, and for netgroups,
+        which early runs leave to the scheduled ones, a request of its own, as SSSD's."""
+        if domain.refresh_expired_interval <= 0 or op is Op.NETGROUP_BY_NAME:
+            self.refresh(domain.name, op, key)
+            return
+        st = self.states[domain.name]
+        now = self.clock()
+        if now < st.soon_next:
+            return
+        st.soon_next = now + SOON_NOTE_INTERVAL
+        COUNTERS.add(NSS_SOON)
+        note = asyncio.ensure_future(self._note_soon(domain.name))
+        self._notes.add(note)
+        note.add_done_callback(self._notes.discard)
+
+    async def _note_soon(self, domain: str) -> None:
+        try:
+            await self.backends[domain].call(Op.REFRESH_SOON, timeout=self.backend_timeout)
+        except framing.RpcError as e:
+            # Not up or restarting: the next answer past the midpoint notes again.
+            log.debug("backend %s: note of entries past their midpoint: %s", domain, e)
 
     def _forget(self, ikey: RefreshKey, fut: asyncio.Future[Outcome]) -> None:
         if self.inflight.get(ikey) is fut:  # not a request begun after an invalidation
@@ -613,7 +646,7 @@ class Lookups:
             # backend gets no more work piled on.
             # The task stays referenced in self.inflight until it is done.
             if not offline and not st.stalled:
-                self.refresh(domain.name, plugin.backend_op, key)
+                self.refresh_soon(domain, plugin.backend_op, key)
             return Found(domain, cache, got.value, got.state)
         if offline:
             # Offline costs nothing per object: the stale entry is the answer

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,10 @@ from cached.cache import State, open_domain_cache
 from cached.cache.integrity import cache_paths, remove_store
 from cached.config import parse_config
 from cached.counters import (
+    LDAP_SEARCH,
+    NSS_SOON,
     NSS_WAIT,
+    REFRESH_EARLY,
     REQ_GROUP,
     REQ_INITGR,
     REQ_USER,
@@ -296,3 +300,66 @@ def test_restart_answers_from_the_stores_and_revalidates_in_the_background(
     assert _amount(d, VALIDATE) > 0 and _amount(d, VALIDATE_FETCHED) == 0
     assert _member_searches(s, offset) == []
     assert d.counters().get(NSS_WAIT, [0])[0] == 0
+
+
+def _states(d: CachedDaemon, gids: list[int], user: str | None = None) -> set[State]:
+    """The states of the groups of ``gids`` (and of ``user``'s initgroups), with the
+    daemon's midpoint."""
+    cfg = parse_config(d.config_path.read_text())
+    cache = open_domain_cache(
+        str(d.db_dir), cfg.domains[0], nowait_percentage=cfg.nss.entry_cache_nowait_percentage
+    )
+    try:
+        got = {cache.group_by_gid(g).state for g in gids}
+        return got if user is None else got | {cache.initgroups(user).state}
+    finally:
+        cache.close()
+
+
+@requires_nss
+def test_lookups_past_the_midpoint_refresh_together_in_the_background(
+    daemon_factory, slapd_big, tmp_path: Path
+) -> None:
+    """entry_cache_nowait_percentage with refresh ahead on: 2,085 getgrgid of entries
+    past their midpoint are answered at once (no lookup waits) and refreshed in the
+    background by one early refresh-ahead run, which revalidates the user's groups with
+    its walk by stamps: a bounded number of searches, not one per group (which SSSD's
+    rule, a refresh request per entry, makes: 2,085)."""
+    user = slapd_big.expected.big_user
+    mid = tmp_path / "machine-id"
+    mid.write_text(ID_A)
+    # A 600 s lifetime with the midpoint at 1 %: 6 s after the cold lookup its entries
+    # are past their midpoint, while the scheduled runs (the first 30 s plus this
+    # host's offset after the start, for what expires within 462 s) have nothing due
+    # for minutes.
+    d = daemon_factory(
+        slapd_big,
+        daemon={"machine_id_file": mid},
+        refresh_expired_interval=None,
+        entry_cache_timeout=600,
+        nss={"entry_cache_nowait_percentage": 1},
+    )
+    env = {"SSS_NSS_USE_MEMCACHE": "NO"}
+    cold = d.run_nss(["id", user], env=env)
+    assert cold.returncode == 0, cold.stderr
+    gids = sorted({int(g) for g in re.findall(r"(\d+)\(", cold.stdout.split("groups=")[1])})
+    assert len(gids) > 2000
+    _wait("past the midpoint", lambda: _states(d, gids, user) == {State.MIDPOINT}, d)
+
+    before = d.counters()
+    got = d.run_nss(["getent", "group", *map(str, gids)], env=env)
+    assert got.returncode == 0, got.stderr
+    assert len(got.stdout.splitlines()) == len(gids)
+    _wait("refreshed in the background", lambda: _states(d, gids) == {State.VALID}, d)
+    after = d.counters()
+
+    def delta(name: str) -> float:
+        return float(after.get(name, [0])[0] - before.get(name, [0])[0])
+
+    # The walk by stamps of the user's groups (a paged first level, the levels above,
+    # the user), once or twice (a run, and one for notes that came during it).
+    assert delta(LDAP_SEARCH) <= 30
+    assert delta(NSS_WAIT) == 0  # every answer at once
+    assert delta(NSS_SOON) >= 1
+    assert delta(REFRESH_EARLY) >= 1
+    assert _amount(d, VALIDATE_FETCHED) == 0

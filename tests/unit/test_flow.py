@@ -36,13 +36,20 @@ cache_first_wait = {first_wait}
 id_provider = ldap
 ldap_uri = ldap://127.0.0.1:1
 ldap_search_base = dc=example,dc=com
+refresh_expired_interval = {refresh}
 """
 
 ALICE = User("alice", 1000, 1000)
 
 
-def config(first_wait: int = 0) -> Config:
-    return parse_config(CONF.format(first_wait=first_wait))
+def _conf(first_wait: int = 0, refresh: int = 0) -> str:
+    return CONF.format(first_wait=first_wait, refresh=refresh)
+
+
+def config(first_wait: int = 0, refresh: int = 0) -> Config:
+    """Refresh ahead off unless ``refresh`` is given: the midpoint refresh is then a
+    request per entry, as SSSD's."""
+    return parse_config(_conf(first_wait, refresh))
 
 
 class FakeCache:
@@ -90,6 +97,9 @@ class FakeBackend:
         self.online = True
 
     async def call(self, op: Op, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+        if op is Op.REFRESH_SOON:
+            self.calls.append((op, ""))
+            return {"id": 1, "ok": True}
         key = args["key"]
         self.calls.append((op, key))
         await self.gate.wait()
@@ -108,11 +118,11 @@ class FakeBackend:
         }
 
 
-def flow(first_wait: int = 0) -> tuple[Lookups, FakeCache, FakeBackend]:
+def flow(first_wait: int = 0, refresh: int = 0) -> tuple[Lookups, FakeCache, FakeBackend]:
     cache = FakeCache()
     backend = FakeBackend(cache)
     backends: dict[str, Backend] = {"D": backend}
-    lookups = Lookups(config(first_wait), {"D": cache}, backends)  # type: ignore[dict-item]
+    lookups = Lookups(config(first_wait, refresh), {"D": cache}, backends)  # type: ignore[dict-item]
     return lookups, cache, backend
 
 
@@ -151,6 +161,32 @@ def test_midpoint_answers_now_and_refreshes_out_of_band() -> None:
     assert in_flight == 1 and after == 0
     assert backend.calls == [(Op.USER_BY_NAME, "alice")]
     assert cache.users["alice"][1] == backend.refreshed  # the refresh did land
+
+
+def test_midpoint_with_refresh_ahead_notes_the_backend_once_a_second() -> None:
+    """With refresh ahead on, entries answered past their midpoint are not refreshed
+    one request each: the backend gets a note (Op.REFRESH_SOON), at most one a
+    second, and its early run refreshes them together."""
+    lookups, cache, backend = flow(refresh=60)
+    gids = range(10000, 12000)
+    for gid in gids:
+        cache.groups[gid] = (State.MIDPOINT, GroupView(f"g{gid}", gid, "", b"", 0))
+    clock = [100.0]
+    lookups.clock = lambda: clock[0]
+
+    async def go() -> list[Any]:
+        found = [lookups.lookup_now(GETGRGID, gid) for gid in gids]
+        await asyncio.sleep(0)
+        clock[0] += 1.0
+        found.append(lookups.lookup_now(GETGRGID, 10007))  # a second later: noted again
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return found
+
+    found = run(go())
+    assert all(isinstance(f, Found) and f.state is State.MIDPOINT for f in found)
+    assert not lookups.inflight  # no lookup request
+    assert backend.calls == [(Op.REFRESH_SOON, "")] * 2
 
 
 def test_expired_and_offline_serves_the_stale_entry_without_asking() -> None:
@@ -338,7 +374,7 @@ def test_policy_batch_group_filter_and_member_search_answer_as_the_per_group_che
     from cached.responder.policy import ServePolicy
 
     cfg = parse_config(
-        CONF.format(first_wait=0).replace("[domain/D]", "[domain/D]\ncase_sensitive = " + case)
+        _conf().replace("[domain/D]", "[domain/D]\ncase_sensitive = " + case)
         .replace("[nss]", f"[nss]\nfilter_users = {users}\n"
                           "filter_groups = root, Wheel")
         .replace("[domain/D]", "[domain/D]\nmin_id = 10")
@@ -373,7 +409,7 @@ def test_initgroups_gids_drop_the_primary_filtered_and_out_of_range_gids(
     from cached.responder.policy import ServePolicy
 
     cfg = parse_config(
-        CONF.format(first_wait=0).replace("[nss]", "[nss]\nfilter_groups = Wheel")
+        _conf().replace("[nss]", "[nss]\nfilter_groups = Wheel")
         .replace("[domain/D]", "[domain/D]\nmin_id = 10\ncase_sensitive = " + str(sensitive))
     )  # fmt: skip
     policy, domain = ServePolicy(cfg), cfg.domains[0]
@@ -440,7 +476,7 @@ class GroupsNotFound(FakeBackend):
 def mpg_flow(mode: str) -> tuple[Lookups, FakeCache, FakeBackend]:
     cache = FakeCache()
     backend = GroupsNotFound(cache)
-    cfg = parse_config(CONF.format(first_wait=0).replace(
+    cfg = parse_config(_conf().replace(
         "[domain/D]", f"[domain/D]\nauto_private_groups = {mode}"))  # fmt: skip
     lookups = Lookups(cfg, {"D": cache}, {"D": backend})  # type: ignore[dict-item]
     return lookups, cache, backend
@@ -504,7 +540,7 @@ def test_private_group_policy_true() -> None:
 
     from cached.responder.policy import ServePolicy
 
-    cfg = parse_config(CONF.format(first_wait=0).replace(
+    cfg = parse_config(_conf().replace(
         "[domain/D]", "[domain/D]\nauto_private_groups = true"))  # fmt: skip
     policy, domain = ServePolicy(cfg), cfg.domains[0]
     alice = User("alice", 1001, 20000)
@@ -537,7 +573,7 @@ def test_qualified_members_each_format(fmt: str, users: str) -> None:
     from cached.responder.policy import ServePolicy
 
     cfg = parse_config(
-        CONF.format(first_wait=0).replace("[nss]", f"[nss]\nfilter_users = {users}\n")
+        _conf().replace("[nss]", f"[nss]\nfilter_users = {users}\n")
         .replace("[domain/D]", f"[domain/D]\nuse_fully_qualified_names = true\n"
                                f"full_name_format = {fmt}")
     )  # fmt: skip
