@@ -270,8 +270,12 @@ def entry_store_damage(path: str) -> str:
     os.close(w)
     said = b""
     deadline = time.monotonic() + WALK_TIMEOUT
+    # poll(2), not select(2): a process with more than FD_SETSIZE (1,024) descriptors
+    # open gets one above it here, which select refuses.
+    poller = select.poll()
+    poller.register(r, select.POLLIN)
     try:
-        while (left := deadline - time.monotonic()) > 0 and select.select([r], [], [], left)[0]:
+        while (left := deadline - time.monotonic()) > 0 and poller.poll(left * 1000):
             chunk = os.read(r, 4096)
             if not chunk:
                 break

@@ -906,6 +906,30 @@ def test_entry_store_walk_passes_a_sound_store(tmp_path: Path) -> None:
     assert integrity.entry_store_damage(_store_with_a_record(tmp_path / "e.lmdb")) == ""
 
 
+def test_entry_store_walk_works_with_more_descriptors_open_than_select_takes(
+    tmp_path: Path,
+) -> None:
+    """A backend with over FD_SETSIZE (1,024) descriptors open gets the walk's pipe above
+    it: the walk still answers (select(2) would refuse that descriptor)."""
+    import resource
+
+    path = _store_with_a_record(tmp_path / "e.lmdb")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1200
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        assert integrity.entry_store_damage(path) == ""
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_entry_store_walk_that_dies_or_hangs_is_damage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -923,8 +947,8 @@ def test_entry_store_walk_that_dies_or_hangs_is_damage(
     assert integrity.entry_store_damage(path) == "entry store walk died of SIGBUS"
 
     # An end that says nothing of the file (killed, as by the OOM killer; a Python
-    # error; an lmdb error of the machine): the store is used as it is (found in
-    # review: a sound cache would have been set aside).
+    # error; an lmdb error of the machine): the store is used as it is (else a sound
+    # cache would be set aside).
     def killed(_path: str) -> str:
         os.kill(os.getpid(), signal.SIGKILL)
         return ""
