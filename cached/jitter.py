@@ -1,5 +1,6 @@
 """Per-host jitter: a fraction of an interval that differs between hosts and stays the
-same on one host, for each purpose (connection expiry, refresh ahead, offline retries).
+same on one host, for each purpose (connection expiry, refresh ahead and its early runs, offline
+retries).
 
 A fleet of hosts started together (a data-centre power cycle, a configuration rollout
 restarting every daemon) does everything on the same timers. With SSSD's default of no
@@ -39,6 +40,7 @@ _ID = re.compile(rb"[0-9a-fA-F]{32}")
 # The purposes, one independent fraction each.
 CONNECTION_EXPIRE = "connection-expire"
 REFRESH_AHEAD = "refresh-ahead"
+REFRESH_SOON = "refresh-soon"  # the delay of an early run (entries past their midpoint)
 OFFLINE_RETRY = "offline-retry"
 SUDO_FULL = "sudo-full-refresh"
 SUDO_SMART = "sudo-smart-refresh"

@@ -11,7 +11,9 @@ reproduce on loopback what a WAN link or a failing server does:
 * ``drop_after``: close each connection once that many bytes went server -> client
   (a server dying in the middle of an answer).
 * ``trickle``: forward server -> client one byte every that many seconds.
-* ``bandwidth``: cap each direction of each connection to that many bytes a second.
+* ``bandwidth``: cap each direction of each connection to that many bytes a second,
+  forwarded ``piece`` bytes at a time (at most a read of CHUNK by default; a small
+  piece makes a server that keeps sending slowly rather than in bursts).
 * ``rewrite``: a function applied to every server -> client chunk (a server answering
   something else than it should).
 
@@ -42,6 +44,7 @@ class Knobs:
     drop_after: int | None = None  # bytes server -> client per connection, then close
     trickle: float | None = None  # seconds between single bytes server -> client
     bandwidth: float | None = None  # bytes per second per direction and connection
+    piece: int = CHUNK  # bytes forwarded at once under ``bandwidth``
     rewrite: Callable[[bytes], bytes] | None = None  # server -> client chunks
 
 
@@ -257,10 +260,14 @@ class FaultProxy:
                     await writer.drain()
                     await asyncio.sleep(k.trickle)
                 return
+        if k.bandwidth:
+            for i in range(0, len(data), k.piece):
+                writer.write(data[i : i + k.piece])
+                await writer.drain()
+                await asyncio.sleep(len(data[i : i + k.piece]) / k.bandwidth)
+            return
         writer.write(data)
         await writer.drain()
-        if k.bandwidth:
-            await asyncio.sleep(len(data) / k.bandwidth)
 
 
 def enter_netns(path: str) -> None:

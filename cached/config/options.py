@@ -1110,7 +1110,10 @@ class DomainConfig:
     )
     ldap_network_timeout: int = option(integer(1), 6, "Connect timeout per server, seconds.")
     ldap_search_timeout: int = option(
-        integer(1), 6, "Deadline of one whole search (all pages), seconds."
+        integer(1),
+        6,
+        "Deadline of one search (all pages), seconds; it runs again from each answer"
+        " read, up to ten times this from the search's start.",
     )
     ldap_opt_timeout: int = option(
         integer(1), 8, "Deadline of StartTLS, bind and root DSE read together, seconds."

@@ -14,7 +14,9 @@ Failures: a server that does not answer within its deadline is marked failed
 for this round and the next URI is tried at once; it is never waited on twice. A reset
 or EOF (server restarted, idle connection dropped) may reconnect once. When every URI of
 the round failed the domain is offline. Deadlines bound whole operations, not socket
-reads: ``ldap_search_timeout`` one search with all its pages,
+reads: ``ldap_search_timeout`` one search with all its pages, run again from each batch
+of messages read, up to a bound (exchange.PROGRESS_BOUND: a server that
+answers slowly fails that search, not the server),
 ``ldap_opt_timeout`` StartTLS + bind + root DSE. While a backup URI serves, the
 ``ldap_uri`` servers are tried again every ``failover_primary_timeout`` seconds, as
 SSSD's fail over does (sssd.conf(5) ``failover_primary_timeout``). A connection is
@@ -57,6 +59,7 @@ from cached.ldap.exchange import (
     Exchange,
     LdapError,
     LdapLimitExceeded,
+    LdapSlow,
     Request,
     Row,
     Search,
@@ -615,12 +618,19 @@ class LdapClient:
                                 exchange.fill_ranges(conn, r.entries)
                     return [r.error if isinstance(r.error, LdapLimitExceeded) else r.entries
                             for r in reqs]  # fmt: skip
+                except LdapSlow:
+                    # The server answers, too slowly for this search's bound
+                    # (exchange.PROGRESS_BOUND): the search fails, the server stays in
+                    # use; the connection goes, its stream holds the rest of the answer.
+                    self.close()
+                    raise
                 except LdapMessageTooLarge as e:
                     # The data, not the server: this request fails, the stream is lost.
                     self.close()
                     raise LdapError(f"search of {reqs[0].spec.base!r}: {e}") from None
                 except LdapTimeout:
-                    # A hung or trickling server: never wait on it twice.
+                    # A hung or trickling server (no message within the timeout): never
+                    # wait on it twice.
                     self._server_failed(
                         uri, f"{uri}: search timed out after {self.cfg.ldap_search_timeout} s"
                     )

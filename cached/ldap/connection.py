@@ -231,7 +231,8 @@ class Connection:
 
     def receive(self) -> list[bytes]:
         """The whole messages read until the buffer holds no partial one (at least
-        one), or those read before EOF ([] at once: the server closed)."""
+        one), or those read before EOF ([] at once: the server closed), or those read
+        by the deadline (LdapTimeout when there are none)."""
         sock = self.socket
         into = self._into
         if into is None:
@@ -245,6 +246,11 @@ class Connection:
                 self._left(sock)
                 got = sock.recv_into(into)
             except TimeoutError:
+                if messages:
+                    # The deadline came with whole messages read: they are the
+                    # caller's (a server that keeps sending; the partial one stays in
+                    # the buffer for the next read).
+                    return messages
                 self.close()
                 raise LdapTimeout(f"{self.name}: timed out (no complete answer)") from None
             except OSError as e:

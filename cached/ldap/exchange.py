@@ -21,7 +21,7 @@ from cached.counters import LDAP_BER, LDAP_SEARCH, LDAP_WAIT, Counters
 from cached.ldap import deref, wire
 from cached.ldap import entry as reader
 from cached.ldap.ber import BerError
-from cached.ldap.connection import Connection, LdapMessageTooLarge, TransportError
+from cached.ldap.connection import Connection, LdapMessageTooLarge, LdapTimeout, TransportError
 from cached.ldap.controls import (
     ASQ_OID,
     DEREF_OID,
@@ -46,6 +46,17 @@ ROOT_DSE_ATTRS = ["supportedControl", "supportedCapabilities", "namingContexts",
 # the walk of bigroupuser has at most 2 per level), few enough to bound what a level
 # of many batches makes the server hold at once.
 OUTSTANDING = 4
+# A search whose server keeps sending is not timed out: its ``ldap_search_timeout``
+# runs again from each batch of complete messages read on the connection, up to this
+# many times the timeout from its start. A hung or trickling server (no complete
+# message within the timeout) is failed as before; a server still answering at the
+# bound fails that search only (LdapSlow), and stays in use. SSSD's deadline is per
+# page (sdap_get_generic_ext_step arms a new ldap_search_timeout for each page),
+# and a timeout there moves to the next server (sdap_id_op_done:
+# be_fo_try_next_server), which with one server takes the domain offline: 128 of 200
+# hosts went offline when 200 cold lookups on 2 cores took 30 s, their server
+# answering all along.
+PROGRESS_BOUND = 10
 # Times the ranged values of one entry are read again from 0 because the entry changed
 # between its range searches (Exchange.fill_entry) before the search fails.
 RANGE_RESTARTS = 3
@@ -130,6 +141,11 @@ class Search:
     sd_flags: int = 0
 
 
+class LdapSlow(LdapError):
+    """A search whose server kept sending entries until PROGRESS_BOUND times
+    ``ldap_search_timeout``: it fails, the server is not failed (it answers)."""
+
+
 class LdapTooMany(LdapError):
     """A search stopped by its caller's ``max_entries``: the answer is bigger than the
     caller chose to pay for (it falls back to narrower searches)."""
@@ -139,8 +155,8 @@ class Request:
     """A search on the wire: its encoded filter and controls, its pages so far."""
 
     __slots__ = (
-        "added", "code", "controls", "cookie", "deadline", "entries", "error", "filt", "page",
-        "rows", "seen", "slots", "spec",
+        "added", "bound", "code", "controls", "cookie", "deadline", "entries", "error", "filt",
+        "page", "rows", "seen", "slots", "spec",
     )  # fmt: skip
 
     def __init__(
@@ -156,7 +172,8 @@ class Request:
         self.entries: list[Entry] = []
         self.error: LdapError | None = None
         self.added: list[bytes] = []  # DNs this search put into ``seen``
-        self.deadline = 0.0  # monotonic time its last page must have come by
+        self.deadline = 0.0  # monotonic time the next messages must have come by
+        self.bound = 0.0  # the latest the deadline moves to while they come (PROGRESS_BOUND)
         self.code = 0  # the resultCode of its last searchResDone
         self.rows = spec.rows
         # Rows wanted (Search.rows): what entry.decode_row reads them by. Not when an
@@ -359,11 +376,20 @@ class Exchange:
         # Their ldap_search_timeout runs from now, as for a search sent now: the
         # caller's work since they went out is not the server's time (a pause of
         # the timeout's length there would fail a healthy server).
-        deadline = time.monotonic() + self.cfg.ldap_search_timeout
         for r in ahead.values():
-            r.deadline = deadline
+            self.arm(r)
         return ahead
 
+    def arm(self, r: Request, until: float | None = None) -> None:
+        """Start ``r``'s deadline: ``ldap_search_timeout`` from now, moved on while
+        messages come, up to PROGRESS_BOUND timeouts from now; ``until``: the caller's
+        deadline, not moved."""
+        if until is not None:
+            r.deadline = r.bound = until
+            return
+        timeout = self.cfg.ldap_search_timeout
+        now = time.monotonic()
+        r.deadline, r.bound = now + timeout, now + PROGRESS_BOUND * timeout
 
     def request(
         self, spec: Search, deref_seen: set[bytes] | None, info: ServerInfo | None
@@ -401,7 +427,9 @@ class Exchange:
         wire.decode_response. A paged search sends its next page as soon as a page is
         done. Each search has its own ``ldap_search_timeout`` from its first page
         (all its pages, as one search alone has), so a level of fifty batches is not
-        held to the time of one; a server that answers none fails at the first.
+        held to the time of one; a server that answers none fails at the first. The
+        timeouts run again from each batch of messages read, up to PROGRESS_BOUND
+        timeouts (then :class:`LdapSlow`).
 
         slapd keeps one paged-results state per connection: a paged request sent
         while another's pages go on makes that one's cookie "invalid or old"
@@ -424,7 +452,7 @@ class Exchange:
 
         def start() -> None:
             r = queue.pop()
-            r.deadline = time.monotonic() + timeout if until is None else until
+            self.arm(r, until)
             send(r)
 
         def send(r: Request) -> None:
@@ -445,7 +473,17 @@ class Exchange:
         try:
             while pending:
                 conn.deadline = min(r.deadline for r in pending.values())
-                messages = conn.receive()
+                try:
+                    messages = conn.receive()
+                except LdapTimeout:
+                    late = min(pending.values(), key=lambda r: r.deadline)
+                    if until is None and late.deadline >= late.bound:
+                        raise LdapSlow(
+                            f"search of {late.spec.base!r} for {late.spec.filt[:200]!r}: "
+                            f"{late.count()} entries in {PROGRESS_BOUND * timeout} s, "
+                            "the server still answering"
+                        ) from None
+                    raise
                 if not messages:
                     conn.close()
                     raise TransportError("session terminated by server")
@@ -497,6 +535,13 @@ class Exchange:
                     if self._done(req, res) and res.message_id not in early:
                         send(req)  # the next page
                     fill()
+                # The server answers: the timeouts of the searches on the connection
+                # run again from now, up to their bounds (PROGRESS_BOUND). Each search,
+                # not only the one answered: a search sent behind others gets its
+                # entries after theirs (one stream), and slapd answers in turn.
+                now = time.monotonic()
+                for r in pending.values():
+                    r.deadline = max(r.deadline, min(now + timeout, r.bound))
                 ber += time.perf_counter() - t0
         finally:
             # Reading our own BER (entries, deref values) apart from the rest: the
@@ -676,4 +721,3 @@ def merge_ranges(attrs: dict[str, list[bytes]], dn: str = "") -> dict[str, int]:
                 raise LdapError(f"{dn}: attribute {key!r} has an empty range")
             pending[name] = int(hi) + 1
     return pending
-

@@ -55,7 +55,14 @@ from cached.ipc.ops import (
     SudoRefreshKind,
     SudoRefreshReply,
 )
-from cached.jitter import OFFLINE_RETRY, REFRESH_AHEAD, SUDO_FULL, SUDO_SMART, Jitter
+from cached.jitter import (
+    OFFLINE_RETRY,
+    REFRESH_AHEAD,
+    REFRESH_SOON,
+    SUDO_FULL,
+    SUDO_SMART,
+    Jitter,
+)
 from cached.ldap.access import AccessChecks
 from cached.ldap.auth import warning_seconds
 from cached.ldap.client import LdapClient
@@ -89,6 +96,14 @@ REFRESH_MAX_PER_RUN = 1000
 # most a tenth of the window between the midpoint and the expiry, so that an entry
 # noted just after a run is refreshed long before it expires.
 REFRESH_SOON_GAP = 60.0
+# An early run starts this host's share (cached/jitter.py, REFRESH_SOON) of at most
+# REFRESH_SOON_SPREAD, and at most half the window, after the note that asked for it:
+# hosts whose entries were filled together reach their midpoint together, and run
+# together if each starts at its note (the 200-host fleet's busiest second: 7 hosts'
+# revalidations, 42 searches). The delay never takes a run past the soonest expiry of
+# the entries it refreshes less a tenth of the window (the time the run is allowed
+# for), so that no lookup waits on an expiry the early run was to prevent.
+REFRESH_SOON_SPREAD = 60.0
 
 
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
@@ -243,6 +258,7 @@ class BackendService:
         # task runs early when it is set (_refresh_expired).
         self._soon = asyncio.Event()
         self._last_early = -math.inf  # monotonic
+        self._soon_at: float | None = None  # monotonic start of the noted early run
         self._sudo_running: asyncio.Future[SudoResult] | None = None
 
     def _idmap(self) -> IdMapper | None:
@@ -709,23 +725,52 @@ class BackendService:
         gap: SSSD refreshes each such entry with a request of its own
         (``entry_cache_nowait_percentage``), which for a user in 2,085 groups is 2,085
         searches; the early run refreshes whatever is past its midpoint at once, a
-        user's groups with one walk by stamps. Skipped while offline, as the runs are."""
+        user's groups with one walk by stamps. An early run starts at this host's delay
+        after the note (:meth:`soon_delay`). Skipped while offline, as the runs are."""
         users, groups, gap = self.soon_schedule()
         while (wait := due - time.monotonic()) > 0:
             if not self._soon.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._soon.wait(), wait)
                 continue
-            hold = self._last_early + gap - time.monotonic()
+            if self._soon_at is None:
+                begin = max(self._last_early + gap, time.monotonic())
+                self._soon_at = begin + self.soon_delay(begin, min(users, groups))
+            hold = self._soon_at - time.monotonic()
             if hold > 0:
                 await asyncio.sleep(min(hold, wait))
                 continue
             self._soon.clear()
+            self._soon_at = None
             self._last_early = time.monotonic()
             if self.client.online:
                 COUNTERS.add(REFRESH_EARLY)
                 now = time.time()
                 await self._refresh_run(now + groups, now + users, "early, past the midpoint")
+
+    def soon_delay(self, begin: float, window: float) -> float:
+        """This host's delay of an early run that could begin at ``begin`` (monotonic):
+        its share of REFRESH_SOON_SPREAD (at most half the ``window`` past the
+        midpoint), cut so that the run begins a tenth of the window before the soonest
+        expiry of the entries past their midpoint (:data:`REFRESH_SOON_SPREAD`)."""
+        spread = min(REFRESH_SOON_SPREAD, window / 2)
+        soonest = self.soonest_expiry(time.time() + window)
+        if soonest is not None:
+            left = soonest - time.time() - (begin - time.monotonic()) - window / 10
+            spread = min(spread, max(left, 0.0))
+        return self.jitter.offset(REFRESH_SOON, spread)
+
+    def soonest_expiry(self, horizon: float) -> float | None:
+        """The soonest expiry (epoch) after now and by ``horizon`` of the users, groups
+        and initgroups lists the cache holds; None when none expires then. Entries
+        already expired are left out: a lookup of one waits whatever a run does."""
+        cache = self.cache
+        now = time.time()
+        users, groups, initgr = cache.expiring(horizon)
+        expiries = [t.data_expire for t in cache.times("user", users).values()]
+        expiries += [t.data_expire for t in cache.times("group", groups).values()]
+        expiries += [t.initgr_expire for t in cache.times("user", initgr).values()]
+        return min((e for e in expiries if now < e <= horizon), default=None)
 
     async def _refresh_run(
         self, horizon: float, user_horizon: float | None = None, why: str = ""
@@ -845,9 +890,7 @@ class BackendService:
             else None
         )
         renewer = (
-            asyncio.create_task(self._renew_tgts())
-            if self.domain.krb5_renew_interval > 0
-            else None
+            asyncio.create_task(self._renew_tgts()) if self.domain.krb5_renew_interval > 0 else None
         )
         log.info("backend %s ready on %s", self.domain.name, path)
         ready()

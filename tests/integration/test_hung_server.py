@@ -423,3 +423,33 @@ def test_the_return_to_a_hung_preferred_server_never_holds_a_lookup(
     wait_for(lambda: backend_status(d)["server"] == hung.uri, "back on the primary",
              log=d.log_tail)  # fmt: skip
     assert served_answers(d, exp) == want
+
+
+def test_a_slow_server_that_keeps_sending_is_not_failed(daemon_factory, proxy_factory, slapd_big):
+    """A server answering slowly, its entries coming all along (a directory loaded by a
+    fleet's cold start), is not a hung one: each search's ``ldap_search_timeout`` runs
+    again from the entries that came, so a cold lookup whose searches take longer than
+    it completes and the domain stays online (SSSD's timeout, per page, moves to the
+    next server and takes a one-server domain offline)."""
+    exp = slapd_big.expected
+    px = proxy_factory("127.0.0.1", slapd_big.slapd.port)
+    d = daemon_factory(
+        slapd_big, uris=[px.uri], ldap_search_timeout=2, ldap_opt_timeout=10, offline_timeout=60
+    )
+    assert getent(d, "passwd", exp.big_user).returncode == 0  # connected, the user only
+    # 1 MiB a second on each connection, 8 KiB at a time: entries every 8 ms, the
+    # answer to the user's 2,085 groups (3.2 MB) several seconds.
+    px.set(bandwidth=1024 * 1024, piece=8192)
+    before = px.stats.bytes_down
+    start = time.monotonic()
+    r = getent(d, "initgroups", exp.big_user)
+    took = time.monotonic() - start
+    want = expected_answers(exp).initgroups
+    assert frozenset(int(g) for g in r.stdout.split()[1:]) == want, d.log_tail()
+    st = backend_status(d)
+    assert st["online"], st
+    moved = px.stats.bytes_down - before
+    # Longer than the timeout at that rate (a lower bound, which load only raises).
+    assert moved > 2 * 1024 * 1024 and took > 2, (took, moved)
+    assert "timed out" not in d.log_text()
+    print(f"\nslow server: {moved} bytes in {took:.2f} s, online")

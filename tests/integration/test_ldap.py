@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
+import cached.ldap.exchange as exchange_mod
 from cached.cache import State
 from cached.cache.writer import WriteBatch
 from cached.counters import LDAP_CONNECT, LDAP_SEARCH, Counters
 from cached.ldap import ber, deref
 from cached.ldap import entry as ldap_entry
 from cached.ldap.client import LdapClient, LdapOffline
-from cached.ldap.exchange import LdapTooMany, Search
+from cached.ldap.exchange import LdapSlow, LdapTooMany, Search
 from cached.ldap.provider import Outcome
 from cached.ldap.schema import escape
 from cached.model import User
@@ -896,3 +897,33 @@ def test_sasl_external_bind_over_ldapi(tmp_path, slapd_small):
     with conn.deadline_in(30):
         whoami = conn.extended("1.3.6.1.4.1.4203.1.11.3")  # Who am I? (RFC 4532)
     assert "cn=peercred,cn=external,cn=auth" in whoami.value.decode()
+
+
+def test_a_search_answered_slowly_runs_past_its_timeout_up_to_its_bound(slapd_small, monkeypatch):
+    """ldap_search_timeout runs again from each batch of messages read: a server that
+    keeps sending, slowly, is not failed. At the bound (PROGRESS_BOUND timeouts) the
+    search fails alone (LdapSlow) and the server stays in use."""
+    s = slapd_small.slapd
+    every = [Search(s.base_dn, "(objectClass=*)", ["objectClass"], paged=False)]
+    with FaultProxy("127.0.0.1", s.port) as px:
+        client = LdapClient(make_domain([px.uri], s.base_dn, ldap_search_timeout=1))
+        OPEN_CLIENTS.append(client)
+        client.connect()
+        fast = px.stats.bytes_down
+        want = _dns(client.search_many(every))
+        size = px.stats.bytes_down - fast
+        print(f"\nanswer: {size} bytes")
+        # The answer in about 3 s, a message every few milliseconds.
+        px.set(bandwidth=size / 3, piece=64)
+        start = time.monotonic()
+        assert _dns(client.search_many(every)) == want
+        took = time.monotonic() - start
+        assert took > 1 and client.online and not client.failed, took
+        # A bound of 2 timeouts: the same search fails, alone.
+        monkeypatch.setattr(exchange_mod, "PROGRESS_BOUND", 2)
+        with pytest.raises(LdapSlow, match="the server still answering"):
+            client.search_many(every)
+        assert client.online and not client.failed
+        px.heal()
+        assert _dns(client.search_many(every)) == want
+

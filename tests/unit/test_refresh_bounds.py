@@ -97,3 +97,53 @@ def test_a_failing_request_does_not_end_the_run(run, caplog) -> None:
     asked = start({f"u{i}": float(i) for i in range(3)}, failing="u1")
     assert asked == [(Op.INITGROUPS, f"u{i}") for i in range(3)]
     assert "background refresh of initgroups u1: RuntimeError" in caplog.text
+
+
+ID_A = "0f3c6d1e8a7b4c2d9e1f0a2b3c4d5e6f\n"
+ID_B = "8d2b7e4c1a9f4b3e8c7d6a5b4c3d2e1f\n"
+
+
+def _host_service(tmp_path: Path, name: str, machine_id: str) -> BackendService:
+    mid = tmp_path / f"{name}-machine-id"
+    mid.write_text(machine_id)
+    cfg = parse_config(
+        config_text(
+            ["ldap://127.0.0.1:1"],
+            "dc=x",
+            daemon={"db_dir": tmp_path / name, "machine_id_file": mid},
+        )
+    )
+    return BackendService(cfg, cfg.domains[0])
+
+
+def test_early_runs_start_at_the_hosts_own_delay(tmp_path: Path, monkeypatch) -> None:
+    """Hosts whose entries reach their midpoint together start their early runs at
+    different moments; one host (a restart, the same machine-id) at the same."""
+    clock = types.SimpleNamespace(monotonic=lambda: 100.0, time=lambda: 5000.0)
+    monkeypatch.setattr(service_mod, "time", clock)
+    hosts = [_host_service(tmp_path, n, i) for n, i in (("a1", ID_A), ("a2", ID_A), ("b", ID_B))]
+    try:
+        for s in hosts:
+            s.soonest_expiry = lambda horizon: 5000.0 + 120.0  # type: ignore[method-assign]
+        # The fleet benchmark's window (a 240 s lifetime, midpoint at 50 %): the
+        # delay is the host's share of a minute.
+        a1, a2, b = (s.soon_delay(100.0, 120.0) for s in hosts)
+        assert a1 == a2
+        assert a1 != b
+        assert 0.0 <= a1 < 60.0 and 0.0 <= b < 60.0
+        assert {a1, b} != {0.0}
+        # Entries expiring sooner cut the delay: the run begins a tenth of the window
+        # (12 s) before the soonest expiry, whatever the host's share.
+        for s in hosts:
+            s.soonest_expiry = lambda horizon: 5000.0 + 30.0  # type: ignore[method-assign]
+        assert all(s.soon_delay(100.0, 120.0) <= 18.0 for s in hosts)
+        assert hosts[0].soon_delay(100.0, 120.0) == a1 * 18.0 / 60.0
+        # A run that can begin only later (the gap after the last one) has less left.
+        assert hosts[0].soon_delay(110.0, 120.0) == pytest.approx(a1 * 8.0 / 60.0)
+        # Nothing left before the soonest expiry: at once.
+        for s in hosts:
+            s.soonest_expiry = lambda horizon: 5000.0 + 5.0  # type: ignore[method-assign]
+        assert [s.soon_delay(100.0, 120.0) for s in hosts] == [0.0, 0.0, 0.0]
+    finally:
+        for s in hosts:
+            s.cache.close()
