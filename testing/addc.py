@@ -32,6 +32,7 @@ Readiness is a real bind and base search over ldapi, never a sleep.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -96,6 +97,24 @@ class ADEntry:
 
     dn: str
     attrs: dict[str, str | list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class ADUser:
+    """A user to create with a password and POSIX attributes, as ``samba-tool user
+    create``; ``disabled`` / ``expired`` (accountExpires now) / ``must_change`` (at the
+    next login) as ``user disable``, ``user setexpiry --days=0`` and
+    ``--must-change-at-next-login``."""
+
+    login: str
+    password: str
+    uid: int
+    gid: int
+    shell: str = "/bin/sh"
+    home: str = ""
+    disabled: bool = False
+    expired: bool = False
+    must_change: bool = False
 
 
 class SambaDC(Service):
@@ -250,9 +269,10 @@ class SambaDC(Service):
             self.smb_sysvol.mkdir(parents=True, exist_ok=True)
         self.conf.write_text("\n".join(lines) + "\n")
 
-    def load(self, entries: list[ADEntry], *, modify: list[ADEntry] | None = None) -> None:
-        """Add ``entries`` and apply ``modify`` (attributes replaced) with Samba's own
-        bindings; the DC must be stopped (sam.ldb is opened directly)."""
+    def load(self, entries: list[ADEntry], *, modify: list[ADEntry] | None = None,
+             users: list[ADUser] | None = None) -> None:  # fmt: skip
+        """Add ``entries``, apply ``modify`` (attributes replaced), then create ``users``
+        with Samba's own bindings; the DC must be stopped (sam.ldb is opened directly)."""
         if self.pid is not None:
             raise SambaError("stop the DC before loading data into sam.ldb")
         data = self.workdir / "load.json"
@@ -261,6 +281,10 @@ class SambaDC(Service):
                 {
                     "add": [{"dn": e.dn, "attrs": e.attrs} for e in entries],
                     "modify": [{"dn": e.dn, "attrs": e.attrs} for e in modify or []],
+                    "users": [
+                        {**dataclasses.asdict(u), "home": u.home or f"/home/{u.login}"}
+                        for u in users or []
+                    ],
                 }
             )
         )

@@ -6,6 +6,10 @@ file imports nothing from the project. Going through SamDB's module stack (not r
 makes Samba assign objectSid, RIDs, primaryGroupID and the rest as ``samba-tool user
 add`` would. A transaction per 500 objects: one for everything grows Samba's memory
 with the directory, one per object is ~10x slower (measured on bigroupuser).
+
+``users`` are made with passwords by the calls ``samba-tool user create``, ``user
+disable`` and ``user setexpiry`` make (SamDB.newuser, disable_account, setexpiry), in
+this one process: each samba-tool run pays Samba's Python start-up again.
 """
 
 import json
@@ -42,6 +46,15 @@ def main() -> int:
         samdb.transaction_cancel()
         raise
     samdb.transaction_commit()
+    for u in data.get("users", []):
+        samdb.newuser(u["login"], u["password"], uidnumber=u["uid"], gidnumber=u["gid"],
+                      loginshell=u["shell"], unixhome=u["home"],
+                      force_password_change_at_next_login_req=u["must_change"])
+        found = f"(&(objectClass=user)(sAMAccountName={u['login']}))"
+        if u["disabled"]:
+            samdb.disable_account(found)
+        if u["expired"]:
+            samdb.setexpiry(found, 0)  # accountExpires: now (samba-tool --days=0)
     return 0
 
 

@@ -17,7 +17,6 @@ must not see.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,15 +51,6 @@ LOCKOUT_THRESHOLD = 3
 PORTS = {"ldaps": 636, "starttls": 389}  # compiled into Samba
 
 
-def _samba_tool(dc: addc.SambaDC, *args: str) -> None:
-    """samba-tool on the stopped DC's sam.ldb."""
-    sam = dc.workdir / "private" / "sam.ldb"
-    subprocess.run(
-        [addc.SAMBA_TOOL, *args, "-H", str(sam), "-s", str(dc.conf)],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def ad_dc(
     tmp_path_factory: pytest.TempPathFactory,
@@ -82,16 +72,21 @@ def ad_dc(
         1,
     )
     dc.conf.write_text(text)
-    dc.load([], modify=[addc.ADEntry(f"CN=Domain Users,CN=Users,{dc.base_dn}",
-                                     {"gidNumber": str(USERS_GID)})])  # fmt: skip
-    for n, (login, password) in enumerate(sorted(PASSWORDS.items())):
-        _samba_tool(dc, "user", "create", login, password, f"--uid-number={20001 + n}",
-                    f"--gid-number={USERS_GID}", "--login-shell=/bin/sh",
-                    f"--unix-home=/home/{login}")  # fmt: skip
-    _samba_tool(dc, "user", "disable", DISABLED)
-    _samba_tool(dc, "user", "setexpiry", EXPIRED, "--days=0")
-    _samba_tool(dc, "domain", "passwordsettings", "set",
-                f"--account-lockout-threshold={LOCKOUT_THRESHOLD}")  # fmt: skip
+    # Domain Users' gidNumber, the lockout threshold (samba-tool domain passwordsettings
+    # set --account-lockout-threshold writes lockoutThreshold on the domain object),
+    # then the users.
+    dc.load(
+        [],
+        modify=[
+            addc.ADEntry(f"CN=Domain Users,CN=Users,{dc.base_dn}", {"gidNumber": str(USERS_GID)}),
+            addc.ADEntry(dc.base_dn, {"lockoutThreshold": str(LOCKOUT_THRESHOLD)}),
+        ],
+        users=[
+            addc.ADUser(login, password, 20001 + n, USERS_GID, disabled=login == DISABLED,
+                        expired=login == EXPIRED)
+            for n, (login, password) in enumerate(sorted(PASSWORDS.items()))
+        ],
+    )  # fmt: skip
     with dc:
         assert dc.pid is not None
         fwds = {t: NetnsForwarder(dc.pid, port) for t, port in PORTS.items()}
