@@ -1,7 +1,9 @@
 """Load objects into a stopped Samba DC's sam.ldb with Samba's own Python bindings.
 
 Run by :meth:`testing.addc.SambaDC.load` as ``/usr/bin/python3 addc_load.py SMB_CONF
-DATA_JSON``: the system Python has python3-samba, the project's venv does not, so this
+DATA_JSON``, or by :meth:`~testing.addc.SambaDC.add_users` with a third argument, the
+running DC's ldapi URL (bound as the Administrator, ``admin_password`` in the data): the
+system Python has python3-samba, the project's venv does not, so this
 file imports nothing from the project. Going through SamDB's module stack (not raw ldb)
 makes Samba assign objectSid, RIDs, primaryGroupID and the rest as ``samba-tool user
 add`` would. A transaction per 500 objects: one for everything grows Samba's memory
@@ -17,6 +19,7 @@ import sys
 
 import ldb
 from samba.auth import system_session
+from samba.credentials import Credentials
 from samba.param import LoadParm
 from samba.samdb import SamDB
 
@@ -27,12 +30,19 @@ def main() -> int:
     conf, data_path = sys.argv[1], sys.argv[2]
     lp = LoadParm()
     lp.load(conf)
-    samdb = SamDB(url=lp.samdb_url(), session_info=system_session(), lp=lp)
     with open(data_path) as f:
         data = json.load(f)
+    if len(sys.argv) > 3:
+        creds = Credentials()
+        creds.guess(lp)
+        creds.set_username("Administrator")
+        creds.set_password(data["admin_password"])
+        samdb = SamDB(url=sys.argv[3], session_info=system_session(), credentials=creds, lp=lp)
+    else:
+        samdb = SamDB(url=lp.samdb_url(), session_info=system_session(), lp=lp)
     samdb.transaction_start()
     try:
-        for n, e in enumerate(data["add"], 1):
+        for n, e in enumerate(data.get("add", []), 1):
             samdb.add({"dn": e["dn"], **e["attrs"]})
             if n % BATCH == 0:
                 samdb.transaction_commit()
