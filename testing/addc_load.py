@@ -1,10 +1,11 @@
-"""Load objects into a stopped Samba DC's sam.ldb with Samba's own Python bindings.
+"""Load objects into a Samba DC with Samba's own Python bindings: a stopped DC's
+sam.ldb, or users into a running one over ldapi.
 
 Run by :meth:`testing.addc.SambaDC.load` as ``/usr/bin/python3 addc_load.py SMB_CONF
 DATA_JSON``, or by :meth:`~testing.addc.SambaDC.add_users` with a third argument, the
 running DC's ldapi URL (bound as the Administrator, ``admin_password`` in the data): the
-system Python has python3-samba, the project's venv does not, so this
-file imports nothing from the project. Going through SamDB's module stack (not raw ldb)
+system Python has python3-samba, the project's venv does not, so this file imports
+nothing from the project. Going through SamDB's module stack (not raw ldb)
 makes Samba assign objectSid, RIDs, primaryGroupID and the rest as ``samba-tool user
 add`` would. A transaction per 500 objects: one for everything grows Samba's memory
 with the directory, one per object is ~10x slower (measured on bigroupuser).
