@@ -32,6 +32,7 @@ Readiness is a real bind and base search over ldapi, never a sleep.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -48,6 +49,7 @@ from ldap3.core.exceptions import LDAPException, LDAPStrongerAuthRequiredResult
 
 from testing import procstat
 from testing.service import Service
+from testing.slapd import TLSFiles
 
 SAMBA = "/usr/sbin/samba"
 SAMBA_TOOL = "/usr/bin/samba-tool"
@@ -98,6 +100,24 @@ class ADEntry:
     attrs: dict[str, str | list[str]] = field(default_factory=dict)
 
 
+@dataclass
+class ADUser:
+    """A user to create with a password and POSIX attributes, as ``samba-tool user
+    create``; ``disabled`` / ``expired`` (accountExpires now) / ``must_change`` (at the
+    next login) as ``user disable``, ``user setexpiry --days=0`` and
+    ``--must-change-at-next-login``."""
+
+    login: str
+    password: str
+    uid: int
+    gid: int
+    shell: str = "/bin/sh"
+    home: str = ""
+    disabled: bool = False
+    expired: bool = False
+    must_change: bool = False
+
+
 class SambaDC(Service):
     """A provisioned Samba AD DC in ``workdir``; start()/stop() or a context manager."""
 
@@ -115,6 +135,7 @@ class SambaDC(Service):
         self.log_path = self.workdir / "samba.out"
         self._proc: subprocess.Popen[bytes] | None = None
         self.domain_sid = ""
+        self.tls: TLSFiles | None = None
         if len(str(self.socket_path).encode()) > MAX_SOCKET_PATH:
             raise SambaError(
                 f"work directory {self.workdir} is too long for the DC's ldapi socket"
@@ -250,21 +271,46 @@ class SambaDC(Service):
             self.smb_sysvol.mkdir(parents=True, exist_ok=True)
         self.conf.write_text("\n".join(lines) + "\n")
 
-    def load(self, entries: list[ADEntry], *, modify: list[ADEntry] | None = None) -> None:
-        """Add ``entries`` and apply ``modify`` (attributes replaced) with Samba's own
-        bindings; the DC must be stopped (sam.ldb is opened directly)."""
+    def serve_tls(self, tls: TLSFiles) -> None:
+        """Serve ldaps (636) and StartTLS (389) with ``tls``'s certificate (for localhost
+        and 127.0.0.1, signed by its throwaway CA) instead of the one Samba makes for
+        its own name; set before start()."""
+        tls.key.chmod(0o600)  # Samba refuses a key file others can read
+        text = self.conf.read_text().replace(
+            "[global]\n",
+            f"[global]\n\ttls enabled = yes\n\ttls keyfile = {tls.key}\n"
+            f"\ttls certfile = {tls.cert}\n\ttls cafile = {tls.ca_cert}\n",
+            1,
+        )
+        self.conf.write_text(text)
+        self.tls = tls
+
+    def load(self, entries: list[ADEntry], *, modify: list[ADEntry] | None = None,
+             users: list[ADUser] | None = None) -> None:  # fmt: skip
+        """Add ``entries``, apply ``modify`` (attributes replaced), then create ``users``
+        with Samba's own bindings; the DC must be stopped (sam.ldb is opened directly)."""
         if self.pid is not None:
             raise SambaError("stop the DC before loading data into sam.ldb")
-        data = self.workdir / "load.json"
-        data.write_text(
-            json.dumps(
-                {
-                    "add": [{"dn": e.dn, "attrs": e.attrs} for e in entries],
-                    "modify": [{"dn": e.dn, "attrs": e.attrs} for e in modify or []],
-                }
-            )
-        )
-        _run([SYSTEM_PYTHON, "-I", str(LOADER), str(self.conf), str(data)], LOAD_TIMEOUT)
+        self._load({"add": [{"dn": e.dn, "attrs": e.attrs} for e in entries]}, modify, users)
+
+    def add_users(self, users: list[ADUser], *, modify: list[ADEntry] | None = None) -> None:
+        """Apply ``modify`` and create ``users`` on the running DC, over ldapi as the
+        Administrator (the same calls as :meth:`load`)."""
+        if self.pid is None:
+            raise SambaError("start the DC before adding users over ldapi")
+        self._load({"admin_password": ADMIN_PW}, modify, users, url=self.ldapi_uri)
+
+    def _load(self, data: dict[str, Any], modify: list[ADEntry] | None,
+              users: list[ADUser] | None, url: str | None = None) -> None:  # fmt: skip
+        data["modify"] = [{"dn": e.dn, "attrs": e.attrs} for e in modify or []]
+        data["users"] = [
+            {**dataclasses.asdict(u), "home": u.home or f"/home/{u.login}"} for u in users or []
+        ]
+        path = self.workdir / "load.json"
+        path.write_text(json.dumps(data))
+        path.chmod(0o600)
+        _run([SYSTEM_PYTHON, "-I", str(LOADER), str(self.conf), str(path), *([url] if url else [])],
+             LOAD_TIMEOUT)  # fmt: skip
 
     def start(self) -> None:
         if self.pid is not None:

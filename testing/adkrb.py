@@ -156,16 +156,20 @@ def kerberos_dc(work: Path) -> Iterator[KerberosDC]:
         "[global]\n", "[global]\n\tinterfaces = 127.0.0.1\n\tbind interfaces only = yes\n", 1
     )
     dc.conf.write_text(text)
-    dc.load([], modify=[addc.ADEntry(f"CN=Domain Users,CN=Users,{dc.base_dn}",
-                                     {"gidNumber": str(USERS_GID)})])  # fmt: skip
-    _samba_tool_offline(dc, "domain", "passwordsettings", "set", "--min-pwd-age=0",
-                        "--history-length=0")  # fmt: skip
-    for n, (login, password) in enumerate(sorted(PASSWORDS.items())):
-        extra = ["--must-change-at-next-login"] if login == EXPIRED else []
-        _samba_tool_offline(dc, "user", "create", login, password, f"--uid-number={30001 + n}",
-                            f"--gid-number={USERS_GID}", "--login-shell=/bin/sh",
-                            f"--unix-home=/home/{login}", *extra)  # fmt: skip
-    _samba_tool_offline(dc, "user", "disable", DISABLED)
+    # Domain Users' gidNumber; what samba-tool domain passwordsettings set
+    # --min-pwd-age=0 --history-length=0 writes on the domain object; the users.
+    dc.load(
+        [],
+        modify=[
+            addc.ADEntry(f"CN=Domain Users,CN=Users,{dc.base_dn}", {"gidNumber": str(USERS_GID)}),
+            addc.ADEntry(dc.base_dn, {"minPwdAge": "0", "pwdHistoryLength": "0"}),
+        ],
+        users=[
+            addc.ADUser(login, password, 30001 + n, USERS_GID, disabled=login == DISABLED,
+                        must_change=login == EXPIRED)
+            for n, (login, password) in enumerate(sorted(PASSWORDS.items()))
+        ],
+    )  # fmt: skip
     _samba_tool_offline(dc, "computer", "create", HOST, "--prepare-oldjoin")
     _samba_tool_offline(dc, "user", "setpassword", f"{HOST}$",
                         f"--newpassword={os.urandom(18).hex()}-Aa1!")  # fmt: skip

@@ -19,8 +19,8 @@ The Samba AD DCs, one per shape, each shared by every module that uses that shap
 (provisioning a DC takes 5-10 s, joining a host to one 20-60 s); a test that changes
 one creates its own objects with unique names or restores what it changed:
 
-* ``ad``: the small AD directory (testing/addir.py) on a plain DC, also where
-  test_gpo_ad.py makes its GPOs;
+* ``ad``: the small AD directory (testing/addir.py) on a plain DC serving TLS, also
+  where test_gpo_ad.py makes its GPOs and test_pam_ad.py its users with passwords;
 * ``kerberos_dc``: the DC with its KDC and the host keytab (testing/adkrb.py);
   ``kdc``, per module, is it with ``KRB5_CONFIG`` naming its KDC for the module;
 * ``joined_host``: a DC and a host joined to it with adcli (testing/adjoin.py),
@@ -209,8 +209,10 @@ def ad(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[addc.SambaDC, addir.ADDirectory]]:
     """A real Samba AD DC serving the small AD directory (testing/addir.py), one per run:
-    provisioning and loading take 10-20 s. Tests that write to it add objects of their own
-    and delete them (test_ad.py's scratch groups, test_gpo_ad.py's OUs and GPOs)."""
+    provisioning and loading take 10-20 s. It serves ldaps and StartTLS with a throwaway
+    CA's certificate for localhost (``dc.tls``). Tests that write to it add objects of
+    their own and delete them (test_ad.py's scratch groups, test_gpo_ad.py's OUs and
+    GPOs, test_pam_ad.py's users and lockout threshold)."""
     missing = addc.available()
     assert missing is None, missing
     # A short path: <dir>/private/ldapi must fit in sun_path.
@@ -218,6 +220,7 @@ def ad(
     dc = addc.SambaDC(work / "dc")
     data = addir.small()
     dc.provision()
+    dc.serve_tls(make_tls_material(work / "tls"))
     dc.load(data.entries, modify=data.modify)
     with dc:
         yield dc, data

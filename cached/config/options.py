@@ -393,6 +393,16 @@ class NssConfig:
     client_idle_timeout: int = option(
         integer(10), 60, "Seconds before an idle client connection is closed (SSSD minimum 10)."
     )
+    # 10 s: the clients write header and body back to back (microseconds apart), so
+    # this is far beyond any scheduling delay, and short enough that trickling one byte
+    # at a time cannot keep a connection (docs/threat-model.md: one byte every 40 s
+    # kept 1,024 connections forever). Shorter in tests that wait for it.
+    client_request_timeout: int = option(
+        integer(1, 3600),
+        10,
+        "cached: seconds a client has to send a whole request from its first byte "
+        "(NSS, PAM, SSH and sudo sockets); trickling bytes cannot keep a connection.",
+    )
     max_clients: int = option(
         integer(1), 1024, "Cap on concurrent NSS connections (cached; SSSD relies on ulimit)."
     )

@@ -17,7 +17,7 @@ charged to its peer's uid (SO_PEERCRED) and no uid can take what the others need
   last ``root_reserved_clients`` for root (logins resolve names as root);
 * time: ``client_idle_timeout`` (SSSD's, 60 s) counts from the last *complete*
   request, so trickling bytes does not keep a connection; a request must arrive
-  whole within ``REQUEST_TIMEOUT`` of its first byte;
+  whole within ``client_request_timeout`` of its first byte;
 * memory: a connection has at most one reply in flight, a uid at most
   ``max_reply_buffer_per_uid`` MiB of replies its clients have not read (its next
   requests wait for room), and a reply not read within ``WRITE_TIMEOUT`` closes the
@@ -82,11 +82,6 @@ def _left_out(name: str, e: ValueError) -> None:
 
 # A client that has not read its reply after this long is stuck; drop it.
 WRITE_TIMEOUT = 30.0
-# A request must arrive whole within this many seconds of its first byte. libnss_sss
-# writes header and body back to back (microseconds apart); 10 s is far beyond any
-# scheduling delay, and short enough that trickling one byte at a time cannot keep a
-# connection (docs/threat-model.md: one byte every 40 s kept 1,024 connections forever).
-REQUEST_TIMEOUT = 10.0
 # How long a group put in the memory cache on a backend's early commit counts as fed
 # for the INITGR answer that follows it (prefill_stored). That answer ends the same
 # request, milliseconds later (the backend runs one request at a time, so nothing
@@ -175,26 +170,29 @@ class _Answer:
 
 class _Watchdog:
     """Closes a connection whose client is idle (``client_idle_timeout`` since its last
-    complete request, or the connect) or too slow to send a request (``REQUEST_TIMEOUT``
-    from its first byte), counted only while the connection waits for the client.
+    complete request, or the connect) or too slow to send a request (``request``,
+    ``client_request_timeout``, from its first byte), counted only while the connection
+    waits for the client.
 
     One timer per connection, moved when it fires or when a partial request brings the
     deadline closer, instead of a timeout around each read: that cost a task and a timer
     per request, a good part of the responder's time per getgrgid (perf/warmsocket.py).
     """
 
-    __slots__ = ("conn", "handle", "idle", "last_request", "loop", "reading", "started",
-                 "transport")  # fmt: skip
+    __slots__ = ("conn", "handle", "idle", "last_request", "loop", "reading", "request",
+                 "started", "transport")  # fmt: skip
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         idle: float,
+        request: float,
         transport: asyncio.WriteTransport,
         conn: p.ServerConnection,
     ) -> None:
         self.loop = loop
         self.idle = idle
+        self.request = request
         self.transport = transport
         self.conn = conn
         self.last_request = loop.time()  # the last complete request (or the connect)
@@ -205,7 +203,7 @@ class _Watchdog:
     def deadline(self) -> float:
         deadline = self.last_request + self.idle
         if self.conn.buffered_bytes:
-            deadline = min(deadline, self.started + REQUEST_TIMEOUT)
+            deadline = min(deadline, self.started + self.request)
         return deadline
 
     def _fire(self) -> None:
@@ -721,7 +719,9 @@ class _Client(asyncio.Protocol):
         # one would fill its buffer and wait for the client.
         self.send_now_max = transport.get_write_buffer_limits()[1]
         self.ctx.run(CLIENT_UID.set, uid)
-        self.watch = _Watchdog(self.loop, r.config.nss.client_idle_timeout, transport, self.conn)
+        nss = r.config.nss
+        self.watch = _Watchdog(self.loop, nss.client_idle_timeout, nss.client_request_timeout,
+                               transport, self.conn)  # fmt: skip
         self.watch.reading = True
 
     def data_received(self, data: bytes) -> None:

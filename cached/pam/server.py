@@ -38,7 +38,7 @@ CHAUTHTOK_PRELIM, CHAUTHTOK       the domain's backend (``Op.CHANGE_PASSWORD``):
 Every reply carries the domain's name, as SSSD's. The socket is open to every local
 user, so connections are counted per uid as the NSS socket's (``max_clients``,
 ``max_clients_per_uid``, ``root_reserved_clients``), a request must arrive whole within
-``REQUEST_TIMEOUT`` and an idle connection is closed after ``client_idle_timeout``
+``client_request_timeout`` and an idle connection is closed after ``client_idle_timeout``
 (``responder/streams.py``, the loop the SSH and sudo sockets share); the logins
 themselves queue per uid in the backend (``ldap/login.py``), so one user's flood waits
 behind itself, not in front of root's login.

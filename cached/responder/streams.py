@@ -1,8 +1,8 @@
 """The connections of a responder socket served as asyncio streams one request at a
 time (the SSH, PAM and sudo sockets): each is admitted by its peer's uid (the NSS
 socket's limits, ``admission``, for a socket every local user can reach; root alone
-for a root-only one), a request must arrive whole within ``REQUEST_TIMEOUT`` of its
-first byte however its bytes trickle in, and a connection idle for
+for a root-only one), a request must arrive whole within ``client_request_timeout`` of
+its first byte however its bytes trickle in, and a connection idle for
 ``client_idle_timeout`` is closed (docs/threat-model.md). What a request is answered
 with is the responder's: the loop reads, feeds the sans-IO codec, and writes each
 reply before the next request is parsed.
@@ -28,9 +28,6 @@ from cached.responder.wire import MAX_REQUEST_SIZE, NeedData, ProtocolError
 log = logging.getLogger(__name__)
 limited = RateLimitedLog(log)
 
-# A request must arrive whole within this many seconds of its first byte (the clients
-# write header and body at once); trickling cannot keep a connection.
-REQUEST_TIMEOUT: Final = 10.0
 BACKLOG: Final = 128
 
 
@@ -158,12 +155,13 @@ class StreamClients:
         self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
         CLIENT_UID.set(uid)
         idle = float(self.limits.client_idle_timeout)
+        request = float(self.limits.client_request_timeout)
         loop = asyncio.get_running_loop()
         first_byte = 0.0  # when the request being received began
         try:
             while True:
                 begun = conn.buffered_bytes > 0
-                wait = first_byte + REQUEST_TIMEOUT - loop.time() if begun else idle
+                wait = first_byte + request - loop.time() if begun else idle
                 try:
                     data = await asyncio.wait_for(reader.read(MAX_REQUEST_SIZE), max(wait, 0))
                 except TimeoutError:

@@ -47,6 +47,8 @@ DOMAIN = "LDAP"
 
 AUTH_OK, PERM_DENIED, AUTH_ERR, AUTHINFO_UNAVAIL, USER_UNKNOWN = 0, 6, 7, 9, 10
 MODULE_UNKNOWN = 28
+# client_request_timeout of the trickled-request test: seconds, short to wait out.
+REQUEST_TIMEOUT = 2
 
 
 @pytest.fixture
@@ -427,20 +429,21 @@ def test_malformed_and_oversize_requests_are_refused_and_logins_go_on(
 def test_a_trickled_request_is_dropped_after_the_request_timeout(
     login_daemon: Callable[..., tuple[CachedDaemon, PamEnv]],
 ) -> None:
-    d, env = login_daemon()
+    d, env = login_daemon(nss={"client_request_timeout": REQUEST_TIMEOUT})
     frame = pp.encode_request(pp.Command.AUTHENTICATE, bytes(984))  # never finished
     with socket.socket(socket.AF_UNIX) as sock:
         sock.connect(str(d.pipes_dir / "pam"))
         closed = False
-        # One byte a second; the server gives a request 10 s from its first byte
-        # (REQUEST_TIMEOUT), not 10 s from the last one.
+        # A byte every quarter of client_request_timeout, for ten times that timeout
+        # (and less than client_idle_timeout, 60 s): the server gives a request
+        # REQUEST_TIMEOUT from its first byte, not from the last one.
         for i in range(40):
             try:
                 sock.sendall(frame[i : i + 1])
             except (BrokenPipeError, ConnectionResetError):
                 closed = True
                 break
-            sock.settimeout(1.0)
+            sock.settimeout(REQUEST_TIMEOUT / 4)
             try:
                 if sock.recv(1) == b"":
                     closed = True

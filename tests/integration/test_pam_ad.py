@@ -10,31 +10,32 @@ forwarding thread). Samba serves TLS with a certificate for ``localhost`` and
 cached verifies (``ldap_tls_cacert``, ``ldap_tls_reqcert = demand``): the login's
 password travels over verified TLS, as in production.
 
-The DC is private to this module (provisioning takes 6-11 s): the tests create users
-with passwords, disable one, expire one and lock one, which the shared ``ad`` fixture
-must not see.
+The DC is the session's shared ``ad`` DC (tests/conftest.py), which serves that TLS:
+this module adds users with passwords to it, one disabled, one expired and one it
+locks, and the lockout threshold that locks it, and removes them all when it ends,
+so the modules after it see the DC as it was.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import ldap3
 import pytest
 
-from testing import addc
+from testing import addc, addir
 from testing.daemon import CachedDaemon
 from testing.netnsfwd import NetnsForwarder
 from testing.pamenv import PamEnv, service_file, skip_reason
-from testing.slapd import make_tls_material
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
 SERVICE = "cached-login"
 AUTH_OK, PERM_DENIED, AUTH_ERR, ACCT_EXPIRED = 0, 6, 7, 13
 USERS_GID = 10000  # gidNumber given to Domain Users, the users' primary group
+FIRST_UID = 20101  # above the uids of testing/addir.py's users on the same DC
 # Samba's default password policy wants complexity and 7+ characters.
 PASSWORDS = {
     "adalice": "Ad-Al1ce-Secret7",
@@ -52,54 +53,48 @@ LOCKOUT_THRESHOLD = 3
 PORTS = {"ldaps": 636, "starttls": 389}  # compiled into Samba
 
 
-def _samba_tool(dc: addc.SambaDC, *args: str) -> None:
-    """samba-tool on the stopped DC's sam.ldb."""
-    sam = dc.workdir / "private" / "sam.ldb"
-    subprocess.run(
-        [addc.SAMBA_TOOL, *args, "-H", str(sam), "-s", str(dc.conf)],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def ad_dc(
-    tmp_path_factory: pytest.TempPathFactory,
+    ad: tuple[addc.SambaDC, addir.ADDirectory],
 ) -> Iterator[tuple[addc.SambaDC, Path, dict[str, int]]]:
-    """A private DC serving TLS with a CA of the test's own, holding the users of
-    PASSWORDS (DISABLED disabled, EXPIRED expired), locking an account after LOCKOUT_THRESHOLD wrong
-    passwords; yields it, the CA certificate and the host port of each transport."""
-    missing = addc.available()
-    assert missing is None, missing
-    work = Path(tmp_path_factory.mktemp("adpam", numbered=True))
-    dc = addc.SambaDC(work / "dc")
-    dc.provision()
-    tls = make_tls_material(work / "tls")
-    tls.key.chmod(0o600)  # Samba refuses a key file others can read
-    text = dc.conf.read_text().replace(
-        "[global]\n",
-        f"[global]\n\ttls enabled = yes\n\ttls keyfile = {tls.key}\n"
-        f"\ttls certfile = {tls.cert}\n\ttls cafile = {tls.ca_cert}\n",
-        1,
-    )
-    dc.conf.write_text(text)
-    dc.load([], modify=[addc.ADEntry(f"CN=Domain Users,CN=Users,{dc.base_dn}",
-                                     {"gidNumber": str(USERS_GID)})])  # fmt: skip
-    for n, (login, password) in enumerate(sorted(PASSWORDS.items())):
-        _samba_tool(dc, "user", "create", login, password, f"--uid-number={20001 + n}",
-                    f"--gid-number={USERS_GID}", "--login-shell=/bin/sh",
-                    f"--unix-home=/home/{login}")  # fmt: skip
-    _samba_tool(dc, "user", "disable", DISABLED)
-    _samba_tool(dc, "user", "setexpiry", EXPIRED, "--days=0")
-    _samba_tool(dc, "domain", "passwordsettings", "set",
-                f"--account-lockout-threshold={LOCKOUT_THRESHOLD}")  # fmt: skip
-    with dc:
-        assert dc.pid is not None
+    """The shared ``ad`` DC (it serves TLS with a CA of the test's own) with the users
+    of PASSWORDS added (DISABLED disabled, EXPIRED expired) and an account locked after
+    LOCKOUT_THRESHOLD wrong passwords; yields it, the CA certificate and the host port
+    of each transport. The users and the threshold are removed when the module ends."""
+    dc, _ = ad
+    assert dc.pid is not None and dc.tls is not None
+    # The users' primary group: Domain Users, with its gidNumber from testing/addir.py.
+    assert addir.DOMAIN_USERS_GID == USERS_GID
+    (domain,) = dc.search(dc.base_dn, "(objectClass=*)", ["lockoutThreshold"], ldap3.BASE)
+    threshold = list(domain["attributes"]["lockoutThreshold"])  # its values
+    fwds: dict[str, NetnsForwarder] = {}
+    try:
+        # lockoutThreshold on the domain object is what samba-tool domain
+        # passwordsettings set --account-lockout-threshold writes.
+        dc.add_users(
+            [addc.ADUser(login, password, FIRST_UID + n, USERS_GID,
+                         disabled=login == DISABLED, expired=login == EXPIRED)
+             for n, (login, password) in enumerate(sorted(PASSWORDS.items()))],
+            modify=[addc.ADEntry(dc.base_dn, {"lockoutThreshold": str(LOCKOUT_THRESHOLD)})],
+        )  # fmt: skip
         fwds = {t: NetnsForwarder(dc.pid, port) for t, port in PORTS.items()}
+        yield dc, dc.tls.ca_cert, {t: f.port for t, f in fwds.items()}
+    finally:
+        for f in fwds.values():
+            f.close()
+        conn = dc.connect()
         try:
-            yield dc, tls.ca_cert, {t: f.port for t, f in fwds.items()}
+            for login in PASSWORDS:
+                conn.search(dc.base_dn, f"(sAMAccountName={login})", ldap3.SUBTREE)
+                for entry in [r for r in conn.response or [] if r.get("type") == "searchResEntry"]:
+                    conn.delete(entry["dn"])
+            conn.modify(dc.base_dn, {"lockoutThreshold": [(ldap3.MODIFY_REPLACE, threshold)]})
+            names = "".join(f"(sAMAccountName={login})" for login in PASSWORDS)
+            conn.search(dc.base_dn, f"(|{names})", ldap3.SUBTREE)
+            left = [r["dn"] for r in conn.response or [] if r.get("type") == "searchResEntry"]
+            assert not left, f"users left on the shared DC: {left}"
         finally:
-            for f in fwds.values():
-                f.close()
+            conn.unbind()
 
 
 @pytest.fixture

@@ -261,7 +261,7 @@ def test_17_13_non_utf8_names_are_refused_not_replaced(daemon_factory, slapd_hos
 def test_17_3_one_uid_cannot_take_every_connection(daemon_factory, slapd_hostile):
     d = daemon_factory(slapd_hostile, nss={
         "max_clients": 20, "max_clients_per_uid": 8, "root_reserved_clients": 4,
-        "client_idle_timeout": 10,
+        "client_idle_timeout": 10, "client_request_timeout": 4,
     })  # fmt: skip
     with attack(d, "hold", 30) as (_, a), attack(d, "hold", 30, uid=65533) as (_, b), \
             attack(d, "hold", 30, uid=65532) as (_, c):  # fmt: skip
@@ -275,8 +275,9 @@ def test_17_3_one_uid_cannot_take_every_connection(daemon_factory, slapd_hostile
     assert "(max_clients_per_uid)" in log and "(root_reserved_clients)" in log
     assert log.count("refusing an NSS client") <= 4, log.count("refusing an NSS client")
     wait_for(lambda: responder_status(d)["connections"] == 0, "the holders gone")
-    # Trickling bytes does not keep a connection: a started request must finish
-    # within REQUEST_TIMEOUT (10 s), idleness counts from the last complete request.
+    # Trickling bytes (one every 2 s) does not keep a connection: a started request
+    # must finish within client_request_timeout (4 s here), idleness counts from the
+    # last complete request.
     with attack(d, "trickle", 40) as (proc, _):
         out = finish(proc)
     assert out["closed_after"] is not None, out  # main: never closed within 40 s
