@@ -31,6 +31,9 @@ from testing.slapd import Slapd
 
 ID_A = "6b1d0c4e2f3a4b5c8d9e0f1a2b3c4d5e\n"
 ID_B = "e5d4c3b2a1f04e9d8c7b6a5f4e3d2c1b\n"
+# A host whose share of the early run's delay (cached.jitter.REFRESH_SOON) is 2 %:
+# 1.2 s of the 60 s spread, where ID_A's is 53 % (32 s).
+ID_EARLY = "38b3eff8baf56627478ec76a704e9b52\n"
 TIMEOUT = 120.0  # generous: a loaded 2-core machine
 
 
@@ -327,7 +330,7 @@ def test_lookups_past_the_midpoint_refresh_together_in_the_background(
     rule, a refresh request per entry, makes: 2,085)."""
     user = slapd_big.expected.big_user
     mid = tmp_path / "machine-id"
-    mid.write_text(ID_A)
+    mid.write_text(ID_EARLY)
     # A 600 s lifetime with the midpoint at 1 %: 6 s after the cold lookup its entries
     # are past their midpoint, while the scheduled runs (the first 30 s plus this
     # host's offset after the start, for what expires within 462 s) have nothing due
