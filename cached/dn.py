@@ -13,7 +13,7 @@ from __future__ import annotations
 import unicodedata
 from itertools import filterfalse
 
-__all__ = ["in_scope", "is_under", "normalize_dn", "normalize_dns", "rdn_avas"]
+__all__ = ["ALIASED_TYPES", "in_scope", "is_under", "normalize_dn", "normalize_dns", "rdn_avas"]
 
 # Attribute type names and OIDs of the attributes naming POSIX entries (RFC 4519), so
 # ``commonName=x`` and ``2.5.4.3=x`` key like ``cn=x``.
@@ -156,6 +156,9 @@ _PLAIN = bytes(
     c for c in range(0x21, 0x7F) if chr(c) not in '\\+";=,' and not chr(c).isupper()
 )  # the characters such an RDN may hold, but for its "=" and its separator
 _ALIASED = tuple(f",{a}=" for a in _TYPE_ALIASES)
+# The RDN types normalize_dn replaces: a DN with one of them is no own key (also read
+# in C, cached/ldap/_ber.c's key_new).
+ALIASED_TYPES = tuple(_TYPE_ALIASES)
 
 
 def _own_keys(dns: list[str]) -> bool:

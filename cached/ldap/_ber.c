@@ -500,11 +500,390 @@ decode_rows(PyObject *Py_UNUSED(self), PyObject *args)
     return PyLong_FromSsize_t(i);
 }
 
+/* ---- Group entries: the fields Decoder.group_entry reads, and member values keyed.
+ *
+ * A cold initgroups of a user in 2,000 groups reads 2,168 group entries: per group,
+ * Decoder.group_entry's Python (names, the gid, the class, two stamps, the computed-
+ * members rule) was 18 % of the backend's CPU, and keying the round's 44,000 member
+ * values (MemberKeys.new_values and .of) 7 % (perf/results/2026-12-07-cold-floor). */
+
+static PyObject *_oc_key; /* "objectclass", Entry.attrs' key of the classes */
+
+/* Is the member value v[0:n] its own normalize_dn key (cached/dn.py, _own_keys):
+ * every octet a printable ASCII character that is no upper-case letter, space or one
+ * of \ + " ;, RDNs of exactly one "=" each between the commas, and no RDN's type an
+ * alias of dn._TYPE_ALIASES? aliases: a tuple of bytes. 1, 0, or -1 (failure). */
+static int
+own_key(const unsigned char *v, Py_ssize_t n, PyObject *aliases)
+{
+    if (n == 0)
+        return 0;
+    Py_ssize_t rdn = 0, eq = -1;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        unsigned char c = i < n ? v[i] : ',';
+        if (c == ',') {
+            if (eq < 0)
+                return 0; /* an RDN without "=" (an empty one included) */
+            Py_ssize_t tlen = eq - rdn;
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(aliases); k++) {
+                PyObject *a = PyTuple_GET_ITEM(aliases, k);
+                if (!PyBytes_Check(a))
+                    return -1;
+                if (PyBytes_GET_SIZE(a) == tlen && memcmp(PyBytes_AS_STRING(a), v + rdn, tlen) == 0)
+                    return 0;
+            }
+            rdn = i + 1;
+            eq = -1;
+            continue;
+        }
+        if (c == '=') {
+            if (eq >= 0)
+                return 0; /* a second "=" in an RDN */
+            eq = i;
+            continue;
+        }
+        if (c <= 0x20 || c >= 0x7F || (c >= 'A' && c <= 'Z') || c == '\\' || c == '+' || c == '"'
+            || c == ';')
+            return 0;
+    }
+    return 1;
+}
+
+/* MemberKeys.new_values then MemberKeys.of for the lists of member values of a
+ * round's groups, where every new value is its own key: (the new values (not in
+ * memo), each once in the order first met; the keys of each list), after
+ * memo[value] = key and spelled.setdefault(key, key) were done for each new value in
+ * that order (what .of does for them). None, with memo and spelled untouched, when a
+ * new value is not its own key (or a value is not bytes): the caller takes the
+ * Python path. */
+static PyObject *
+key_new(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *lists, *memo, *spelled, *aliases;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:key_new", &PyList_Type, &lists, &PyDict_Type, &memo,
+                          &PyDict_Type, &spelled, &PyTuple_Type, &aliases))
+        return NULL;
+    PyObject *seen = PyDict_New(); /* new value -> its key, ordered */
+    PyObject *keyed = PyList_New(PyList_GET_SIZE(lists));
+    if (seen == NULL || keyed == NULL)
+        goto failed;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lists); i++) {
+        PyObject *vals = PyList_GET_ITEM(lists, i);
+        if (!PyList_Check(vals) && !PyTuple_Check(vals))
+            goto declined;
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(vals);
+        PyObject **items = PySequence_Fast_ITEMS(vals);
+        PyObject *keys = PyList_New(m);
+        if (keys == NULL)
+            goto failed;
+        PyList_SET_ITEM(keyed, i, keys);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *v = items[j];
+            if (!PyBytes_CheckExact(v))
+                goto declined;
+            PyObject *key = PyDict_GetItemWithError(memo, v);
+            if (key == NULL && !PyErr_Occurred())
+                key = PyDict_GetItemWithError(seen, v);
+            if (key != NULL) {
+                PyList_SET_ITEM(keys, j, Py_NewRef(key));
+                continue;
+            }
+            if (PyErr_Occurred())
+                goto failed;
+            int r = own_key((const unsigned char *)PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v),
+                            aliases);
+            if (r < 0) {
+                PyErr_SetString(PyExc_TypeError, "key_new: aliases must be bytes");
+                goto failed;
+            }
+            if (r == 0)
+                goto declined;
+            key = PyUnicode_DecodeASCII(PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), NULL);
+            if (key == NULL)
+                goto failed;
+            PyList_SET_ITEM(keys, j, key);
+            if (PyDict_SetItem(seen, v, key) < 0)
+                goto failed;
+        }
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        goto failed;
+    Py_ssize_t pos = 0;
+    PyObject *v, *key;
+    while (PyDict_Next(seen, &pos, &v, &key)) {
+        if (PyDict_SetItem(memo, v, key) < 0 || PyDict_SetDefault(spelled, key, key) == NULL
+            || PyList_Append(out, v) < 0) {
+            Py_DECREF(out);
+            goto failed;
+        }
+    }
+    Py_DECREF(seen);
+    return Py_BuildValue("(NN)", out, keyed);
+
+declined:
+    Py_DECREF(seen);
+    Py_DECREF(keyed);
+    Py_RETURN_NONE;
+failed:
+    Py_XDECREF(seen);
+    Py_XDECREF(keyed);
+    return NULL;
+}
+
+/* entries.names: the values as text, or NULL with no error (one not UTF-8 or holding
+ * a NUL), or NULL with an error (failure). A new reference. */
+static PyObject *
+name_texts(PyObject *vals)
+{
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(vals);
+    PyObject *out = PyList_New(m);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(vals, j);
+        if (!PyBytes_Check(v)) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_TypeError, "group_fields: a value is not bytes");
+            return NULL;
+        }
+        const char *b = PyBytes_AS_STRING(v);
+        Py_ssize_t n = PyBytes_GET_SIZE(v);
+        if (memchr(b, 0, n) != NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *t = PyUnicode_DecodeUTF8(b, n, NULL);
+        if (t == NULL) {
+            Py_DECREF(out);
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                return NULL;
+            PyErr_Clear();
+            return NULL;
+        }
+        PyList_SET_ITEM(out, j, t);
+    }
+    return out;
+}
+
+/* The values of attrs[key] (a list or tuple), or NULL (absent) with no error; -1 in *err on a
+ * value that is not a list. Borrowed. */
+static PyObject *
+values_of(PyObject *attrs, PyObject *key, int *err)
+{
+    PyObject *vals = PyDict_GetItemWithError(attrs, key);
+    if (vals == NULL) {
+        if (PyErr_Occurred())
+            *err = -1;
+        return NULL;
+    }
+    if (!PyList_Check(vals) && !PyTuple_Check(vals)) {
+        PyErr_SetString(PyExc_TypeError, "group_fields: values are not a list");
+        *err = -1;
+        return NULL;
+    }
+    return vals;
+}
+
+/* schema.first: the first value as text (invalid UTF-8 replaced), "" for none. */
+static PyObject *
+first_text(PyObject *vals)
+{
+    if (vals == NULL || PySequence_Fast_GET_SIZE(vals) == 0)
+        return PyUnicode_FromStringAndSize("", 0);
+    PyObject *v = PySequence_Fast_GET_ITEM(vals, 0);
+    if (!PyBytes_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "group_fields: a value is not bytes");
+        return NULL;
+    }
+    return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), "replace");
+}
+
+/* entries.int_id: the first value when it is ASCII digits, else None. */
+static PyObject *
+int_of(PyObject *vals)
+{
+    if (vals == NULL || PySequence_Fast_GET_SIZE(vals) == 0)
+        Py_RETURN_NONE;
+    PyObject *v = PySequence_Fast_GET_ITEM(vals, 0);
+    if (!PyBytes_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "group_fields: a value is not bytes");
+        return NULL;
+    }
+    const char *b = PyBytes_AS_STRING(v);
+    Py_ssize_t n = PyBytes_GET_SIZE(v);
+    if (n == 0)
+        Py_RETURN_NONE;
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (b[i] < '0' || b[i] > '9')
+            Py_RETURN_NONE;
+        if (i < 18)
+            x = x * 10 + (b[i] - '0');
+    }
+    if (n <= 18)
+        return PyLong_FromLongLong(x);
+    return PyLong_FromString(b, NULL, 10); /* bytes objects end with a NUL */
+}
+
+/* Is the octet string v lower-cased equal to the ASCII lower-case s (bytes.lower)? */
+static int
+lower_equal(const char *v, Py_ssize_t n, const char *s, Py_ssize_t sn)
+{
+    if (n != sn)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if ((c >= 'A' && c <= 'Z' ? c + 32 : c) != (unsigned char)s[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* computed.computed(attrs, plain): 1, 0, or -1 (failure). */
+static int
+members_computed(PyObject *attrs, PyObject *ocs, PyObject *plain)
+{
+    static const char *schemes[] = {"ldap://", "ldaps://", "ldapi://"};
+    if (ocs != NULL) {
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(ocs); j++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(ocs, j);
+            if (PyBytes_Check(v)
+                && lower_equal(PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), "groupofurls", 11))
+                return 1;
+        }
+    }
+    Py_ssize_t pos = 0;
+    PyObject *k, *vals;
+    while (PyDict_Next(attrs, &pos, &k, &vals)) {
+        int r = PySet_Contains(plain, k);
+        if (r < 0)
+            return -1;
+        if (r || (!PyList_Check(vals) && !PyTuple_Check(vals)))
+            continue;
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(vals); j++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(vals, j);
+            if (!PyBytes_Check(v))
+                continue;
+            const char *b = PyBytes_AS_STRING(v);
+            Py_ssize_t n = PyBytes_GET_SIZE(v);
+            for (int s = 0; s < 3; s++) {
+                Py_ssize_t sn = (Py_ssize_t)strlen(schemes[s]);
+                if (n >= sn && lower_equal(b, sn, schemes[s], sn))
+                    return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Decoder.group_entry's reading of one group's attributes (Entry.attrs), by spec =
+ * (name key, gid key or None, modstamp key, usn key or "", class as configured,
+ * class lower-cased, plain or None), the lower-cased keys of entries.GroupKeys:
+ * (names(name values) or None, int_id(gid values) or None (also when the gid key is
+ * None), the entry of the group class, first(modstamp), first(usn) or "", the
+ * members computed, more than one name value). */
+static PyObject *
+group_fields(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *attrs, *kname, *kgid, *kmod, *kusn, *oc, *oc_lower, *plain;
+    if (!PyArg_ParseTuple(args, "O!(UOUUSSO):group_fields", &PyDict_Type, &attrs, &kname, &kgid,
+                          &kmod, &kusn, &oc, &oc_lower, &plain))
+        return NULL;
+    if (plain != Py_None && !PyAnySet_Check(plain)) {
+        PyErr_SetString(PyExc_TypeError, "group_fields: plain is not a set");
+        return NULL;
+    }
+    int err = 0;
+    PyObject *got = NULL, *gid = NULL, *mod = NULL, *usn = NULL;
+    PyObject *nv = values_of(attrs, kname, &err);
+    if (err)
+        return NULL;
+    if (nv == NULL) {
+        got = PyList_New(0);
+    } else {
+        got = name_texts(nv);
+        if (got == NULL && !PyErr_Occurred())
+            got = Py_NewRef(Py_None);
+    }
+    if (got == NULL)
+        return NULL;
+    if (kgid == Py_None) {
+        gid = Py_NewRef(Py_None);
+    } else {
+        if (!PyUnicode_Check(kgid)) {
+            PyErr_SetString(PyExc_TypeError, "group_fields: the gid key is not text");
+            goto failed;
+        }
+        PyObject *gv = values_of(attrs, kgid, &err);
+        if (err)
+            goto failed;
+        gid = int_of(gv);
+        if (gid == NULL)
+            goto failed;
+    }
+    PyObject *ocs = values_of(attrs, _oc_key, &err);
+    if (err)
+        goto failed;
+    int is_class = 1;
+    if (ocs != NULL && PySequence_Fast_GET_SIZE(ocs) > 0) {
+        is_class = 0;
+        const char *c = PyBytes_AS_STRING(oc), *cl = PyBytes_AS_STRING(oc_lower);
+        Py_ssize_t cn = PyBytes_GET_SIZE(oc), cln = PyBytes_GET_SIZE(oc_lower);
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(ocs) && !is_class; j++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(ocs, j);
+            if (!PyBytes_Check(v)) {
+                PyErr_SetString(PyExc_TypeError, "group_fields: a value is not bytes");
+                goto failed;
+            }
+            const char *b = PyBytes_AS_STRING(v);
+            Py_ssize_t n = PyBytes_GET_SIZE(v);
+            if ((n == cn && memcmp(b, c, n) == 0) || lower_equal(b, n, cl, cln))
+                is_class = 1;
+        }
+    }
+    PyObject *mv = values_of(attrs, kmod, &err);
+    if (err)
+        goto failed;
+    mod = first_text(mv);
+    if (mod == NULL)
+        goto failed;
+    if (PyUnicode_GET_LENGTH(kusn) == 0) {
+        usn = PyUnicode_FromStringAndSize("", 0);
+    } else {
+        PyObject *uv = values_of(attrs, kusn, &err);
+        if (err)
+            goto failed;
+        usn = first_text(uv);
+    }
+    if (usn == NULL)
+        goto failed;
+    int comp = 0;
+    if (plain != Py_None) {
+        comp = members_computed(attrs, ocs, plain);
+        if (comp < 0)
+            goto failed;
+    }
+    return Py_BuildValue("(NNONNNO)", got, gid, is_class ? Py_True : Py_False, mod, usn,
+                         PyBool_FromLong(comp),
+                         nv != NULL && PySequence_Fast_GET_SIZE(nv) > 1 ? Py_True : Py_False);
+failed:
+    Py_XDECREF(got);
+    Py_XDECREF(gid);
+    Py_XDECREF(mod);
+    Py_XDECREF(usn);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_entry", decode_entry, METH_VARARGS,
      "decode_entry(buf, names, names_max): entry.read_entry in C (same answers)."},
     {"decode_rows", decode_rows, METH_VARARGS,
      "decode_rows(msgs, i, shapes): entry.read_rows in C (same rows, same index)."},
+    {"key_new", key_new, METH_VARARGS,
+     "key_new(lists, memo, spelled, aliases): MemberKeys.new_values and .of for own keys."},
+    {"group_fields", group_fields, METH_VARARGS,
+     "group_fields(attrs, spec): the fields Decoder.group_entry reads, in C."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -517,5 +896,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__ber(void)
 {
+    _oc_key = PyUnicode_InternFromString("objectclass");
+    if (_oc_key == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import chain, filterfalse
 from typing import Final, NamedTuple
 
 from cached.config import PrivateGroups, SearchBase
-from cached.dn import in_scope, normalize_dn, normalize_dns, rdn_avas
+from cached.dn import ALIASED_TYPES, in_scope, normalize_dn, normalize_dns, rdn_avas
 from cached.ldap.computed import URL_ATTR, computed
 from cached.ldap.context import Context
 from cached.ldap.exchange import Entry
 from cached.ldap.schema import MEMBER_BATCH, SchemaMap, c_string, escape, first
 from cached.model import User
 from cached.ratelimit import RateLimitedLog
+
+try:
+    from cached.ldap import _ber
+except ImportError:  # not built: the references
+    _ber = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 # What one directory entry makes us say: a search can return 400,000 such entries, so
@@ -151,15 +156,48 @@ class GroupKeys:
     # The attributes asked for by their own names, for computed.computed; None where
     # groups are never computed (AD: URL_ATTR is not asked for).
     plain: frozenset[str] | None
+    spec: FieldSpec  # what group_fields reads
 
     @classmethod
     def of(cls, s: SchemaMap) -> GroupKeys:
         asked = {a.lower() for a in s.member_attrs()}
         plain = frozenset(asked - {URL_ATTR.lower()}) if URL_ATTR.lower() in asked else None
-        return cls(
-            s, s.group_name.lower(), s.group_modstamp.lower(), s.group_usn.lower(),
-            s.group_member.lower(), s.group_oc.encode(), s.group_oc.lower().encode(), plain,
-        )  # fmt: skip
+        name, modstamp, usn = s.group_name.lower(), s.group_modstamp.lower(), s.group_usn.lower()
+        oc, oc_lower = s.group_oc.encode(), s.group_oc.lower().encode()
+        spec = (name, s.group_gid.lower(), modstamp, usn, oc, oc_lower, plain)
+        return cls(s, name, modstamp, usn, s.group_member.lower(), oc, oc_lower, plain, spec)
+
+
+# GroupKeys.spec: the lower-cased keys of a group's name, gid, modstamp and usn ("":
+# none), its class as configured and lower-cased, and GroupKeys.plain.
+FieldSpec = tuple[str, str | None, str, str, bytes, bytes, frozenset[str] | None]
+# group_fields' answer: the name values as text (None: one is not UTF-8 or holds a
+# NUL), the gid (None: none, or not the INTEGER syntax), of the group class, the
+# modstamp and usn, the members computed by the server, more than one name value.
+Fields = tuple[list[str] | None, int | None, bool, str, str, bool, bool]
+
+
+def read_group_fields(attrs: dict[str, list[bytes]], spec: FieldSpec) -> Fields:
+    """What Decoder.group_entry reads of a group entry's attributes (Entry.attrs), by
+    ``spec`` (GroupKeys.spec). The reference of ``_ber.group_fields`` (cached/ldap/_ber.c),
+    which gives the same answer (tests/unit/test_group_fields_c.py) and is what
+    group_entry calls where it was built."""
+    name, gid, modstamp, usn, oc, oc_lower, plain = spec
+    name_values = attrs.get(name, [])
+    ocs = attrs.get("objectclass")
+    return (
+        names(name_values),
+        int_id(attrs.get(gid, [])) if gid is not None else None,
+        not ocs or oc in ocs or oc_lower in {v.lower() for v in ocs},
+        first(attrs.get(modstamp)),
+        first(attrs.get(usn)) if usn else "",
+        plain is not None and computed(attrs, plain),
+        len(name_values) > 1,
+    )
+
+
+# The RDN types normalize_dn replaces, as _ber.key_new compares them.
+_ALIAS_TYPES = tuple(a.encode() for a in ALIASED_TYPES)
 
 
 class MemberKeys:
@@ -168,18 +206,38 @@ class MemberKeys:
     twenty times (bigroupuser: 44,000 values, 5,000 distinct): each distinct value is
     decoded and keyed once."""
 
-    __slots__ = ("memo", "spelled")
+    __slots__ = ("memo", "ready", "spelled")
 
     def __init__(self) -> None:
         self.memo: dict[bytes, str] = {}
         self.spelled: dict[str, str] = {}
+        # The keys of the member values of the last new_values' entries, read with
+        # them in C: id(values) -> (values, their keys), for group_entry.
+        self.ready: dict[int, tuple[Sequence[bytes], list[str]]] = {}
 
     def new_values(self, entries: list[Entry], member: str) -> list[bytes]:
         """The member values (attribute key ``member``) of ``entries`` not read yet,
         each once, in the order first met. Each distinct value is tested against the
         memo once: the values first made distinct (bigroupuser's first level: 44,000
-        values, 5,000 distinct), rather than all tested then made distinct."""
-        values = [e.attrs.get(member, ()) for e in entries]
+        values, 5,000 distinct), rather than all tested then made distinct.
+
+        Where the C reader is built and every new value is its own DN key (as
+        directories write member values: ``uid=user00042,ou=people,dc=example``), the
+        values are also read here, as :meth:`of` reads them (the later ``of`` finds
+        them read): one pass in C instead of three in Python, 7 % of a cold
+        initgroups of bigroupuser. A new value that is not its own key leaves them all
+        to :meth:`of`. The keys are :meth:`of`'s; the spelling kept for a key is the
+        first of these values, where a later :meth:`of` keeps the first it keys (an
+        entry spelled two ways in one request: either spelling finds it)."""
+        values: list[Sequence[bytes]] = [e.attrs.get(member, ()) for e in entries]
+        if key_new is not None:
+            got = key_new(values, self.memo, self.spelled, _ALIAS_TYPES)
+            if got is not None:
+                new, keyed = got
+                pairs = zip(values, keyed, strict=True)
+                self.ready = dict(zip(map(id, values), pairs, strict=True))
+                return new
+        self.ready = {}
         return list(filterfalse(self.memo.__contains__, dict.fromkeys(chain(*values))))
 
     def of(self, values: list[bytes]) -> list[str]:
@@ -207,6 +265,13 @@ class MemberKeys:
             # instructions, perf.replay).
             deque(map(self.spelled.setdefault, keys, dns), maxlen=0)
         return list(map(memo.__getitem__, values))
+
+    def keys(self, values: list[bytes]) -> list[str]:
+        """:meth:`of`, mapped in C when every value was read before."""
+        try:
+            return list(map(self.memo.__getitem__, values))
+        except KeyError:
+            return self.of(values)
 
     def each(self, values: list[bytes]) -> list[str]:
         """:meth:`of`, one value at a time."""
@@ -275,6 +340,8 @@ class Decoder:
         self.ctx = ctx
         self.hooks = hooks
         self._group_keys: GroupKeys | None = None  # gkeys', for ctx.schema
+        # The gid as group_fields reads it (rfc2307's number), or by the hooks (AD).
+        self._own_gid = type(hooks).group_gid is Hooks.group_gid
 
     def to_user(self, e: Entry) -> User | None:
         named = self.user_name_ids(e)
@@ -344,22 +411,17 @@ class Decoder:
         values keyed through ``member_keys``, the request's."""
         s = self.ctx.schema
         keys = self.gkeys()
-        # The entry's values by the lower-cased names Entry.get would use, read from
-        # its dict directly: five Entry.get calls per group were a tenth of this
-        # method for the 2,085 groups of a cold initgroups (perf/readpath.py).
-        get = e.attrs.get
-        name_values = get(keys.name, [])
-        got = names(name_values)
-        gid = self.hooks.group_gid(e)
+        # The fields in one call (group_fields: in C where it was built): per group in
+        # Python they were 18 % of a cold initgroups of a user in 2,000 groups.
+        got, gid, of_class, modstamp, usn, dynamic, several = group_fields(e.attrs, keys.spec)
+        if not self._own_gid:
+            gid = self.hooks.group_gid(e)
         if got is None:
             limited.log("not-utf8-group", logging.WARNING,
                         "%s: %s is not UTF-8 text; group ignored", e.dn, s.group_name)  # fmt: skip
             return None
         posix = bool(got) and gid is not None and self.ctx.cfg.id_in_range(gid)
-        ocs = get("objectclass")
-        # The class as configured is usually spelled as sent: a list search in C
-        # before the case-folded set (2,085 groups per cold initgroups).
-        if ocs and keys.oc not in ocs and keys.oc_lower not in {v.lower() for v in ocs}:
+        if not of_class:
             # Not of the group class: no group at all, not even one to walk through
             # (SSSD's searches ask for the class). Where users and groups share a
             # base, a user entry with member values comes back with the walk's
@@ -370,24 +432,22 @@ class Decoder:
         name = primary_name(e.dn, s.group_name, got) if got else ""
         if posix and gid is not None and not self.ctx.cache.storable_group(name, gid, e.dn):
             return None  # skipped alone, one log line; the rest is stored (docs/threat-model.md)
-        modstamp, usn = first(get(keys.modstamp)), first(get(keys.usn)) if keys.usn else ""
-        if keys.plain is not None and computed(e.attrs, keys.plain):
+        if dynamic:
             # Members the server computes (a dynamic group): its stamps stay when they
             # change, so it has none to go by and is read whole at every refresh.
             modstamp = usn = ""
         g = GroupEntry(
             e, name, gid if posix and gid is not None else 0, modstamp, usn,
-            posix=posix, several_names=len(name_values) > 1,
+            posix=posix, several_names=several,
         )  # fmt: skip
         if s.bis:
             # Member values to DN keys, each distinct value read once per request.
-            # Values read before map in C; a group with a value not read yet (or not
-            # text) takes the loop.
-            values = get(keys.member, [])
-            try:
-                g.member_keys = list(map(member_keys.memo.__getitem__, values))
-            except KeyError:
-                g.member_keys = member_keys.of(values)
+            values = e.attrs.get(keys.member, [])
+            ready = member_keys.ready.get(id(values))
+            if ready is not None and ready[0] is values:
+                g.member_keys = ready[1]  # read with the round's others (new_values)
+            else:
+                g.member_keys = member_keys.keys(values)
         self.hooks.restamp(g)
         return g
 
@@ -447,3 +507,9 @@ class Decoder:
         if s.ad:
             attrs += [s.user_sid, s.user_primary_group]  # ID mapping names users by SID
         return attrs
+
+
+# read_group_fields in C where it was built, and MemberKeys.new_values' reading of own
+# keys (docs/ARCHITECTURE.md, "The C entry reader").
+group_fields = _ber.group_fields if _ber is not None else read_group_fields
+key_new = _ber.key_new if _ber is not None else None
