@@ -334,8 +334,15 @@ class Sweeps:
                     log.info("group sweep cut by the server's size limit after %d entries: "
                              "the walk up searches from now on", got.partial)  # fmt: skip
                 return None
+            if len(got) > cap:
+                # The server ignored the request's sizeLimit: nothing would bound the
+                # next one either (as the user sweep on such a server, read_unpaged).
+                self.groups_cut = True
+                log.info("the server ignored the group sweep's size limit (%d entries for "
+                         "%d): the walk up searches from now on", len(got), cap)  # fmt: skip
+                return None
             out += got
-        if len(out) > cap:  # several bases together past the bound, or a server ignoring it
+        if len(out) > cap:  # several bases together past the bound
             self.groups_at_least = max(self.groups_at_least, cap + 1)
             return None
         return out
