@@ -15,6 +15,10 @@ can make a lookup wait. ``--user big`` asks for ``bigroupuser`` (2,085 groups at
 nesting level 2) on every host; ``--user twenty`` asks on each host for a different
 ordinary user of the same directory, one in exactly 20 groups.
 
+``--per-request REPS`` runs no fleet: one host's cold ``id`` goes through a recording
+proxy, and each of its requests is sent again REPS times to see what it costs slapd
+(:func:`per_request`; perf/results/2026-12-07-cold-slapd-cost).
+
 The cached fleet runs first, then is stopped, then the SSSD fleet runs the same phases
 against the same slapd, so slapd's log and CPU in a phase belong to one fleet:
 
@@ -70,7 +74,7 @@ from cached import counters as C
 from perf.ab import DATA_DIR
 from perf.steps import check_id
 from perf.targets import DOMAIN_OPTIONS, SSSD_ONLY_OPTIONS, SSSD_SURVIVAL_DOMAIN, SSSD_SURVIVAL_NSS
-from testing import gendir, nsenv, procstat
+from testing import gendir, nsenv, procstat, replay
 from testing.daemon import CachedDaemon
 from testing.faultproxy import FaultProxy
 from testing.slapd import Slapd
@@ -439,6 +443,63 @@ def _users(exp: gendir.Expected, which: str, n: int) -> list[str]:
     return [twenty[i % len(twenty)] for i in range(n)]
 
 
+def per_request(reps: int, user: str, checkout: Path | None) -> int:
+    """What each request of one cold ``id USER`` costs slapd (``--per-request``): one
+    fresh host's requests recorded through a proxy (testing/replay.py), each sent
+    again ``reps`` times on a connection of its own (a paged one to its last page),
+    slapd's utime + stime over them (``/proc``, 10 ms ticks) divided by ``reps``,
+    the median of three; the entries, values and bytes of the recorded answer."""
+    gen = gendir.generate(gendir.BIGROUPUSER, DATA_DIR, reuse=True)
+    print("load average", " ".join(Path("/proc/loadavg").read_text().split()[:3]), flush=True)
+    with tempfile.TemporaryDirectory(prefix="fleet-cost-", dir="/tmp") as t:
+        tmp = Path(t)
+        with Slapd(tmp / "slapd", gen.ldif, gendir.BIGROUPUSER.base_dn) as server:
+            slapd_pid = server.pid
+            assert slapd_pid is not None
+            proxy = replay.RecordingProxy(server.port)
+            try:
+                uri = f"ldap://127.0.0.1:{proxy.port}"
+                d = CachedDaemon(tmp / "d", [uri], server.base_dn, log_level="info",
+                                 checkout=checkout, **DOMAIN_OPTIONS)  # fmt: skip
+                with d:
+                    c0 = procstat.cpu_seconds({"s": slapd_pid})["s"]
+                    p = d.run_nss(["id", user], env=NO_MEMCACHE, timeout=LOOKUP_TIMEOUT)
+                    c1 = procstat.cpu_seconds({"s": slapd_pid})["s"]
+                    if p.returncode:
+                        raise SystemExit(f"id failed: {p.stderr}")
+                    print(f"id {user}: {len(p.stdout.split(','))} groups; slapd CPU "
+                          f"{(c1 - c0) * 1e3:.0f} ms over the cold lookup (one run)")  # fmt: skip
+            finally:
+                proxy.close()
+            reqs = replay.recorded_requests(proxy)
+            total_bytes = sum(len(down) for _up, down in proxy.conns)
+            print(f"{len(reqs)} search requests on {len(proxy.conns)} connections, "
+                  f"{total_bytes:,} bytes from slapd", flush=True)  # fmt: skip
+            rows = []
+            for r in reqs:
+                if r.follows:
+                    continue  # a later page: replayed with its first
+                pages = [q for q in reqs if q.conn == r.conn and q.follows and q.filt == r.filt
+                         and q.base == r.base]  # fmt: skip
+                entries = r.entries + sum(q.entries for q in pages)
+                values = r.values + sum(q.values for q in pages)
+                nbytes = r.answer_bytes + sum(q.answer_bytes for q in pages)
+                samples = [replay.request_cpu(server.port, slapd_pid, r, reps) for _ in range(3)]
+                cpu = statistics.median(samples)
+                rows.append((cpu, nbytes))
+                print(f"{cpu * 1e3:7.2f} ms  {entries:6d} entries {values:7d} values "
+                      f"{nbytes:10,d} B  pages {r.pages}  sizelimit {r.size_limit}  "
+                      f"scope {r.scope} base {r.base!r}\n"
+                      f"          attrs {','.join(r.attrs) or '1.1'}  controls "
+                      f"{[o for o, _c, _v in r.controls]}\n"
+                      f"          filter {replay.describe_filter(r.filt)[:300]}",
+                      flush=True)  # fmt: skip
+            print(f"sum {sum(c for c, _b in rows) * 1e3:.2f} ms of slapd CPU for {len(rows)} "
+                  f"searches ({sum(b for _c, b in rows):,} bytes)")  # fmt: skip
+    print("load average", " ".join(Path("/proc/loadavg").read_text().split()[:3]))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perf.fleet", description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=10, help="cached instances")
@@ -457,9 +518,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{','.join(PHASES)}), fewer to fit a run in its time")  # fmt: skip
     ap.add_argument("--out", type=Path, help="results directory (results.json, report.md)")
     ap.add_argument("--workdir", type=Path, help="daemons' directories (default: a temporary one)")
+    ap.add_argument("--per-request", type=int, metavar="REPS",
+                    help="no fleet: slapd's CPU per request of one host's cold `id`, each "
+                         "request sent again REPS times (per_request)")  # fmt: skip
+    ap.add_argument("--checkout", type=Path,
+                    help="with --per-request: the source tree whose cached runs")  # fmt: skip
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("perf.fleet needs root (mount namespaces)")
+    if args.per_request:
+        user = _users(gendir.generate(gendir.BIGROUPUSER, DATA_DIR, reuse=True).expected(),
+                      args.user, 1)[0]  # fmt: skip
+        return per_request(args.per_request, user, args.checkout)
     gen = gendir.generate(gendir.BIGROUPUSER, DATA_DIR, reuse=True)
     exp = gen.expected()
     lines: list[str] = []

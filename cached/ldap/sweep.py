@@ -41,6 +41,17 @@ class SweepTunables:
     # 5,000 users for 0.6x our CPU and the same slapd CPU, perf/readpath.py --group);
     # Samba's ASQ costs the DC less than its sweep (cached/ldap/ad.py).
     before_deref: bool = True
+    # The group sweep (Walk.closure): a walk up from at least ``groups_min`` groups of
+    # the first level reads the groups of the group bases the user is not a direct
+    # member of, at most ``groups_factor`` times as many as the first level found,
+    # and finds every level's parents among them. slapd tests each candidate of a
+    # walk-up search against its OR until a term matches, an access check per term:
+    # bigroupuser's level 2 (two ORs of 1,000 group DNs, 154 parents) took 17.5 ms
+    # of slapd CPU, its 1,000 other groups in one search 6.0 ms
+    # (perf/results/2026-12-07-cold-slapd-cost). Under ~250 DNs an OR costs slapd
+    # ~2 ms or less, less than a sweep that may give up at its bound.
+    groups_min: int = 250
+    groups_factor: int = 1
 
 
 @dataclass(eq=False)
@@ -61,6 +72,11 @@ class Sweeps:
     cut: bool = False
     # Servers (URIs) whose own size limit cut an unpaged sweep: paged sweeps there.
     paged: set[str] = field(default_factory=set)
+    # The groups a group sweep had passed when it gave up at its bound (a lower bound
+    # of the group bases' groups, as users_at_least), and whether a server limit cut
+    # one (then no group sweep is tried again: the walk's batched searches split).
+    groups_at_least: int = 0
+    groups_cut: bool = False
 
     def possible(self) -> bool:
         """Paged results: the paged sweep is the one that runs where a server's own
@@ -269,3 +285,64 @@ class Sweeps:
         except LdapLimitExceeded as cut:
             return self._cut_by(cut)
         return dict(zip(normalize_dns([r[0] for r in entries]), entries, strict=True))
+
+    # -- the group sweep ----------------------------------------------------------------
+
+    def groups_due(self, walked_up: int) -> bool:
+        """A group sweep is worth trying for a walk up from ``walked_up`` groups of the
+        first level (rfc2307bis member DNs; not on an AD DC, whose walk is
+        ad_initgroups' and whose Samba ignores a request's sizeLimit: ad_dc)."""
+        t = self.tunables
+        s = self.ctx.schema
+        return (
+            walked_up >= t.groups_min
+            and t.groups_factor * walked_up >= self.groups_at_least
+            and not self.groups_cut
+            and s.bis
+            and not s.ad
+            and not self.ctx.cfg.ignore_group_members
+            and self.ctx.client.info is not None
+            and not self.ctx.ad_dc()
+        )
+
+    def group_searches(self, walked_up: int, first: list[str]) -> tuple[int, list[Search]]:
+        """The group sweep's bound and searches: every group of the class under each
+        group base that lists none of ``first`` (the first level's walk-up
+        assertions: those groups the request has already), whole, unpaged, at most
+        ``cap`` of them (the request's own sizeLimit, RFC 4511 §4.5.1.4)."""
+        s = self.ctx.schema
+        cap = self.tunables.groups_factor * walked_up
+        none_of = first[0] if len(first) == 1 else "(|" + "".join(first) + ")"
+        filt = f"(&(objectClass={s.group_oc})(!{none_of}))"
+        attrs = s.group_attrs(members=True)
+        return cap, [
+            Search(b.dn, s.with_base(filt, b), attrs, b.scope, paged=False, size_limit=cap)
+            for b in s.group_bases
+        ]
+
+    def read_groups(self, cap: int, answers: Answers) -> list[Entry] | None:
+        """The group sweep's entries, or None when it gave up (past its bound, or cut
+        by a server limit): the walk then searches for parents as before."""
+        out: list[Entry] = []
+        for got in answers:
+            if isinstance(got, LdapLimitExceeded):
+                if got.code == "sizeLimitExceeded" and got.partial >= cap:
+                    self.groups_at_least = max(self.groups_at_least, cap + 1)
+                    log.debug("the group bases passed %d entries: the walk up searches", cap)
+                elif got.code == "sizeLimitExceeded":
+                    self.groups_cut = True
+                    log.info("group sweep cut by the server's size limit after %d entries: "
+                             "the walk up searches from now on", got.partial)  # fmt: skip
+                return None
+            if len(got) > cap:
+                # The server ignored the request's sizeLimit: nothing would bound the
+                # next one either (as the user sweep on such a server, read_unpaged).
+                self.groups_cut = True
+                log.info("the server ignored the group sweep's size limit (%d entries for "
+                         "%d): the walk up searches from now on", len(got), cap)  # fmt: skip
+                return None
+            out += got
+        if len(out) > cap:  # several bases together past the bound
+            self.groups_at_least = max(self.groups_at_least, cap + 1)
+            return None
+        return out

@@ -185,14 +185,11 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("sweep", [False, True], ids=["looked-up", "swept"])
+@pytest.mark.parametrize("sweep", ["looked-up", "swept", "groups-swept"])
 @pytest.mark.parametrize("order", ["groups-first", "users-first"])
 def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order, sweep):
     p, cache = backend(tmp_path, zoo)
-    if sweep:
-        # Members named from one sweep of the user base (thousands of unknown members
-        # in a real directory): the same rules, the same answers.
-        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    _sweep_all(p, sweep)
     if order == "users-first":
         for u in ("alice", "bob", "jsmith", "mvx", "carl"):
             p.user_by_name(u)
@@ -205,18 +202,26 @@ def test_members_named_by_their_entries_in_any_order(tmp_path, zoo, order, sweep
     assert p.group_by_name("middle").outcome is Outcome.NOT_FOUND  # non-POSIX
 
 
-@pytest.mark.parametrize("sweep", [False, True], ids=["looked-up", "swept"])
+def _sweep_all(p: Any, sweep: str) -> None:
+    """``swept``: members named by one sweep of the user base; ``groups-swept``: the
+    walk up's parents found among the groups of one group sweep too (a user in
+    hundreds of groups in a real directory): the same rules, the same answers."""
+    if sweep != "looked-up":
+        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    if sweep == "groups-swept":
+        p.sweeps.tunables = replace(p.sweeps.tunables, groups_min=1, groups_factor=100)
+
+
+@pytest.mark.parametrize("sweep", ["looked-up", "swept", "groups-swept"])
 def test_initgroups_through_a_non_posix_group(tmp_path, zoo, sweep):
     p, cache = backend(tmp_path / "posix", zoo)
-    if sweep:
-        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    _sweep_all(p, sweep)
     assert p.initgroups("bob").outcome is Outcome.FOUND
     assert stored_gids(cache, "bob") == {5000, 7001, 7003, 7004}
     # Groups are groupOfNames: "middle", without a gidNumber, is walked through (as
     # SSSD) and never answered; "top" is reached at level 2.
     p, cache = backend(tmp_path / "gon", zoo, ldap_group_object_class="groupOfNames")
-    if sweep:
-        p.sweeps.tunables = replace(p.sweeps.tunables, min_wanted=1)
+    _sweep_all(p, sweep)
     assert p.initgroups("bob").outcome is Outcome.FOUND
     assert stored_gids(cache, "bob") == {5000, 7001, 7003, 7004, 7005}
     assert p.group_by_name("top").outcome is Outcome.FOUND
@@ -434,7 +439,8 @@ def test_members_a_sweep_does_not_name_are_looked_up(tmp_path, bases):
         assert cache.group_by_name("team").state is State.VALID
 
 
-def test_a_walk_cut_unpaged_goes_paged_on_that_server(tmp_path):
+@pytest.mark.parametrize("group_sweep", [False, True], ids=["searched", "group-sweep-cut"])
+def test_a_walk_cut_unpaged_goes_paged_on_that_server(tmp_path, group_sweep):
     """Past the first level the walk's searches go unpaged (they go out together);
     a server whose limit cut one (here slapd's sizelimit 10: 12 parent groups at
     level 2) still gives the exact answer by splitting, and its walks go paged from
@@ -451,6 +457,11 @@ def test_a_walk_cut_unpaged_goes_paged_on_that_server(tmp_path):
     want = {5000, 9000} | {9100 + i for i in range(12)}
     with Slapd(tmp_path / "s", tmp_path / "l.ldif", BASE, sizelimit=10, deref=False) as s:
         p, cache = backend(tmp_path / "db", s)
+        if group_sweep:
+            # A group sweep for the one group of the first level, its bound past the
+            # 12 parents: the server's limit cuts it (10), the walk searches as
+            # without it, and no group sweep is tried again on this domain.
+            p.sweeps.tunables = replace(p.sweeps.tunables, groups_min=1, groups_factor=100)
         sent: list[Search] = []
         real = p.client.search_many
 
@@ -467,3 +478,6 @@ def test_a_walk_cut_unpaged_goes_paged_on_that_server(tmp_path):
             # u0: sent unpaged, cut and split (the same filter again, halves); u1:
             # paged at once.
             assert level2 and all(sp.paged is (name == "u1") for sp in level2), level2
+            group_sweeps = [sp for sp in sent if "(!(member=" in sp.filt]
+            assert len(group_sweeps) == (group_sweep and name == "u0"), group_sweeps
+        assert p.sweeps.groups_cut is group_sweep
