@@ -26,7 +26,9 @@ from collections.abc import Callable
 class Pacer:
     """At most ``rate`` searches a second while :attr:`active`: each search waits
     until ``1 / rate`` seconds after the previous one (one at once after a pause, no
-    bursts). :meth:`wait` runs in the worker thread, before each search."""
+    bursts). :meth:`wait` runs in the worker thread, before each logical search; the
+    later pages of a paged search are not paced (the server holds its paging state
+    meanwhile)."""
 
     def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = 1.0 / rate
