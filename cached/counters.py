@@ -55,6 +55,9 @@ NESTED_COMPARE = "be.nested.compare"  # comparing fetched content with the cache
 VALIDATE = "be.validate"  # refreshes validated by stamps; amount: groups checked
 VALIDATE_FETCHED = "be.validate.fetched"  # amount: groups of those fetched whole again
 REFRESH_EARLY = "be.refresh.early"  # early refresh-ahead runs (entries used past their midpoint)
+REFRESH_CATCH_UP = "be.refresh.catch_up"  # refresh-ahead runs after the domain came back online
+# Searches of background requests held to their pace (count, seconds waited).
+REFRESH_PACED = "be.refresh.paced"
 NSS_REQUEST = "nss.request"  # responder requests answered
 NSS_BACKEND = "nss.backend"  # responder -> backend refresh requests (count, seconds)
 NSS_SOON = "nss.refresh_soon"  # notes to a backend of entries answered past their midpoint

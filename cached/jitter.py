@@ -1,6 +1,6 @@
 """Per-host jitter: a fraction of an interval that differs between hosts and stays the
-same on one host, for each purpose (connection expiry, refresh ahead and its early runs, offline
-retries).
+same on one host, for each purpose (connection expiry, refresh ahead, its early runs and its
+catch-up after an outage, offline retries).
 
 A fleet of hosts started together (a data-centre power cycle, a configuration rollout
 restarting every daemon) does everything on the same timers. With SSSD's default of no
@@ -41,6 +41,9 @@ _ID = re.compile(rb"[0-9a-fA-F]{32}")
 CONNECTION_EXPIRE = "connection-expire"
 REFRESH_AHEAD = "refresh-ahead"
 REFRESH_SOON = "refresh-soon"  # the delay of an early run (entries past their midpoint)
+# The delay of the catch-up run when the domain comes back online: a fleet whose
+# directory was down comes back together, and would revalidate in the same second.
+CATCH_UP = "catch-up"
 OFFLINE_RETRY = "offline-retry"
 SUDO_FULL = "sudo-full-refresh"
 SUDO_SMART = "sudo-smart-refresh"

@@ -31,10 +31,14 @@ against the same slapd, so slapd's log and CPU in a phase belong to one fleet:
   ``entry_cache_timeout = --lifetime``: a scaled day, the entry lifetime and the
   refresh timers derived from it scaled by ``lifetime / 5400`` (the connection
   lifetime and the offline retries are not);
-* ``outage``: slapd stopped for ``--lifetime`` + 10 s (every entry expired meanwhile),
-  each host looking up every ``--period`` seconds throughout (answered from the
-  stores), then started again: the ``--recovery`` seconds after it, the hosts still
-  looking up (each comes back at its offline retry, 60 s plus its offset).
+* ``outage``: slapd stopped for ``--down`` seconds (default ``--lifetime`` + 10 s:
+  every entry expired meanwhile), each host looking up every ``--period`` seconds
+  throughout (answered from the stores), then started again: the ``--recovery``
+  seconds after it, the hosts still looking up (each comes back at its offline retry,
+  ``offline_timeout`` plus its offset, doubling up to ``offline_timeout_max``: pass
+  ``--opt offline_timeout_max=60`` to have every host back within 90 s of the
+  directory, and a short ``--recovery``; then cached's catch-up run, this host's share
+  of at most a quarter of the lifetime later).
 
 Per phase: slapd's search operations (its stats log, root DSE reads left out; every
 page counts, as the server sees them), per second (1-s buckets of slapd's own
@@ -89,7 +93,8 @@ START_WORKERS = 4  # daemons started at once: start-up is CPU (Python imports)
 MIN_AVAILABLE_MIB = 3072
 # One search's stats line and the timestamp slapd puts before it (testing/slapd.py).
 # Per host from cached's counters: logical searches, bytes received, waits on the backend.
-FIGURES = ((C.LDAP_SEARCH, 0), (C.LDAP_BYTES, 2), (C.NSS_WAIT, 0))
+# And the catch-up runs after the domain came back online.
+FIGURES = ((C.LDAP_SEARCH, 0), (C.LDAP_BYTES, 2), (C.NSS_WAIT, 0), (C.REFRESH_CATCH_UP, 0))
 _SRCH_AT = re.compile(
     r'([0-9a-f]{8,})\.[0-9a-f]{8} 0x[0-9a-f]+ conn=\d+ op=\d+ SRCH base="([^"]*)"'
 )
@@ -206,6 +211,7 @@ class Phase:
     host_searches: list[int] = field(default_factory=list)
     host_bytes: list[int] = field(default_factory=list)
     host_waits: list[int] = field(default_factory=list)
+    host_catch_ups: list[int] = field(default_factory=list)
 
     @property
     def peak(self) -> int:
@@ -315,6 +321,7 @@ class Run:
             ph.host_searches = [d[0] for d in diff]
             ph.host_bytes = [d[1] for d in diff]
             ph.host_waits = [d[2] for d in diff]
+            ph.host_catch_ups = [d[3] for d in diff]
             ph.bytes = sum(ph.host_bytes)
         elif self.proxy is not None:
             ph.bytes = self.proxy.stats.bytes_down - bytes0
@@ -354,7 +361,7 @@ class Run:
                 record(ph, _paced(hosts, args.period, args.steady * args.lifetime))
         if "outage" not in args.phases:
             return
-        down = args.lifetime + 10
+        down = args.lifetime + 10 if args.down is None else args.down
         say(f"{kind}: slapd down for {down} s")
         self.server.stop()
         try:
@@ -387,15 +394,31 @@ def _render(res: dict[str, Any], out: Path) -> list[str]:
             f" {_pct(lk, 0.5):.3f} | {_pct(lk, 0.99):.3f} | {p['wrong']} | {waits} |"
         )
     lines += ["", "Per cached host (its own counters): logical searches, KiB received, lookups that"
-              " waited on the backend; min / median / max.", "",
-              "| phase | searches | KiB | waits |", "|---|---|---|---|"]  # fmt: skip
+              " waited on the backend, catch-up runs; min / median / max; hosts that waited.",
+              "", "| phase | searches | KiB | waits | catch-up runs | hosts that waited |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
     for p in res["phases"]:
         if p["fleet"] == "cached" and p["host_searches"]:
+            catch_ups = p.get("host_catch_ups") or [0] * len(p["host_waits"])
+            kib = [b / 1024 for b in p["host_bytes"]]
             cols = [
                 " / ".join(f"{f(xs):,.0f}" for f in (min, statistics.median, max))
-                for xs in (p["host_searches"], [b / 1024 for b in p["host_bytes"]], p["host_waits"])
+                for xs in (p["host_searches"], kib, p["host_waits"], catch_ups)
             ]
-            lines.append(f"| {p['name']} | " + " | ".join(cols) + " |")
+            waited = sum(1 for w in p["host_waits"] if w)
+            lines.append(f"| {p['name']} | " + " | ".join(cols) + f" | {waited} |")
+    lines += ["", "Busiest seconds (slapd's searches, per 100 hosts): the five busiest 1-s"
+              " buckets, the busiest 10 s as a rate.", "",
+              "| fleet | phase | busiest seconds | per 100 hosts | busiest 10 s, /s per 100 |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for p in res["phases"]:
+        ys, n = p["per_second"], p["hosts"]
+        top = sorted(ys, reverse=True)[:5]
+        ten = max((sum(ys[i : i + 10]) for i in range(max(1, len(ys) - 9))), default=0)
+        lines.append(
+            f"| {p['fleet']} | {p['name']} | {', '.join(map(str, top))} |"
+            f" {', '.join(f'{y * 100 / n:.1f}' for y in top)} | {ten * 10 / n:.1f} |"
+        )
     try:
         import matplotlib
 
@@ -509,6 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--period", type=float, default=15.0, help="seconds between a host's lookups")
     ap.add_argument("--steady", type=float, default=3.0, help="steady period, in lifetimes")
     ap.add_argument("--recovery", type=float, default=60.0, help="seconds watched after the outage")
+    ap.add_argument("--down", type=float, help="seconds slapd is down (default: lifetime + 10)")
     ap.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                     help="a domain option of the cached hosts (repeatable)")  # fmt: skip
     ap.add_argument("--nss-opt", action="append", default=[], metavar="KEY=VALUE",

@@ -102,6 +102,8 @@ PROBE_FILTER = "(|(objectClass=*)(cn=tests-slapd-readiness-probe))"
 # the cut one (seen with filters ORing a few hundred member DNs): messages are split
 # at this prefix, wherever it is in a line.
 _PREFIX = re.compile(r"[0-9a-f]{8,}\.[0-9a-f]{8} 0x[0-9a-f]+ ")
+# The prefix's time: seconds and nanoseconds (OpenLDAP's debug output), in hex.
+_STAMP = re.compile(r"([0-9a-f]{8,})\.([0-9a-f]{8}) 0x[0-9a-f]+ ")
 # The stats messages of a search, after that prefix.  The filter of a cut SRCH
 # message has no closing quote.
 _SRCH = re.compile(r'conn=(\d+) op=(\d+) SRCH base="(.*?)" scope=(\d+) deref=\d+ filter="(.*)$')
@@ -222,6 +224,7 @@ class SearchOp:
     err: int | None = None  # None: no result line (yet)
     nentries: int | None = None
     run: int = 0  # restarts of slapd between the offset and this search
+    at: float = 0.0  # when slapd logged the request (epoch seconds, its own clock)
 
     @property
     def shape(self) -> tuple[str, int, str, tuple[str, ...]]:
@@ -765,7 +768,7 @@ class Slapd(Service):
         # conn numbers start again at 1000 after a restart: key by run as well.
         run = 0
         found: dict[tuple[int, int, int], SearchOp] = {}
-        for line in _messages(lines):
+        for at, line in _timed_messages(lines):
             if line == _STARTING:
                 run += 1
                 continue
@@ -784,6 +787,7 @@ class Slapd(Service):
                     filter=filt,
                     filter_cut=cut,
                     run=run,
+                    at=at,
                 )
                 continue
             m = _ATTRS.match(line)
@@ -813,6 +817,22 @@ def _messages(lines: list[str]) -> Iterator[str]:
         for message in _PREFIX.split(line):
             if message:
                 yield message
+
+
+def _timed_messages(lines: list[str]) -> Iterator[tuple[float, str]]:
+    """:func:`_messages`, each with the time of its prefix (0.0: none)."""
+    for line in lines:
+        stamps = list(_STAMP.finditer(line))
+        if not stamps:
+            if line:
+                yield 0.0, line
+            continue
+        if stamps[0].start() > 0:
+            yield 0.0, line[: stamps[0].start()]
+        for m, nxt in zip(stamps, [*stamps[1:], None], strict=True):
+            message = line[m.end() : nxt.start() if nxt is not None else len(line)]
+            if message:
+                yield int(m.group(1), 16) + int(m.group(2), 16) / 1e9, message
 
 
 def _proc_state(pid: int) -> str:

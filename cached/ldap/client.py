@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from cached.config import DomainConfig
 from cached.config.rules import SRV_MARKER, ad_uri
-from cached.counters import COUNTERS, LDAP_CONNECT, LDAP_SEARCH, Counters
+from cached.counters import COUNTERS, LDAP_CONNECT, LDAP_SEARCH, REFRESH_PACED, Counters
 from cached.jitter import CONNECTION_EXPIRE, OFFLINE_RETRY, Jitter
 from cached.ldap.connection import (
     BindRefused,
@@ -65,6 +65,7 @@ from cached.ldap.exchange import (
     Search,
     ServerInfo,
 )
+from cached.ldap.pacing import Pacer
 
 if TYPE_CHECKING:
     # Imported where used: gssapi (a GSSAPI bind) and dnspython (``_srv_``) are no cost
@@ -155,6 +156,9 @@ class LdapClient:
         self.retry_in_lookups = False
         # The start's probe while not taken yet (begin_warm_up, take_warm_up).
         self._warm: concurrent.futures.Future[Probe] | None = None
+        # The pace of background requests' searches (cached/ldap/pacing.py); the
+        # backend sets it, a client without one searches at full speed.
+        self.pacer: Pacer | None = None
 
     # -- state ---------------------------------------------------------------------
 
@@ -526,7 +530,10 @@ class LdapClient:
 
     def send_ahead(self, specs: list[Search]) -> None:
         """Exchange.send_ahead on the open connection: the next :meth:`search_many`
-        of the same Search objects reads their answers."""
+        of the same Search objects reads their answers. Not while paced: each search
+        then goes at its turn (search_many sends it)."""
+        if self.pacer is not None and self.pacer.paced:
+            return
         self.exchange.send_ahead(self.conn, self.info, specs)
 
     def drop_ahead(self) -> None:
@@ -588,7 +595,16 @@ class LdapClient:
         LdapLimitExceeded in its place (the caller splits it); any other failure
         fails them all, after the reconnect-once and failover rules of ``search``.
         Searches of ``specs`` sent ahead (send_ahead) on this connection are read,
-        not sent again; others sent ahead are read too, their answers dropped."""
+        not sent again; others sent ahead are read too, their answers dropped.
+        While a background request is paced (:attr:`pacer`), the searches go one at
+        a time, each at its turn."""
+        pacer = self.pacer
+        if pacer is not None and pacer.paced:
+            if len(specs) > 1:
+                return [got for s in specs for got in self.search_many([s], deref_seen)]
+            waited = pacer.wait()
+            if waited > 0:
+                self.counters.add(REFRESH_PACED, 1, waited)
         start = time.perf_counter()
         exchange = self.exchange
         reqs = [exchange.request(s, deref_seen, self.info) for s in specs]

@@ -36,7 +36,7 @@ from cached.cache import StoreWriteError
 from cached.cache.writer import open_backend_cache
 from cached.config import Config, DomainConfig
 from cached.config.options import AccessProvider
-from cached.counters import COUNTERS, REFRESH_EARLY, format_profile
+from cached.counters import COUNTERS, REFRESH_CATCH_UP, REFRESH_EARLY, format_profile
 from cached.ipc import aio, framing
 from cached.ipc.ops import (
     LOOKUPS,
@@ -56,6 +56,7 @@ from cached.ipc.ops import (
     SudoRefreshReply,
 )
 from cached.jitter import (
+    CATCH_UP,
     OFFLINE_RETRY,
     REFRESH_AHEAD,
     REFRESH_SOON,
@@ -67,6 +68,7 @@ from cached.ldap.access import AccessChecks
 from cached.ldap.auth import warning_seconds
 from cached.ldap.client import LdapClient
 from cached.ldap.login import Logins
+from cached.ldap.pacing import Pacer
 from cached.ldap.provider import LdapProvider, Result
 from cached.ldap.sudo import SudoProvider, SudoResult
 
@@ -104,6 +106,21 @@ REFRESH_SOON_GAP = 60.0
 # the entries it refreshes less a tenth of the window (the time the run is allowed
 # for), so that no lookup waits on an expiry the early run was to prevent.
 REFRESH_SOON_SPREAD = 60.0
+# When the domain comes back online, a catch-up run revalidates what expired or passed
+# its midpoint while it was offline (nothing ran then), at this host's share
+# (cached/jitter.py, CATCH_UP) of at most REFRESH_CATCH_UP_SPREAD, and at most half the
+# window past the midpoint, after it came back: every host of a fleet whose directory
+# was down comes back within its offline retry of the directory's return, and would
+# otherwise revalidate in the same second (SSSD #5609: an outage's herd re-overloading
+# the directory). Without it, the entries waited for the next scheduled run (up to an
+# interval away), and a lookup meanwhile waited on each one it found expired.
+REFRESH_CATCH_UP_SPREAD = 60.0
+# The background's searches go at most this many a second (cached/ldap/pacing.py): a
+# revalidation by stamps (~6 searches) spreads over ~3 s instead of a fraction of one.
+# A client's request is never paced, and one waiting hurries the paced request on.
+REFRESH_SEARCHES_PER_SECOND = 2.0
+# The uid of the background refresh's queue (BackendService.request).
+REFRESH_UID = "refresh"
 
 
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
@@ -199,6 +216,7 @@ class BackendService:
         # retries, refresh ahead), the same after every restart (cached/jitter.py).
         self.jitter = Jitter.for_host(config.daemon.machine_id_file, config.daemon.db_dir)
         self.client = LdapClient(domain, jitter=self.jitter, ccache_dir=config.daemon.db_dir)
+        self.pacer = self.client.pacer = Pacer(REFRESH_SEARCHES_PER_SECOND)
         # Set while the domain is offline or on a backup server (announce).
         self._check_due = asyncio.Event()
         self.probing_since = 0.0  # time.monotonic() the running probe began; 0: none
@@ -259,6 +277,10 @@ class BackendService:
         self._soon = asyncio.Event()
         self._last_early = -math.inf  # monotonic
         self._soon_at: float | None = None  # monotonic start of the noted early run
+        # Monotonic start of the catch-up run after the domain came back online.
+        self._catch_up_at: float | None = None
+        # Wakes the refresh-ahead task (a note, the domain back online).
+        self._wake = asyncio.Event()
         self._sudo_running: asyncio.Future[SudoResult] | None = None
 
     def _idmap(self) -> IdMapper | None:
@@ -285,6 +307,8 @@ class BackendService:
             job = await queue.get()
             job.started = True
             job.since = self.cache.invalidations()
+            # A request only the background asked for goes at the background's pace.
+            self.pacer.begin(job.queued_for == {REFRESH_UID})
             # Read by _groups_stored in the worker thread while this job runs.
             self._serial += 1
             job.serial = self._serial
@@ -296,8 +320,10 @@ class BackendService:
             else:
                 if not job.fut.done():
                     job.fut.set_result(result)
+            finally:
+                self.pacer.begin(False)
 
-    async def request(self, op: Op, key: str | int, uid: Hashable = "refresh") -> Result:
+    async def request(self, op: Op, key: str | int, uid: Hashable = REFRESH_UID) -> Result:
         """Run one backend request for client ``uid`` (None: unknown; ``"refresh"``:
         the background refresh, a queue of its own)."""
         return (await self._request(op, key, uid))[0]
@@ -325,6 +351,8 @@ class BackendService:
             job.fut.add_done_callback(done)
         if not job.started:
             self.queue.put(uid, job)
+        if uid != REFRESH_UID:
+            self.hurry()  # a client waits: the paced request in progress goes at full speed
         result: Result = await asyncio.shield(job.fut)
         self.requests += 1
         if result.outcome in (Outcome.FOUND, Outcome.NOT_FOUND):
@@ -332,14 +360,24 @@ class BackendService:
         self.announce()
         return result, job.serial
 
+    def hurry(self) -> None:
+        """A client waits for the worker thread: the background request holding it
+        finishes at full speed (cached/ldap/pacing.py)."""
+        if self.pacer.active:
+            self.pacer.hurry.set()
+
     def announce(self) -> None:
         """Tell the responder when the domain went offline or came back; wake the
-        server check when it went offline or to a backup server."""
+        server check when it went offline or to a backup server; schedule the
+        catch-up run when it came back."""
         online = self.client.online
         if self.client.check_in() is not None:
             self._check_due.set()
         if online == self.announced_online:
             return
+        if online:
+            self._catch_up_at = time.monotonic() + self.catch_up_delay()
+            self._wake.set()
         if online and self.sudo is not None:
             self.sudo.host_changed()
         self.announced_online = online
@@ -405,6 +443,8 @@ class BackendService:
                 log.info("domain %s: cached credentials of %r dropped", self.domain.name,
                          drop.name)  # fmt: skip
             return {"dropped": int(dropped)}
+        if op in (Op.AUTHENTICATE, Op.CHANGE_PASSWORD, Op.ACCESS, Op.SUDO_REFRESH):
+            self.hurry()  # they run on the worker thread too
         if op is Op.AUTHENTICATE:
             answer = await self.logins.authenticate(AuthRequest.parse(args))
             self.announce()
@@ -427,6 +467,7 @@ class BackendService:
             # One flag, however many notes: the refresh-ahead task's next early run
             # refreshes whatever is past its midpoint then.
             self._soon.set()
+            self._wake.set()
             return {}
         if op is Op.COUNTERS:
             return CountersReply(os.getpid(), COUNTERS.snapshot()).fields()
@@ -702,7 +743,15 @@ class BackendService:
         this host's offset (cached/jitter.py) and follow each other every interval plus
         that offset: a fleet restarted together refreshes spread over the offset, and
         hosts with different offsets drift further apart at every run. Between them,
-        entries answered past their midpoint make early runs (:meth:`_until`)."""
+        entries answered past their midpoint make early runs, and the domain's return
+        online a catch-up run (:meth:`_until`). The runs' searches go at the
+        background's pace (REFRESH_SEARCHES_PER_SECOND).
+
+        SSSD's ``be_refresh`` has no catch-up: its periodic task (``be_ptask`` with
+        ``BE_PTASK_OFFLINE_SKIP``) skips a run due while offline and schedules the next
+        one a period later, and nothing runs when the backend comes back online, so
+        what expired meanwhile waits for that run or for a lookup that finds it
+        expired."""
         interval, spread = self.refresh_schedule()
         offset = self.jitter.offset(REFRESH_AHEAD, spread)
         # The first run 30 s after start-up, as SSSD's be_refresh, plus the offset.
@@ -726,27 +775,47 @@ class BackendService:
         (``entry_cache_nowait_percentage``), which for a user in 2,085 groups is 2,085
         searches; the early run refreshes whatever is past its midpoint at once, a
         user's groups with one walk by stamps. An early run starts at this host's delay
-        after the note (:meth:`soon_delay`). Skipped while offline, as the runs are."""
+        after the note (:meth:`soon_delay`). When the domain came back online, the
+        catch-up run refreshes the same (what expired or passed its midpoint while
+        nothing ran) at this host's delay after it came back (:meth:`catch_up_delay`).
+        Both are skipped while offline, as the runs are."""
         users, groups, gap = self.soon_schedule()
         while (wait := due - time.monotonic()) > 0:
-            if not self._soon.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._soon.wait(), wait)
-                continue
-            if self._soon_at is None:
-                begin = max(self._last_early + gap, time.monotonic())
+            now = time.monotonic()
+            if self._soon.is_set() and self._soon_at is None:
+                begin = max(self._last_early + gap, now)
                 self._soon_at = begin + self.soon_delay(begin, min(users, groups))
-            hold = self._soon_at - time.monotonic()
+            starts = [t for t in (self._soon_at, self._catch_up_at) if t is not None]
+            hold = min([wait, *(t - now for t in starts)])
             if hold > 0:
-                await asyncio.sleep(min(hold, wait))
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), hold)
                 continue
+            catch_up = self._catch_up_at is not None and self._catch_up_at <= now
+            if catch_up:
+                # It refreshes what a noted early run would: that one is done too.
+                self._catch_up_at = None
             self._soon.clear()
             self._soon_at = None
             self._last_early = time.monotonic()
-            if self.client.online:
-                COUNTERS.add(REFRESH_EARLY)
-                now = time.time()
-                await self._refresh_run(now + groups, now + users, "early, past the midpoint")
+            if not self.client.online:
+                # Offline again: the next return schedules another catch-up.
+                log.info("%s refresh skipped: domain %s offline",
+                         "catch-up" if catch_up else "early", self.domain.name)  # fmt: skip
+                continue
+            COUNTERS.add(REFRESH_CATCH_UP if catch_up else REFRESH_EARLY)
+            why = "catch-up, back online" if catch_up else "early, past the midpoint"
+            now_wall = time.time()
+            await self._refresh_run(now_wall + groups, now_wall + users, why)
+
+    def catch_up_delay(self) -> float:
+        """This host's delay of the catch-up run after the domain came back online:
+        its share of REFRESH_CATCH_UP_SPREAD, at most half the window past the
+        midpoint (:data:`REFRESH_CATCH_UP_SPREAD`)."""
+        users, groups, _gap = self.soon_schedule()
+        spread = min(REFRESH_CATCH_UP_SPREAD, min(users, groups) / 2)
+        return self.jitter.offset(CATCH_UP, spread)
 
     def soon_delay(self, begin: float, window: float) -> float:
         """This host's delay of an early run that could begin at ``begin`` (monotonic):
@@ -905,6 +974,7 @@ class BackendService:
                 task.cancel()
         if self._worker is not None:
             self._worker.cancel()
+        self.hurry()
         # Let the request in progress finish its transaction, then close cleanly:
         # the clean marker lets the next start trust the timestamp store (§3.5).
         await self._in_worker(lambda: None)

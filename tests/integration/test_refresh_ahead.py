@@ -15,7 +15,9 @@ from cached.counters import (
     LDAP_SEARCH,
     NSS_SOON,
     NSS_WAIT,
+    REFRESH_CATCH_UP,
     REFRESH_EARLY,
+    REFRESH_PACED,
     REQ_GROUP,
     REQ_INITGR,
     REQ_USER,
@@ -23,8 +25,9 @@ from cached.counters import (
     VALIDATE_FETCHED,
 )
 from cached.jitter import CONNECTION_EXPIRE, OFFLINE_RETRY, REFRESH_AHEAD
-from cached.ldap.service import BackendService
+from cached.ldap.service import REFRESH_SEARCHES_PER_SECOND, BackendService
 from testing.backend import config_text
+from testing.checks import backend_status
 from testing.daemon import CachedDaemon
 from testing.marks import requires_nss
 from testing.slapd import Slapd
@@ -34,6 +37,10 @@ ID_B = "e5d4c3b2a1f04e9d8c7b6a5f4e3d2c1b\n"
 # A host whose share of the early run's delay (cached.jitter.REFRESH_SOON) is 2 %:
 # 1.2 s of the 60 s spread, where ID_A's is 53 % (32 s).
 ID_EARLY = "38b3eff8baf56627478ec76a704e9b52\n"
+# A host whose catch-up delay (cached.jitter.CATCH_UP) is 1.7 % (1 s of the 60 s
+# spread) and whose scheduled runs start late: 95 % of its offset (the first run 70 s
+# after the start at a 600 s lifetime).
+ID_CATCH_UP = "0ff39bbbf981ac0151d340c9aa40e63e\n"
 TIMEOUT = 120.0  # generous: a loaded 2-core machine
 
 
@@ -232,11 +239,12 @@ def test_no_lookup_waits_on_expiry_over_several_lifetimes(
     user = slapd_small.expected.big_user
     mid = tmp_path / "machine-id"
     mid.write_text(ID_A)
-    # 8 s: the interval is 5 s (70 %, in whole seconds) and the offset 0 (10 % of
-    # that, in whole seconds), so a run begins 5 s after the previous one and
-    # refreshes what expires before the next: each entry is revalidated 3 s before it
-    # expires. Two lifetimes hold three runs.
-    lifetime = 8
+    # 10 s: the interval is 7 s (70 %, in whole seconds) and the offset 0 (10 % of
+    # that, in whole seconds), so a run begins 7 s after the previous one and
+    # refreshes what expires before the next: each entry is revalidated up to 4 s
+    # before it expires, which leaves a run the ~2 s its searches take at the
+    # background's pace (REFRESH_SEARCHES_PER_SECOND). Two lifetimes hold two runs.
+    lifetime = 10
     d = daemon_factory(
         slapd_small,
         daemon={"machine_id_file": mid},
@@ -366,3 +374,97 @@ def test_lookups_past_the_midpoint_refresh_together_in_the_background(
     assert delta(NSS_SOON) >= 1
     assert delta(REFRESH_EARLY) >= 1
     assert _amount(d, VALIDATE_FETCHED) == 0
+
+
+@requires_nss
+def test_back_online_a_catch_up_run_revalidates_what_expired_meanwhile(
+    daemon_factory, slapd_small_fresh, tmp_path: Path
+) -> None:
+    """After an outage longer than the entries' lifetime, the domain coming back online
+    revalidates what expired meanwhile with a catch-up run at this host's delay, by
+    stamps, with no lookup asking, so that the next lookup does not wait; nothing runs
+    while the domain is still offline. SSSD's refresh task runs next at its interval
+    after the return, and until then every lookup of an expired entry waits."""
+    s, user = slapd_small_fresh.slapd, slapd_small_fresh.expected.big_user
+    mid = tmp_path / "machine-id"
+    mid.write_text(ID_CATCH_UP)
+    # A 600 s lifetime: the first scheduled run comes 70 s after the start (30 s plus
+    # this host's offset), after the test; the catch-up 1 s after the return.
+    d = daemon_factory(
+        slapd_small_fresh,
+        daemon={"machine_id_file": mid},
+        refresh_expired_interval=None,
+        entry_cache_timeout=600,
+        offline_timeout=1,
+        offline_timeout_max=2,
+    )
+    env = {"SSS_NSS_USE_MEMCACHE": "NO"}
+    want = d.run_nss(["id", user], env=env)
+    assert want.returncode == 0, want.stderr
+
+    s.stop()
+    try:
+        # A name the cache lacks takes the domain offline; the entries then expire
+        # while it is (`cache -E`: an outage longer than their lifetime).
+        d.run_nss(["getent", "passwd", "nosuchuser"], env=env)
+        _wait("offline", lambda: not backend_status(d)["online"], d)
+        assert d.cli("cache", "-E").returncode == 0
+        before = _requests(d)
+        # The server check tries the servers (every 1-2 s) and fails: no run, no request.
+        probes = d.log_text().count(" offline: ")
+        _wait("the servers tried again", lambda: d.log_text().count(" offline: ") >= probes + 2, d)
+        assert _requests(d) == before
+        assert _amount(d, REFRESH_CATCH_UP) == 0 and d.counters().get(REFRESH_CATCH_UP) is None
+        assert not _valid(d, user)
+    finally:
+        s.start()
+    offset = s.log_offset()
+    ran = "background refresh: 1 initgroups, 1 users"
+    _wait("caught up", lambda: _valid(d, user), d)
+    caught = [line for line in d.log_text().splitlines() if "(catch-up, back online)" in line]
+    assert len(caught) == 1 and ran in caught[0], caught
+    assert d.counters()[REFRESH_CATCH_UP][0] == 1
+    assert _amount(d, VALIDATE_FETCHED) == 0  # by stamps: nothing fetched whole
+    assert _member_searches(s, offset) == []
+    # The next lookup is answered from the revalidated entries: it does not wait.
+    waits = d.counters().get(NSS_WAIT, [0])[0]
+    got = d.run_nss(["id", user], env=env)
+    assert got.stdout == want.stdout
+    assert d.counters().get(NSS_WAIT, [0])[0] == waits
+
+
+@requires_nss
+def test_a_background_revalidation_goes_at_its_pace(
+    daemon_factory, slapd_big, tmp_path: Path
+) -> None:
+    """A refresh-ahead run's searches go at most REFRESH_SEARCHES_PER_SECOND a second
+    (cached/ldap/pacing.py), by slapd's own timestamps: a revalidation by stamps of a
+    user in 2,085 groups spreads over seconds instead of arriving within one, which
+    is what piles a fleet's revalidations into one second of an expiry wave. A
+    client's lookup is not paced."""
+    s, user = slapd_big.slapd, slapd_big.expected.big_user
+    mid = tmp_path / "machine-id"
+    mid.write_text(ID_A)
+    d = daemon_factory(
+        slapd_big, daemon={"machine_id_file": mid}, refresh_expired_interval=1,
+    )  # fmt: skip
+    env = {"SSS_NSS_USE_MEMCACHE": "NO"}
+    assert d.run_nss(["id", user], env=env).returncode == 0
+    assert d.counters().get(REFRESH_PACED) is None  # the client's lookup: not paced
+
+    ran = "background refresh: 1 initgroups, 1 users"
+    offset = s.log_offset()
+    assert d.cli("cache", "-E").returncode == 0
+    _wait("revalidated in the background", lambda: _valid(d, user) and ran in d.log_text(), d)
+    assert _amount(d, VALIDATE_FETCHED) == 0
+    # The logical searches (the pages of one paged search go as the server asks for
+    # them, unpaced), each at its first page's time.
+    ops = [pages[0] for pages in s.logical_searches(offset) if pages[0].base]
+    assert len(ops) >= 4, ops
+    # In any second, at most the rate's searches (one more for a request that slapd
+    # logs late and its successor on time: the pace is the client's sending).
+    busiest = max(sum(1 for o in ops if op.at <= o.at < op.at + 1.0) for op in ops)
+    assert busiest <= REFRESH_SEARCHES_PER_SECOND + 1, [
+        (round(o.at - ops[0].at, 2), o.filter[:40], o.nentries) for o in ops
+    ]
+    assert d.counters()[REFRESH_PACED][0] >= len(ops) - 2

@@ -16,6 +16,7 @@ import cached.ldap.service as service_mod
 from cached.cache.records import Times
 from cached.config import parse_config
 from cached.ipc.ops import Op
+from cached.jitter import CATCH_UP, REFRESH_SOON
 from cached.ldap.service import BackendService
 from testing.backend import config_text
 
@@ -103,7 +104,7 @@ ID_A = "0f3c6d1e8a7b4c2d9e1f0a2b3c4d5e6f\n"
 ID_B = "8d2b7e4c1a9f4b3e8c7d6a5b4c3d2e1f\n"
 
 
-def _host_service(tmp_path: Path, name: str, machine_id: str) -> BackendService:
+def _host_service(tmp_path: Path, name: str, machine_id: str, **opts) -> BackendService:
     mid = tmp_path / f"{name}-machine-id"
     mid.write_text(machine_id)
     cfg = parse_config(
@@ -111,6 +112,7 @@ def _host_service(tmp_path: Path, name: str, machine_id: str) -> BackendService:
             ["ldap://127.0.0.1:1"],
             "dc=x",
             daemon={"db_dir": tmp_path / name, "machine_id_file": mid},
+            **opts,
         )
     )
     return BackendService(cfg, cfg.domains[0])
@@ -147,3 +149,31 @@ def test_early_runs_start_at_the_hosts_own_delay(tmp_path: Path, monkeypatch) ->
     finally:
         for s in hosts:
             s.cache.close()
+
+
+def test_catch_up_runs_start_at_the_hosts_own_delay(tmp_path: Path) -> None:
+    """A fleet coming back after an outage revalidates spread over the catch-up
+    spread (cached/jitter.py CATCH_UP): two machine-ids differ, one machine-id (a
+    restart, another backend of the host) is the same, and each host's delay is its
+    own share, independent of its early runs'."""
+    hosts = [_host_service(tmp_path, n, i) for n, i in (("a1", ID_A), ("a2", ID_A), ("b", ID_B))]
+    try:
+        a1, a2, b = (s.catch_up_delay() for s in hosts)
+        assert a1 == a2
+        assert a1 != b
+        # The default lifetime (5,400 s): the host's share of a minute.
+        assert 0.0 <= a1 < service_mod.REFRESH_CATCH_UP_SPREAD and 0.0 <= b < 60.0
+        assert a1 == hosts[0].jitter.offset(CATCH_UP, 60.0)
+        assert hosts[0].jitter.fraction(CATCH_UP) != hosts[0].jitter.fraction(REFRESH_SOON)
+    finally:
+        for s in hosts:
+            s.cache.close()
+
+
+def test_a_short_lifetime_shortens_the_catch_up_spread(tmp_path: Path) -> None:
+    # A 120 s lifetime, the midpoint at 50 %: at most half the 60 s window.
+    s = _host_service(tmp_path, "short", ID_A, entry_cache_timeout=120)
+    try:
+        assert s.catch_up_delay() == s.jitter.offset(CATCH_UP, 30.0)
+    finally:
+        s.cache.close()
