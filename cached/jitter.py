@@ -40,6 +40,9 @@ _ID = re.compile(rb"[0-9a-fA-F]{32}")
 # The purposes, one independent fraction each.
 CONNECTION_EXPIRE = "connection-expire"
 REFRESH_AHEAD = "refresh-ahead"
+# Where in each refresh-ahead interval, on the wall clock, this host's scheduled runs
+# fall after the first (:func:`next_at`).
+REFRESH_PHASE = "refresh-phase"
 REFRESH_SOON = "refresh-soon"  # the delay of an early run (entries past their midpoint)
 # The delay of the catch-up run when the domain comes back online: a fleet whose
 # directory was down comes back together, and would revalidate in the same second.
@@ -75,6 +78,19 @@ class Jitter:
         if key is None:
             key = _stored_seed(db_dir)
         return cls(key)
+
+
+def next_at(after: float, period: float, fraction: float) -> float:
+    """The first time at or after ``after`` (seconds since the epoch) that lies
+    ``fraction`` of the way through a ``period`` counted from the epoch.
+
+    A host whose runs follow a period from its own start keeps the phase of that start:
+    a fleet started within a minute runs within that minute of every period, however the
+    offsets are drawn. Runs placed at a fixed point of the period on the wall clock,
+    that point the host's own fraction, are spread over the whole period whenever the
+    hosts started, and a restart does not move them."""
+    at = after - after % period + fraction * period
+    return at if at >= after else at + period
 
 
 def read_machine_id(path: str) -> bytes | None:

@@ -72,6 +72,14 @@ def test_backends_of_hosts_with_different_machine_ids_differ(tmp_path: Path) -> 
         assert 900 <= lifetimes[0] < 1800
         assert lifetimes[0] == 900 + services[0].jitter.offset(CONNECTION_EXPIRE, 900)
         assert services[0].refresh_schedule() == (3780.0, 378.0)
+        # The scheduled runs after the first: at the host's own point of the interval
+        # on the wall clock, whenever the host started; the same host the same point.
+        now = time.time()
+        runs = [s.next_refresh(now, 3780.0) for s in services]
+        assert all(now + 378.0 <= r < now + 378.0 + 3780.0 for r in runs)
+        assert runs[0] == runs[1] and runs[0] != runs[2]
+        later = services[0].next_refresh(now + 1000.0, 3780.0)
+        assert abs(later % 3780.0 - runs[0] % 3780.0) < 1e-6
     finally:
         for s in services:
             s.cache.close()

@@ -12,8 +12,10 @@ from cached.jitter import (
     CONNECTION_EXPIRE,
     OFFLINE_RETRY,
     REFRESH_AHEAD,
+    REFRESH_PHASE,
     SEED_FILE,
     Jitter,
+    next_at,
     read_machine_id,
 )
 from cached.ldap.client import LdapClient
@@ -21,7 +23,7 @@ from testing.backend import make_domain
 
 ID_A = "0f3c6d1e8a7b4c2d9e1f0a2b3c4d5e6f\n"
 ID_B = "8d2b7e4c1a9f4b3e8c7d6a5b4c3d2e1f\n"
-PURPOSES = (CONNECTION_EXPIRE, REFRESH_AHEAD, OFFLINE_RETRY)
+PURPOSES = (CONNECTION_EXPIRE, REFRESH_AHEAD, REFRESH_PHASE, OFFLINE_RETRY)
 
 
 def _host(tmp_path: Path, name: str, content: str | None) -> Jitter:
@@ -151,3 +153,41 @@ def test_seed_race_between_backends_keeps_one(tmp_path: Path, monkeypatch) -> No
     j = Jitter.for_host(str(tmp_path / "none"), str(db))
     assert j.fraction(REFRESH_AHEAD) == Jitter(b"k" * 32).fraction(REFRESH_AHEAD)
     assert sorted(os.listdir(db)) == [SEED_FILE]
+
+
+@pytest.mark.parametrize("after", [0.0, 1_765_000_000.0, 1_765_000_125.9, 1_765_003_779.0])
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.999])
+def test_next_at_is_the_hosts_point_of_the_period_on_the_wall_clock(
+    after: float, fraction: float
+) -> None:
+    period = 3780.0
+    at = next_at(after, period, fraction)
+    assert after <= at < after + period
+    # The same point of every period, counted from the epoch, wherever ``after`` is.
+    assert at % period == pytest.approx(fraction * period)
+    assert next_at(at, period, fraction) == at
+    assert next_at(at + 1, period, fraction) == pytest.approx(at + period)
+
+
+def test_scheduled_runs_of_hosts_started_together_spread_over_the_interval() -> None:
+    """200 hosts started within the same 40 s: their runs a period after their start
+    fall within those 40 s of every period; at their own points of the period on the
+    wall clock they cover it about evenly, and a restart of a host does not move its
+    point."""
+    period, start = 126.0, 1_765_000_000.0
+    hosts = [Jitter(f"{i:032x}".encode()) for i in range(200)]
+    starts = [start + 40 * h.fraction(REFRESH_AHEAD) for h in hosts]
+    runs = [
+        next_at(s + period, period, h.fraction(REFRESH_PHASE))
+        for s, h in zip(starts, hosts, strict=True)
+    ]
+    first = min(runs)
+    buckets = [0] * 10  # tenths of the period after the earliest run
+    for r in runs:
+        buckets[min(int((r - first) / period * 10), 9)] += 1
+    assert max(buckets) <= 40 and min(buckets) >= 5, buckets
+    # Restarted 1,000 s later, a host's runs keep their point of the period.
+    h, s = hosts[0], starts[0]
+    assert next_at(s + 1000, period, h.fraction(REFRESH_PHASE)) % period == pytest.approx(
+        runs[0] % period
+    )
