@@ -35,8 +35,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
+# On one worker per core (pytest-xdist): most tests wait on slapd, samba, sssd or the
+# daemon, so two workers overlap. Each module runs whole on one worker, and the modules
+# sharing a Samba DC on the same one (tests/conftest.py: pytest_xdist_make_scheduler).
 test: deps lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto
 
 bench: deps
 	$(VENV)/bin/pytest -q tests/bench --benchmark-enable --benchmark-autosave \

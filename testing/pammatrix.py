@@ -796,7 +796,9 @@ def run_case(
     workdir.mkdir(parents=True, exist_ok=True)
     pamd = pamenv.make_pamd(workdir / "pam.d", {SERVICE: pamenv.service_file()})
     directory.reset()
-    daemon = kind.make(workdir / "daemon", config)
+    # "d": the daemon's sockets (<workdir>/d/pipes/private/be_LDAP) must fit in sun_path
+    # (108 bytes, unix(7)) under a test's tmp_path on an xdist worker.
+    daemon = kind.make(workdir / "d", config)
     try:
         with _running(daemon):
             env = pamenv.PamEnv(daemon.pipes_dir, pamd, daemon.mc_dir)

@@ -42,6 +42,86 @@ from testing.daemon import CachedDaemon
 from testing.gendir import BIGROUPUSER, BIGROUPUSER_CN, SMALL, SMALL_CN, Scenario, generate
 from testing.slapd import Dataset, LiveDirectory, Slapd, TLSFiles, make_tls_material
 
+# -- the run on several workers (pytest-xdist: make test runs `pytest -n auto`) ----------
+
+# The session fixtures too costly to make twice (each Samba DC takes 10-60 s to provision,
+# load and join), and the modules that use each: one group apiece, run by one worker.
+# pytest_collection_modifyitems below refuses a module that uses one and is not listed,
+# as the scheduler (on xdist's controller, which collects nothing) sees only node ids.
+_DC_FIXTURES = {"ad": "dc-ad", "kerberos_dc": "dc-krb5", "joined_host": "dc-joined"}
+_DC_GROUPS = {
+    "tests/integration/test_ad.py": "dc-ad",
+    "tests/integration/test_addc.py": "dc-ad",
+    "tests/integration/test_gpo_ad.py": "dc-ad",
+    "tests/integration/test_hostile_sid.py": "dc-ad",
+    "tests/integration/test_pam_ad.py": "dc-ad",
+    "tests/integration/test_pam_krb5.py": "dc-krb5",
+    "tests/integration/test_pam_krb5_sssd.py": "dc-krb5",
+    "tests/integration/test_adaccess.py": "dc-joined",
+    "tests/integration/test_adjoin.py": "dc-joined",
+}
+# The longest groups, handed out first so that none is left to end the run alone (their
+# total time on a 2-worker run, under load: 150, 115, 95, 75, 70, 65, 65 s; the rest of
+# the modules take under 50 s each).
+_FIRST = (
+    "tests/integration/test_pam_differential.py",
+    "dc-krb5",
+    "dc-joined",
+    "tests/integration/test_refresh_ahead.py",
+    "tests/integration/test_pam_access.py",
+    "dc-ad",
+    "tests/integration/test_faults.py",
+)
+
+
+def _group(module: str) -> str:
+    """The unit of work of a module: its DC's group, else the module itself (its
+    module-scoped fixtures are made once)."""
+    return _DC_GROUPS.get(module, module)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker's base directory ``<basetemp>/popen-gwN`` as ``<basetemp>/gwN``
+    (before pytest's tmpdir plugin reads it): six bytes more for the sockets tests make
+    under their tmp_path, whose paths must fit in sun_path (108 bytes, unix(7))."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    basetemp = config.option.basetemp
+    if worker and basetemp and Path(basetemp).name == f"popen-{worker}":
+        config.option.basetemp = str(Path(basetemp).with_name(worker))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's load-by-scope scheduling with :func:`_group` as the scope, in collection
+    order (which pytest_collection_modifyitems makes :data:`_FIRST` first). xdist's own
+    ``--dist loadgroup`` cannot carry the groups under pytest 9: it renames
+    ``item._nodeid``, which pytest 9's nodes no longer read."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid.split("::", 1)[0])
+
+    config.option.loadscopereorder = False
+    return ByGroup(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """:data:`_FIRST` first (a stable sort: the order within a module stays); a module
+    using a DC of :data:`_DC_FIXTURES` missing from :data:`_DC_GROUPS` is an error."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        for fixture, group in _DC_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()) and _DC_GROUPS.get(module) != group:
+                raise pytest.UsageError(
+                    f"{module} uses the fixture {fixture!r}: add it to _DC_GROUPS in "
+                    f"tests/conftest.py as {group!r}, so that one worker runs the modules "
+                    "sharing that DC"
+                )
+    rank = {group: n for n, group in enumerate(_FIRST)}
+    items.sort(key=lambda item: rank.get(_group(item.nodeid.split("::", 1)[0]), len(rank)))
+
 
 @pytest.fixture(autouse=True)
 def _close_backend_clients() -> Iterator[None]:

@@ -128,6 +128,9 @@ class Logins:
         self._krb5: kinit.Settings | None = None
         self.pending: dict[str, Pending] = {}
         self.delayed_kinits = 0
+        # clock() until which no KDC is asked: none answered a login then (SSSD marks
+        # the backend offline, krb5_auth.c krb5_auth_resolve_done: be_mark_offline).
+        self.kdc_unreachable_until = 0.0
         self._renewals: renew.Renewals | None = None
         self.renewed = 0
 
@@ -241,15 +244,26 @@ class Logins:
         user = self._user(req.name)
         if user is None:  # the responder resolved it a moment ago
             return AuthReply(krb5_status.SYSTEM_ERR)
-        if self.client.online:
+        kdc_down = self.clock() < self.kdc_unreachable_until
+        if self.client.online and not kdc_down:
             res = kinit.login(self.krb5, user, req.password)
             self._renewable(user, res)
             if res.reachable:
                 reply = self._online(req, auth.OnlineResult(res.status, reason=res.reason))
                 return replace(reply, ccname=res.ccname)
+            # As SSSD, which marks the backend offline: the logins after this one use
+            # the cached credentials without waiting on the KDCs (DNS, connection
+            # timeouts) again, until offline_timeout has passed or a delayed kinit
+            # reaches a KDC.
+            self.kdc_unreachable_until = self.clock() + self.domain.offline_timeout
             limited.log(("kdc unreachable", domain.name), logging.WARNING,
                         "domain %s: no KDC answered the login of %r (%s); using cached "
                         "credentials", domain.name, req.name, res.reason)  # fmt: skip
+        elif kdc_down:
+            log.debug("domain %s: no KDC answered %.0f s ago; %r logs in with cached "
+                      "credentials", domain.name,
+                      self.clock() - self.kdc_unreachable_until + domain.offline_timeout,
+                      req.name)  # fmt: skip
         reply = self._offline(req)
         if reply.status == auth.SUCCESS and domain.krb5_store_password_if_offline:
             ccname = kinit.empty_ccache(self.krb5, user)
@@ -270,6 +284,7 @@ class Logins:
             self._renewable(p.user, res)
             if not res.reachable:
                 continue  # the next time the domain comes back
+            self.kdc_unreachable_until = 0.0
             del self.pending[name]
             p.wipe()
             if res.status == auth.SUCCESS:

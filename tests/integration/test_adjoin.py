@@ -471,5 +471,8 @@ def test_offline_kerberos_login_after_the_dc_stops(
         assert (st.st_uid, st.st_mode & 0o777) == (uid, 0o600)
         assert host.run_as(uid, gid, ["klist", "-s", "-c", ccname]).returncode != 0
         assert _login(host, cached, login_user, "Not-The-Passw0rd") == (AUTH_ERR, "")
+        # No KDC is asked again within offline_timeout, as SSSD's backend marked offline.
+        again = rf"no KDC answered \d+ s ago; '{LOGIN_USER}(@{DOMAIN})?' logs in with cached"
+        assert re.search(again, cached.log_text()), cached.log_tail()
     finally:
         host.dc.start()

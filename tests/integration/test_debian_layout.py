@@ -40,8 +40,12 @@ def _sssd_common_layout(root: Path) -> Path:
     return sss
 
 
-def test_cached_serves_on_debians_sssd_common_layout(daemon_factory, slapd_small, tmp_path):
-    sss = _sssd_common_layout(tmp_path / "root")
+def test_cached_serves_on_debians_sssd_common_layout(
+    daemon_factory, slapd_small, tmp_path_factory
+):
+    # A short root: <root>/var/lib/sss/pipes/private/be_LDAP must fit in sun_path
+    # (108 bytes, unix(7)), which the test's own tmp_path name leaves too little of.
+    sss = _sssd_common_layout(tmp_path_factory.mktemp("deb"))
     exp = slapd_small.expected
     d = daemon_factory(slapd_small, daemon={
         "db_dir": sss / "db", "pipes_dir": sss / "pipes", "mc_dir": sss / "mc"})  # fmt: skip
