@@ -91,6 +91,10 @@ _T = TypeVar("_T")
 # interval (3,780 s), so a run never overlaps the next; what is left is due in the next
 # run or refreshed by the lookup that finds it expired.
 REFRESH_PER_SECOND = 10.0
+# A run refreshes what expires before the next run and this long after it, at least
+# (or half an interval when shorter): the next run may fall just before an expiry,
+# and its requests take their time at the background's pace.
+REFRESH_RUN_MARGIN = 60.0
 REFRESH_MAX_PER_RUN = 1000
 # Entries used past their midpoint (entry_cache_nowait_percentage) are refreshed by an
 # early run of refresh ahead (the responder's Op.REFRESH_SOON), not one request each:
@@ -756,6 +760,10 @@ class BackendService:
         expired."""
         interval, spread = self.refresh_schedule()
         offset = self.jitter.offset(REFRESH_AHEAD, spread)
+        # What a run refreshes ahead of the next: the offset, and at least the time a
+        # paced run takes (a user's revalidation ~3 s at REFRESH_SEARCHES_PER_SECOND)
+        # where short lifetimes make the offset shorter than that.
+        margin = max(spread, min(interval / 2, REFRESH_RUN_MARGIN))
         # The first run 30 s after start-up, as SSSD's be_refresh, plus the offset.
         due = time.monotonic() + min(30.0, interval) + offset
         while True:
@@ -763,10 +771,11 @@ class BackendService:
             began, began_at = time.monotonic(), time.time()
             following = self.next_refresh(began_at, interval)
             if self.client.online:  # offline: the server check tries the servers
-                # Whatever expires before the next run begins, and within the offset
-                # after it (SSSD's horizon of one interval leaves the entries expiring
-                # in the offset its next run may come late by to expire).
-                await self._refresh_run(following + spread)
+                # Whatever expires within an interval, or before the next run begins,
+                # and within the margin after that (SSSD's horizon of one interval
+                # leaves the entries expiring in the offset its next run may come late
+                # by to expire).
+                await self._refresh_run(max(began_at + interval, following) + margin)
             else:
                 log.info("background refresh skipped: domain %s offline", self.domain.name)
             due = began + (following - began_at)
