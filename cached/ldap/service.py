@@ -91,11 +91,12 @@ _T = TypeVar("_T")
 # interval (3,780 s), so a run never overlaps the next; what is left is due in the next
 # run or refreshed by the lookup that finds it expired.
 REFRESH_PER_SECOND = 10.0
-# A run refreshes what expires before the next run and this long after it, at least
-# (or half an interval when shorter): the next run may fall just before an expiry,
-# and its requests take their time at the background's pace.
-REFRESH_RUN_MARGIN = 60.0
+
 REFRESH_MAX_PER_RUN = 1000
+# A run refreshes what expires before the next run and this long after it, at least
+# (or a third of an interval when shorter): the next run may fall just before an
+# expiry, and its requests take their time at the background's pace.
+REFRESH_RUN_MARGIN = 60.0
 # Entries used past their midpoint (entry_cache_nowait_percentage) are refreshed by an
 # early run of refresh ahead (the responder's Op.REFRESH_SOON), not one request each:
 # the run revalidates a user's groups with the initgroups walk by stamps (~7 searches
@@ -127,6 +128,23 @@ REFRESH_CATCH_UP_SPREAD = 60.0
 REFRESH_SEARCHES_PER_SECOND = 2.0
 # The uid of the background refresh's queue (BackendService.request).
 REFRESH_UID = "refresh"
+
+
+def refresh_horizon(
+    now: float, following: float, interval: float, spread: float, lifetime: float
+) -> float:
+    """Until when (epoch) a scheduled refresh-ahead run beginning at ``now`` refreshes
+    what expires, the next run beginning at ``following``: whatever expires within an
+    interval or before the next run, and within a margin after that (the offset
+    ``spread``, at least REFRESH_RUN_MARGIN or a third of the interval), so that the
+    run that refreshes an entry begins at least that margin before its expiry. Never
+    as far as 95 % of the entries' ``lifetime`` (0: none): entries stored a moment ago
+    are not refreshed at once."""
+    margin = max(spread, min(interval / 3, REFRESH_RUN_MARGIN))
+    horizon = max(now + interval, following) + margin
+    if lifetime > 0:
+        horizon = min(horizon, now + 0.95 * lifetime)
+    return horizon
 
 
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
@@ -760,10 +778,8 @@ class BackendService:
         expired."""
         interval, spread = self.refresh_schedule()
         offset = self.jitter.offset(REFRESH_AHEAD, spread)
-        # What a run refreshes ahead of the next: the offset, and at least the time a
-        # paced run takes (a user's revalidation ~3 s at REFRESH_SEARCHES_PER_SECOND)
-        # where short lifetimes make the offset shorter than that.
-        margin = max(spread, min(interval / 2, REFRESH_RUN_MARGIN))
+        d = self.domain
+        lifetime = float(min(d.entry_cache_user_timeout, d.entry_cache_group_timeout))
         # The first run 30 s after start-up, as SSSD's be_refresh, plus the offset.
         due = time.monotonic() + min(30.0, interval) + offset
         while True:
@@ -775,7 +791,9 @@ class BackendService:
                 # and within the margin after that (SSSD's horizon of one interval
                 # leaves the entries expiring in the offset its next run may come late
                 # by to expire).
-                await self._refresh_run(max(began_at + interval, following) + margin)
+                await self._refresh_run(
+                    refresh_horizon(began_at, following, interval, spread, lifetime)
+                )
             else:
                 log.info("background refresh skipped: domain %s offline", self.domain.name)
             due = began + (following - began_at)

@@ -177,3 +177,22 @@ def test_a_short_lifetime_shortens_the_catch_up_spread(tmp_path: Path) -> None:
         assert s.catch_up_delay() == s.jitter.offset(CATCH_UP, 30.0)
     finally:
         s.cache.close()
+
+
+@pytest.mark.parametrize(
+    ("lifetime", "interval", "spread"),
+    [(5400.0, 3780.0, 378.0), (180.0, 126.0, 12.6), (10.0, 7.0, 0.7), (5400.0, 600.0, 5.0)],
+)
+def test_a_scheduled_run_refreshes_up_to_the_next_and_never_what_was_just_stored(
+    lifetime: float, interval: float, spread: float
+) -> None:
+    now = 1_765_000_000.0
+    for gap in (0.1, 0.5, 1.0, 1.09):  # the next run, in intervals (next_refresh's range)
+        following = now + gap * interval
+        horizon = service_mod.refresh_horizon(now, following, interval, spread, lifetime)
+        # An entry stored a moment ago (it expires a lifetime from now) is not due:
+        # refreshing it would refresh every entry at every run.
+        assert horizon < now + lifetime
+        # What expires before the next run begins, and a margin after it, is due now.
+        assert horizon >= min(following + min(spread, interval / 3), now + 0.95 * lifetime)
+        assert horizon >= now + interval
