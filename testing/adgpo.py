@@ -38,6 +38,7 @@ import ldap3
 from cached.ldap.sid import sid_to_str
 from testing import addc, adjoin, procstat
 from testing.service import Service
+from testing.slapd import free_port
 
 # The Security extension and the Security editor's tool GUID ([MS-GPSB] 2.2.1).
 SECURITY_CSE = "{827D319E-6EAC-11D2-A4EA-00C04F79F83A}"
@@ -250,10 +251,23 @@ class SysvolServer(Service):
         self.workdir = workdir.resolve()
         self.share = share
         self.conf = self.workdir / "smb.conf"
-        self.port = _free_port()
+        self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        # The port is bound and closed by free_port before smbd binds it: another
+        # process may take it meanwhile (parallel test workers), and smbd then exits.
+        # A fresh port is tried then, as testing/slapd.py does for slapd.
+        for attempt in range(3):
+            if attempt:
+                self.port = free_port()
+            if self._launch():
+                return
+        raise RuntimeError(f"smbd exited at start on 3 ports in turn; see {self.workdir}/smbd.out")
+
+    def _launch(self) -> bool:
+        """Start smbd on ``self.port`` and wait until it listens; False when it exited
+        first (the port taken, most likely)."""
         w = self.workdir
         for d in ("private", "lock", "state", "cache", "run"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -276,7 +290,7 @@ class SysvolServer(Service):
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         log = (w / "smbd.out").open("ab")
-        self._proc = subprocess.Popen(
+        proc = subprocess.Popen(
             [SMBD, "--foreground", "--no-process-group", "-s", str(self.conf)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             # Its own process group: smbd signals its whole group when it exits, which
@@ -284,14 +298,17 @@ class SysvolServer(Service):
             start_new_session=True,
         )  # fmt: skip
         log.close()
+        self._proc = proc
         self._started()
         deadline = time.monotonic() + SMB_START_TIMEOUT
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"smbd exited with status {self._proc.returncode}")
+            if proc.poll() is not None:
+                self._proc = None
+                self._stopped()
+                return False
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
+                return True
             except OSError:
                 # Polling the port: smbd has no readiness notification to wait on.
                 time.sleep(0.1)
@@ -303,12 +320,6 @@ class SysvolServer(Service):
             procstat.terminate(self._proc, SMB_STOP_TIMEOUT)
             self._proc = None
             self._stopped()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- on a joined host (testing/adjoin.py), as an administrator does it -----------------

@@ -359,8 +359,8 @@ class Slapd(Service):
         first = self._port is None
         for _attempt in range(3):
             if first:
-                self._port = _free_port()
-                self._ldaps_port = _free_port() if self.tls else None
+                self._port = free_port()
+                self._ldaps_port = free_port() if self.tls else None
             try:
                 self._launch()
                 return
@@ -842,7 +842,9 @@ def _proc_state(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now (bound and closed: another process
+    may take it before the caller binds it; callers retry on a taken port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]

@@ -39,7 +39,7 @@ from testing.ldif import BASE, GROUPS, PEOPLE, b64, group_entry, minimal_user, u
 from testing.marks import requires_nss
 from testing.nsenv import NssProbe
 from testing.procstat import proc_kib
-from testing.slapd import Dataset, LiveDirectory, Slapd, _free_port
+from testing.slapd import Dataset, LiveDirectory, Slapd, free_port
 
 pytestmark = requires_nss
 
@@ -145,7 +145,7 @@ def test_17_2_a_cache_written_before_is_not_served_offline(tmp_path):
     ``min_id = 0``) is not served once the configuration is fixed: offline, after
     ``cached cache -E``, by name, by id, in initgroups, in the memory cache."""
     work = tmp_path / "d"
-    port = _free_port()  # nothing listens: the domain is offline
+    port = free_port()  # nothing listens: the domain is offline
     text = config_text([f"ldap://127.0.0.1:{port}"], BASE, work,
                        ldap_network_timeout=1, offline_timeout=60)  # fmt: skip
     dom = parse_config(text).domains[0]
