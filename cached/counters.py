@@ -54,6 +54,9 @@ NESTED_RESOLVE = "be.nested.resolve"  # member DN -> name resolution
 NESTED_COMPARE = "be.nested.compare"  # comparing fetched content with the cache
 VALIDATE = "be.validate"  # refreshes validated by stamps; amount: groups checked
 VALIDATE_FETCHED = "be.validate.fetched"  # amount: groups of those fetched whole again
+# Revalidations whose groups above the first level a stamps-only group sweep vouched
+# for (cached/ldap/above.py); amount: those groups.
+VALIDATE_ABOVE = "be.validate.above"
 REFRESH_EARLY = "be.refresh.early"  # early refresh-ahead runs (entries used past their midpoint)
 REFRESH_CATCH_UP = "be.refresh.catch_up"  # refresh-ahead runs after the domain came back online
 # Searches of background requests held to their pace (count, seconds waited).

@@ -40,7 +40,7 @@ from cached.counters import (
 )
 from cached.dn import normalize_dn
 from cached.ipc.ops import Outcome as Outcome  # re-exported: the provider returns it
-from cached.ldap import netgroups, refresh, save, stamps
+from cached.ldap import above, netgroups, refresh, save, stamps
 from cached.ldap.batch import Job, Searcher
 from cached.ldap.client import LdapClient, LdapOffline
 from cached.ldap.context import Context
@@ -382,6 +382,9 @@ class LdapProvider:
         if s.bis:
             with self.counters.timer(NESTED_RESOLVE):
                 mine = w.closure(found, {}, known, [user.dn], primary)
+            # What the revalidation by stamps will find above the first level, from
+            # the group sweep's entries (when it went out).
+            above.record_cold(w, user.name, normalize_dn(user.dn), found)
         else:
             # Split where a size limit cuts it, as the refresh's search of the same
             # filter (refresh.walk_stamps) is: a user in more groups than the limit.

@@ -19,15 +19,26 @@ validated likewise (``refresh_group``): the stamps of the group and of the store
 groups its answer is expanded from, in one round trip; all unchanged, all touched;
 else the lookup fetches whole.
 
+For a user in hundreds of groups, the walk above the first level is taken from one
+stamps-only group sweep when a record shows that nothing there changed
+(cached/ldap/above.py): no OR of group DNs.
+
 The stamps are believed under the trust rule of cached/ldap/stamps.py.
 """
 
 from __future__ import annotations
 
 from cached.cache.cache import Stamped
-from cached.counters import LDAP_DECODE, NESTED_LEVELS, NESTED_RESOLVE, VALIDATE, VALIDATE_FETCHED
+from cached.counters import (
+    LDAP_DECODE,
+    NESTED_LEVELS,
+    NESTED_RESOLVE,
+    VALIDATE,
+    VALIDATE_ABOVE,
+    VALIDATE_FETCHED,
+)
 from cached.dn import normalize_dn
-from cached.ldap import save
+from cached.ldap import above, save
 from cached.ldap.batch import Job
 from cached.ldap.entries import WALK, GroupEntry, Known, entry_names
 from cached.ldap.exchange import Entry
@@ -43,17 +54,20 @@ def _level(
     attrs: list[str],
     extra: list[Job],
     paged: bool,
+    sweep: above.Pending | None = None,
 ) -> tuple[list[Entry], list[list[Entry]]]:
     """One level's searches under the group bases: ORs of up to BATCH walk-up
     assertions, split when a server limit cuts an answer (as the cold walk's), and
-    the ``extra`` jobs (one entry each, never paged) in the same round trip. Returns
-    (the level's entries, the extra jobs' entries, each)."""
+    the ``extra`` jobs (one entry each, never paged) in the same round trip, with the
+    ``sweep`` (sent first; its answers put in it). Returns (the level's entries, the
+    extra jobs' entries, each)."""
     jobs: list[Job] = [
         (p.ctx.schema.group_bases, items[i : i + BATCH], attrs, None)
         for i in range(0, len(items), BATCH)
     ]
     flags = [paged] * len(jobs) + [False] * len(extra)
-    got = p.searcher.split(jobs + extra, p.searcher.round_filter, flags)
+    also = (sweep.searches, sweep.answers) if sweep is not None else None
+    got = p.searcher.split(jobs + extra, p.searcher.round_filter, flags, also)
     return [e for entries in got[: len(jobs)] for e in entries], got[len(jobs) :]
 
 
@@ -86,11 +100,22 @@ def walk_stamps(
             if g is not None:
                 found.setdefault(normalize_dn(e.dn), g)
         return found, set(found), _primary(p, got[1:], primary)
+    if via is None:
+        via = {}
     mine: set[str] = set()
-    walked = {normalize_dn(user.dn)}
+    user_key = normalize_dn(user.dn)
+    walked = {user_key}
     up = [user.dn]
     level = 0
     prim: GroupEntry | None = None
+    # The stamps-only group sweep, with the first level (cached/ldap/above.py); what
+    # the walk finds above the first level, to record: level first found at, and
+    # the levels whose searches returned each group.
+    sweep = above.send(p, user.dn, user.name)
+    live: dict[str, GroupEntry | None] | None = None
+    first: dict[str, GroupEntry] = {}
+    found_at: dict[str, int] = {}
+    via_at: dict[str, list[int]] = {}
     with p.ctx.counters.timer(NESTED_RESOLVE):
         while up:
             nxt: list[str] = []
@@ -102,14 +127,15 @@ def walk_stamps(
             # second batch of level 1 waited ~15 ms for the first). A size limit
             # cuts them as it cuts paged ones (slapd: size.prtotal follows the
             # hard limit), and the split handles it.
-            entries, rest = _level(p, items, attrs, extra, paged=level == 0)
+            entries, rest = _level(p, items, attrs, extra, level == 0, sweep if not level else None)
             if extra:
                 prim, extra = _primary(p, rest, primary), []
             searched = {normalize_dn(dn) for dn in up} if level else None
             for e in entries:
                 k = normalize_dn(e.dn)
-                if searched is not None and via is not None:
+                if searched is not None:
                     via.setdefault(k, []).append(searched)
+                    via_at.setdefault(k, []).append(level)
                 g = p.group_entry(e, WALK)
                 if g is None:
                     continue
@@ -119,9 +145,31 @@ def walk_stamps(
                 if k not in walked:
                     walked.add(k)
                     nxt.append(e.dn)
+                    if level:
+                        found_at[k] = level
+                    else:
+                        first[k] = g
             p.ctx.counters.add(NESTED_LEVELS, 1, 0.0, 1)
             level += 1
             up = nxt if level <= s.nesting_level else []
+            if level == 1 and sweep is None and up:
+                sweep = above.sweep_alone(p, user.dn, len(first))
+            if sweep is not None and level == 1:
+                live = above.read(p, sweep)
+                same = above.replay(p, sweep, live, user_key, first) if live is not None else None
+                if same is not None:
+                    # Nothing above the first level can have changed: its groups are
+                    # the sweep's, no OR searched.
+                    for k, g in same[0].items():
+                        found.setdefault(k, g)
+                        if g.posix:
+                            mine.add(k)
+                    via.update(same[1])
+                    p.ctx.counters.add(VALIDATE_ABOVE, 1, 0.0, len(same[0]))
+                    return found, mine, prim
+    if live is not None and sweep is not None:
+        above.record(p, user.name, sweep.at, user_key, first, live, found_at,
+                     {k: tuple(v) for k, v in via_at.items()})  # fmt: skip
     return found, mine, prim
 
 

@@ -14,6 +14,7 @@ perf/readpath.py (LDAP) and perf/results/2026-11-30-adbig (Samba, where it took
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -54,6 +55,47 @@ class SweepTunables:
     groups_factor: int = 1
 
 
+# Users whose records are kept (each: two digests and the keys found above the first
+# level, ~100 for bigroupuser): users of hundreds of groups are few on a host.
+RECORDS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What a revalidation's walk found above a user's first level, and the snapshot
+    of the groups it holds for (cached/ldap/above.py)."""
+
+    user: str  # the user's DN key (the sweep's filter names it)
+    first: bytes  # digest of the first level's walked groups and their stamps
+    swept: bytes  # digest of the sweep: every entry, walked or not, and the stamps
+    count: int  # the sweep's entries
+    # Each group found above the first level -> the level whose search found it first.
+    above: dict[str, int]
+    # Each group returned by a search above the first level -> those levels.
+    via: dict[str, tuple[int, ...]]
+
+
+@dataclass(eq=False)
+class Records:
+    """The records of one domain, by user key, the least recently used dropped."""
+
+    size: int = RECORDS
+    _map: OrderedDict[bytes, Record] = field(default_factory=OrderedDict)
+
+    def get(self, user: bytes) -> Record | None:
+        rec = self._map.get(user)
+        if rec is not None:
+            self._map.move_to_end(user)
+        return rec
+
+    def put(self, user: bytes, rec: Record | None) -> None:
+        self._map.pop(user, None)
+        if rec is not None:
+            self._map[user] = rec
+            while len(self._map) > self.size:
+                self._map.popitem(last=False)
+
+
 @dataclass(eq=False)
 class Sweeps:
     """The sweeps of one domain: their tunables and what they learned, kept for the
@@ -77,6 +119,9 @@ class Sweeps:
     # one (then no group sweep is tried again: the walk's batched searches split).
     groups_at_least: int = 0
     groups_cut: bool = False
+    # What revalidations found above the first level of users of many groups, and
+    # the stamps-only group sweep that vouches for it (cached/ldap/above.py).
+    above: Records = field(default_factory=Records)
 
     def possible(self) -> bool:
         """Paged results: the paged sweep is the one that runs where a server's own
@@ -293,11 +338,17 @@ class Sweeps:
         first level (rfc2307bis member DNs; not on an AD DC, whose walk is
         ad_initgroups' and whose Samba ignores a request's sizeLimit: ad_dc)."""
         t = self.tunables
-        s = self.ctx.schema
         return (
             walked_up >= t.groups_min
             and t.groups_factor * walked_up >= self.groups_at_least
-            and not self.groups_cut
+            and self.groups_possible()
+        )
+
+    def groups_possible(self) -> bool:
+        """A group sweep may go out on this domain (groups_due, whatever its size)."""
+        s = self.ctx.schema
+        return (
+            not self.groups_cut
             and s.bis
             and not s.ad
             and not self.ctx.cfg.ignore_group_members
@@ -310,12 +361,17 @@ class Sweeps:
         group base that lists none of ``first`` (the first level's walk-up
         assertions: those groups the request has already), whole, unpaged, at most
         ``cap`` of them (the request's own sizeLimit, RFC 4511 §4.5.1.4)."""
-        s = self.ctx.schema
         cap = self.tunables.groups_factor * walked_up
+        return cap, self.groups_but(first, self.ctx.schema.group_attrs(members=True), cap)
+
+    def groups_but(self, first: list[str], attrs: list[str], cap: int) -> list[Search]:
+        """The searches of a group sweep: every group of the class under each group
+        base that matches none of ``first``, with ``attrs``, unpaged, at most ``cap``
+        of them. With stamp attributes only, a revalidation's (cached/ldap/above.py)."""
+        s = self.ctx.schema
         none_of = first[0] if len(first) == 1 else "(|" + "".join(first) + ")"
         filt = f"(&(objectClass={s.group_oc})(!{none_of}))"
-        attrs = s.group_attrs(members=True)
-        return cap, [
+        return [
             Search(b.dn, s.with_base(filt, b), attrs, b.scope, paged=False, size_limit=cap)
             for b in s.group_bases
         ]

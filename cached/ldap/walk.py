@@ -106,6 +106,10 @@ class Walk:
         # return, swept, and those it did), by child key; the walk up reads each
         # level's parents from it (parents_of). None: not swept (not due, or it gave up).
         self.groups: dict[str, list[tuple[str, Entry]]] | None = None
+        # That sweep's entries when it went out from the first level, and the first
+        # level's DN keys: a revalidation's record is made from them (cached/ldap/above.py).
+        self.group_sweep: list[Entry] | None = None
+        self.first_level: list[str] | None = None
 
     def group_entry(self, e: Entry, want: MemberKind | None = None) -> GroupEntry | None:
         return self.decoder.group_entry(e, want, self.keys)
@@ -294,6 +298,8 @@ class Walk:
                 pool = self.sweeps.read_groups(cap_g, answers[len(sweep) :])
                 if pool is not None:
                     self.groups = self.group_pool(pool, found)
+                    if level == 1:
+                        self.group_sweep, self.first_level = pool, list(up_keys)
             local = self.parents_of(up_keys) if up and self.groups is not None else None
             got = self.round(
                 up if local is None else [], lookup, extra, level, sweep=(with_round, swept)

@@ -1,0 +1,167 @@
+"""The revalidation by stamps above the first level from one stamps-only group sweep
+(cached/ldap/above.py), against a real slapd: nothing changed, no walk-up OR and no
+member value; each kind of change above the first level seen, the answer and every
+stored group equal to a cold walk's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cached.counters import VALIDATE_ABOVE, VALIDATE_FETCHED
+from cached.ldap.client import LdapClient
+from cached.ldap.exchange import Search
+from cached.ldap.sweep import Records
+from testing.backend import make_backend, make_domain, stored_gids, stored_members
+from tests.integration.test_refresh import _oracle, _refresh, _state
+
+
+class _Searches:
+    """Every search the provider sends, as sent."""
+
+    def __init__(self, client: LdapClient) -> None:
+        self.sent: list[Search] = []
+        self._search_many = client.search_many
+        client.search_many = self  # type: ignore[method-assign]
+
+    def __call__(self, specs: list[Search], *args: Any, **kw: Any) -> Any:
+        self.sent += specs
+        return self._search_many(specs, *args, **kw)
+
+    def member_terms(self) -> int:
+        """``(member=DN)`` assertions sent (the walk's ORs: one per group DN)."""
+        return sum(sp.filt.count("(member=") for sp in self.sent)
+
+    def member_values_asked(self) -> list[Search]:
+        return [sp for sp in self.sent if "member" in {a.lower() for a in sp.attrs}]
+
+    def stamp_sweeps(self) -> int:
+        return sum(1 for sp in self.sent if "(!(member=" in sp.filt)
+
+
+def test_bigroupuser_revalidates_above_its_first_level_by_one_stamp_sweep(tmp_path, slapd_big):
+    """After ``cached cache -E``, bigroupuser's groups above its 2,000 direct ones
+    come from one stamps-only sweep of the 1,000 others, vouched for by the record the
+    cold walk's group sweep left: two ``(member=`` assertions (the first level's and
+    the sweep's negation of it) in place of ~2,080 in three ORs, no member value, and
+    the same answers."""
+    s, exp = slapd_big.slapd, slapd_big.expected
+    cfg = make_domain([s.uri], s.base_dn)
+    p, cache, counters = make_backend(tmp_path / "db", cfg)
+    assert p.user_by_name("bigroupuser").outcome.name == "FOUND"
+    assert p.initgroups("bigroupuser").outcome.name == "FOUND"
+    before = _state(cache, "bigroupuser")
+    assert before[0] == exp.initgroups("bigroupuser", cfg.ldap_group_nesting_level)
+    for _again in range(2):  # from the cold walk's record, then from its own
+        spy = _Searches(p.client)
+        offset = s.log_offset()
+        counters.reset()
+        _refresh(p, cache, "bigroupuser")
+        p.client.search_many = spy._search_many  # type: ignore[method-assign]
+        assert spy.member_terms() == 2, [sp.filt[:80] for sp in spy.sent]
+        assert spy.stamp_sweeps() == 1
+        assert spy.member_values_asked() == []
+        assert [op for op in s.searches(offset) if "member" in op.attrs] == []
+        assert counters.get(VALIDATE_ABOVE).count == 1
+        assert counters.get(VALIDATE_FETCHED).amount == 0
+        assert _state(cache, "bigroupuser") == before
+    # Records lost (a restart): the walk searches with ORs once, after one sweep of
+    # its own, and records; the next revalidation is the sweep's alone again.
+    p.sweeps.above = Records()
+    for ors, shortcut in ((True, 0), (False, 1)):
+        spy = _Searches(p.client)
+        counters.reset()
+        _refresh(p, cache, "bigroupuser")
+        p.client.search_many = spy._search_many  # type: ignore[method-assign]
+        assert (spy.member_terms() > 2000, spy.stamp_sweeps()) == (ors, 1)
+        assert counters.get(VALIDATE_ABOVE).count == shortcut
+        assert _state(cache, "bigroupuser") == before
+
+
+def _backend(tmp: Path, cfg: Any) -> tuple[Any, Any, Any]:
+    """A backend whose group sweeps go out for any user of the small directory."""
+    p, cache, counters = make_backend(tmp, cfg)
+    p.sweeps.tunables = replace(p.sweeps.tunables, groups_min=1, groups_factor=1000)
+    return p, cache, counters
+
+
+def _nested(exp: Any, user: str, groups: dict[str, Any]) -> list[str]:
+    """The user's groups above its first level (not direct), sorted."""
+    direct = exp.direct_groups(user)
+    return sorted(g for g in groups if g not in direct)
+
+
+CHANGES = [
+    "direct group added to an unrelated group",
+    "nested membership removed",
+    "nested group deleted",
+    "nested group renamed",
+    "new group holding a direct group",
+]
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_each_change_above_the_first_level_is_seen(tmp_path, slapd_small_fresh, change):
+    """The small directory's big user (nesting 3 deep), the group sweep forced: an
+    unchanged directory revalidates above the first level from the sweep alone; then
+    each change there makes the sweep differ from the record, the walk searches, and
+    answers and stored groups equal a cold walk's; the walk's new record serves the
+    next revalidation."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    sc = exp.scenario
+    user = exp.big_user
+    cfg = make_domain([s.uri], s.base_dn)
+    p, cache, counters = _backend(tmp_path / "db", cfg)
+    assert p.user_by_name(user).outcome.name == "FOUND"
+    assert p.initgroups(user).outcome.name == "FOUND"
+    before = _state(cache, user)
+    counters.reset()
+    spy = _Searches(p.client)
+    _refresh(p, cache, user)
+    assert counters.get(VALIDATE_ABOVE).count == 1 and spy.stamp_sweeps() == 1
+    assert spy.member_values_asked() == [] and _state(cache, user) == before
+
+    groups = before[1]
+    direct = sorted(exp.direct_groups(user))
+    nested = _nested(exp, user, groups)
+    assert nested, "the big user has groups above its first level"
+    # A nested group and a member group of it the user is in (the edge walked up).
+    parent, child = next(
+        (n, c) for n in nested for c in sorted(exp.group(n).member_groups) if c in groups
+    )
+    unrelated = next(g for g in sorted(exp.group_names()) if g not in groups)
+    edit = {
+        "direct group added to an unrelated group": f"dn: {sc.group_dn(unrelated)}\n"
+        f"changetype: modify\nadd: member\nmember: {sc.group_dn(direct[0])}\n\n",
+        "nested membership removed": f"dn: {sc.group_dn(parent)}\nchangetype: modify\n"
+        f"delete: member\nmember: {sc.group_dn(child)}\n\n",
+        "nested group deleted": f"dn: {sc.group_dn(parent)}\nchangetype: delete\n\n",
+        "nested group renamed": f"dn: {sc.group_dn(parent)}\nchangetype: modrdn\n"
+        f"newrdn: cn={parent}-new\ndeleteoldrdn: 1\n\n",
+        "new group holding a direct group": f"dn: {sc.group_dn('above-new')}\n"
+        "changetype: add\nobjectClass: top\nobjectClass: groupOfNames\n"
+        "objectClass: posixGroup\ncn: above-new\ngidNumber: 39002\n"
+        f"member: {sc.group_dn(direct[-1])}\n\n",
+    }[change]
+    s.ldap_modify(edit)
+    counters.reset()
+    spy.sent.clear()
+    _refresh(p, cache, user)
+    got = _state(cache, user)
+    assert got == _oracle(tmp_path, cfg, user)
+    assert got != before  # the change reached the answer
+    assert counters.get(VALIDATE_ABOVE).count == 0  # the walk searched
+    assert spy.member_terms() > 2
+    for name in got[1]:
+        view = cache.group_by_name(name).value
+        assert view is not None and stored_members(cache, name) == got[1][name][1]
+    # Recorded again by that walk: the next revalidation needs no OR.
+    counters.reset()
+    spy.sent.clear()
+    _refresh(p, cache, user)
+    assert counters.get(VALIDATE_ABOVE).count == 1 and spy.member_terms() == 2
+    assert _state(cache, user) == got
+    assert stored_gids(cache, user) == got[0]
