@@ -14,7 +14,7 @@ import pytest
 from cached.counters import VALIDATE_ABOVE, VALIDATE_FETCHED
 from cached.ldap.client import LdapClient
 from cached.ldap.exchange import Search
-from cached.ldap.sweep import Records
+from cached.ldap.sweep import Record, Records
 from testing.backend import make_backend, make_domain, stored_gids, stored_members
 from tests.integration.test_refresh import _oracle, _refresh, _state
 
@@ -100,6 +100,8 @@ CHANGES = [
     "nested group deleted",
     "nested group renamed",
     "new group holding a direct group",
+    "member added to a direct group",
+    "user joins an unrelated group",
 ]
 
 
@@ -145,6 +147,11 @@ def test_each_change_above_the_first_level_is_seen(tmp_path, slapd_small_fresh, 
         "changetype: add\nobjectClass: top\nobjectClass: groupOfNames\n"
         "objectClass: posixGroup\ncn: above-new\ngidNumber: 39002\n"
         f"member: {sc.group_dn(direct[-1])}\n\n",
+        # A first-level group's own member list: it could now name a walked group.
+        "member added to a direct group": f"dn: {sc.group_dn(direct[0])}\n"
+        f"changetype: modify\nadd: member\nmember: {sc.group_dn(unrelated)}\n\n",
+        "user joins an unrelated group": f"dn: {sc.group_dn(unrelated)}\n"
+        f"changetype: modify\nadd: member\nmember: {sc.user_dn(user)}\n\n",
     }[change]
     s.ldap_modify(edit)
     counters.reset()
@@ -165,3 +172,36 @@ def test_each_change_above_the_first_level_is_seen(tmp_path, slapd_small_fresh, 
     assert counters.get(VALIDATE_ABOVE).count == 1 and spy.member_terms() == 2
     assert _state(cache, user) == got
     assert stored_gids(cache, user) == got[0]
+
+
+def test_stamps_the_trust_rule_does_not_believe_make_no_record(tmp_path, slapd_small_fresh):
+    """modifyTimestamp alone (the configured USN attribute is not the server's), on
+    groups written within STAMP_MARGIN: nothing recorded, the walk searches each time."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    user = exp.big_user
+    cfg = make_domain([s.uri], s.base_dn, ldap_group_entry_usn="uSNChanged")
+    p, cache, counters = _backend(tmp_path / "db", cfg)
+    assert p.user_by_name(user).outcome.name == "FOUND"
+    assert p.initgroups(user).outcome.name == "FOUND"
+    before = _state(cache, user)
+    for _again in range(2):
+        counters.reset()
+        spy = _Searches(p.client)
+        _refresh(p, cache, user)
+        p.client.search_many = spy._search_many  # type: ignore[method-assign]
+        assert spy.stamp_sweeps() == 1 and spy.member_terms() > 2
+        assert counters.get(VALIDATE_ABOVE).count == 0
+        assert p.sweeps.above.get(cache.key(user)) is None
+        assert _state(cache, user) == before
+
+
+def test_records_keep_the_most_recently_used_users():
+    rec = Record("uid=a", b"f", b"s", 3, {}, {})
+    kept = Records(size=2)
+    kept.put(b"a", rec)
+    kept.put(b"b", rec)
+    assert kept.get(b"a") is rec  # now the most recently used
+    kept.put(b"c", rec)
+    assert kept.get(b"b") is None and kept.get(b"a") is rec and kept.get(b"c") is rec
+    kept.put(b"a", None)  # a record not made drops the old one
+    assert kept.get(b"a") is None
