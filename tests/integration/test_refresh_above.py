@@ -24,8 +24,12 @@ class _Searches:
 
     def __init__(self, client: LdapClient) -> None:
         self.sent: list[Search] = []
+        self._client = client
         self._search_many = client.search_many
         client.search_many = self  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        self._client.search_many = self._search_many  # type: ignore[method-assign]
 
     def __call__(self, specs: list[Search], *args: Any, **kw: Any) -> Any:
         self.sent += specs
@@ -60,7 +64,7 @@ def test_bigroupuser_revalidates_above_its_first_level_by_one_stamp_sweep(tmp_pa
         offset = s.log_offset()
         counters.reset()
         _refresh(p, cache, "bigroupuser")
-        p.client.search_many = spy._search_many  # type: ignore[method-assign]
+        spy.stop()
         assert spy.member_terms() == 2, [sp.filt[:80] for sp in spy.sent]
         assert spy.stamp_sweeps() == 1
         assert spy.member_values_asked() == []
@@ -75,7 +79,7 @@ def test_bigroupuser_revalidates_above_its_first_level_by_one_stamp_sweep(tmp_pa
         spy = _Searches(p.client)
         counters.reset()
         _refresh(p, cache, "bigroupuser")
-        p.client.search_many = spy._search_many  # type: ignore[method-assign]
+        spy.stop()
         assert (spy.member_terms() > 2000, spy.stamp_sweeps()) == (ors, 1)
         assert counters.get(VALIDATE_ABOVE).count == shortcut
         assert _state(cache, "bigroupuser") == before
@@ -188,7 +192,7 @@ def test_stamps_the_trust_rule_does_not_believe_make_no_record(tmp_path, slapd_s
         counters.reset()
         spy = _Searches(p.client)
         _refresh(p, cache, user)
-        p.client.search_many = spy._search_many  # type: ignore[method-assign]
+        spy.stop()
         assert spy.stamp_sweeps() == 1 and spy.member_terms() > 2
         assert counters.get(VALIDATE_ABOVE).count == 0
         assert p.sweeps.above.get(cache.key(user)) is None
