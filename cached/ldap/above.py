@@ -47,7 +47,6 @@ groups) also makes the walk search: its member list may now name a walked group.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -64,12 +63,11 @@ from cached.ldap.walk import Walk
 @dataclass(eq=False)
 class Pending:
     """A stamps-only group sweep sent with the first level: its searches, the list
-    their answers go in, its bound, when it was sent, and the record it is for."""
+    their answers go in, its bound, and the record it is for."""
 
     searches: list[Search]
     answers: Answers
     cap: int
-    at: float
     record: Record | None
 
 
@@ -121,14 +119,17 @@ def sweep_alone(p: Walk, user_dn: str, first: int) -> Pending | None:
 def _pending(p: Walk, user_dn: str, cap: int, rec: Record | None) -> Pending:
     s = p.ctx.schema
     first = assertions(s.group_member, [user_dn])
-    return Pending(p.sweeps.groups_but(first, stamp_attrs(s), cap), [], cap, time.time(), rec)
+    return Pending(p.sweeps.groups_but(first, stamp_attrs(s), cap), [], cap, rec)
 
 
-def read(p: Walk, pending: Pending) -> dict[str, GroupEntry | None] | None:
+def read(p: Walk, name: str, pending: Pending) -> dict[str, GroupEntry | None] | None:
     """The sweep's entries by DN key (None: not a group the walk climbs through), or
-    None when it gave up or was cut (Sweeps.read_groups)."""
+    None when it gave up or was cut (Sweeps.read_groups): then the user's record is
+    dropped, so that the next revalidation does not send it again (a sweep without
+    a record goes out only when due)."""
     entries = p.sweeps.read_groups(pending.cap, pending.answers)
     if entries is None:
+        p.sweeps.above.put(p.ctx.cache.key(name), None)
         return None
     keys = normalize_dns([e.dn for e in entries])
     return {k: p.group_entry(e, WALK) for k, e in zip(keys, entries, strict=True)}
@@ -171,7 +172,6 @@ def replay(
 def record(
     p: Walk,
     name: str,
-    at: float,
     user_key: str,
     first: dict[str, GroupEntry],
     live: dict[str, GroupEntry | None],
@@ -179,13 +179,14 @@ def record(
     via: dict[str, tuple[int, ...]],
 ) -> None:
     """Keep what a walk found above ``first`` with the snapshot it was found in: the
-    sweep's ``live`` entries, taken ``at`` (our clock) no later than the walk's
-    searches. Nothing kept (and an old record dropped) when a stamp is not trusted
-    or a group found is not one of the sweep's."""
+    sweep's ``live`` entries, taken no later than the walk's searches. Nothing kept
+    (and an old record dropped) when a stamp is not trusted as of the request's start
+    (before every search it made: the conservative side) or a group found is not one
+    of the sweep's."""
     key = p.ctx.cache.key(name)
     ok = (
-        _trusted(first.values(), at)
-        and _trusted(live.values(), at)
+        _trusted(first.values(), p.started)
+        and _trusted(live.values(), p.started)
         and all(live.get(k) is not None for k in above)
         and first.keys().isdisjoint(live.keys())
     )
@@ -232,6 +233,4 @@ def record_cold(p: Walk, name: str, user_key: str, found: dict[str, GroupEntry])
                     nxt.append(k)
         level += 1
         up = nxt if level <= s.nesting_level else []
-    # Trusted as of the request's start: before either search (the conservative side).
-    via_at = {k: tuple(v) for k, v in via.items()}
-    record(p, name, p.started, user_key, first, live, above, via_at)
+    record(p, name, user_key, first, live, above, {k: tuple(v) for k, v in via.items()})

@@ -155,7 +155,7 @@ def walk_stamps(
             if level == 1 and sweep is None and up:
                 sweep = above.sweep_alone(p, user.dn, len(first))
             if sweep is not None and level == 1:
-                live = above.read(p, sweep)
+                live = above.read(p, user.name, sweep)
                 same = above.replay(p, sweep, live, user_key, first) if live is not None else None
                 if same is not None:
                     # Nothing above the first level can have changed: its groups are
@@ -168,7 +168,7 @@ def walk_stamps(
                     p.ctx.counters.add(VALIDATE_ABOVE, 1, 0.0, len(same[0]))
                     return found, mine, prim
     if live is not None and sweep is not None:
-        above.record(p, user.name, sweep.at, user_key, first, live, found_at,
+        above.record(p, user.name, user_key, first, live, found_at,
                      {k: tuple(v) for k, v in via_at.items()})  # fmt: skip
     return found, mine, prim
 

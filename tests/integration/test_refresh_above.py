@@ -209,3 +209,38 @@ def test_records_keep_the_most_recently_used_users():
     assert kept.get(b"b") is None and kept.get(b"a") is rec and kept.get(b"c") is rec
     kept.put(b"a", None)  # a record not made drops the old one
     assert kept.get(b"a") is None
+
+
+def test_a_sweep_past_its_record_drops_it(tmp_path, slapd_small_fresh):
+    """Two groups more than the record's sweep held: the sweep stops at its bound
+    (one past the record's count), the walk searches, exact; the record dropped, the
+    next revalidation sweeps as the cold walk would (due) and records, and the one
+    after needs no OR."""
+    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
+    sc = exp.scenario
+    user = exp.big_user
+    cfg = make_domain([s.uri], s.base_dn)
+    p, cache, counters = _backend(tmp_path / "db", cfg)
+    assert p.user_by_name(user).outcome.name == "FOUND"
+    assert p.initgroups(user).outcome.name == "FOUND"
+    before = _state(cache, user)
+    assert p.sweeps.above.get(cache.key(user)) is not None
+    other = next(u for u in exp.user_names() if u != user)
+    s.ldap_modify(
+        "".join(
+            f"dn: {sc.group_dn(f'more{i}')}\nchangetype: add\nobjectClass: top\n"
+            f"objectClass: groupOfNames\nobjectClass: posixGroup\ncn: more{i}\n"
+            f"gidNumber: {39010 + i}\nmember: {sc.user_dn(other)}\n\n"
+            for i in range(2)
+        )
+    )
+    for ors, shortcut, recorded in ((True, 0, False), (True, 0, True), (False, 1, True)):
+        counters.reset()
+        spy = _Searches(p.client)
+        _refresh(p, cache, user)
+        spy.stop()
+        assert (spy.member_terms() > 2, spy.stamp_sweeps()) == (ors, 1)
+        assert counters.get(VALIDATE_ABOVE).count == shortcut
+        assert (p.sweeps.above.get(cache.key(user)) is not None) is recorded
+        assert _state(cache, user) == before == _oracle(tmp_path, cfg, user)
+    assert p.sweeps.groups_at_least > 0  # the first stopped at its bound
