@@ -15,7 +15,7 @@ import pytest
 
 from cached.cache import State
 from cached.config import ConfigError, SearchBase, parse_search_bases
-from cached.counters import VALIDATE, VALIDATE_FETCHED
+from cached.counters import VALIDATE, VALIDATE_ABOVE, VALIDATE_FETCHED
 from cached.dn import in_scope, normalize_dn
 from cached.ldap.exchange import Search
 from cached.ldap.provider import Outcome
@@ -229,6 +229,21 @@ def test_initgroups_through_a_non_posix_group(tmp_path, zoo, sweep):
     assert p.group_by_name("middle").outcome is Outcome.NOT_FOUND
 
 
+def test_a_refresh_through_a_non_posix_group_from_the_stamp_sweep(tmp_path, zoo):
+    """groupOfNames: "middle" (no gidNumber) is walked through; after ``-E`` the
+    levels above bob's first come from the stamp sweep's record, "top" among them
+    (reached through "middle"), as the cold walk found them."""
+    p, cache = backend(tmp_path, zoo, ldap_group_object_class="groupOfNames")
+    _sweep_all(p, "groups-swept")
+    assert p.initgroups("bob").outcome is Outcome.FOUND
+    cache.invalidate_all()
+    assert p.user_by_name("bob").outcome is Outcome.FOUND
+    assert p.initgroups("bob").outcome is Outcome.FOUND
+    assert p.counters.get(VALIDATE_ABOVE).count == 1
+    assert stored_gids(cache, "bob") == {5000, 7001, 7003, 7004, 7005}
+    assert cache.initgroups("bob").state is State.VALID
+
+
 def test_multi_valued_names_answer_under_the_rdn_value(tmp_path, zoo):
     p, cache = backend(tmp_path, zoo)
     assert p.user_by_name("maxv").outcome is Outcome.FOUND  # the other uid value
@@ -354,10 +369,13 @@ def test_refresh_by_stamps_under_a_size_limit(tmp_path):
         assert cache.initgroups("u0").state is State.VALID
 
 
-def test_refresh_by_stamps_keeps_names_from_entries(tmp_path, zoo):
+@pytest.mark.parametrize("sweep", ["looked-up", "groups-swept"])
+def test_refresh_by_stamps_keeps_names_from_entries(tmp_path, zoo, sweep):
     # The zoo's cn-named, escaped and other-case member spellings: what a refresh after
-    # `-E` stores equals the cold answer, every group valid.
+    # `-E` stores equals the cold answer, every group valid. ``groups-swept``: the
+    # levels above the first from the stamp sweep's record (cached/ldap/above.py).
     p, cache = backend(tmp_path, zoo)
+    _sweep_all(p, sweep)
     for user in ("bob", "jsmith", "mvx"):
         assert p.initgroups(user).outcome is Outcome.FOUND
     cold = {u: stored_gids(cache, u) for u in ("bob", "jsmith", "mvx")}
@@ -370,6 +388,7 @@ def test_refresh_by_stamps_keeps_names_from_entries(tmp_path, zoo):
     assert p.counters.get(VALIDATE).amount > 0
     assert stored_members(cache, "spell") == spell == EXPECTED["spell"]
     assert cache.group_by_name("spell").state is State.VALID
+    assert (p.counters.get(VALIDATE_ABOVE).count > 0) is (sweep == "groups-swept")
     # A group lookup after `-E` is validated by stamps too, its answer unchanged.
     cache.invalidate_all()
     validated = p.counters.get(VALIDATE).amount
