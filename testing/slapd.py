@@ -529,25 +529,30 @@ class Slapd(Service):
 
         The stats log does not show controls or cookies, so pages are recognised by
         their shape: the same connection, base, scope, filter and attributes as the
-        previous operation on that connection, which returned exactly ``page_size``
-        entries (a full page; the last page returns up to that many).  An identical
-        search repeated after one that happened to return exactly ``page_size``
-        entries would be taken for a next page: keep ``page_size`` equal to the
-        client's page size.  Filters cut in the log compare by their logged ~4 KiB.
+        previous operation of that shape on that connection, which returned exactly
+        ``page_size`` entries (a full page; the last page returns up to that many).
+        Other searches may come between the pages: a client sends unpaged searches
+        with a paged one (several message ids outstanding), and slapd's threads log
+        them in any order.  An identical search repeated after one that happened to
+        return exactly ``page_size`` entries would be taken for a next page: keep
+        ``page_size`` equal to the client's page size.  Filters cut in the log compare
+        by their logged ~4 KiB.
         """
         ops = self.searches(
             since_offset, include_probes=include_probes, settle_timeout=settle_timeout
         )
         result: list[list[SearchOp]] = []
-        latest: dict[tuple[int, int], list[SearchOp]] = {}  # (run, conn) -> its last search
+        # (run, conn, shape) -> the last search of that shape on that connection
+        latest: dict[tuple[int, int, tuple[str, int, str, tuple[str, ...]]], list[SearchOp]] = {}
         for op in ops:
-            pages = latest.get((op.run, op.conn))
-            if pages and pages[-1].nentries == page_size and pages[-1].shape == op.shape:
+            key = (op.run, op.conn, op.shape)
+            pages = latest.get(key)
+            if pages and pages[-1].nentries == page_size:
                 pages.append(op)
                 continue
             pages = [op]
             result.append(pages)
-            latest[(op.run, op.conn)] = pages
+            latest[key] = pages
         return result
 
     def count_logical_searches(
