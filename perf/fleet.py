@@ -93,8 +93,13 @@ START_WORKERS = 4  # daemons started at once: start-up is CPU (Python imports)
 MIN_AVAILABLE_MIB = 3072
 # One search's stats line and the timestamp slapd puts before it (testing/slapd.py).
 # Per host from cached's counters: logical searches, bytes received, waits on the backend.
-# And the catch-up runs after the domain came back online.
-FIGURES = ((C.LDAP_SEARCH, 0), (C.LDAP_BYTES, 2), (C.NSS_WAIT, 0), (C.REFRESH_CATCH_UP, 0))
+# And the catch-up runs after the domain came back online, the initgroups requests (a
+# client's or a revalidation's: a user's groups fetched or revalidated once each) and
+# the early refresh-ahead runs (entries answered past their midpoint).
+FIGURES = (
+    (C.LDAP_SEARCH, 0), (C.LDAP_BYTES, 2), (C.NSS_WAIT, 0), (C.REFRESH_CATCH_UP, 0),
+    (C.REQ_INITGR, 0), (C.REFRESH_EARLY, 0),
+)  # fmt: skip
 _SRCH_AT = re.compile(
     r'([0-9a-f]{8,})\.[0-9a-f]{8} 0x[0-9a-f]+ conn=\d+ op=\d+ SRCH base="([^"]*)"'
 )
@@ -212,6 +217,8 @@ class Phase:
     host_bytes: list[int] = field(default_factory=list)
     host_waits: list[int] = field(default_factory=list)
     host_catch_ups: list[int] = field(default_factory=list)
+    host_initgr: list[int] = field(default_factory=list)
+    host_early: list[int] = field(default_factory=list)
 
     @property
     def peak(self) -> int:
@@ -322,6 +329,8 @@ class Run:
             ph.host_bytes = [d[1] for d in diff]
             ph.host_waits = [d[2] for d in diff]
             ph.host_catch_ups = [d[3] for d in diff]
+            ph.host_initgr = [d[4] for d in diff]
+            ph.host_early = [d[5] for d in diff]
             ph.bytes = sum(ph.host_bytes)
         elif self.proxy is not None:
             ph.bytes = self.proxy.stats.bytes_down - bytes0
@@ -394,16 +403,19 @@ def _render(res: dict[str, Any], out: Path) -> list[str]:
             f" {_pct(lk, 0.5):.3f} | {_pct(lk, 0.99):.3f} | {p['wrong']} | {waits} |"
         )
     lines += ["", "Per cached host (its own counters): logical searches, KiB received, lookups that"
-              " waited on the backend, catch-up runs; min / median / max; hosts that waited.",
-              "", "| phase | searches | KiB | waits | catch-up runs | hosts that waited |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+              " waited on the backend, catch-up runs, initgroups requests, early runs;"
+              " min / median / max; hosts that waited.", "",
+              "| phase | searches | KiB | waits | catch-up runs | initgroups | early runs"
+              " | hosts that waited |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in res["phases"]:
         if p["fleet"] == "cached" and p["host_searches"]:
-            catch_ups = p.get("host_catch_ups") or [0] * len(p["host_waits"])
+            zeros = [0] * len(p["host_waits"])
             kib = [b / 1024 for b in p["host_bytes"]]
+            later = [p.get(k) or zeros for k in ("host_catch_ups", "host_initgr", "host_early")]
             cols = [
                 " / ".join(f"{f(xs):,.0f}" for f in (min, statistics.median, max))
-                for xs in (p["host_searches"], kib, p["host_waits"], catch_ups)
+                for xs in (p["host_searches"], kib, p["host_waits"], *later)
             ]
             waited = sum(1 for w in p["host_waits"] if w)
             lines.append(f"| {p['name']} | " + " | ".join(cols) + f" | {waited} |")
