@@ -58,6 +58,9 @@ VALIDATE_FETCHED = "be.validate.fetched"  # amount: groups of those fetched whol
 # for (cached/ldap/above.py); amount: those groups.
 VALIDATE_ABOVE = "be.validate.above"
 REFRESH_EARLY = "be.refresh.early"  # early refresh-ahead runs (entries used past their midpoint)
+# Notes of entries answered past their midpoint that made no early run: the scheduled
+# refresh-ahead runs refresh them before they expire.
+REFRESH_LEFT = "be.refresh.left"
 REFRESH_CATCH_UP = "be.refresh.catch_up"  # refresh-ahead runs after the domain came back online
 # Searches of background requests held to their pace (count, seconds waited).
 REFRESH_PACED = "be.refresh.paced"

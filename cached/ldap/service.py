@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,13 @@ from cached.cache import StoreWriteError
 from cached.cache.writer import open_backend_cache
 from cached.config import Config, DomainConfig
 from cached.config.options import AccessProvider
-from cached.counters import COUNTERS, REFRESH_CATCH_UP, REFRESH_EARLY, format_profile
+from cached.counters import (
+    COUNTERS,
+    REFRESH_CATCH_UP,
+    REFRESH_EARLY,
+    REFRESH_LEFT,
+    format_profile,
+)
 from cached.ipc import aio, framing
 from cached.ipc.ops import (
     LOOKUPS,
@@ -130,21 +136,44 @@ REFRESH_SEARCHES_PER_SECOND = 2.0
 REFRESH_UID = "refresh"
 
 
+def refresh_margin(interval: float, spread: float) -> float:
+    """How long before an entry's expiry, at least, the scheduled run that refreshes
+    it begins: the offset ``spread``, at least REFRESH_RUN_MARGIN or a third of the
+    interval (:func:`refresh_horizon`)."""
+    return max(spread, min(interval / 3, REFRESH_RUN_MARGIN))
+
+
 def refresh_horizon(
     now: float, following: float, interval: float, spread: float, lifetime: float
 ) -> float:
     """Until when (epoch) a scheduled refresh-ahead run beginning at ``now`` refreshes
     what expires, the next run beginning at ``following``: whatever expires within an
-    interval or before the next run, and within a margin after that (the offset
-    ``spread``, at least REFRESH_RUN_MARGIN or a third of the interval), so that the
-    run that refreshes an entry begins at least that margin before its expiry. Never
-    as far as 95 % of the entries' ``lifetime`` (0: none): entries stored a moment ago
-    are not refreshed at once."""
-    margin = max(spread, min(interval / 3, REFRESH_RUN_MARGIN))
-    horizon = max(now + interval, following) + margin
+    interval or before the next run, and within a margin after that
+    (:func:`refresh_margin`), so that the run that refreshes an entry begins at least
+    that margin before its expiry. Never as far as 95 % of the entries' ``lifetime``
+    (0: none): entries stored a moment ago are not refreshed at once."""
+    horizon = max(now + interval, following) + refresh_margin(interval, spread)
     if lifetime > 0:
         horizon = min(horizon, now + 0.95 * lifetime)
     return horizon
+
+
+def reached_in_time(expiry: float, runs: Sequence[tuple[float, float]], margin: float) -> bool:
+    """Whether the scheduled refresh-ahead runs ``runs`` ((start, horizon), epoch, the
+    next ones in order) refresh an entry expiring at ``expiry`` (epoch) before it
+    expires: one of them has it in its horizon and begins at least ``margin`` before
+    it (:func:`refresh_margin`), or it expires after the last one's horizon.
+
+    An entry past the last horizon is left to the runs after it: a run's horizon
+    reaches the margin past the next run's start (:func:`refresh_horizon`), so the runs
+    that follow each other cover every expiry after the first run's start plus the
+    margin, except where 95 % of the lifetime cuts a horizon short of that. That cut
+    leaves a gap only between runs about a lifetime apart, whose second horizon lies
+    beyond every entry past its midpoint; those gaps among the next runs count as not
+    reached, as does an expiry before the first run's start plus the margin."""
+    if expiry > runs[-1][1]:
+        return True
+    return any(start + margin <= expiry <= horizon for start, horizon in runs)
 
 
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
@@ -299,7 +328,11 @@ class BackendService:
         # Set by Op.REFRESH_SOON (an entry answered past its midpoint); the refresh-ahead
         # task runs early when it is set (_refresh_expired).
         self._soon = asyncio.Event()
-        self._last_early = -math.inf  # monotonic
+        # Monotonic: the last early run, or the last note left to the scheduled runs.
+        self._last_early = -math.inf
+        # The last scheduled run refreshed all it had due and ended before the next
+        # was due: the next runs can be counted on (early_horizon).
+        self._runs_keep_up = True
         self._soon_at: float | None = None  # monotonic start of the noted early run
         # Monotonic start of the catch-up run after the domain came back online.
         self._catch_up_at: float | None = None
@@ -739,11 +772,16 @@ class BackendService:
         d = self.domain
         interval = float(d.refresh_expired_interval)
         offset = float(d.refresh_expired_interval_offset)
-        lifetime = min(d.entry_cache_user_timeout, d.entry_cache_group_timeout)
+        lifetime = self.shortest_lifetime()
         if lifetime and interval + offset > lifetime:
             interval = 0.7 * lifetime
             offset = 0.1 * interval
         return interval, offset
+
+    def shortest_lifetime(self) -> float:
+        """The shorter of the user and group entry lifetimes (0: entries never expire)."""
+        d = self.domain
+        return float(min(d.entry_cache_user_timeout, d.entry_cache_group_timeout))
 
     def soon_schedule(self) -> tuple[float, float, float]:
         """(user window, group window, gap) of the early runs: an entry is past its
@@ -778,25 +816,25 @@ class BackendService:
         expired."""
         interval, spread = self.refresh_schedule()
         offset = self.jitter.offset(REFRESH_AHEAD, spread)
-        d = self.domain
-        lifetime = float(min(d.entry_cache_user_timeout, d.entry_cache_group_timeout))
+        lifetime = self.shortest_lifetime()
         # The first run 30 s after start-up, as SSSD's be_refresh, plus the offset.
         due = time.monotonic() + min(30.0, interval) + offset
         while True:
             await self._until(due)
             began, began_at = time.monotonic(), time.time()
             following = self.next_refresh(began_at, interval)
+            due = began + (following - began_at)
             if self.client.online:  # offline: the server check tries the servers
                 # Whatever expires within an interval, or before the next run begins,
                 # and within the margin after that (SSSD's horizon of one interval
                 # leaves the entries expiring in the offset its next run may come late
                 # by to expire).
-                await self._refresh_run(
+                whole = await self._refresh_run(
                     refresh_horizon(began_at, following, interval, spread, lifetime)
                 )
+                self._runs_keep_up = whole and time.monotonic() < due
             else:
                 log.info("background refresh skipped: domain %s offline", self.domain.name)
-            due = began + (following - began_at)
 
     def next_refresh(self, now: float, interval: float) -> float:
         """When (epoch) the scheduled run after one beginning at ``now`` begins: at
@@ -811,16 +849,19 @@ class BackendService:
         return next_at(now + interval / 10, interval, self.jitter.fraction(REFRESH_PHASE))
 
     async def _until(self, due: float) -> None:
-        """Wait for ``due`` (monotonic), running an early run whenever the responder
-        noted entries answered past their midpoint (Op.REFRESH_SOON), at most one per
-        gap: SSSD refreshes each such entry with a request of its own
-        (``entry_cache_nowait_percentage``), which for a user in 2,085 groups is 2,085
-        searches; the early run refreshes whatever is past its midpoint at once, a
+        """Wait for ``due`` (monotonic), the next scheduled run, running an early run
+        when the responder noted entries answered past their midpoint (Op.REFRESH_SOON)
+        that the scheduled runs would not refresh before they expire
+        (:meth:`early_horizon`), at most one per gap: SSSD refreshes each such entry
+        with a request of its own (``entry_cache_nowait_percentage``), which for a user
+        in 2,085 groups is 2,085 searches; the early run refreshes them at once, a
         user's groups with one walk by stamps. An early run starts at this host's delay
         after the note (:meth:`soon_delay`). When the domain came back online, the
-        catch-up run refreshes the same (what expired or passed its midpoint while
-        nothing ran) at this host's delay after it came back (:meth:`catch_up_delay`).
-        Both are skipped while offline, as the runs are."""
+        catch-up run refreshes whatever expired or passed its midpoint while nothing
+        ran at this host's delay after it came back (:meth:`catch_up_delay`). Both are
+        skipped while offline, as the runs are. Notes that come while a scheduled run
+        is in progress are weighed after it (this wait comes between runs), against
+        what it left."""
         users, groups, gap = self.soon_schedule()
         while (wait := due - time.monotonic()) > 0:
             now = time.monotonic()
@@ -846,10 +887,56 @@ class BackendService:
                 log.info("%s refresh skipped: domain %s offline",
                          "catch-up" if catch_up else "early", self.domain.name)  # fmt: skip
                 continue
+            now_wall = time.time()
+            bound = now_wall + max(users, groups) if catch_up else self.early_horizon(due)
+            if bound is None:
+                COUNTERS.add(REFRESH_LEFT)
+                log.debug("early refresh not needed: the scheduled runs refresh in time "
+                          "what is past its midpoint")  # fmt: skip
+                continue
             COUNTERS.add(REFRESH_CATCH_UP if catch_up else REFRESH_EARLY)
             why = "catch-up, back online" if catch_up else "early, past the midpoint"
-            now_wall = time.time()
-            await self._refresh_run(now_wall + groups, now_wall + users, why)
+            await self._refresh_run(
+                min(now_wall + groups, bound), min(now_wall + users, bound), why
+            )
+
+    def early_horizon(self, due: float) -> float | None:
+        """Until when (epoch) an early run refreshes what is past its midpoint, the next
+        scheduled run beginning at ``due`` (monotonic): the last expiry among the
+        entries past their midpoint (not yet expired) that the next scheduled runs
+        would not refresh in time (:func:`reached_in_time`); None when there is none,
+        and then no early run is made.
+
+        Each scheduled run refreshes what expires before the next run plus a margin
+        (:func:`refresh_horizon`): with the interval at 70 % of the lifetime (SSSD's
+        rule, the default), entries pass their midpoint between two runs and the next
+        run refreshes them before they expire. An early run for every entry past its
+        midpoint, as before, revalidated a host whose entries are looked up regularly
+        twice per interval: in a 200-host fleet (lifetime 180 s, interval 126 s) ~33
+        searches/s, whose busiest seconds passed 40, where the scheduled runs alone
+        make half that. What the scheduled runs would not reach in time still gets an
+        early run: entries expiring before the next run's start plus the margin (a
+        cache filled before a restart, whose first run comes 30 s after the start),
+        those in a gap between horizons. When the last scheduled run did not refresh
+        all it had due (REFRESH_MAX_PER_RUN, the domain went offline) or ended after
+        the next was due, the runs are not counted on: whatever is past its midpoint,
+        as before."""
+        users, groups, _gap = self.soon_schedule()
+        now = time.time()
+        if not self._runs_keep_up:
+            return now + max(users, groups)
+        interval, spread = self.refresh_schedule()
+        lifetime = self.shortest_lifetime()
+        runs = []
+        start = now + (due - time.monotonic())
+        for _ in range(2):  # the next run, and the one after
+            following = self.next_refresh(start, interval)
+            runs.append((start, refresh_horizon(start, following, interval, spread, lifetime)))
+            start = following
+        margin = refresh_margin(interval, spread)
+        missed = [x for x in self.expiries(now + users, now + groups)
+                  if not reached_in_time(x, runs, margin)]  # fmt: skip
+        return max(missed, default=None)
 
     def catch_up_delay(self) -> float:
         """This host's delay of the catch-up run after the domain came back online:
@@ -873,34 +960,42 @@ class BackendService:
 
     def soonest_expiry(self, horizon: float) -> float | None:
         """The soonest expiry (epoch) after now and by ``horizon`` of the users, groups
-        and initgroups lists the cache holds; None when none expires then. Entries
+        and initgroups lists the cache holds; None when none expires then."""
+        return min(self.expiries(horizon, horizon), default=None)
+
+    def expiries(self, users_by: float, groups_by: float) -> list[float]:
+        """The expiries (epoch) after now of the users and initgroups lists the cache
+        holds that expire by ``users_by``, and of the groups by ``groups_by``. Entries
         already expired are left out: a lookup of one waits whatever a run does."""
         cache = self.cache
         now = time.time()
-        users, groups, initgr = cache.expiring(horizon)
-        expiries = [t.data_expire for t in cache.times("user", users).values()]
-        expiries += [t.data_expire for t in cache.times("group", groups).values()]
-        expiries += [t.initgr_expire for t in cache.times("user", initgr).values()]
-        return min((e for e in expiries if now < e <= horizon), default=None)
+        users, groups, initgr = cache.expiring(max(users_by, groups_by))
+        out = [(t.data_expire, users_by) for t in cache.times("user", users).values()]
+        out += [(t.data_expire, groups_by) for t in cache.times("group", groups).values()]
+        out += [(t.initgr_expire, users_by) for t in cache.times("user", initgr).values()]
+        return [e for e, by in out if now < e <= by]
 
     async def _refresh_run(
         self, horizon: float, user_horizon: float | None = None, why: str = ""
-    ) -> None:
+    ) -> bool:
         """One run: initgroups first (one such request refreshes the user's groups as
         well, so the groups still due afterwards are the ones no refreshed user is in),
         then users and groups still due; the entries expiring first first. Groups
         expiring by ``horizon``, users (and their initgroups) by ``user_horizon``
-        (None: the same)."""
+        (None: the same). False when it stopped short of what was due (its bound
+        REFRESH_MAX_PER_RUN, the domain went offline)."""
         cache = self.cache
         until = {"user": horizon if user_horizon is None else user_horizon, "group": horizon}
         users, groups, initgr = cache.expiring(max(until.values()))
         budget = REFRESH_MAX_PER_RUN
         done = 0
         slot = time.monotonic()
+        whole = True
 
         async def refresh(op: Op, name: str) -> bool:
-            nonlocal budget, done, slot
+            nonlocal budget, done, slot, whole
             if budget <= 0 or not self.client.online:
+                whole = False
                 return False
             wait = slot - time.monotonic()
             if wait > 0:
@@ -951,6 +1046,7 @@ class BackendService:
             "" if self.client.online else " (went offline)",
             f" ({why})" if why else "",
         )
+        return whole
 
     async def _delayed_kinits(self) -> None:
         """krb5_store_password_if_offline: while logins made offline wait for their

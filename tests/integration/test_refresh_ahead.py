@@ -17,6 +17,7 @@ from cached.counters import (
     NSS_WAIT,
     REFRESH_CATCH_UP,
     REFRESH_EARLY,
+    REFRESH_LEFT,
     REFRESH_PACED,
     REQ_GROUP,
     REQ_INITGR,
@@ -242,42 +243,62 @@ def test_no_lookup_waits_on_expiry_over_several_lifetimes(
     """Refresh ahead at its default schedule (70 % of the entry lifetime, this host's
     offset up to 10 % of that): entries are revalidated before they expire, so over
     several lifetimes no lookup waits on the backend (``nss.wait``) once the cold lookup
-    has filled the cache. The midpoint refresh is off, so that refresh ahead alone keeps
-    the entries valid; every lookup reaches the responder (no memory cache)."""
+    has filled the cache; every lookup reaches the responder (no memory cache). The
+    lookups go on past the entries' midpoint (``entry_cache_nowait_percentage`` 50 %,
+    the default) and are noted to the backend, which makes no early run: the next
+    scheduled run refreshes those entries before they expire
+    (BackendService.early_horizon), so the user's groups are revalidated once per
+    interval, not twice (a scheduled run and an early one)."""
     user = slapd_small.expected.big_user
     mid = tmp_path / "machine-id"
     mid.write_text(ID_A)
-    # 10 s: the interval is 7 s (70 %, in whole seconds) and the offset 0 (10 % of
-    # that, in whole seconds), so a run begins 7 s after the previous one and
-    # refreshes what expires before the next: each entry is revalidated up to 4 s
+    # 20 s: the interval is 14 s (70 %, in whole seconds) and the offset 1 (10 % of
+    # that, in whole seconds), so a run begins 14 s after the previous one and
+    # refreshes what expires before the next: each entry is revalidated about 6 s
     # before it expires, which leaves a run the ~2 s its searches take at the
-    # background's pace (REFRESH_SEARCHES_PER_SECOND). Two lifetimes hold two runs.
-    lifetime = 10
+    # background's pace (REFRESH_SEARCHES_PER_SECOND). The entries pass their
+    # midpoint 10 s after each run (the midpoint is never sooner than 10 s after a
+    # refresh, expiry.MIDPOINT_MIN_SECONDS), 4 s before the next. A lifetime and a
+    # half holds two runs, and two such 4 s.
+    lifetime, interval = 20, 14
     d = daemon_factory(
         slapd_small,
         daemon={"machine_id_file": mid},
         refresh_expired_interval=None,
         entry_cache_timeout=lifetime,
-        nss={"entry_cache_nowait_percentage": 0},
     )
     env = {"SSS_NSS_USE_MEMCACHE": "NO"}
     want = d.run_nss(["id", user], env=env)
     assert want.returncode == 0, want.stderr
-    cold = d.counters()[NSS_WAIT][0]
+    before = d.counters()
+    cold = before[NSS_WAIT][0]
     assert cold > 0  # the cold lookup itself waited: the counter counts waits
 
-    # Lookups for two lifetimes of the cold lookup's entries, none waiting.
+    # Lookups for a lifetime and a half of the cold lookup's entries, none waiting.
     lookups = 0
-    end = time.monotonic() + 2 * lifetime
-    while time.monotonic() < end:
+    start = time.monotonic()
+    while time.monotonic() < start + 1.5 * lifetime:
         got = d.run_nss(["id", user], env=env)
         assert got.stdout == want.stdout
         lookups += 1
         assert d.counters()[NSS_WAIT][0] == cold, f"lookup {lookups} waited:\n{d.log_tail()}"
+    elapsed = time.monotonic() - start
+    after = d.counters()
+
+    def delta(name: str) -> float:
+        return float(after.get(name, [0])[0] - before.get(name, [0])[0])
+
     # The entries were revalidated in the background meanwhile (at least once per
     # lifetime), by their stamps: nothing changed, nothing fetched whole.
     assert d.log_text().count("background refresh: 1 initgroups") >= 2
     assert _amount(d, VALIDATE_FETCHED) == 0
+    # Lookups past the midpoint were noted, and left to the scheduled runs: the user's
+    # groups revalidated by those runs only, once per interval begun (and once more
+    # where the second run, at this host's point of the interval, follows the first
+    # closely: BackendService.next_refresh).
+    assert delta(REFRESH_EARLY) == 0, d.log_text()
+    assert 1 <= delta(REQ_INITGR) <= elapsed // interval + 2, (elapsed, after)
+    assert delta(NSS_SOON) >= 1 and delta(REFRESH_LEFT) >= 1, after
 
 
 @requires_nss
@@ -339,24 +360,28 @@ def _states(d: CachedDaemon, gids: list[int], user: str | None = None) -> set[St
 def test_lookups_past_the_midpoint_refresh_together_in_the_background(
     daemon_factory, slapd_big, tmp_path: Path
 ) -> None:
-    """entry_cache_nowait_percentage with refresh ahead on: 2,085 getgrgid of entries
-    past their midpoint are answered at once (no lookup waits) and refreshed in the
-    background by one early refresh-ahead run, which revalidates the user's groups with
-    its walk by stamps: a bounded number of searches, not one per group (which SSSD's
-    rule, a refresh request per entry, makes: 2,085)."""
+    """entry_cache_nowait_percentage with refresh ahead on, for entries the scheduled
+    runs would not refresh before they expire: 2,085 getgrgid of entries past their
+    midpoint are answered at once (no lookup waits) and refreshed in the background by
+    one early refresh-ahead run, which revalidates the user's groups with its walk by
+    stamps: a bounded number of searches, not one per group (which SSSD's rule, a
+    refresh request per entry, makes: 2,085). Entries the scheduled runs refresh in
+    time make no early run (test_no_lookup_waits_on_expiry_over_several_lifetimes)."""
     user = slapd_big.expected.big_user
     mid = tmp_path / "machine-id"
     mid.write_text(ID_EARLY)
-    # A 600 s lifetime with the midpoint at 1 %: 6 s after the cold lookup its entries
-    # are past their midpoint, while the scheduled runs (the first 30 s plus this
-    # host's offset after the start, for what expires within 462 s) have nothing due
-    # for minutes.
+    # A 30 s lifetime with the midpoint at 20 % (but at least 10 s after the refresh,
+    # expiry.MIDPOINT_MIN_SECONDS): 10 s after the cold lookup its entries are past
+    # their midpoint. The daemon restarted then runs its first scheduled run 23 s
+    # after its start (the 21 s interval, 70 % of the lifetime, plus this host's
+    # offset, up to 2 s): after the entries expire, so only an early run refreshes
+    # them in time.
     d = daemon_factory(
         slapd_big,
         daemon={"machine_id_file": mid},
         refresh_expired_interval=None,
-        entry_cache_timeout=600,
-        nss={"entry_cache_nowait_percentage": 1},
+        entry_cache_timeout=30,
+        nss={"entry_cache_nowait_percentage": 20},
     )
     env = {"SSS_NSS_USE_MEMCACHE": "NO"}
     cold = d.run_nss(["id", user], env=env)
@@ -364,6 +389,8 @@ def test_lookups_past_the_midpoint_refresh_together_in_the_background(
     gids = sorted({int(g) for g in re.findall(r"(\d+)\(", cold.stdout.split("groups=")[1])})
     assert len(gids) > 2000
     _wait("past the midpoint", lambda: _states(d, gids, user) == {State.MIDPOINT}, d)
+    d.stop()
+    d.start()
 
     before = d.counters()
     got = d.run_nss(["getent", "group", *map(str, gids)], env=env)

@@ -196,3 +196,74 @@ def test_a_scheduled_run_refreshes_up_to_the_next_and_never_what_was_just_stored
         # What expires before the next run begins, and a margin after it, is due now.
         assert horizon >= min(following + min(spread, interval / 3), now + 0.95 * lifetime)
         assert horizon >= now + interval
+
+
+def test_reached_in_time_by_a_run_a_margin_before_or_after_the_last_horizon() -> None:
+    # The next run at 0 (refreshing to 95), the one after at 100 (to 195); margin 10.
+    runs, margin = [(0.0, 95.0), (100.0, 195.0)], 10.0
+    reached = [x for x in (5.0, 10.0, 50.0, 95.0, 97.0, 105.0, 110.0, 195.0, 300.0)
+               if service_mod.reached_in_time(x, runs, margin)]  # fmt: skip
+    # Not: before the first run's start plus the margin; the gap between the first
+    # horizon and the second run's start plus the margin.
+    assert reached == [10.0, 50.0, 95.0, 110.0, 195.0, 300.0]
+
+
+class _Now:
+    """The service's clocks: wall ``time`` and ``monotonic`` ``time - 4900``."""
+
+    def __init__(self) -> None:
+        self.wall = 5000.0
+
+    def time(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.wall - 4900.0
+
+
+@pytest.mark.parametrize("lifetime", [180, 600, 5400])
+def test_entries_refreshed_by_a_scheduled_run_make_no_early_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lifetime: int
+) -> None:
+    """With SSSD's rule's interval (70 % of the lifetime, the default), an entry a
+    scheduled run refreshed passes its midpoint (50 %) before the next run, whose
+    horizon holds its expiry: an entry answered then makes no early run, whenever in
+    the interval the runs fall. One that expires before the next run's start plus the
+    margin does, and everything past its midpoint does when the last run fell behind."""
+    clock = _Now()
+    monkeypatch.setattr(service_mod, "time", clock)
+    s = _host_service(
+        tmp_path, f"l{lifetime}", ID_A, entry_cache_timeout=lifetime, refresh_expired_interval=None
+    )
+    try:
+        interval, spread = s.refresh_schedule()
+        assert interval == pytest.approx(0.7 * lifetime, abs=1)
+        window, _groups, _gap = s.soon_schedule()
+        stored: list[float] = []
+        s.expiries = lambda users, groups: [  # type: ignore[method-assign,assignment]
+            x for x in stored if clock.wall < x <= users
+        ]
+        point = s.next_refresh(1_765_000_000.0, interval)  # one of the host's runs
+        for apart in (0.75, 0.9, 1.0, 1.09):  # the last run, in intervals before it
+            began = point - apart * interval
+            following = s.next_refresh(began, interval)
+            assert following == pytest.approx(point)
+            stored[:] = [began + lifetime]  # refreshed by that run
+            midpoint = began + lifetime - window
+            assert midpoint < following
+            for past in (0.0, 0.5, 0.99):  # answered from the midpoint to the next run
+                clock.wall = midpoint + past * (following - midpoint)
+                due = clock.monotonic() + (following - clock.wall)
+                assert s.early_horizon(due) is None, (apart, past)
+            # An entry expiring before the next run's start plus the margin: early.
+            margin = service_mod.refresh_margin(interval, spread)
+            stored[:] = [began + lifetime, following + margin / 2]
+            clock.wall = following + margin / 2 - window / 2  # past its midpoint
+            due = clock.monotonic() + (following - clock.wall)
+            assert s.early_horizon(due) == following + margin / 2
+            # The last scheduled run did not refresh all it had due: as before.
+            s._runs_keep_up = False
+            assert s.early_horizon(due) == clock.wall + window
+            s._runs_keep_up = True
+    finally:
+        s.cache.close()
