@@ -83,7 +83,8 @@ class Op(enum.StrEnum):
     # the sudo rules (cached/ldap/sudo.py).
     SUDO_REFRESH = "sudo_refresh"
     # Backend, from the responder: entries were answered past their midpoint
-    # (entry_cache_nowait_percentage); refresh ahead runs early (cached/ldap/service.py).
+    # (entry_cache_nowait_percentage); refresh ahead runs early for those its scheduled
+    # runs would not refresh in time (cached/ldap/service.py, early_horizon).
     REFRESH_SOON = "refresh_soon"
 
 

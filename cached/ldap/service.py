@@ -103,13 +103,15 @@ REFRESH_MAX_PER_RUN = 1000
 # (or a third of an interval when shorter): the next run may fall just before an
 # expiry, and its requests take their time at the background's pace.
 REFRESH_RUN_MARGIN = 60.0
-# Entries used past their midpoint (entry_cache_nowait_percentage) are refreshed by an
-# early run of refresh ahead (the responder's Op.REFRESH_SOON), not one request each:
-# the run revalidates a user's groups with the initgroups walk by stamps (~7 searches
-# for the 2,085 groups of bigroupuser, where a request per getgrgid made 2,085). Early
-# runs follow each other at least this long apart: at most REFRESH_SOON_GAP, and at
-# most a tenth of the window between the midpoint and the expiry, so that an entry
-# noted just after a run is refreshed long before it expires.
+# Entries used past their midpoint (entry_cache_nowait_percentage) that the scheduled
+# runs would not refresh before they expire (BackendService.early_horizon) are
+# refreshed by an early run of refresh ahead (the responder's Op.REFRESH_SOON), not one
+# request each: the run revalidates a user's groups with the initgroups walk by stamps
+# (~7 searches for the 2,085 groups of bigroupuser, where a request per getgrgid made
+# 2,085). Early runs, and notes weighed without one, follow each other at least this
+# long apart: at most REFRESH_SOON_GAP, and at most a tenth of the window between the
+# midpoint and the expiry, so that an entry noted just after a run is refreshed long
+# before it expires.
 REFRESH_SOON_GAP = 60.0
 # An early run starts this host's share (cached/jitter.py, REFRESH_SOON) of at most
 # REFRESH_SOON_SPREAD, and at most half the window, after the note that asked for it:
