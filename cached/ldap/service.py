@@ -169,10 +169,11 @@ def reached_in_time(expiry: float, runs: Sequence[tuple[float, float]], margin: 
     An entry past the last horizon is left to the runs after it: a run's horizon
     reaches the margin past the next run's start (:func:`refresh_horizon`), so the runs
     that follow each other cover every expiry after the first run's start plus the
-    margin, except where 95 % of the lifetime cuts a horizon short of that. That cut
-    leaves a gap only between runs about a lifetime apart, whose second horizon lies
-    beyond every entry past its midpoint; those gaps among the next runs count as not
-    reached, as does an expiry before the first run's start plus the margin."""
+    margin, unless 95 % of the lifetime cuts a horizon short of that, which happens
+    only between runs more than 95 % of the lifetime less the margin apart. Such a gap
+    among the given runs counts as not reached, as does an expiry before the first
+    run's start plus the margin. With the default interval (70 % of the lifetime) the
+    second run's horizon lies beyond every entry past its midpoint."""
     if expiry > runs[-1][1]:
         return True
     return any(start + margin <= expiry <= horizon for start, horizon in runs)
