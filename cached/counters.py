@@ -61,6 +61,7 @@ REFRESH_EARLY = "be.refresh.early"  # early refresh-ahead runs (entries used pas
 # Notes of entries answered past their midpoint that made no early run: the scheduled
 # refresh-ahead runs refresh them before they expire.
 REFRESH_LEFT = "be.refresh.left"
+BACKGROUND_RESTART = "be.background.restart"  # background tasks started again after an exception
 REFRESH_CATCH_UP = "be.refresh.catch_up"  # refresh-ahead runs after the domain came back online
 # Searches of background requests held to their pace (count, seconds waited).
 REFRESH_PACED = "be.refresh.paced"

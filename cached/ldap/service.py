@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ from cached.cache.writer import open_backend_cache
 from cached.config import Config, DomainConfig
 from cached.config.options import AccessProvider
 from cached.counters import (
+    BACKGROUND_RESTART,
     COUNTERS,
     REFRESH_CATCH_UP,
     REFRESH_EARLY,
@@ -177,6 +178,31 @@ def reached_in_time(expiry: float, runs: Sequence[tuple[float, float]], margin: 
     if expiry > runs[-1][1]:
         return True
     return any(start + margin <= expiry <= horizon for start, horizon in runs)
+
+
+# A background task (refresh ahead, the server check, the timestamp flush...) that
+# raised is started again this long after, so a fault in one round (a store read that
+# failed, a bug on a rare path) does not leave the host without refresh or recovery
+# for the rest of the backend's life: an asyncio task that raises simply ends, and
+# nothing but the garbage collector would say so.
+BACKGROUND_RESTART_DELAY = 5.0
+
+
+async def kept(
+    name: str, loop: Callable[[], Awaitable[None]], delay: float = BACKGROUND_RESTART_DELAY
+) -> None:
+    """Run the background ``loop`` for the backend's life: when it raises, log the
+    exception (ERROR, with its traceback), count it (``be.background.restart``) and
+    start it again ``delay`` seconds later; when it returns, stop. Cancellation (the
+    backend stopping) goes through."""
+    while True:
+        try:
+            await loop()
+            return
+        except Exception:
+            COUNTERS.add(BACKGROUND_RESTART)
+            log.exception("background task %s failed; started again in %.0f s", name, delay)
+        await asyncio.sleep(delay)
 
 
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
@@ -1085,23 +1111,25 @@ class BackendService:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # logs go to stderr
-        syncer = asyncio.create_task(self._sync_timestamps())
-        checker = asyncio.create_task(self._server_check())
-        warm_up = asyncio.create_task(self._warm_up())
+        def background(name: str, loop: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+            return asyncio.create_task(kept(name, loop))
+
+        syncer = background("timestamp flush", self._sync_timestamps)
+        checker = background("server check", self._server_check)
+        warm_up = background("warm-up", self._warm_up)
+        d = self.domain
         refresher = (
-            asyncio.create_task(self._refresh_expired())
-            if self.domain.refresh_expired_interval > 0
+            background("refresh ahead", self._refresh_expired)
+            if d.refresh_expired_interval > 0
             else None
         )
-        sudo_task = asyncio.create_task(self._sudo_refresh_loop()) if self.sudo else None
+        sudo_task = background("sudo refresh", self._sudo_refresh_loop) if self.sudo else None
         kinits = (
-            asyncio.create_task(self._delayed_kinits())
-            if self.domain.krb5_store_password_if_offline
+            background("delayed kinit", self._delayed_kinits)
+            if d.krb5_store_password_if_offline
             else None
         )
-        renewer = (
-            asyncio.create_task(self._renew_tgts()) if self.domain.krb5_renew_interval > 0 else None
-        )
+        renewer = background("TGT renewal", self._renew_tgts) if d.krb5_renew_interval > 0 else None
         log.info("backend %s ready on %s", self.domain.name, path)
         ready()
         await stop.wait()

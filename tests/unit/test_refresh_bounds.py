@@ -15,6 +15,7 @@ import pytest
 import cached.ldap.service as service_mod
 from cached.cache.records import Times
 from cached.config import parse_config
+from cached.counters import BACKGROUND_RESTART, COUNTERS
 from cached.ipc.ops import Op
 from cached.jitter import CATCH_UP, REFRESH_SOON
 from cached.ldap.service import BackendService
@@ -267,3 +268,48 @@ def test_entries_refreshed_by_a_scheduled_run_make_no_early_run(
             s._runs_keep_up = True
     finally:
         s.cache.close()
+
+
+def test_a_background_task_that_raises_is_logged_and_started_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A round of a background loop that raises (a store read that failed) is logged
+    with its traceback and the loop runs again: without ``kept`` the task would end,
+    and refresh ahead with it, for the rest of the backend's life."""
+    rounds: list[int] = []
+
+    async def loop() -> None:
+        rounds.append(len(rounds))
+        if len(rounds) < 3:
+            raise OSError("the timestamp store could not be read")
+
+    before = COUNTERS.get(BACKGROUND_RESTART).count
+    with caplog.at_level("ERROR", logger="cached.ldap.service"):
+        asyncio.run(asyncio.wait_for(service_mod.kept("refresh ahead", loop, delay=0.0), 30))
+    assert rounds == [0, 1, 2]  # returned on the third round: not started again
+    failed = [r for r in caplog.records if "background task refresh ahead failed" in r.message]
+    assert len(failed) == 2
+    assert all(r.exc_info and "timestamp store" in str(r.exc_info[1]) for r in failed)
+    after = COUNTERS.get(BACKGROUND_RESTART).count
+    assert after - before == 2
+
+
+def test_the_backend_stopping_cancels_a_kept_task() -> None:
+    """Cancellation is not a failure: the kept loop ends at once, not started again."""
+    started = 0
+
+    async def loop() -> None:
+        nonlocal started
+        started += 1
+        await asyncio.sleep(3600)
+
+    async def main() -> None:
+        t = asyncio.create_task(service_mod.kept("server check", loop, delay=0.0))
+        while not started:
+            await asyncio.sleep(0)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert started == 1
