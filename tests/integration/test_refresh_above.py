@@ -92,6 +92,17 @@ def _backend(tmp: Path, cfg: Any) -> tuple[Any, Any, Any]:
     return p, cache, counters
 
 
+def _cold(tmp: Path, fresh: Any) -> tuple[Any, ...]:
+    """The small directory's big user looked up cold by a backend whose group sweeps
+    go out for anyone: (slapd, expected, domain, provider, cache, counters)."""
+    s, exp = fresh.slapd, fresh.expected
+    cfg = make_domain([s.uri], s.base_dn)
+    p, cache, counters = _backend(tmp / "db", cfg)
+    assert p.user_by_name(exp.big_user).outcome.name == "FOUND"
+    assert p.initgroups(exp.big_user).outcome.name == "FOUND"
+    return s, exp, cfg, p, cache, counters
+
+
 def _nested(exp: Any, user: str, groups: dict[str, Any]) -> list[str]:
     """The user's groups above its first level (not direct), sorted."""
     direct = exp.direct_groups(user)
@@ -116,13 +127,8 @@ def test_each_change_above_the_first_level_is_seen(tmp_path, slapd_small_fresh, 
     each change there makes the sweep differ from the record, the walk searches, and
     answers and stored groups equal a cold walk's; the walk's new record serves the
     next revalidation."""
-    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
-    sc = exp.scenario
-    user = exp.big_user
-    cfg = make_domain([s.uri], s.base_dn)
-    p, cache, counters = _backend(tmp_path / "db", cfg)
-    assert p.user_by_name(user).outcome.name == "FOUND"
-    assert p.initgroups(user).outcome.name == "FOUND"
+    s, exp, cfg, p, cache, counters = _cold(tmp_path, slapd_small_fresh)
+    sc, user = exp.scenario, exp.big_user
     before = _state(cache, user)
     counters.reset()
     spy = _Searches(p.client)
@@ -216,13 +222,8 @@ def test_a_sweep_past_its_record_drops_it(tmp_path, slapd_small_fresh):
     (one past the record's count), the walk searches, exact; the record dropped, the
     next revalidation sweeps as the cold walk would (due) and records, and the one
     after needs no OR."""
-    s, exp = slapd_small_fresh.slapd, slapd_small_fresh.expected
-    sc = exp.scenario
-    user = exp.big_user
-    cfg = make_domain([s.uri], s.base_dn)
-    p, cache, counters = _backend(tmp_path / "db", cfg)
-    assert p.user_by_name(user).outcome.name == "FOUND"
-    assert p.initgroups(user).outcome.name == "FOUND"
+    s, exp, cfg, p, cache, counters = _cold(tmp_path, slapd_small_fresh)
+    sc, user = exp.scenario, exp.big_user
     before = _state(cache, user)
     assert p.sweeps.above.get(cache.key(user)) is not None
     other = next(u for u in exp.user_names() if u != user)
