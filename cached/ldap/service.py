@@ -1055,17 +1055,24 @@ class BackendService:
         for name in initgr:
             if not await refresh(Op.INITGROUPS, name):
                 break
-        # An invalidation (`cached cache -E`) during the pass leaves what it refreshed
-        # due again (a commit an invalidation raced records no times; a request that
-        # failed is not tried again in the run), and with it
-        # every group of those users: one more pass over those initgroups refreshes
-        # them a walk each, where the group pass below would send a search per group
-        # (2,085 for bigroupuser: 17 minutes at the background's pace, which is what
-        # 11 of 200 fleet hosts did when the expiry phase's `cache -E` met their run).
-        again = initgroups_due([n for n in cache.expiring(until["user"])[2] if n in walked])
-        for name in again:
-            if not await refresh(Op.INITGROUPS, name):
-                break
+        # An invalidation (`cached cache -E`) during the run leaves what it refreshed
+        # due again (a commit an invalidation raced records no times) and, with it,
+        # every group of those users. Those initgroups are walked once more (a request
+        # that failed is not tried again in the run), before the group pass and
+        # whenever it finds a group due, where the group pass would send a search per
+        # group: 2,085 for bigroupuser, 17 minutes at the background's pace, which is
+        # what 11 of 200 fleet hosts did when the expiry phase's `cache -E` met their
+        # run, and 4 hosts with the invalidation in the middle of the group pass.
+        rewalked: set[str] = set()
+
+        async def rewalk_raced() -> bool:
+            for name in initgroups_due(sorted(walked - rewalked)):
+                rewalked.add(name)
+                if not await refresh(Op.INITGROUPS, name):
+                    return False
+            return True
+
+        await rewalk_raced()
         for op, what, names in (
             (Op.USER_BY_NAME, "user", users),
             (Op.GROUP_BY_NAME, "group", groups),
@@ -1074,9 +1081,16 @@ class BackendService:
             names.sort(key=lambda n: t.data_expire if (t := due.get(n)) else 0.0)
             for name in names:
                 # Read again just before: a client's lookup or a request of this run
-                # may have refreshed it since the run began.
+                # may have refreshed it since the run began, or an invalidation
+                # expired it and the walks of its users with it.
                 t = cache.times(what, [name]).get(name)
-                if (t is None or t.data_expire <= until[what]) and not await refresh(op, name):
+                if t is not None and t.data_expire > until[what]:
+                    continue
+                if walked - rewalked and await rewalk_raced():
+                    t = cache.times(what, [name]).get(name)
+                    if t is not None and t.data_expire > until[what]:
+                        continue
+                if not await refresh(op, name):
                     break
         netgroups = cache.expiring_netgroups(horizon) if user_horizon is None else []
         for name in netgroups:

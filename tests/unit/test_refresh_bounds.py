@@ -161,6 +161,30 @@ def test_an_invalidation_during_a_run_refreshes_initgroups_again_not_each_group(
     asked = start(initgr, groups=groups, effect=effect)
     assert asked == [(Op.INITGROUPS, "big"), (Op.INITGROUPS, "big")]
 
+
+def test_an_invalidation_during_the_group_pass_walks_again_before_any_group(run) -> None:
+    """`cached cache -E` in the middle of the group pass (after the run's walk had
+    refreshed the user's groups): the next group found due makes the run walk that
+    user again, and no group of the user is asked for on its own."""
+    start, _clock = run
+    covered = [f"g{i}" for i in range(10)]
+    groups = {"lone": 60.0, **{g: 100.0 for g in covered}}
+    initgr = {"big": 50.0}
+
+    def effect(op: Op, key: str) -> None:
+        if op is Op.INITGROUPS:  # the walk refreshes the user's groups, not "lone"
+            groups.update(dict.fromkeys(covered, 99_999.0))
+        elif key == "lone":  # the invalidation, while "lone" is refreshed
+            initgr["big"] = 50.0
+            groups.update(dict.fromkeys(covered, 50.0))
+
+    asked = start(initgr, groups=groups, effect=effect)
+    assert asked == [
+        (Op.INITGROUPS, "big"),
+        (Op.GROUP_BY_NAME, "lone"),
+        (Op.INITGROUPS, "big"),
+    ]
+
 ID_A = "0f3c6d1e8a7b4c2d9e1f0a2b3c4d5e6f\n"
 ID_B = "8d2b7e4c1a9f4b3e8c7d6a5b4c3d2e1f\n"
 
