@@ -370,6 +370,17 @@ def decode_stamp(data: Data) -> tuple[str, str]:
 
 _INVALIDATED = struct.pack("<dd", EXPIRED, EXPIRED)
 _LAST_UPDATE_END = 1 + 8  # version byte + lastUpdate
+_INITGR_EXPIRE = _LAST_UPDATE_END + 8  # + dataExpireTimestamp
+_EXPIRED_ONE = struct.pack("<d", EXPIRED)
+
+
+def initgr_invalidated_times(data: Data) -> bytes:
+    """A stored user timestamp record with its initgroups expiry set to EXPIRED, the
+    rest kept: the initgroups list of a request whose groups an invalidation raced
+    (cache/writer.py)."""
+    if len(data) < _TS.size + 1 or data[0] != TS_VERSION:
+        raise RecordError("timestamp record is damaged")
+    return bytes(data[:_INITGR_EXPIRE]) + _EXPIRED_ONE + bytes(data[_TS.size :])
 
 
 def invalidated_times(data: Data) -> bytes:
