@@ -408,6 +408,13 @@ class BackendService:
                     job.fut.set_result(result)
             finally:
                 self.pacer.begin(False)
+            # The answer goes out first (the waiting handler runs at this yield), then
+            # the work the request left for after it, before the next request.
+            await asyncio.sleep(0)
+            try:
+                await self._in_worker(self.provider.after_answer)
+            except Exception:
+                log.exception("after the %s request of %s", job.op.value, job.key)
 
     async def request(self, op: Op, key: str | int, uid: Hashable = REFRESH_UID) -> Result:
         """Run one backend request for client ``uid`` (None: unknown; ``"refresh"``:
