@@ -152,7 +152,9 @@ class CachedHost:
         return time.perf_counter() - t, _id_ok(p, self.exp, self.user)
 
     def invalidate(self) -> None:
-        p = self.daemon.cli("cache", "-E")
+        # 200 tools start at once on 2 cores (load ~190): Python's start-up alone can
+        # take minutes, as the lookups' can.
+        p = self.daemon.cli("cache", "-E", timeout=LOOKUP_TIMEOUT)
         if p.returncode:
             raise RuntimeError(f"{self.name}: cached cache -E: {p.stderr}")
 
