@@ -16,6 +16,7 @@ from cached.ldap.client import LdapClient
 from cached.ldap.exchange import Search
 from cached.ldap.sweep import Record, Records
 from testing.backend import make_backend, make_domain, stored_gids, stored_members
+from testing.slapd import Slapd
 from tests.integration.test_refresh import _oracle, _refresh, _state
 
 
@@ -249,3 +250,68 @@ def test_a_sweep_past_its_record_drops_it(tmp_path, slapd_small_fresh):
         assert (p.sweeps.above.get(cache.key(user)) is not None) is recorded
         assert _state(cache, user) == before == _oracle(tmp_path, cfg, user)
     assert p.sweeps.groups_at_least > 0  # the first stopped at its bound
+
+
+def test_a_stamp_sweep_cut_by_the_servers_size_limit_is_not_trusted(tmp_path, small_2307bis):
+    """slapd's sizelimit (as Debian ships it: every client but the rootdn) equal to the
+    groups that do not list the big user: the cold walk's group sweep and an unchanged
+    revalidation's stamp sweep fit under it. A group added above the first level (the
+    user gains it) takes the stamp sweep past the limit: slapd cuts it after the same
+    entries, same stamps, as the record's (the new entry comes last), and says so
+    (sizeLimitExceeded below the sweep's own bound). The walk searches with ORs, exact
+    as a cold walk; the record is dropped and no group sweep goes out again on this
+    domain, so the next revalidation, after another change above the first level,
+    searches too and is exact."""
+    exp = small_2307bis.expected
+    sc, user = exp.scenario, exp.big_user
+    others = len(exp.group_names()) - len(exp.direct_groups(user))
+    with Slapd(tmp_path / "s", small_2307bis.ldif, sc.base_dn, sizelimit=others) as s:
+        cfg = make_domain([s.uri], s.base_dn)
+        p, cache, counters = _backend(tmp_path / "db", cfg)
+        assert p.user_by_name(user).outcome.name == "FOUND"
+        assert p.initgroups(user).outcome.name == "FOUND"
+        key = cache.key(user)
+        rec = p.sweeps.above.get(key)
+        assert rec is not None and rec.count == others  # the cold sweep was not cut
+        before = _state(cache, user)
+        counters.reset()
+        _refresh(p, cache, user)
+        assert counters.get(VALIDATE_ABOVE).count == 1 and _state(cache, user) == before
+
+        direct = sorted(exp.direct_groups(user))
+        s.ldap_modify(
+            f"dn: {sc.group_dn('above-new')}\nchangetype: add\nobjectClass: top\n"
+            "objectClass: groupOfNames\nobjectClass: posixGroup\ncn: above-new\n"
+            f"gidNumber: 39002\nmember: {sc.group_dn(direct[0])}\n\n"
+        )
+        counters.reset()
+        spy = _Searches(p.client)
+        _refresh(p, cache, user)
+        spy.stop()
+        got = _state(cache, user)
+        assert 39002 in got[0] and got == _oracle(tmp_path, cfg, user)
+        assert spy.stamp_sweeps() == 1 and spy.member_terms() > 2  # cut: the walk searched
+        assert counters.get(VALIDATE_ABOVE).count == 0
+        assert p.sweeps.groups_cut and p.sweeps.above.get(key) is None
+
+        # The groups above the first level change again: no sweep, no record trusted.
+        groups = before[1]
+        parent, child = next(
+            (n, c)
+            for n in _nested(exp, user, groups)
+            for c in sorted(exp.group(n).member_groups)
+            if c in groups
+        )
+        s.ldap_modify(
+            f"dn: {sc.group_dn(parent)}\nchangetype: modify\n"
+            f"delete: member\nmember: {sc.group_dn(child)}\n\n"
+        )
+        counters.reset()
+        spy = _Searches(p.client)
+        _refresh(p, cache, user)
+        spy.stop()
+        again = _state(cache, user)
+        assert again == _oracle(tmp_path, cfg, user) and again != got
+        assert spy.stamp_sweeps() == 0 and spy.member_terms() > 2
+        assert counters.get(VALIDATE_ABOVE).count == 0
+        assert p.sweeps.above.get(key) is None
