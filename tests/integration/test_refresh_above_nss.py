@@ -116,8 +116,9 @@ def test_id_sees_changes_above_the_first_level_through_the_stamp_sweep(
         edges[lost] = set()
         now = _truth(exp, user, edges)
         assert exp.group(gained).gid in now and exp.group(lost).gid not in now
-        got, above, _members = revalidated()
+        got, above, members = revalidated()
         assert got == now, sorted(got ^ now)
         assert above == 0  # the sweep differed from the record: the walk searched
+        assert members  # the two changed groups, fetched whole
         # Recorded again by that walk: the next revalidation is the sweep's alone.
         assert revalidated() == (now, 1, [])
