@@ -270,6 +270,7 @@ def test_a_stamp_sweep_cut_by_the_servers_size_limit_is_not_trusted(tmp_path, sm
         p, cache, counters = _backend(tmp_path / "db", cfg)
         assert p.user_by_name(user).outcome.name == "FOUND"
         assert p.initgroups(user).outcome.name == "FOUND"
+        p.after_answer()
         key = cache.key(user)
         rec = p.sweeps.above.get(key)
         assert rec is not None and rec.count == others  # the cold sweep was not cut
