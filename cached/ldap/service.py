@@ -150,12 +150,18 @@ def refresh_horizon(
     now: float, following: float, interval: float, spread: float, lifetime: float
 ) -> float:
     """Until when (epoch) a scheduled refresh-ahead run beginning at ``now`` refreshes
-    what expires, the next run beginning at ``following``: whatever expires within an
-    interval or before the next run, and within a margin after that
-    (:func:`refresh_margin`), so that the run that refreshes an entry begins at least
-    that margin before its expiry. Never as far as 95 % of the entries' ``lifetime``
-    (0: none): entries stored a moment ago are not refreshed at once."""
-    horizon = max(now + interval, following) + refresh_margin(interval, spread)
+    what expires, the next run beginning at ``following``: whatever expires before the
+    next run begins and within a margin after that (:func:`refresh_margin`), which the
+    next run, allowed at least that margin before an expiry, would not refresh in
+    time. What expires later is the next run's: its horizon begins where this one
+    ends, so the runs chain with no gap, and a run followed soon by the next (the
+    first, 30 s after the start, and the first at this host's point of the interval,
+    :meth:`BackendService.next_refresh`) does not refresh what that one refreshes
+    again a moment later (with a horizon of a whole interval, a 200-host fleet at a
+    180 s lifetime revalidated its cold entries twice). Never as far as 95 % of the
+    entries' ``lifetime`` (0: none): entries stored a moment ago are not refreshed at
+    once. ``interval`` sizes the margin."""
+    horizon = following + refresh_margin(interval, spread)
     if lifetime > 0:
         horizon = min(horizon, now + 0.95 * lifetime)
     return horizon
@@ -174,7 +180,10 @@ def reached_in_time(expiry: float, runs: Sequence[tuple[float, float]], margin: 
     only between runs more than 95 % of the lifetime less the margin apart. Such a gap
     among the given runs counts as not reached, as does an expiry before the first
     run's start plus the margin. With the default interval (70 % of the lifetime) the
-    second run's horizon lies beyond every entry past its midpoint."""
+    second run's horizon lies beyond every entry past its midpoint (50 %): the runs
+    after the first fall at this host's point of the interval, an interval apart, so
+    the run after the second begins at least 1.1 intervals (77 % of the lifetime)
+    after the first (:meth:`BackendService.next_refresh`)."""
     if expiry > runs[-1][1]:
         return True
     return any(start + margin <= expiry <= horizon for start, horizon in runs)
@@ -861,10 +870,10 @@ class BackendService:
             following = self.next_refresh(began_at, interval)
             due = began + (following - began_at)
             if self.client.online:  # offline: the server check tries the servers
-                # Whatever expires within an interval, or before the next run begins,
-                # and within the margin after that (SSSD's horizon of one interval
-                # leaves the entries expiring in the offset its next run may come late
-                # by to expire).
+                # Whatever expires before the next run begins and within the margin
+                # after that: what the next run would not refresh in time (SSSD's
+                # horizon of one interval leaves the entries expiring in the offset its
+                # next run may come late by to expire).
                 whole = await self._refresh_run(
                     refresh_horizon(began_at, following, interval, spread, lifetime)
                 )

@@ -278,9 +278,54 @@ def test_a_scheduled_run_refreshes_up_to_the_next_and_never_what_was_just_stored
         # An entry stored a moment ago (it expires a lifetime from now) is not due:
         # refreshing it would refresh every entry at every run.
         assert horizon < now + lifetime
-        # What expires before the next run begins, and a margin after it, is due now.
-        assert horizon >= min(following + min(spread, interval / 3), now + 0.95 * lifetime)
-        assert horizon >= now + interval
+        # What expires before the next run begins, and a margin after it, is due now;
+        # what expires later is the next run's.
+        margin = service_mod.refresh_margin(interval, spread)
+        assert horizon == min(following + margin, now + 0.95 * lifetime)
+        assert margin >= min(spread, interval / 3)
+
+
+@pytest.mark.parametrize("lifetime", [180, 600, 5400])
+def test_a_run_followed_soon_by_the_next_leaves_it_what_it_refreshes_in_time(
+    tmp_path: Path, lifetime: int
+) -> None:
+    """The first run (30 s after the start) and the first at the host's point of the
+    interval may come a tenth of an interval apart: the first refreshes only what the
+    second would not refresh in time, not everything expiring within an interval,
+    which the second then refreshed again. The runs after them still refresh every
+    entry at least the margin before its expiry."""
+    s = _host_service(
+        tmp_path, f"l{lifetime}", ID_A, entry_cache_timeout=lifetime, refresh_expired_interval=None
+    )
+    try:
+        interval, spread = s.refresh_schedule()
+        margin = service_mod.refresh_margin(interval, spread)
+        point = s.next_refresh(1_765_000_000.0, interval)  # one of the host's points
+        for gap in (0.11, 0.3, 0.6, 1.0):  # the first run to that point, in intervals
+            first = point - gap * interval
+            assert s.next_refresh(first, interval) == pytest.approx(point)
+            # A cache filled in the lifetime before the start: expiries all through it.
+            expiry = [first + lifetime * (i + 1) / 400 for i in range(400)]
+            refreshed = [0] * len(expiry)
+            start = first
+            for run in range(6):
+                following = s.next_refresh(start, interval)
+                horizon = service_mod.refresh_horizon(
+                    start, following, interval, spread, lifetime
+                )
+                due = [i for i, x in enumerate(expiry) if x <= horizon]
+                for i in due:
+                    assert expiry[i] > start, (gap, run)  # none expired meanwhile
+                    if run:  # the first run can only take what is left
+                        assert expiry[i] >= start + margin, (gap, run)
+                    if run == 0:  # what the next run would not refresh in time
+                        assert expiry[i] < following + margin + 1e-6, gap
+                    expiry[i] = start + lifetime
+                    refreshed[i] += 1
+                start = following
+            assert all(refreshed)
+    finally:
+        s.cache.close()
 
 
 def test_reached_in_time_by_a_run_a_margin_before_or_after_the_last_horizon() -> None:
