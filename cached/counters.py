@@ -62,6 +62,9 @@ REFRESH_EARLY = "be.refresh.early"  # early refresh-ahead runs (entries used pas
 # refresh-ahead runs refresh them before they expire.
 REFRESH_LEFT = "be.refresh.left"
 BACKGROUND_RESTART = "be.background.restart"  # background tasks started again after an exception
+# Refresh-ahead tasks found with no scheduled run begun for two intervals plus the
+# offset spread while the domain was online (BackendService._watch_refresh): stuck.
+REFRESH_STALLED = "be.refresh.stalled"
 REFRESH_CATCH_UP = "be.refresh.catch_up"  # refresh-ahead runs after the domain came back online
 # Searches of background requests held to their pace (count, seconds waited).
 REFRESH_PACED = "be.refresh.paced"

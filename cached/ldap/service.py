@@ -42,6 +42,7 @@ from cached.counters import (
     REFRESH_CATCH_UP,
     REFRESH_EARLY,
     REFRESH_LEFT,
+    REFRESH_STALLED,
     format_profile,
 )
 from cached.ipc import aio, framing
@@ -214,6 +215,28 @@ async def kept(
         await asyncio.sleep(delay)
 
 
+def awaiting(task: asyncio.Task[Any]) -> str:
+    """What ``task`` is doing, for a log line: the coroutines it is suspended in,
+    outermost first, each as function:line, and what the innermost awaits (a future,
+    a task); or how it ended. Read from the coroutines' frames, without running them."""
+    if task.cancelled():
+        return "cancelled"
+    if task.done():
+        error = task.exception()
+        return "returned" if error is None else f"ended by {error!r}"
+    steps: list[str] = []
+    step: Any = task.get_coro()
+    while step is not None and len(steps) < 32:
+        frame = getattr(step, "cr_frame", None)
+        if frame is None:  # the awaited object the chain ends on
+            name = type(step).__name__
+            steps.append("a future" if name == "FutureIter" else name)  # a task's too
+            break
+        steps.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+        step = step.cr_await
+    return " > ".join(steps)
+
+
 def _in_thread(fn: Callable[[], _T], name: str) -> asyncio.Future[_T]:
     """``fn()`` in a daemon thread of its own: a probe waiting on a hung server does
     not hold up the process's exit (an executor's threads are joined at exit)."""
@@ -371,6 +394,9 @@ class BackendService:
         # The last scheduled run refreshed all it had due and ended before the next
         # was due: the next runs can be counted on (early_horizon).
         self._runs_keep_up = True
+        # Monotonic: when the last scheduled run began, or the watch of the refresh task
+        # started (_watch_refresh).
+        self._run_began: float | None = None
         self._soon_at: float | None = None  # monotonic start of the noted early run
         # Monotonic start of the catch-up run after the domain came back online.
         self._catch_up_at: float | None = None
@@ -867,6 +893,7 @@ class BackendService:
         while True:
             await self._until(due)
             began, began_at = time.monotonic(), time.time()
+            self._run_began = began
             following = self.next_refresh(began_at, interval)
             due = began + (following - began_at)
             if self.client.online:  # offline: the server check tries the servers
@@ -880,6 +907,35 @@ class BackendService:
                 self._runs_keep_up = whole and time.monotonic() < due
             else:
                 log.info("background refresh skipped: domain %s offline", self.domain.name)
+
+    async def _watch_refresh(self, task: asyncio.Task[None]) -> None:
+        """Say when the refresh-ahead ``task`` is stuck: its scheduled runs begin at
+        most 1.1 intervals apart (:meth:`next_refresh`), the first at most an interval
+        plus the offset after the start, offline too (a run then only logs that it is
+        skipped), so none for two intervals plus the offset spread while the domain is
+        online means the task hangs, and the entries expire one by one with nothing
+        else to say so: an exception is logged by :func:`kept`, a hang is not. A run
+        still going after that long (a server answering each request slowly) is
+        reported too: the entries behind it expire as well. Logged
+        at ERROR once per stall, with the domain, the time since the last run began and
+        what the task awaits (:func:`awaiting`), and counted (``be.refresh.stalled``).
+        Checked twice an interval: nothing against a run's cost."""
+        interval, spread = self.refresh_schedule()
+        allowed = 2 * interval + spread
+        if self._run_began is None:
+            self._run_began = time.monotonic()
+        reported: float | None = None  # the last run's beginning, when already said
+        while True:
+            await asyncio.sleep(interval / 2)
+            began = self._run_began
+            quiet = time.monotonic() - began
+            if quiet <= allowed or not self.client.online or reported == began:
+                continue
+            reported = began
+            COUNTERS.add(REFRESH_STALLED)
+            log.error("domain %s: no refresh-ahead run has begun for %.0f s (they begin at "
+                      "most %.0f s apart); the refresh task is at %s", self.domain.name,
+                      quiet, 1.1 * interval, awaiting(task))  # fmt: skip
 
     def next_refresh(self, now: float, interval: float) -> float:
         """When (epoch) the scheduled run after one beginning at ``now`` begins: at
@@ -1173,6 +1229,12 @@ class BackendService:
             if d.refresh_expired_interval > 0
             else None
         )
+        # The watch of a refresh task that hangs (an exception is kept's).
+        watch = (
+            background("refresh watch", functools.partial(self._watch_refresh, refresher))
+            if refresher is not None
+            else None
+        )
         sudo_task = background("sudo refresh", self._sudo_refresh_loop) if self.sudo else None
         kinits = (
             background("delayed kinit", self._delayed_kinits)
@@ -1188,7 +1250,7 @@ class BackendService:
         syncer.cancel()
         checker.cancel()
         warm_up.cancel()
-        for task in (refresher, sudo_task, kinits, renewer):
+        for task in (refresher, watch, sudo_task, kinits, renewer):
             if task is not None:
                 task.cancel()
         if self._worker is not None:

@@ -7,6 +7,9 @@ tests/integration/test_refresh_ahead.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
+import selectors
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 import cached.ldap.service as service_mod
 from cached.cache.records import Times
 from cached.config import parse_config
-from cached.counters import BACKGROUND_RESTART, COUNTERS
+from cached.counters import BACKGROUND_RESTART, COUNTERS, REFRESH_STALLED
 from cached.ipc.ops import Op
 from cached.jitter import CATCH_UP, REFRESH_SOON
 from cached.ldap.service import BackendService
@@ -442,3 +445,116 @@ def test_the_backend_stopping_cancels_a_kept_task() -> None:
 
     asyncio.run(asyncio.wait_for(main(), 30))
     assert started == 1
+
+
+class _VirtualLoop(asyncio.SelectorEventLoop):
+    """An event loop on a virtual clock: when nothing is ready, the clock moves on to
+    the next timer at once instead of waiting for it (the tasks run on it wait on
+    timers and on each other, never on a file descriptor or a thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 100_000.0
+        selector: selectors.BaseSelector = self._selector  # type: ignore[attr-defined]
+        select = selector.select
+
+        def advance(timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            events = select(0)
+            if not events and timeout:
+                self.now += timeout
+            return events
+
+        selector.select = advance  # type: ignore[method-assign]
+
+    def time(self) -> float:
+        return self.now
+
+
+def _watched(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    hang: bool,
+    caplog: pytest.LogCaptureFixture,
+    offline: bool = False,
+) -> tuple[list[logging.LogRecord], int, int]:
+    """Refresh ahead and its watch over ten intervals of virtual time (a 180 s lifetime:
+    runs 126 s apart), with a run that never ends (awaiting an event nobody sets) or
+    runs that end at once, the domain going offline in the first run if ``offline``:
+    (the watch's ERROR lines, stalls counted, runs begun)."""
+    loop = _VirtualLoop()
+    monkeypatch.setattr(
+        service_mod,
+        "time",
+        types.SimpleNamespace(monotonic=loop.time, time=lambda: 1_765_000_000.0 + loop.time()),
+    )
+    s = _host_service(tmp_path, f"w{hang}", ID_A, entry_cache_timeout=180,
+                      refresh_expired_interval=None)  # fmt: skip
+    interval, _spread = s.refresh_schedule()
+    runs = 0
+
+    async def run(*_args: object) -> bool:
+        nonlocal runs
+        runs += 1
+        if offline:
+            s.client.retry_at = 1.0  # offline from now on
+        if hang:
+            await asyncio.Event().wait()
+        return True
+
+    s._refresh_run = run  # type: ignore[method-assign,assignment]
+
+    async def main() -> None:
+        refresher = asyncio.create_task(service_mod.kept("refresh ahead", s._refresh_expired))
+        watch = asyncio.create_task(
+            service_mod.kept("refresh watch", lambda: s._watch_refresh(refresher))
+        )
+        await asyncio.sleep(10 * interval)
+        for t in (refresher, watch):
+            t.cancel()
+        await asyncio.gather(refresher, watch, return_exceptions=True)
+
+    before = COUNTERS.get(REFRESH_STALLED).count
+    try:
+        with caplog.at_level("ERROR", logger="cached.ldap.service"):
+            loop.run_until_complete(main())
+    finally:
+        loop.close()
+        s.cache.close()
+    said = [r for r in caplog.records if "no refresh-ahead run has begun" in r.message]
+    return said, COUNTERS.get(REFRESH_STALLED).count - before, runs
+
+
+def test_a_refresh_task_that_hangs_is_reported_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hang (unlike an exception, which kept logs) would leave the entries to
+    expire with nothing said: the watch says it once, with the domain, how long no run
+    has begun and where the task waits, and counts it."""
+    said, stalled, runs = _watched(tmp_path, monkeypatch, True, caplog)
+    assert runs == 1
+    assert stalled == 1
+    assert len(said) == 1
+    message = said[0].getMessage()
+    assert message.startswith("domain LDAP: ")
+    # Two intervals plus the spread (264.6 s), found within half an interval.
+    quiet = float(message.split("begun for ")[1].split(" s")[0])
+    assert 264.6 < quiet <= 264.6 + 63.0
+    # Where it waits: the run, inside the refresh loop, on the event's future.
+    assert re.search(r"at kept:\d+ > _refresh_expired:\d+ > run:\d+ > wait:\d+ > a future$",
+                     message), message  # fmt: skip
+
+
+def test_a_healthy_refresh_task_is_not_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    said, stalled, runs = _watched(tmp_path, monkeypatch, False, caplog)
+    assert runs >= 9  # every interval
+    assert (said, stalled) == ([], 0)
+
+
+def test_a_refresh_task_that_hangs_while_offline_is_not_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    said, stalled, runs = _watched(tmp_path, monkeypatch, True, caplog, offline=True)
+    assert runs == 1
+    assert (said, stalled) == ([], 0)
