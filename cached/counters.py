@@ -65,6 +65,9 @@ BACKGROUND_RESTART = "be.background.restart"  # background tasks started again a
 # Refresh-ahead tasks found with no scheduled run begun for two intervals plus the
 # offset spread while the domain was online (BackendService._watch_refresh): stuck.
 REFRESH_STALLED = "be.refresh.stalled"
+# Lookups answered from the cache when their turn came: another request had stored the
+# entry valid since they were asked for (BackendService._stored_since).
+REQUEST_STORED = "be.request.stored"
 REFRESH_CATCH_UP = "be.refresh.catch_up"  # refresh-ahead runs after the domain came back online
 # Searches of background requests held to their pace (count, seconds waited).
 REFRESH_PACED = "be.refresh.paced"
