@@ -21,7 +21,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -1068,24 +1068,30 @@ class DomainCache:
             raise RuntimeError(f"{self.ts_path}: timestamp store is not open")
         return self.ts
 
-    def _invalidate(self, table: str, keys: list[bytes] | None) -> None:
-        """Expire ``keys`` of ``table`` (None: every record it holds) and count one more
-        invalidation of it, read and written in one write transaction: a backend commit
-        can come before it or after it, never between its read and its write (where
-        the invalidated form of a record read before that commit would overwrite what
-        the commit wrote, e.g. put back the stamp of a group it stored incomplete)."""
+    def _invalidate(self, tables: Sequence[str], keys: list[bytes] | None) -> None:
+        """Expire ``keys`` of each of ``tables`` (None: every record they hold) and
+        count one more invalidation of each, read and written in one write
+        transaction: a backend commit can come before it or after it, never between
+        its read and its write (where the invalidated form of a record read before
+        that commit would overwrite what the commit wrote, e.g. put back the stamp of a
+        group it stored incomplete), nor between two of its tables (a request begun
+        and ended between the users' and the groups' invalidation stored an initgroups
+        list fresh over groups then expired: its `id` asked for each group alone)."""
         ts = self._require_ts()
-        db, meta = ts.tables[table], ts.tables["meta"]
+        meta = ts.tables["meta"]
 
         def build(txn: lmdb.Transaction) -> list[Op]:
-            if keys is None:
-                # Entries without a record already read as expired: only the existing
-                # records are rewritten (one cursor pass).
-                ops: list[Op] = [(table, bytes(k), _invalidated(v)) for k, v in txn.cursor(db=db)]
-            else:
-                ops = [(table, key, _invalidated(txn.get(key, db=db))) for key in keys]
-            count = _count(txn.get(INVALIDATIONS[table], db=meta))
-            ops.append(("meta", INVALIDATIONS[table], _COUNT.pack(count + 1)))
+            ops: list[Op] = []
+            for table in tables:
+                db = ts.tables[table]
+                if keys is None:
+                    # Entries without a record already read as expired: only the
+                    # existing records are rewritten (one cursor pass).
+                    ops += [(table, bytes(k), _invalidated(v)) for k, v in txn.cursor(db=db)]
+                else:
+                    ops += [(table, key, _invalidated(txn.get(key, db=db))) for key in keys]
+                count = _count(txn.get(INVALIDATIONS[table], db=meta))
+                ops.append(("meta", INVALIDATIONS[table], _COUNT.pack(count + 1)))
             return ops
 
         self._write_ts_built(build)
@@ -1095,7 +1101,7 @@ class DomainCache:
         with self._reader() as txn:
             if txn.get(key, db=self.entries.tables["users"]) is None:
                 return False
-        self._invalidate("users", [key])
+        self._invalidate(["users"], [key])
         return True
 
     def invalidate_group(self, name: str) -> bool:
@@ -1103,16 +1109,17 @@ class DomainCache:
         with self._reader() as txn:
             if txn.get(key, db=self.entries.tables["groups"]) is None:
                 return False
-        self._invalidate("groups", [key])
+        self._invalidate(["groups"], [key])
         return True
 
-    def _invalidate_table(self, table: str) -> int:
-        """Expire every entry of ``table``; returns how many entries the cache holds.
-        Only timestamp records are rewritten."""
+    def invalidate_tables(self, tables: Sequence[str]) -> int:
+        """Expire every entry of ``tables`` (of users, groups, netgroups) in one
+        transaction; returns how many entries the cache holds. Only timestamp records
+        are rewritten."""
         self._require_ts()
         with self._reader() as txn:
-            count: int = txn.stat(self.entries.tables[table])["entries"]
-        self._invalidate(table, None)
+            count: int = sum(txn.stat(self.entries.tables[t])["entries"] for t in tables)
+        self._invalidate(tables, None)
         return count
 
     def invalidate_netgroup(self, name: str) -> bool:
@@ -1120,20 +1127,20 @@ class DomainCache:
         with self._reader() as txn:
             if txn.get(key, db=self.entries.tables["netgroups"]) is None:
                 return False
-        self._invalidate("netgroups", [key])
+        self._invalidate(["netgroups"], [key])
         return True
 
     def invalidate_netgroups(self) -> int:
-        return self._invalidate_table("netgroups")
+        return self.invalidate_tables(["netgroups"])
 
     def invalidate_users(self) -> int:
-        return self._invalidate_table("users")
+        return self.invalidate_tables(["users"])
 
     def invalidate_groups(self) -> int:
-        return self._invalidate_table("groups")
+        return self.invalidate_tables(["groups"])
 
     def invalidate_all(self) -> int:
-        return self.invalidate_users() + self.invalidate_groups() + self.invalidate_netgroups()
+        return self.invalidate_tables(["users", "groups", "netgroups"])
 
     # -- sudo rules (cache/sudo.py) ----------------------------------------------------
 

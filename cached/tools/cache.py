@@ -79,14 +79,18 @@ def invalidate(config: Config, what: Invalidation) -> int:
                     f"{cache.ts_path}: the timestamp store cannot be opened; restart "
                     "cached: its backend rebuilds it, which expires every entry",
                 )
-            for every, all_fn, one_fn, wanted in (
-                (what.users, cache.invalidate_users, cache.invalidate_user, what.user_names),
-                (what.groups, cache.invalidate_groups, cache.invalidate_group, what.group_names),
-                (what.netgroups, cache.invalidate_netgroups, cache.invalidate_netgroup,
-                 what.netgroup_names),
-            ):  # fmt: skip
+            kinds = (
+                (what.users, "users", cache.invalidate_user, what.user_names),
+                (what.groups, "groups", cache.invalidate_group, what.group_names),
+                (what.netgroups, "netgroups", cache.invalidate_netgroup, what.netgroup_names),
+            )
+            # Whole tables in one transaction (-E, -U -G): no backend request begins
+            # and ends between two of them (DomainCache._invalidate).
+            whole = [table for every, table, _fn, _names in kinds if what.everything or every]
+            if whole:
+                matched += cache.invalidate_tables(whole)
+            for every, _table, one_fn, wanted in kinds:
                 if what.everything or every:
-                    matched += all_fn()
                     continue
                 for n in wanted:
                     base, dom = _split_fq(n, names)

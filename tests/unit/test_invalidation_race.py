@@ -202,3 +202,27 @@ def test_a_request_that_an_invalidation_raced_records_no_group_read_whole(tmp_pa
         store_whole()
     assert c.read_whole_times(["staff"])["staff"] > first
 
+
+
+def test_cache_minus_e_expires_users_and_groups_in_one_transaction(tmp_path, monkeypatch):
+    """`-E` expires the users (their initgroups lists with them) and the groups in one
+    write transaction of the timestamp store: a backend request cannot begin and end
+    between the two and leave a list fresh over groups expired (its `id` would ask for
+    each group alone). Counted by the transactions the tool's process writes."""
+    c = backend(tmp_path)
+    _store(c, "/bin/sh", ("alice", "bob"), "csn-1")
+    c.close()
+    d = DomainCache(str(tmp_path), "LDAP", counters=Counters())
+    writes: list[int] = []
+    write = d._write_ts_built
+
+    def counted(build):
+        writes.append(1)
+        return write(build)
+
+    monkeypatch.setattr(d, "_write_ts_built", counted)
+    assert d.invalidate_all() == 2  # alice and staff
+    assert writes == [1]
+    assert d.invalidations() == {"users": 1, "groups": 1, "netgroups": 1}
+    assert states(d) == (State.EXPIRED, State.EXPIRED, State.EXPIRED)
+    d.close()
