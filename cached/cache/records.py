@@ -378,9 +378,7 @@ def initgr_invalidated_times(data: Data) -> bytes:
     """A stored user timestamp record with its initgroups expiry set to EXPIRED, the
     rest kept: the initgroups list of a request whose groups an invalidation raced
     (cache/writer.py)."""
-    if len(data) < _TS.size + 1 or data[0] != TS_VERSION:
-        raise RecordError("timestamp record is damaged")
-    return bytes(data[:_INITGR_EXPIRE]) + _EXPIRED_ONE + bytes(data[_TS.size :])
+    return _expired_from(data, _INITGR_EXPIRE, _EXPIRED_ONE)
 
 
 def invalidated_times(data: Data) -> bytes:
@@ -389,6 +387,12 @@ def invalidated_times(data: Data) -> bytes:
 
     Slices and a concatenation, no unpacking: invalidating 10,000 entries is a loop
     over this (budget: 50 ms; tests/bench/test_bench_cache.py)."""
+    return _expired_from(data, _LAST_UPDATE_END, _INVALIDATED)
+
+
+def _expired_from(data: Data, start: int, expired: bytes) -> bytes:
+    """``data``, a stored timestamp record, with the expiries from byte ``start`` on
+    replaced by ``expired`` (packed EXPIRED), the rest kept."""
     if len(data) < _TS.size + 1 or data[0] != TS_VERSION:
         raise RecordError("timestamp record is damaged")
-    return bytes(data[:_LAST_UPDATE_END]) + _INVALIDATED + bytes(data[_TS.size :])
+    return bytes(data[:start]) + expired + bytes(data[_TS.size :])

@@ -728,13 +728,10 @@ class BackendCache(DomainCache):
             # recorded as read whole then (their previous records, older or none,
             # stay): what was read may predate the change invalidated for.
             # An initgroups list is only as fresh as its groups: with the groups
-            # invalidated and not the users (`cached cache -E` invalidates one table
-            # after the other, in transactions of their own, and `-G` the groups
-            # alone), the list is stored expired too, so the next lookup or run walks
-            # the user again (one walk by stamps) rather than finding the list fresh
-            # and each of its groups expired: a search per group, 2,085 for
-            # bigroupuser, which 2 of 200 fleet hosts went on sending for a whole
-            # run after the fleet benchmark's `cache -E`.
+            # invalidated and not the users (`cached cache -G`, `-g`), the list is
+            # stored expired too, so the next lookup or run walks the user again (one
+            # walk by stamps) rather than finding the list fresh and each of its
+            # groups expired: a search per group, 2,085 for bigroupuser.
             initgr = batch.initgr
 
             def build(tstxn: lmdb.Transaction) -> list[Op]:

@@ -130,6 +130,11 @@ class LdapProvider:
         self.hooks.prepare()
         return ctx.schema
 
+    @property
+    def after_pending(self) -> bool:
+        """Whether a request left work for after its answer (:meth:`after_answer`)."""
+        return bool(self._after)
+
     def after_answer(self) -> None:
         """Run the work requests left for after their answers: the record of the levels
         above a big first level (cached/ldap/above.py ``record_cold``, 19 ms of a cold

@@ -82,6 +82,7 @@ from cached.ldap.login import Logins
 from cached.ldap.pacing import Pacer
 from cached.ldap.provider import LdapProvider, Result
 from cached.ldap.sudo import SudoProvider, SudoResult
+from cached.model import Kind
 
 if TYPE_CHECKING:
     from cached.ldap.idmap import IdMapper
@@ -449,6 +450,8 @@ class BackendService:
                     job.fut.set_result(result)
             finally:
                 self.pacer.begin(False)
+            if not self.provider.after_pending:
+                continue  # most requests: no hop to the worker thread
             # The answer goes out first (the waiting handler runs at this yield), then
             # the work the request left for after it, before the next request.
             await asyncio.sleep(0)
@@ -467,17 +470,11 @@ class BackendService:
         had come from the cache after ``cache_first_wait``). An entry stored by a
         request an invalidation raced is stored expired (:meth:`request`), so this
         never answers from what an invalidation expired."""
-        cache, key = self.cache, job.key
-        if job.op is Op.GROUP_BY_GID and isinstance(key, int):
-            found: Any = cache.group_by_gid(key)
-        elif job.op is Op.GROUP_BY_NAME and isinstance(key, str):
-            found = cache.group_by_name(key)
-        elif job.op is Op.USER_BY_UID and isinstance(key, int):
-            found = cache.user_by_uid(key)
-        elif job.op is Op.USER_BY_NAME and isinstance(key, str):
-            found = cache.user_by_name(key)
-        else:
+        lookup = LOOKUPS.get(job.op)
+        if lookup is None or lookup.kind not in (Kind.USER, Kind.GROUP):
             return False
+        # The cache reads them by the ops' names, as the provider fetches them (_do).
+        found = getattr(self.cache, job.op.value)(job.key)
         stored: bool = found.state is State.VALID and found.times.last_update >= job.asked
         if stored:
             COUNTERS.add(REQUEST_STORED)
