@@ -660,7 +660,14 @@ class Lookups:
         stale = got.value if got.value is not None and plugin.stale_ok(got.value) else None
         if stale is not None and st.stalled:
             # Another lookup's bounded wait ran out and the backend has not answered
-            # since: do not wait again, nor pile refreshes onto a stuck backend.
+            # since: do not wait again, nor pile refreshes onto a stuck backend. Save
+            # a user's groups: that one request refreshes every group of the user,
+            # which the getgrgid of each that `id` sends next would otherwise ask for
+            # alone once an answer ends the stall (2,085 searches for bigroupuser: the
+            # fleet benchmark's expiry phase, a host whose getgrgid of the primary
+            # group had run out of cache_first_wait).
+            if plugin.kind is Kind.INITGR:
+                self.refresh(domain.name, plugin.backend_op, key)
             COUNTERS.add(NSS_STALE)
             return Found(domain, cache, stale, got.state)
         return got

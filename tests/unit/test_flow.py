@@ -600,3 +600,35 @@ def test_groups_of_adds_the_stored_primary_group_once() -> None:
     assert groups_of(found()) == ["staff", "inner", "alice-primary"]
     cache.groups[1000] = (State.VALID, GroupView("inner", 1000, "", b"", 0))
     assert groups_of(found()) == ["staff", "inner"]
+
+
+def test_a_stalled_domain_still_refreshes_a_users_groups_but_no_group_alone() -> None:
+    """With the backend stalled (another lookup's cache_first_wait ran out), an expired
+    user's groups are answered stale at once and their refresh is still asked for, once:
+    it refreshes every group of the user. The expired groups that `id` asks for next
+    are answered stale with no request of their own each."""
+    lookups, cache, backend = flow(first_wait=5)
+    backend.gate.clear()
+    gids = range(10000, 10050)
+    ig = Initgroups(ALICE, b"".join(g.to_bytes(4, "little") for g in gids),
+                    tuple(f"g{g}" for g in gids))  # fmt: skip
+    cache.initgr["alice"] = (State.EXPIRED, ig)
+    for gid in gids:
+        cache.groups[gid] = (State.EXPIRED, GroupView(f"g{gid}", gid, "", b"", 0))
+    lookups.states["D"].stalled = True
+
+    async def go() -> tuple[list[Any], list[tuple[Op, str | int]], int]:
+        found: list[Any] = [lookups.lookup_now(INITGR, "alice") for _ in range(2)]
+        found += [lookups.lookup_now(GETGRGID, gid) for gid in gids]
+        await asyncio.sleep(0)  # the refresh task sends its request
+        asked = list(backend.calls)
+        pending = len(lookups.inflight)
+        backend.gate.set()
+        await asyncio.gather(*lookups.inflight.values())
+        return found, asked, pending
+
+    found, asked, pending = run(go())
+    assert all(isinstance(f, Found) and f.state is State.EXPIRED for f in found)
+    assert found[0].value is ig
+    assert asked == [(Op.INITGROUPS, "alice")] and pending == 1
+    assert not lookups.states["D"].stalled  # its answer ended the stall
