@@ -96,11 +96,13 @@ MIN_AVAILABLE_MIB = 3072
 # And the catch-up runs after the domain came back online, the initgroups requests (a
 # client's or a revalidation's: a user's groups fetched or revalidated once each) and
 # the early refresh-ahead runs (entries answered past their midpoint); the expired
-# entries answered without waiting (offline, or a bounded wait ran out) and the
-# backend's requests answered from what another request had stored meanwhile.
+# entries answered without waiting (offline, or a bounded wait ran out), the
+# backend's requests answered from what another request had stored meanwhile, and
+# the refresh-ahead task found stuck by its watch.
 FIGURES = (
     (C.LDAP_SEARCH, 0), (C.LDAP_BYTES, 2), (C.NSS_WAIT, 0), (C.REFRESH_CATCH_UP, 0),
     (C.REQ_INITGR, 0), (C.REFRESH_EARLY, 0), (C.NSS_STALE, 0), (C.REQUEST_STORED, 0),
+    (C.REFRESH_STALLED, 0),
 )  # fmt: skip
 _SRCH_AT = re.compile(
     r'([0-9a-f]{8,})\.[0-9a-f]{8} 0x[0-9a-f]+ conn=\d+ op=\d+ SRCH base="([^"]*)"'
@@ -225,6 +227,7 @@ class Phase:
     host_early: list[int] = field(default_factory=list)
     host_stale: list[int] = field(default_factory=list)
     host_stored: list[int] = field(default_factory=list)
+    host_refresh_stalled: list[int] = field(default_factory=list)
 
     @property
     def peak(self) -> int:
@@ -339,6 +342,7 @@ class Run:
             ph.host_early = [d[5] for d in diff]
             ph.host_stale = [d[6] for d in diff]
             ph.host_stored = [d[7] for d in diff]
+            ph.host_refresh_stalled = [d[8] for d in diff]
             ph.bytes = sum(ph.host_bytes)
         elif self.proxy is not None:
             ph.bytes = self.proxy.stats.bytes_down - bytes0
@@ -413,16 +417,18 @@ def _render(res: dict[str, Any], out: Path) -> list[str]:
     lines += ["", "Per cached host (its own counters): logical searches, KiB received, lookups that"
               " waited on the backend, catch-up runs, initgroups requests, early runs,"
               " expired entries answered without waiting, requests answered from what"
-              " another had stored; min / median / max; hosts that waited.", "",
+              " another had stored, refresh-ahead tasks found stuck; min / median / max;"
+              " hosts that waited.", "",
               "| phase | searches | KiB | waits | catch-up runs | initgroups | early runs"
-              " | stale answers | stored meanwhile | hosts that waited |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              " | stale answers | stored meanwhile | refresh stuck | hosts that waited |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in res["phases"]:
         if p["fleet"] == "cached" and p["host_searches"]:
             zeros = [0] * len(p["host_waits"])
             kib = [b / 1024 for b in p["host_bytes"]]
             later = [p.get(k) or zeros for k in ("host_catch_ups", "host_initgr", "host_early",
-                                                 "host_stale", "host_stored")]
+                                                 "host_stale", "host_stored",
+                                                 "host_refresh_stalled")]
             cols = [
                 " / ".join(f"{f(xs):,.0f}" for f in (min, statistics.median, max))
                 for xs in (p["host_searches"], kib, p["host_waits"], *later)
