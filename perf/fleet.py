@@ -98,11 +98,13 @@ MIN_AVAILABLE_MIB = 3072
 # the early refresh-ahead runs (entries answered past their midpoint); the expired
 # entries answered without waiting (offline, or a bounded wait ran out), the
 # backend's requests answered from what another request had stored meanwhile, and
-# the refresh-ahead task found stuck by its watch.
+# the refresh-ahead task found stuck by its watch. (counter, its field, Phase's list)
 FIGURES = (
-    (C.LDAP_SEARCH, 0), (C.LDAP_BYTES, 2), (C.NSS_WAIT, 0), (C.REFRESH_CATCH_UP, 0),
-    (C.REQ_INITGR, 0), (C.REFRESH_EARLY, 0), (C.NSS_STALE, 0), (C.REQUEST_STORED, 0),
-    (C.REFRESH_STALLED, 0),
+    (C.LDAP_SEARCH, 0, "host_searches"), (C.LDAP_BYTES, 2, "host_bytes"),
+    (C.NSS_WAIT, 0, "host_waits"), (C.REFRESH_CATCH_UP, 0, "host_catch_ups"),
+    (C.REQ_INITGR, 0, "host_initgr"), (C.REFRESH_EARLY, 0, "host_early"),
+    (C.NSS_STALE, 0, "host_stale"), (C.REQUEST_STORED, 0, "host_stored"),
+    (C.REFRESH_STALLED, 0, "host_refresh_stalled"),
 )  # fmt: skip
 _SRCH_AT = re.compile(
     r'([0-9a-f]{8,})\.[0-9a-f]{8} 0x[0-9a-f]+ conn=\d+ op=\d+ SRCH base="([^"]*)"'
@@ -313,7 +315,7 @@ class Run:
             out = []
             for h in hosts:
                 c = h.counters() or {}
-                out.append([c.get(k, [0, 0, 0])[i] for k, i in FIGURES])
+                out.append([c.get(k, [0, 0, 0])[i] for k, i, _f in FIGURES])
             return out
 
         before = totals()
@@ -334,15 +336,8 @@ class Run:
                 [int(a - b) for a, b in zip(x, y, strict=True)]
                 for x, y in zip(after, before, strict=True)
             ]
-            ph.host_searches = [d[0] for d in diff]
-            ph.host_bytes = [d[1] for d in diff]
-            ph.host_waits = [d[2] for d in diff]
-            ph.host_catch_ups = [d[3] for d in diff]
-            ph.host_initgr = [d[4] for d in diff]
-            ph.host_early = [d[5] for d in diff]
-            ph.host_stale = [d[6] for d in diff]
-            ph.host_stored = [d[7] for d in diff]
-            ph.host_refresh_stalled = [d[8] for d in diff]
+            for j, (_k, _i, figure) in enumerate(FIGURES):
+                setattr(ph, figure, [d[j] for d in diff])
             ph.bytes = sum(ph.host_bytes)
         elif self.proxy is not None:
             ph.bytes = self.proxy.stats.bytes_down - bytes0
@@ -426,9 +421,8 @@ def _render(res: dict[str, Any], out: Path) -> list[str]:
         if p["fleet"] == "cached" and p["host_searches"]:
             zeros = [0] * len(p["host_waits"])
             kib = [b / 1024 for b in p["host_bytes"]]
-            later = [p.get(k) or zeros for k in ("host_catch_ups", "host_initgr", "host_early",
-                                                 "host_stale", "host_stored",
-                                                 "host_refresh_stalled")]
+            # Results of older runs lack the figures added since: zeros.
+            later = [p.get(f) or zeros for _k, _i, f in FIGURES[3:]]
             cols = [
                 " / ".join(f"{f(xs):,.0f}" for f in (min, statistics.median, max))
                 for xs in (p["host_searches"], kib, p["host_waits"], *later)
