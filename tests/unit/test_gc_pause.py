@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cached.counters import Counters
+from cached.gcpause import hold as _gc_hold
 from cached.gcpause import paused as _gc_paused
 from cached.ldap.exchange import Entry
 from cached.ldap.provider import Outcome, Result
@@ -57,6 +58,19 @@ def test_overlapping_requests(gc_enabled: None) -> None:
     outer.__exit__(None, None, None)  # the first one ends while the other runs
     assert not gc.isenabled()
     inner.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_hold_outlives_blocks_and_is_released_once(gc_enabled: None) -> None:
+    release = _gc_hold()
+    with _gc_paused():
+        pass
+    assert not gc.isenabled()  # the block ended, the hold goes on
+    other = _gc_hold()
+    release()
+    release()  # once: the second call does not release the other hold
+    assert not gc.isenabled()
+    other()
     assert gc.isenabled()
 
 
