@@ -453,6 +453,19 @@ class Response:
     controls: dict[bytes, bytes | None] = field(default_factory=dict)
 
 
+def op_tag(buf: bytes) -> int:
+    """The protocolOp's tag of one LDAPMessage, read from its envelope alone; -1 when
+    the envelope is not an LDAPMessage's (decode_response says what is wrong)."""
+    try:
+        tag, pos, end = _header(buf, 0, len(buf))
+        if tag != _SEQUENCE:
+            return -1
+        tag, _a, pos = _header(buf, pos, end)
+    except BerError:
+        return -1
+    return buf[pos] if tag == _INTEGER and pos < end else -1
+
+
 def decode_response(buf: bytes) -> Response:
     """Read the envelope of one LDAPMessage and, for an LDAPResult, its fields."""
     tag, pos, end = _header(buf, 0, len(buf))

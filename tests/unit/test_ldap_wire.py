@@ -327,6 +327,21 @@ def test_a_page_is_asked_for_ahead_only_after_a_successful_page(last, pending):
     assert all(r.cookie is None for r in pending.values())
 
 
+def test_op_tag_is_decode_responses_op_and_minus_one_on_every_cut():
+    """wire.op_tag reads the protocolOp's tag as decode_response does, from the
+    envelope alone; a message cut anywhere (its SEQUENCE runs past the bytes), or
+    bytes that are no LDAPMessage, give -1."""
+    msgs = [
+        _entry(0, 3, msgid=7)[0], _entry(2, 40, msgid=300)[0], _paged_done(7, 0, b"more"),
+        _done(5, 0, b""),
+    ]  # fmt: skip
+    for msg in msgs:
+        assert wire.op_tag(msg) == wire.decode_response(msg).op != -1
+        assert {wire.op_tag(msg[:cut]) for cut in range(len(msg))} == {-1}
+    for bad in (b"\x04\x00", b"\x30\x03\x04\x01\x00", b"\x30\x03\x02\x01\x00"):
+        assert wire.op_tag(bad) == -1
+
+
 @pytest.mark.parametrize(
     "values",
     [
