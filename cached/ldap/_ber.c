@@ -875,6 +875,111 @@ failed:
     return NULL;
 }
 
+/* An ASCII decimal of one digit or more (bytes.isdigit), its value in *v, which stops
+ * at LLONG_MAX (the caller's bounds are below it, as any such value is above them). */
+static int
+decimal(PyObject *b, long long *v)
+{
+    if (!PyBytes_Check(b))
+        return 0;
+    Py_ssize_t n = PyBytes_GET_SIZE(b);
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(b);
+    if (n == 0)
+        return 0;
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        x = x <= (LLONG_MAX - 9) / 10 ? x * 10 + (s[i] - '0') : LLONG_MAX;
+    }
+    *v = x;
+    return 1;
+}
+
+/* sweep.name_rows_py in C (its docstring; tests/unit/test_name_rows_c.py): each key of
+ * hits named from its swept row, known[key] = member_type((kind, name)) for the usual
+ * user (one name, UTF-8 without NUL, uid and gid ASCII decimals in [lo, hi]), else
+ * known[key] = slow(row), in the order of hits. lo and hi: 0 <= lo, hi < LLONG_MAX. */
+static PyObject *
+name_rows(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *hits, *swept, *known, *mtype, *kind, *slow;
+    long long lo, hi;
+    if (!PyArg_ParseTuple(args, "O!O!LLO!O!OO:name_rows", &PyList_Type, &hits, &PyDict_Type,
+                          &swept, &lo, &hi, &PyDict_Type, &known, &PyType_Type, &mtype, &kind,
+                          &slow))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)mtype, &PyTuple_Type) || lo < 0 || hi >= LLONG_MAX) {
+        PyErr_SetString(PyExc_ValueError, "name_rows: not a tuple type, or bounds out of range");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(hits); i++) {
+        PyObject *k = PyList_GET_ITEM(hits, i);
+        PyObject *row = PyDict_GetItemWithError(swept, k);
+        if (row == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, k);
+            return NULL;
+        }
+        Py_INCREF(row);  /* slow() may change swept */
+        PyObject *member = NULL;
+        PyObject *vals = PyTuple_Check(row) && PyTuple_GET_SIZE(row) == 2
+                             ? PyTuple_GET_ITEM(row, 1) : NULL;
+        if (vals != NULL && PyList_Check(vals) && PyList_GET_SIZE(vals) == 3) {
+            PyObject *names = PyList_GET_ITEM(vals, 0), *uids = PyList_GET_ITEM(vals, 1),
+                     *gids = PyList_GET_ITEM(vals, 2);
+            long long uid, gid;
+            if (PyList_Check(names) && PyList_Check(uids) && PyList_Check(gids)
+                && PyList_GET_SIZE(names) == 1 && PyList_GET_SIZE(uids) > 0
+                && PyList_GET_SIZE(gids) > 0 && decimal(PyList_GET_ITEM(gids, 0), &gid)
+                && lo <= gid && gid <= hi && decimal(PyList_GET_ITEM(uids, 0), &uid)
+                && lo <= uid && uid <= hi && PyBytes_Check(PyList_GET_ITEM(names, 0))) {
+                PyObject *nb = PyList_GET_ITEM(names, 0);
+                const char *b = PyBytes_AS_STRING(nb);
+                Py_ssize_t n = PyBytes_GET_SIZE(nb);
+                PyObject *name = memchr(b, 0, n) ? NULL : PyUnicode_DecodeUTF8(b, n, NULL);
+                if (name == NULL && PyErr_Occurred()) {
+                    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                        Py_DECREF(row);
+                        return NULL;
+                    }
+                    PyErr_Clear();
+                }
+                if (name != NULL) {
+                    /* tuple.__new__(member_type, (kind, name)): new_member */
+                    PyObject *pair = PyTuple_Pack(2, kind, name);
+                    Py_DECREF(name);
+                    PyObject *targs = pair == NULL ? NULL : PyTuple_Pack(1, pair);
+                    Py_XDECREF(pair);
+                    if (targs == NULL) {
+                        Py_DECREF(row);
+                        return NULL;
+                    }
+                    member = PyTuple_Type.tp_new((PyTypeObject *)mtype, targs, NULL);
+                    Py_DECREF(targs);
+                    if (member == NULL) {
+                        Py_DECREF(row);
+                        return NULL;
+                    }
+                }
+            }
+        }
+        if (member == NULL) {
+            member = PyObject_CallOneArg(slow, row);
+            if (member == NULL) {
+                Py_DECREF(row);
+                return NULL;
+            }
+        }
+        Py_DECREF(row);
+        int bad = PyDict_SetItem(known, k, member);
+        Py_DECREF(member);
+        if (bad)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"decode_entry", decode_entry, METH_VARARGS,
      "decode_entry(buf, names, names_max): entry.read_entry in C (same answers)."},
@@ -884,6 +989,8 @@ static PyMethodDef methods[] = {
      "key_new(lists, memo, spelled, aliases): MemberKeys.new_values and .of for own keys."},
     {"group_fields", group_fields, METH_VARARGS,
      "group_fields(attrs, spec): the fields Decoder.group_entry reads, in C."},
+    {"name_rows", name_rows, METH_VARARGS,
+     "name_rows(hits, swept, lo, hi, known, member_type, kind, slow): sweep.name_rows_py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,9 @@
 # cached/ldap/_ber.c: entry.read_entry and entry.read_rows in C.
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from cached.ldap.entries import Member, MemberKind
 from cached.ldap.entry import RowShape
+from cached.ldap.exchange import Row
 
 def decode_entry(
     buf: bytes, names: dict[bytes, str], names_max: int
@@ -17,3 +19,13 @@ def group_fields(
     attrs: dict[str, list[bytes]],
     spec: tuple[str, str | None, str, str, bytes, bytes, frozenset[str] | None],
 ) -> tuple[list[str] | None, int | None, bool, str, str, bool, bool]: ...
+def name_rows(
+    hits: list[str],
+    swept: dict[str, Row],
+    lo: int,
+    hi: int,
+    known: dict[str, Member | None],
+    member_type: type[Member],
+    kind: MemberKind,
+    slow: Callable[[Row], Member | None],
+) -> None: ...

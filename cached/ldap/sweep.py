@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -22,8 +23,13 @@ from cached.dn import normalize_dns
 from cached.ldap.batch import Answers
 from cached.ldap.context import Context
 from cached.ldap.controls import PAGED_RESULTS_OID
-from cached.ldap.entries import USER, Decoder, Known, Member, int_id, new_member
+from cached.ldap.entries import USER, Decoder, Known, Member, MemberKind, int_id, new_member
 from cached.ldap.exchange import Entry, LdapLimitExceeded, LdapTooMany, Row, Search
+
+try:
+    from cached.ldap import _ber
+except ImportError:  # not built: the reference
+    _ber = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -149,31 +155,13 @@ class Sweeps:
             for k in hits:
                 known[k] = self.swept_member(swept[k])
             return
-        # The usual user inline (one name, numeric ids in range): what swept_member
-        # gives, without its five calls per user; the id range as two bounds, not a
-        # call of id_in_range per id, and the hits taken out of ``lookup`` at once
-        # (large01's 5,000 members: 218 M -> 213 M instructions, perf.replay).
         lo, hi = self.ctx.cfg.id_bounds()
-        # Whether each gidNumber value met is a number in range: users share a few
-        # primary groups, so their 5,000 values are read a handful of times.
-        gid_ok: dict[bytes, bool] = {}
-        for k, row in zip(hits, map(swept.__getitem__, hits), strict=True):
-            names, uids, gids = row[1]
-            if len(names) == 1 and uids and gids:
-                ok = gid_ok.get(gids[0])
-                if ok is None:
-                    # int_id's rule (ASCII digits only); else swept_member says why.
-                    ok = gid_ok[gids[0]] = gids[0].isdigit() and lo <= int(gids[0]) <= hi
-                if ok and uids[0].isdigit():
-                    try:
-                        name, uid = names[0].decode("utf-8"), int(uids[0])
-                    except ValueError:
-                        pass  # not UTF-8: swept_member says why
-                    else:
-                        if lo <= uid <= hi and "\0" not in name:
-                            known[k] = new_member(Member, (USER, name))
-                            continue
-            known[k] = self.swept_member(row)
+        if name_rows is not None and lo >= 0 and hi < 2**63 - 1:
+            # In C: a Python loop per user was 6.6 % of a cold initgroups of
+            # bigroupuser (5,000 users, py-spy of testing.replay).
+            name_rows(hits, swept, lo, hi, known, Member, USER, self.swept_member)
+        else:
+            name_rows_py(hits, swept, lo, hi, known, Member, USER, self.swept_member)
 
     def swept_member(self, row: Row) -> Member | None:
         """A swept user as a member: named by its entry, with ids, as _user_member
@@ -402,3 +390,44 @@ class Sweeps:
             self.groups_at_least = max(self.groups_at_least, cap + 1)
             return None
         return out
+
+
+def name_rows_py(
+    hits: list[str],
+    swept: dict[str, Row],
+    lo: int,
+    hi: int,
+    known: Known,
+    member_type: type[Member],
+    kind: MemberKind,
+    slow: Callable[[Row], Member | None],
+) -> None:
+    """Name each key of ``hits`` from its swept row, in order: the usual user (one
+    name, UTF-8 without NUL, uid and gid numbers in ``[lo, hi]``) as ``(kind, name)``
+    made a ``member_type``, what ``Decoder.swept_member`` gives without its five calls
+    per user; any other row by ``slow``, which says why it names nothing. The
+    reference of ``_ber.name_rows`` (cached/ldap/_ber.c), which gives the same
+    (tests/unit/test_name_rows_c.py) and is what Sweeps.name calls where it was built."""
+    # Whether each gidNumber value met is a number in range: users share a few
+    # primary groups, so their 5,000 values are read a handful of times.
+    gid_ok: dict[bytes, bool] = {}
+    for k, row in zip(hits, map(swept.__getitem__, hits), strict=True):
+        names, uids, gids = row[1]
+        if len(names) == 1 and uids and gids:
+            ok = gid_ok.get(gids[0])
+            if ok is None:
+                # int_id's rule (ASCII digits only); else swept_member says why.
+                ok = gid_ok[gids[0]] = gids[0].isdigit() and lo <= int(gids[0]) <= hi
+            if ok and uids[0].isdigit():
+                try:
+                    name, uid = names[0].decode("utf-8"), int(uids[0])
+                except ValueError:
+                    pass  # not UTF-8: swept_member says why
+                else:
+                    if lo <= uid <= hi and "\0" not in name:
+                        known[k] = new_member(member_type, (kind, name))
+                        continue
+        known[k] = slow(row)
+
+
+name_rows = _ber.name_rows if _ber is not None else None
