@@ -980,6 +980,64 @@ name_rows(PyObject *Py_UNUSED(self), PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* framing.MessageBuffer.feed's split of its buffer (framing.split_py, its reference):
+ * (the whole messages from its start, each a bytes of its own; where the first
+ * message not whole begins; the position of a header that is not a definite BER
+ * length, or announces more than limit bytes, or -1). Short-form messages are taken
+ * whatever the limit (it is at least 0x81). */
+static PyObject *
+frames(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *buf;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "O!n:frames", &PyByteArray_Type, &buf, &limit))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyByteArray_AS_STRING(buf);
+    Py_ssize_t end = PyByteArray_GET_SIZE(buf), pos = 0, bad = -1;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    while (end - pos >= 2) {
+        unsigned char f = b[pos + 1];
+        Py_ssize_t need;
+        if (f < 0x80) {
+            need = (Py_ssize_t)f + 2;
+        } else {
+            int n = f & 0x7F;
+            if (n == 0 || n > 8) {
+                bad = pos;
+                break;
+            }
+            if (end - pos < 2 + n)
+                break; /* the header is not all in */
+            unsigned long long len = 0;
+            int over = 0;
+            for (int i = 0; i < n; i++) {
+                if (len >> 56)
+                    over = 1;
+                len = (len << 8) | b[pos + 2 + i];
+            }
+            if (over || len > (unsigned long long)limit
+                || (Py_ssize_t)len + 2 + n > limit) {
+                bad = pos;
+                break;
+            }
+            need = (Py_ssize_t)len + 2 + n;
+        }
+        if (end - pos < need)
+            break;
+        PyObject *m = PyBytes_FromStringAndSize((const char *)b + pos, need);
+        if (m == NULL || PyList_Append(out, m) < 0) {
+            Py_XDECREF(m);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(m);
+        pos += need;
+    }
+    return Py_BuildValue("(Nnn)", out, pos, bad);
+}
+
 static PyMethodDef methods[] = {
     {"decode_entry", decode_entry, METH_VARARGS,
      "decode_entry(buf, names, names_max): entry.read_entry in C (same answers)."},
@@ -989,6 +1047,8 @@ static PyMethodDef methods[] = {
      "key_new(lists, memo, spelled, aliases): MemberKeys.new_values and .of for own keys."},
     {"group_fields", group_fields, METH_VARARGS,
      "group_fields(attrs, spec): the fields Decoder.group_entry reads, in C."},
+    {"frames", frames, METH_VARARGS,
+     "frames(buf, limit): framing.split_py in C (the same messages, end, bad header)."},
     {"name_rows", name_rows, METH_VARARGS,
      "name_rows(hits, swept, lo, hi, known, member_type, kind, slow): sweep.name_rows_py."},
     {NULL, NULL, 0, NULL},

@@ -1,11 +1,28 @@
 """cached/ldap/framing.py: MessageBuffer, bytes in, whole LDAP messages out. Bytes
-only: no socket, no connection (the socket loop around it: test_ldap_receive.py)."""
+only: no socket, no connection (the socket loop around it: test_ldap_receive.py).
+Every test runs on both splits of the buffer: the C one (_ber.frames, where it was
+built) and MessageBuffer.feed's own loop, its reference; and random streams cut at
+random give both the same messages and the same refusals."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
+
 import pytest
 
+from cached.ldap import framing
 from cached.ldap.framing import MAX_MESSAGE, FramingError, MessageBuffer, MessageTooLarge
+
+C_SPLIT = getattr(framing, "_frames")  # noqa: B009 (not exported)
+SPLITS = ["python"] + (["c"] if C_SPLIT is not None else [])
+
+
+@pytest.fixture(autouse=True, params=SPLITS)
+def split(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "python":
+        monkeypatch.setattr(framing, "_frames", None)
+    yield request.param
 
 
 def msg(n: int, fill: bytes = b"v", octets: int = 0) -> bytes:
@@ -113,3 +130,35 @@ def test_an_empty_chunk_gives_nothing():
     buf = MessageBuffer()
     assert buf.feed(b"") == []
     assert buf.feed(msg(3)[:1]) == [] and buf.feed(b"") == [] and buf.pending == 1
+
+
+def _outcome(chunks: list[bytes], limit: int) -> tuple[list[bytes], int, str]:
+    buf = MessageBuffer(limit)
+    out: list[bytes] = []
+    try:
+        for c in chunks:
+            out += buf.feed(c)
+    except (FramingError, MessageTooLarge) as e:
+        return out, buf.pending, f"{type(e).__name__}: {e}"
+    return out, buf.pending, ""
+
+
+@pytest.mark.skipif(C_SPLIT is None, reason="cached/ldap/_ber.c not built")
+@pytest.mark.parametrize("seed", range(30))
+def test_c_and_python_splits_agree_on_random_streams(seed: int, monkeypatch) -> None:
+    rng = random.Random(seed)
+    parts = []
+    for _ in range(rng.randint(1, 40)):
+        n = rng.choice([0, 1, 5, 0x7F, 0x80, 200, 300, 1000, 70_000])
+        octets = rng.choice([0, 0, 1, 2, 3, 4, 8]) if n else 0
+        parts.append(msg(n, b"x", max(octets, (n.bit_length() + 7) // 8) if octets else 0))
+    if rng.random() < 0.4:  # damage: a bad length octet, or a header over the limit
+        parts.append(rng.choice([b"\x30\x80\x00", b"\x30\x89" + b"\x01" * 9,
+                                 b"\x30\x88" + b"\xff" * 8, msg(5000, b"y", 2)]))
+    stream = b"".join(parts)
+    cuts = sorted(rng.sample(range(len(stream) + 1), min(len(stream) + 1, rng.randint(0, 12))))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    limit = rng.choice([0x81, 4000, MAX_MESSAGE])
+    got = _outcome(chunks, limit)
+    monkeypatch.setattr(framing, "_frames", None)
+    assert got == _outcome(chunks, limit)
