@@ -64,8 +64,50 @@ container(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos,
 /* The lower-cased text of an attribute type, from the names table or made (and
  * kept while the table is below names_max); NULL with no error set: declined (not
  * ASCII); NULL with an error set: failure. A new reference. */
+static PyObject *type_name_made(PyObject *names, Py_ssize_t names_max,
+                                const unsigned char *t, Py_ssize_t len);
+
+/* The last TYPES types named (as sent, their lower-cased text): an entry's five or six
+ * types are the same in every entry of a search, and a bytes object made per type to
+ * look each up in the names table was 1.3 % of a cold initgroups of bigroupuser (py-spy
+ * of testing.replay). A type's text is its lower case whatever table it came from. */
+#define TYPES 16
+static struct {
+    PyObject *kind, *name;
+} _types[TYPES];
+static int _types_next;
+
 static PyObject *
 type_name(PyObject *names, Py_ssize_t names_max, const unsigned char *t, Py_ssize_t len)
+{
+    for (int i = 0; i < TYPES && _types[i].kind != NULL; i++) {
+        PyObject *kind = _types[i].kind;
+        if (PyBytes_GET_SIZE(kind) == len && memcmp(PyBytes_AS_STRING(kind), t, len) == 0) {
+            /* The names table as type_name_made leaves it (the reference's). */
+            if (PyDict_GET_SIZE(names) < names_max) {
+                int in = PyDict_Contains(names, kind);
+                if (in < 0 || (in == 0 && PyDict_SetItem(names, kind, _types[i].name) < 0))
+                    return NULL;
+            }
+            return Py_NewRef(_types[i].name);
+        }
+    }
+    PyObject *name = type_name_made(names, names_max, t, len);
+    if (name != NULL) {
+        PyObject *kind = PyBytes_FromStringAndSize((const char *)t, len);
+        if (kind == NULL) {
+            Py_DECREF(name);
+            return NULL;
+        }
+        Py_XSETREF(_types[_types_next].kind, kind);
+        Py_XSETREF(_types[_types_next].name, Py_NewRef(name));
+        _types_next = (_types_next + 1) % TYPES;
+    }
+    return name;
+}
+
+static PyObject *
+type_name_made(PyObject *names, Py_ssize_t names_max, const unsigned char *t, Py_ssize_t len)
 {
     PyObject *kind = PyBytes_FromStringAndSize((const char *)t, len);
     if (kind == NULL)
