@@ -31,6 +31,8 @@ CASES = [
     (("",), ()),  # an empty name is a member too (b"\0")
     (("Zoë", "zoe", "ZOE", "日本"), ("Grüppe",)),  # case and non-ASCII kept as they are
     (tuple(f"user{i:05d}" for i in range(500, 0, -1)), ("sub",)),
+    (tuple(f"user{i:05d}" for i in range(500, 0, -1)), ()),  # a dict of users: the usual
+    (("Zoë", "zoe", "日本", ""), ()),
 ]
 
 
