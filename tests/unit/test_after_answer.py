@@ -15,6 +15,7 @@ from typing import Any
 
 from cached.config import parse_config
 from cached.ipc.ops import Op
+from cached.ldap import service as service_mod
 from cached.ldap.provider import Outcome, Result
 from cached.ldap.service import BackendService
 from testing.backend import config_text
@@ -67,11 +68,12 @@ def test_after_answer_waits_for_every_waiter_of_the_request(tmp_path: Path) -> N
 
     async def main() -> None:
         await asyncio.gather(client(1), client(2))
-        # The worker is a task of its own: until it has run the work after the answer.
-        for _ in range(1000):
-            if provider.seen_at_start:
-                break
-            await asyncio.sleep(0)
+        # The worker is a task of its own, and gives the answer's readers a moment
+        # (AFTER_ANSWER_IDLE) before the work after it: until it has run that work.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not provider.seen_at_start and loop.time() < deadline:
+            await asyncio.sleep(0.005)
 
     was = gc.isenabled()
     gc.enable()
@@ -87,3 +89,44 @@ def test_after_answer_waits_for_every_waiter_of_the_request(tmp_path: Path) -> N
     assert provider.collector == [
         ("request", False), ("answered", False), ("answered", False), ("after", False)
     ]
+
+
+def test_the_work_after_waits_while_idle_and_not_for_the_next_request(tmp_path: Path) -> None:
+    """Nothing queued after an answer: the work after it waits (AFTER_ANSWER_IDLE, here
+    longer than the test); a request queued then runs it at once, then runs."""
+    cfg = parse_config(
+        config_text(["ldap://127.0.0.1:1"], "dc=x", daemon={"db_dir": tmp_path / "db"})
+    )
+    service = BackendService(cfg, cfg.domains[0])
+    order: list[str] = []
+
+    class Provider(_Provider):
+        def initgroups(self, key: str) -> Result:
+            order.append(f"request {key}")
+            return super().initgroups(key)
+
+        def after_answer(self) -> None:
+            order.append("after")
+            super().after_answer()
+
+    service.provider = Provider([])  # type: ignore[assignment]
+
+    async def in_loop(fn: Any) -> Any:
+        return fn()
+
+    service._in_worker = in_loop  # type: ignore[method-assign]
+
+    async def main() -> None:
+        await service.request(Op.INITGROUPS, "alice", uid=1)
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert order == ["request alice"]  # idle: the work after the answer waits
+        await asyncio.wait_for(service.request(Op.INITGROUPS, "bob", uid=1), 60)
+
+    service_mod.AFTER_ANSWER_IDLE, idle = 600.0, service_mod.AFTER_ANSWER_IDLE
+    try:
+        asyncio.run(main())
+    finally:
+        service_mod.AFTER_ANSWER_IDLE = idle
+        service.cache.close()
+    assert order == ["request alice", "after", "request bob"]
