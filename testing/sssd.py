@@ -47,7 +47,9 @@ from testing.service import Service
 SSSD = "/usr/sbin/sssd"
 SSS_CACHE = "/usr/sbin/sss_cache"
 # sssd-ad: the AD provider, the oracle of id_provider = ad (tests/integration/test_adjoin.py).
-PACKAGES = ("sssd-common", "sssd-ldap", "sssd-tools", "sssd-ad")
+# sssd-krb5: the krb5 provider, the oracle of auth_provider = krb5
+# (tests/integration/test_pam_krb5_sssd.py); sssd-ad brings only its common part.
+PACKAGES = ("sssd-common", "sssd-ldap", "sssd-tools", "sssd-ad", "sssd-krb5")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
 # How long a probe of a responder socket waits for the GET_VERSION reply before it
