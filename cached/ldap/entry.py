@@ -461,13 +461,18 @@ def _container(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def read_entry(
-    buf: bytes, names: dict[bytes, str], names_max: int
+    buf: bytes,
+    names: dict[bytes, str],
+    names_max: int,
+    interned: frozenset[str] | None = None,
 ) -> tuple[int, bytes, dict[str, list[bytes]]] | None:
     """Read one LDAPMessage carrying a SearchResultEntry without controls as (message
     ID, objectName, {attribute type lower-cased: values}): the dict the client builds
     from :func:`decode_search_entry`'s answer (exchange.Request.entry), built here
     directly. ``names`` maps the types met to their lower-cased text (the client's
-    table; a type met is added while it holds fewer than ``names_max``).
+    table; a type met is added while it holds fewer than ``names_max``). The C reader
+    gives the values of the ``interned`` types (lower-cased) as one object per distinct
+    value until :func:`intern_clear`, equal to those made here.
 
     Returns None for everything else, which the caller reads with
     :func:`decode_search_entry` (same answer, or BerError): any other protocolOp,
@@ -587,5 +592,9 @@ def read_entry(
 try:
     from cached.ldap._ber import decode_entry as decode_entry
     from cached.ldap._ber import decode_rows as decode_rows
+    from cached.ldap._ber import intern_clear as intern_clear
 except ImportError:  # not built: the references
     decode_entry, decode_rows = read_entry, read_rows
+
+    def intern_clear() -> None:
+        """What the C reader interned let go: the reference interns nothing."""

@@ -244,6 +244,8 @@ _ATTR_NAMES_MAX = 1024
 _LOWER: dict[str, str] = {}
 
 
+# The member attributes of the schemas (rfc2307's, rfc2307bis's and AD's, groupOfUniqueNames').
+MEMBER_ATTRS = ("member", "memberuid", "uniquemember")
 _DEREF_OID = DEREF_OID.encode()
 _PAGED_RESULTS_OID = PAGED_RESULTS_OID.encode()
 
@@ -312,6 +314,11 @@ class Exchange:
     def __init__(self, cfg: DomainConfig, counters: Counters) -> None:
         self.cfg = cfg
         self.counters = counters
+        # The member attributes, whose values the C reader interns (entry.read_entry):
+        # a member named by twenty groups is one value object in the request.
+        self.interned = frozenset(
+            a for a in (*MEMBER_ATTRS, cfg.ldap_group_member.lower()) if a
+        )
         # Searches sent ahead (send_ahead) and not read yet, by message ID: on
         # ``_ahead_conn`` only (a connection replaced since took them with it).
         self._ahead: dict[int, Request] = {}
@@ -444,6 +451,7 @@ class Exchange:
         ``sent``: requests already on the wire (send_ahead), by message ID;
         ``until``: a deadline of the caller's for every request instead."""
         timeout = self.cfg.ldap_search_timeout
+        interned = self.interned
         on_wire = set(map(id, sent.values()))
         queue = [r for r in reversed(reqs) if id(r) not in on_wire]
         pending: dict[int, Request] = dict(sent)
@@ -507,7 +515,7 @@ class Exchange:
                             break
                     m = messages[i]
                     i += 1
-                    plain = reader.decode_entry(m, _ATTR_NAMES, _ATTR_NAMES_MAX)
+                    plain = reader.decode_entry(m, _ATTR_NAMES, _ATTR_NAMES_MAX, interned)
                     if plain is not None:
                         got = pending.get(plain[0])
                         if got is None:

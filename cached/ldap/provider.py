@@ -45,6 +45,7 @@ from cached.ldap.batch import Job, Searcher
 from cached.ldap.client import LdapClient, LdapOffline
 from cached.ldap.context import Context
 from cached.ldap.entries import Decoder, GroupEntry, Hooks, Known, entry_names
+from cached.ldap.entry import intern_clear
 from cached.ldap.exchange import Entry, LdapError, LdapLimitExceeded
 from cached.ldap.schema import SchemaMap
 from cached.ldap.sweep import Sweeps, SweepTunables
@@ -195,6 +196,9 @@ class LdapProvider:
                 # and dropped before the request ends, so no server thread is left
                 # writing to a connection nobody reads.
                 self.client.drop_ahead()
+                # The member values the C reader interned for this request let go (the
+                # walk keeps those it holds).
+                intern_clear()
 
     def _runs(self, fn: Callable[[Walk], Result], started: float) -> Result:
         """``fn`` again when a group changed under it (save.changed_since_read), at

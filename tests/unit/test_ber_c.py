@@ -75,7 +75,8 @@ def _cut_inside() -> list[bytes]:
 
 def test_both_readers_agree_on_random_damage_to_real_shapes():
     """The C reader against the reference on 60,000 damaged messages: the same
-    answer (None included) and the same names table after each."""
+    answer (None included) and the same names table after each; every other message
+    with the member values interned (equal values, whatever the damage)."""
     c = _ber.decode_entry
     rng = random.Random(20261202)
     shapes = [GROUP, entry(attr(b"cn", b"ab"), attr(b"gidNumber", b"7"), msgid=b"\x00\xff"),
@@ -87,10 +88,42 @@ def test_both_readers_agree_on_random_damage_to_real_shapes():
         py_names: dict[bytes, str] = {b"cn": "cn"}
         c_names: dict[bytes, str] = {b"cn": "cn"}
         want = ldap_entry.read_entry(bad, py_names, 3)
-        assert c(bad, c_names, 3) == want, bad.hex()
+        got = c(bad, c_names, 3, INTERNED) if accepted % 2 else c(bad, c_names, 3)
+        assert got == want, bad.hex()
         assert c_names == py_names, bad.hex()
         accepted += want is not None
+    _ber.intern_clear()
     assert 1_000 < accepted < 59_000  # the damage both accepted and declined
+
+
+INTERNED = frozenset({"member"})
+
+
+def test_interned_values_are_one_object_per_value_until_cleared():
+    """decode_entry's interned types: a value met in two entries is one object (equal
+    to the reference's), other types' values are not shared, intern_clear lets them
+    go; past the table's bound values are made as before, still equal."""
+    _ber.intern_clear()
+    names: dict[bytes, str] = {}
+    one = entry(attr(b"member", *MEMBERS[:5]), attr(b"cn", b"g1"), attr(b"uid", b"same"))
+    two = entry(attr(b"member", *MEMBERS[3:8]), attr(b"cn", b"g2"), attr(b"uid", b"same"))
+    a, b = _ber.decode_entry(one, names, 9, INTERNED), _ber.decode_entry(two, names, 9, INTERNED)
+    assert a is not None and b is not None
+    assert a == ldap_entry.read_entry(one, {}, 9) and b == ldap_entry.read_entry(two, {}, 9)
+    ma, mb = a[2]["member"], b[2]["member"]
+    assert ma[3] is mb[0] and ma[4] is mb[1]  # MEMBERS[3], MEMBERS[4] in both
+    assert a[2]["uid"][0] == b[2]["uid"][0] and a[2]["uid"][0] is not b[2]["uid"][0]
+    _ber.intern_clear()
+    c = _ber.decode_entry(two, names, 9, INTERNED)
+    assert c is not None and c[2]["member"] == mb and c[2]["member"][0] is not mb[0]
+    # More distinct values than the table keeps (65,536): the same answers.
+    many = [b"uid=u%06d,ou=people,dc=x" % i for i in range(70_000)]
+    for i in range(0, len(many), 1_000):
+        msg = entry(attr(b"member", *many[i : i + 1_000]))
+        assert _ber.decode_entry(msg, names, 9, INTERNED) == ldap_entry.read_entry(msg, {}, 9)
+    again = _ber.decode_entry(entry(attr(b"member", many[0], many[-1])), names, 9, INTERNED)
+    assert again is not None and again[2]["member"] == [many[0], many[-1]]
+    _ber.intern_clear()
 
 
 def _row_message(rng: random.Random) -> bytes:
@@ -215,3 +248,26 @@ def test_the_c_reader_reads_no_octet_past_the_buffer():
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert int(run.stdout) > 20_000
+
+
+def test_each_request_lets_the_interned_values_go(tmp_path, monkeypatch):
+    """LdapProvider._run clears the table at the end of every request, failed ones
+    too: what a request interned is never held past it by the reader."""
+    from cached.counters import Counters
+    from cached.ldap import provider as prov
+    from cached.ldap.exchange import LdapError
+    from testing.backend import make_backend, make_domain
+
+    cleared: list[int] = []
+    monkeypatch.setattr(prov, "intern_clear", lambda: cleared.append(1))
+    p, _cache, _ = make_backend(
+        tmp_path, make_domain(["ldap://127.0.0.1:9"], "dc=example,dc=test"), Counters()
+    )
+    assert p._run("req_user", "user", "a", lambda _w: prov.Result(prov.Outcome.NOT_FOUND))
+    assert cleared == [1]
+
+    def fails(_w: object) -> prov.Result:
+        raise LdapError("a server that went away")
+
+    assert p._run("req_user", "user", "a", fails).outcome is prov.Outcome.ERROR
+    assert cleared == [1, 1]
