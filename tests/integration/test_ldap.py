@@ -428,8 +428,8 @@ def test_plain_entries_are_the_entries_the_generic_reader_gives(slapd_small, mon
     fast: list[bytes] = []
     decode_entry = ldap_entry.decode_entry
 
-    def counted(buf, names, names_max):
-        got = decode_entry(buf, names, names_max)
+    def counted(buf, names, names_max, interned=None):
+        got = decode_entry(buf, names, names_max, interned)
         if got is not None:
             fast.append(buf)
         return got
