@@ -244,8 +244,6 @@ _ATTR_NAMES_MAX = 1024
 _LOWER: dict[str, str] = {}
 
 
-# The member attributes of the schemas (rfc2307's, rfc2307bis's and AD's, groupOfUniqueNames').
-MEMBER_ATTRS = ("member", "memberuid", "uniquemember")
 _DEREF_OID = DEREF_OID.encode()
 _PAGED_RESULTS_OID = PAGED_RESULTS_OID.encode()
 
@@ -314,11 +312,10 @@ class Exchange:
     def __init__(self, cfg: DomainConfig, counters: Counters) -> None:
         self.cfg = cfg
         self.counters = counters
-        # The member attributes, whose values the C reader interns (entry.read_entry):
-        # a member named by twenty groups is one value object in the request.
-        self.interned = frozenset(
-            a for a in (*MEMBER_ATTRS, cfg.ldap_group_member.lower()) if a
-        )
+        # The member attribute (the config's rules set it for every schema), whose
+        # values the C reader interns (entry.read_entry): a member named by twenty
+        # groups is one value object in the request.
+        self.interned = frozenset({cfg.ldap_group_member.lower()})
         # Searches sent ahead (send_ahead) and not read yet, by message ID: on
         # ``_ahead_conn`` only (a connection replaced since took them with it).
         self._ahead: dict[int, Request] = {}
